@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/demo.sh, scripts/test.sh and scripts/bench.sh: installs what is missing
+# (Debian packages, the project venv with torch==2.13.0), configures once and builds incrementally.
+# Sourced, not run: it leaves DTSIM_ROOT, DTSIM_BUILD and DTSIM_PY set for the caller.
+set -euo pipefail
+
+DTSIM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DTSIM_BUILD="${DTSIM_BUILD:-$DTSIM_ROOT/build}"
+DTSIM_PY="$DTSIM_ROOT/.venv/bin/python"
+TORCH_VERSION="2.13.0"
+APT_PACKAGES=(cmake ninja-build ccache g++ python3-venv pkg-config nlohmann-json3-dev libgtest-dev
+              libgmock-dev libboost-program-options-dev libbenchmark-dev libxxhash-dev)
+
+log() { echo "[setup] $*" >&2; }
+
+install_apt_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+install_venv() {
+  if [ -x "$DTSIM_PY" ] && "$DTSIM_PY" - "$TORCH_VERSION" <<'PY' 2>/dev/null; then return 0; fi
+import sys, importlib.metadata as m
+ok = m.version("torch").split("+")[0] == sys.argv[1]
+for pkg in ("numpy", "pytest"):
+    m.version(pkg)
+sys.exit(0 if ok else 1)
+PY
+  log "creating the project venv .venv with torch==$TORCH_VERSION, numpy, pytest"
+  [ -x "$DTSIM_PY" ] || python3 -m venv "$DTSIM_ROOT/.venv"
+  "$DTSIM_PY" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pytest 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+  "$DTSIM_PY" -c "import torch" || { log "torch did not install"; exit 1; }
+}
+
+configure_and_build() {
+  if [ ! -f "$DTSIM_BUILD/build.ninja" ]; then
+    local torch_prefix
+    torch_prefix="$("$DTSIM_PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+    log "configuring $DTSIM_BUILD"
+    cmake -S "$DTSIM_ROOT" -B "$DTSIM_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$torch_prefix" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DPython3_EXECUTABLE="$DTSIM_PY" >/dev/null
+  fi
+  cmake --build "$DTSIM_BUILD" -j "${DTSIM_JOBS:-2}" "$@"
+}
+
+install_apt_packages
+install_venv

@@ -1,0 +1,64 @@
+// dtsim: entry point. Picks the subcommand and applies the error policy: InputError and option errors → exit 2 with
+// "dtsim: error: <field>: <message>", internal errors → exit 3.
+#include <boost/program_options/errors.hpp>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "commands.h"
+#include "dtsim/error.h"
+
+namespace {
+
+struct Command {
+  int (*run)(const dtsim::cli::Args&);
+  const char* summary;
+};
+
+const std::map<std::string, Command>& Commands() {
+  static const std::map<std::string, Command> commands = {
+      {"layout", {&dtsim::cli::RunLayout, "which part of the global tensor every rank holds"}},
+  };
+  return commands;
+}
+
+void PrintUsage(std::ostream& out) {
+  out << "usage: dtsim <command> [options]   (dtsim <command> --help for its options)\n\ncommands:\n";
+  for (const auto& [name, command] : Commands()) out << "  " << name << "  " << command.summary << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(std::cerr);
+    return 2;
+  }
+  std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    PrintUsage(std::cout);
+    return 0;
+  }
+  auto it = Commands().find(name);
+  if (it == Commands().end()) {
+    std::cerr << "dtsim: error: command: unknown command '" << name << "'\n";
+    PrintUsage(std::cerr);
+    return 2;
+  }
+  dtsim::cli::Args args(argv + 2, argv + argc);
+  try {
+    return it->second.run(args);
+  } catch (const dtsim::InputError& e) {
+    std::cerr << "dtsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const boost::program_options::error& e) {
+    std::cerr << "dtsim: error: options: " << e.what() << "\n";
+    return 2;
+  } catch (const dtsim::InternalError& e) {
+    std::cerr << "dtsim: " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "dtsim: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}

@@ -1,0 +1,324 @@
+// DeviceMesh: construction, validation, coordinates, groups, submeshes and flattening.
+#include "dtsim/mesh.h"
+
+#include <algorithm>
+#include <cctype>
+#include <numeric>
+#include <set>
+
+#include "dtsim/error.h"
+
+namespace dtsim {
+namespace {
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return text;
+}
+
+std::string Quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+}  // namespace
+
+std::vector<int64_t> ParseIntList(std::string_view text, const std::string& field) {
+  std::string_view body = Trim(text);
+  if (!body.empty() && body.front() == '[') {
+    if (body.back() != ']') throw InputError(field, StrCat(Quote(text), " has '[' without a closing ']'"));
+    body = Trim(body.substr(1, body.size() - 2));
+  } else if (!body.empty() && body.front() == '(') {
+    if (body.back() != ')') throw InputError(field, StrCat(Quote(text), " has '(' without a closing ')'"));
+    body = Trim(body.substr(1, body.size() - 2));
+  }
+  std::vector<int64_t> values;
+  if (body.empty()) return values;
+  size_t start = 0;
+  while (start <= body.size()) {
+    size_t end = body.find_first_of(",x", start);
+    if (end == std::string_view::npos) end = body.size();
+    std::string_view item = Trim(body.substr(start, end - start));
+    if (item.empty()) throw InputError(field, StrCat(Quote(text), " has an empty entry"));
+    size_t pos = 0;
+    bool negative = item.front() == '-';
+    if (item.front() == '-' || item.front() == '+') pos = 1;
+    if (pos == item.size()) throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
+    int64_t value = 0;
+    for (; pos < item.size(); ++pos) {
+      char c = item[pos];
+      if (!std::isdigit(static_cast<unsigned char>(c))) {
+        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
+      }
+      if (value > (INT64_MAX - (c - '0')) / 10) {
+        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is out of range"));
+      }
+      value = value * 10 + (c - '0');
+    }
+    values.push_back(negative ? -value : value);
+    if (end == body.size()) break;
+    start = end + 1;
+  }
+  return values;
+}
+
+std::vector<std::string> ParseNameList(std::string_view text) {
+  std::vector<std::string> names;
+  std::string_view body = Trim(text);
+  if (body.empty()) return names;
+  size_t start = 0;
+  while (true) {
+    size_t end = body.find(',', start);
+    if (end == std::string_view::npos) end = body.size();
+    names.emplace_back(Trim(body.substr(start, end - start)));
+    if (end == body.size()) break;
+    start = end + 1;
+  }
+  return names;
+}
+
+std::string IntListToString(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> names,
+                              std::vector<int64_t> ranks) {
+  if (shape.empty()) throw InputError("mesh", "a mesh needs at least one dim, got shape []");
+  int64_t total = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0) {
+      throw InputError("mesh", StrCat("dim ", i, " has size ", shape[i], " in shape ", IntListToString(shape),
+                                      "; every mesh dim must be >= 1"));
+    }
+    if (total > (int64_t{1} << 40) / shape[i]) {
+      throw InputError("mesh", StrCat("shape ", IntListToString(shape), " has too many ranks"));
+    }
+    total *= shape[i];
+  }
+  if (!names.empty()) {
+    if (names.size() != shape.size()) {
+      throw InputError("names", StrCat(names.size(), " names given for a mesh of ", shape.size(), " dims (shape ",
+                                       IntListToString(shape), ")"));
+    }
+    std::set<std::string> seen;
+    for (const std::string& name : names) {
+      if (name.empty()) throw InputError("names", "a mesh dim name is empty");
+      if (!seen.insert(name).second) throw InputError("names", StrCat("duplicate mesh dim name ", Quote(name)));
+    }
+  }
+  if (ranks.empty()) {
+    ranks.resize(total);
+    std::iota(ranks.begin(), ranks.end(), 0);
+  } else {
+    if (static_cast<int64_t>(ranks.size()) != total) {
+      throw InputError("ranks", StrCat(ranks.size(), " ranks given for a mesh of shape ", IntListToString(shape),
+                                       " (", total, " ranks)"));
+    }
+    std::set<int64_t> seen;
+    for (int64_t r : ranks) {
+      if (r < 0) throw InputError("ranks", StrCat("rank ", r, " is negative"));
+      if (!seen.insert(r).second) throw InputError("ranks", StrCat("rank ", r, " appears twice"));
+    }
+  }
+  DeviceMesh mesh;
+  mesh.shape_ = std::move(shape);
+  mesh.names_ = std::move(names);
+  mesh.ranks_ = std::move(ranks);
+  for (int64_t d = 0; d < mesh.ndim(); ++d) mesh.root_dims_.push_back({d});
+  return mesh;
+}
+
+DeviceMesh DeviceMesh::Parse(std::string_view shape, std::string_view names) {
+  return Create(ParseIntList(shape, "mesh"), ParseNameList(names));
+}
+
+std::string DeviceMesh::DimLabel(int64_t dim) const {
+  return names_.empty() ? std::to_string(dim) : names_.at(dim);
+}
+
+std::optional<int64_t> DeviceMesh::FindDim(std::string_view name) const {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) return static_cast<int64_t>(i);
+  }
+  return std::nullopt;
+}
+
+int64_t DeviceMesh::GetDim(std::string_view name, const std::string& field) const {
+  if (auto dim = FindDim(name)) return *dim;
+  std::string_view t = Trim(name);
+  if (!t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    int64_t dim = std::stoll(std::string(t));
+    if (dim < ndim()) return dim;
+  }
+  std::string known;
+  for (int64_t d = 0; d < ndim(); ++d) known += (d ? ", " : "") + DimLabel(d);
+  throw InputError(field, StrCat("mesh ", ToString(), " has no dim ", Quote(name), " (dims: ", known, ")"));
+}
+
+std::vector<int64_t> DeviceMesh::Strides() const {
+  std::vector<int64_t> strides(shape_.size(), 1);
+  for (int64_t d = ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape_[d + 1];
+  return strides;
+}
+
+std::optional<std::vector<int64_t>> DeviceMesh::FindCoordinate(int64_t rank) const {
+  auto it = std::find(ranks_.begin(), ranks_.end(), rank);
+  if (it == ranks_.end()) return std::nullopt;
+  int64_t index = it - ranks_.begin();
+  std::vector<int64_t> coordinate(shape_.size());
+  for (int64_t d = ndim() - 1; d >= 0; --d) {
+    coordinate[d] = index % shape_[d];
+    index /= shape_[d];
+  }
+  return coordinate;
+}
+
+std::vector<int64_t> DeviceMesh::GetCoordinate(int64_t rank) const {
+  if (auto c = FindCoordinate(rank)) return *c;
+  throw InputError("rank", StrCat("rank ", rank, " is not in ", ToString(), " (ranks ", IntListToString(ranks_), ")"));
+}
+
+int64_t DeviceMesh::RankAt(const std::vector<int64_t>& coordinate) const {
+  DTSIM_CHECK(static_cast<int64_t>(coordinate.size()) == ndim(), "coordinate ", IntListToString(coordinate),
+              " for ", ToString());
+  std::vector<int64_t> strides = Strides();
+  int64_t index = 0;
+  for (int64_t d = 0; d < ndim(); ++d) {
+    DTSIM_CHECK(coordinate[d] >= 0 && coordinate[d] < shape_[d], "coordinate ", IntListToString(coordinate),
+                " outside ", ToString());
+    index += coordinate[d] * strides[d];
+  }
+  return ranks_[index];
+}
+
+std::vector<int64_t> DeviceMesh::GroupAlong(int64_t dim, int64_t rank) const {
+  DTSIM_CHECK(dim >= 0 && dim < ndim(), "mesh dim ", dim, " of ", ToString());
+  std::vector<int64_t> coordinate = GetCoordinate(rank);
+  std::vector<int64_t> group;
+  group.reserve(shape_[dim]);
+  for (int64_t i = 0; i < shape_[dim]; ++i) {
+    coordinate[dim] = i;
+    group.push_back(RankAt(coordinate));
+  }
+  return group;
+}
+
+std::vector<std::vector<int64_t>> DeviceMesh::GroupsAlong(int64_t dim) const {
+  DTSIM_CHECK(dim >= 0 && dim < ndim(), "mesh dim ", dim, " of ", ToString());
+  std::vector<std::vector<int64_t>> groups;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    std::vector<int64_t> c = *FindCoordinate(ranks_[i]);
+    if (c[dim] != 0) continue;
+    groups.push_back(GroupAlong(dim, ranks_[i]));
+  }
+  return groups;
+}
+
+DeviceMesh DeviceMesh::Submesh(const std::vector<std::string>& dim_names, int64_t rank) const {
+  if (dim_names.empty()) throw InputError("submesh", "no mesh dims named");
+  std::vector<int64_t> dims;
+  for (const std::string& name : dim_names) {
+    int64_t d = GetDim(name, "submesh");
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+      throw InputError("submesh", StrCat("mesh dim ", Quote(name), " named twice"));
+    }
+    dims.push_back(d);
+  }
+  std::vector<int64_t> base = GetCoordinate(rank);
+  std::vector<int64_t> shape, ranks;
+  std::vector<std::string> names;
+  for (int64_t d : dims) {
+    shape.push_back(shape_[d]);
+    if (!names_.empty()) names.push_back(names_[d]);
+  }
+  // Walk the sub-coordinates row-major.
+  std::vector<int64_t> sub(dims.size(), 0);
+  int64_t count = 1;
+  for (int64_t s : shape) count *= s;
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int64_t> c = base;
+    for (size_t k = 0; k < dims.size(); ++k) c[dims[k]] = sub[k];
+    ranks.push_back(RankAt(c));
+    for (int64_t k = static_cast<int64_t>(dims.size()) - 1; k >= 0; --k) {
+      if (++sub[k] < shape[k]) break;
+      sub[k] = 0;
+    }
+  }
+  DeviceMesh result = Create(shape, names, ranks);
+  result.root_ = root_ ? root_ : std::make_shared<const DeviceMesh>(*this);
+  result.root_dims_.clear();
+  for (int64_t d : dims) result.root_dims_.push_back(root_dims_[d]);
+  return result;
+}
+
+DeviceMesh DeviceMesh::Flatten(const std::vector<std::string>& dim_names, const std::string& flat_name) const {
+  if (dim_names.empty()) throw InputError("flatten", "no mesh dims named");
+  std::vector<int64_t> merged;
+  for (const std::string& name : dim_names) {
+    int64_t d = GetDim(name, "flatten");
+    if (std::find(merged.begin(), merged.end(), d) != merged.end()) {
+      throw InputError("flatten", StrCat("mesh dim ", Quote(name), " named twice"));
+    }
+    merged.push_back(d);
+  }
+  // New dim order: kept dims in order, the merged dim where the first merged one was.
+  int64_t first = *std::min_element(merged.begin(), merged.end());
+  std::vector<int64_t> order;  // old dims in the order the new layout iterates them
+  std::vector<int64_t> new_shape;
+  std::vector<std::string> new_names;
+  std::vector<std::vector<int64_t>> new_root_dims;
+  for (int64_t d = 0; d < ndim(); ++d) {
+    if (d == first) {
+      int64_t flat = 1;
+      std::vector<int64_t> covered;
+      for (int64_t m : merged) {
+        order.push_back(m);
+        flat *= shape_[m];
+        covered.insert(covered.end(), root_dims_[m].begin(), root_dims_[m].end());
+      }
+      new_shape.push_back(flat);
+      new_names.push_back(flat_name);
+      new_root_dims.push_back(covered);
+    } else if (std::find(merged.begin(), merged.end(), d) == merged.end()) {
+      order.push_back(d);
+      new_shape.push_back(shape_[d]);
+      new_names.push_back(names_.empty() ? "dim" + std::to_string(d) : names_[d]);
+      new_root_dims.push_back(root_dims_[d]);
+    }
+  }
+  // Iterate old coordinates in the permuted order.
+  std::vector<int64_t> ranks;
+  std::vector<int64_t> c(ndim(), 0);
+  for (int64_t i = 0; i < size(); ++i) {
+    ranks.push_back(RankAt(c));
+    for (int64_t k = ndim() - 1; k >= 0; --k) {
+      int64_t d = order[k];
+      if (++c[d] < shape_[d]) break;
+      c[d] = 0;
+    }
+  }
+  DeviceMesh result = Create(new_shape, new_names, ranks);
+  result.root_ = root_ ? root_ : std::make_shared<const DeviceMesh>(*this);
+  result.root_dims_ = new_root_dims;
+  return result;
+}
+
+std::string DeviceMesh::ToString() const {
+  std::string out = "mesh[";
+  for (int64_t d = 0; d < ndim(); ++d) {
+    if (d) out += ", ";
+    if (!names_.empty()) out += names_[d] + "=";
+    out += std::to_string(shape_[d]);
+  }
+  out += "]";
+  bool default_order = true;
+  for (size_t i = 0; i < ranks_.size(); ++i) default_order &= ranks_[i] == static_cast<int64_t>(i);
+  if (!default_order) out += "(ranks=" + IntListToString(ranks_) + ")";
+  return out;
+}
+
+bool DeviceMesh::operator==(const DeviceMesh& other) const {
+  return shape_ == other.shape_ && names_ == other.names_ && ranks_ == other.ranks_;
+}
+
+}  // namespace dtsim

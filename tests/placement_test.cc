@@ -1,0 +1,87 @@
+// Placement: the canonical text form, the accepted spellings, normalisation and parse errors.
+#include "dtsim/placement.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dtsim/error.h"
+
+namespace dtsim {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(PlacementTest, CanonicalTextRoundTrips) {
+  const Placement all[] = {
+      Placement::Shard(0),          Placement::Shard(-1),
+      Placement::StridedShard(0, 2), Placement::Replicate(),
+      Placement::Partial(),          Placement::Partial(ReduceOp::kAvg),
+      Placement::Partial(ReduceOp::kMin), Placement::Partial(ReduceOp::kMax),
+      Placement::Partial(ReduceOp::kProduct), Placement::Partial(ReduceOp::kBand),
+      Placement::Partial(ReduceOp::kBor), Placement::Partial(ReduceOp::kBxor),
+  };
+  for (const Placement& p : all) EXPECT_EQ(Placement::Parse(p.ToString()), p) << p.ToString();
+  EXPECT_EQ(Placement::Shard(0).ToString(), "S(0)");
+  EXPECT_EQ(Placement::StridedShard(1, 4).ToString(), "_S(1,4)");
+  EXPECT_EQ(Placement::Replicate().ToString(), "R");
+  EXPECT_EQ(Placement::Partial().ToString(), "P(sum)");
+}
+
+TEST(PlacementTest, AcceptsUpstreamSpellings) {
+  EXPECT_EQ(Placement::Parse("P"), Placement::Partial(ReduceOp::kSum));
+  EXPECT_EQ(Placement::Parse("Shard(dim=2)"), Placement::Shard(2));
+  EXPECT_EQ(Placement::Parse("_StridedShard(dim=0, sf=2)"), Placement::StridedShard(0, 2));
+  EXPECT_EQ(Placement::Parse("_S(0, 2)"), Placement::StridedShard(0, 2));
+  EXPECT_EQ(Placement::Parse("Replicate()"), Placement::Replicate());
+  EXPECT_EQ(Placement::Parse("Partial(avg)"), Placement::Partial(ReduceOp::kAvg));
+  EXPECT_EQ(Placement::Parse("P('max')"), Placement::Partial(ReduceOp::kMax));
+}
+
+TEST(PlacementTest, ListsPrintAndParse) {
+  Placements ps = ParsePlacements("S(0),R");
+  ASSERT_EQ(ps.size(), 2u);
+  EXPECT_EQ(ToString(ps), "[S(0), R]");
+  EXPECT_EQ(ParsePlacements("[S(0), R]"), ps);
+  EXPECT_EQ(ToString(ParsePlacements(" [ _S(0,2) , S(0), P(avg) ] ")), "[_S(0,2), S(0), P(avg)]");
+}
+
+TEST(PlacementTest, NormalisesNegativeDims) {
+  EXPECT_EQ(Placement::Shard(-1).Normalized(2), Placement::Shard(1));
+  EXPECT_EQ(Placement::StridedShard(-2, 3).Normalized(2), Placement::StridedShard(0, 3));
+  try {
+    Placement::Shard(3).Normalized(2);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "placements: 'S(3)' shards dim 3 but the tensor has 2 dims");
+  }
+  EXPECT_THROW(Placement::Shard(-3).Normalized(2), InputError);
+}
+
+TEST(PlacementTest, ParseErrorsNameTheText) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"X(0)", "unknown kind 'X'"},
+      {"S", "needs a dim"},
+      {"S(a)", "shard dim 'a' is not an integer"},
+      {"S(0", "'(' without a closing ')'"},
+      {"_S(0)", "needs a dim and a split factor"},
+      {"_S(0,0)", "split factor 0 must be >= 1"},
+      {"P(mean)", "unknown reduce op 'mean'"},
+      {"R(1)", "Replicate takes no argument"},
+  };
+  for (const auto& [text, message] : cases) {
+    try {
+      Placement::Parse(text);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "placements");
+      EXPECT_THAT(e.what(), HasSubstr(message)) << text;
+      EXPECT_THAT(e.what(), HasSubstr(text)) << text;
+    }
+  }
+  EXPECT_THROW(ParsePlacements("S(0),,R"), InputError);
+  EXPECT_THROW(ParsePlacements("[S(0), R"), InputError);
+  EXPECT_THROW(ParsePlacements("S(0))"), InputError);
+}
+
+}  // namespace
+}  // namespace dtsim
