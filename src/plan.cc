@@ -90,6 +90,7 @@ nlohmann::json ToJson(const Plan& plan) {
       {"to", ToString(plan.dst)},
       {"shape", plan.shape},
       {"dtype", plan.dtype},
+      {"note", plan.note},
   };
 }
 
@@ -97,6 +98,7 @@ std::string Explain(const Plan& plan) {
   std::ostringstream out;
   out << plan.mesh << " shape=" << IntListToString(plan.shape) << " " << plan.dtype << ": " << ToString(plan.src)
       << " → " << ToString(plan.dst) << "  (planner " << plan.planner << ")\n";
+  if (!plan.note.empty()) out << "  note: " << plan.note << "\n";
   if (plan.steps.empty()) out << "  nothing to do\n";
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];
