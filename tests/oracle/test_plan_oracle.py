@@ -12,7 +12,11 @@ Partial kinds, wrong placement counts, targets that introduce a Partial) upstrea
     planner (normalised placements plus a shard order); those are compared where dtsim claims to match (see
     docs/planner.md) and otherwise only checked for refusal agreement and counted.
 
-One fake process group and one mesh per mesh shape, all cases in one dtsim --batch process.
+A second test runs upstream's redistribute for real under LocalTensorMode on 1,000 more cases (up to 16 ranks, no
+_StridedShard, dtypes float32/float64/bfloat16/float16) and records every collective's per-rank input buffer: the
+sequence of (collective, bytes per rank) must equal dtsim's communicating steps, padded uneven buffers included.
+
+One fake process group and one mesh per mesh shape, all cases in one dtsim --batch process per test.
 """
 import collections
 import math
@@ -23,7 +27,8 @@ from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-from torch.distributed.tensor._redistribute import _gen_transform_infos_non_cached, clear_redistribute_planner_cache
+from torch.distributed.tensor._redistribute import (_gen_transform_infos, _gen_transform_infos_non_cached,
+                                                   clear_redistribute_planner_cache)
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
@@ -31,7 +36,9 @@ import upstream
 
 import os
 NUM_CASES = int(os.environ.get("DTSIM_PLAN_ORACLE_CASES", "3200"))
+NUM_BYTES_CASES = int(os.environ.get("DTSIM_PLAN_ORACLE_BYTES_CASES", "1000"))
 OPS = ["sum", "avg", "min", "max"]
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def random_case(rng):
@@ -60,7 +67,13 @@ def random_case(rng):
         dst.pop()  # one too few
     elif r < 0.06:
         dst[rng.randrange(len(dst))] = f"S({ndim + rng.randint(0, 1)})"  # shard dim out of range
-    return {"mesh": mesh, "shape": shape, "from": ",".join(src), "to": ",".join(dst), "src": src, "dst": dst}
+    return {"mesh": mesh, "shape": shape, "from": ",".join(src), "to": ",".join(dst), "src": src, "dst": dst,
+            "dtype": rng.choice(list(DTYPES))}
+
+
+def dtsim_cases(cases, planner="greedy"):
+    keys = ("mesh", "shape", "from", "to", "dtype")
+    return [dict({k: c[k] for k in keys}, planner=planner) for c in cases]
 
 
 def structurally_invalid(case):
@@ -150,8 +163,7 @@ def test_greedy_plan_matches_upstream():
     start = time.time()
     rng = upstream.new_rng(4242)
     cases = [random_case(rng) for _ in range(NUM_CASES)]
-    results = upstream.run_batch("plan", [{"mesh": c["mesh"], "shape": c["shape"], "from": c["from"], "to": c["to"],
-                                           "planner": "greedy"} for c in cases])
+    results = upstream.run_batch("plan", dtsim_cases(cases))
     dtsim_seconds = time.time() - start
 
     by_mesh = collections.defaultdict(list)
@@ -168,6 +180,13 @@ def test_greedy_plan_matches_upstream():
                 refused = upstream_refusal(mesh, case)
                 if refused is None and "error" in got and structurally_invalid(case):
                     counts["dtsim stricter (placement count / shard dim out of range)"] += 1
+                    continue
+                if (refused is not None and "error" not in got and has_strided(case)
+                        and "Expected cond to be True" in refused):
+                    # Upstream's greedy fallback for a _StridedShard it cannot decode into a shard order gathers an
+                    # outer mesh dim while an inner one still shards the same tensor dim (its nesting check ignores
+                    # _StridedShard) and then fails its own torch._check while unpadding. dtsim plans these validly.
+                    counts["upstream fails internally on _StridedShard, dtsim plans"] += 1
                     continue
                 if refused is not None or "error" in got:
                     if (refused is None) != ("error" not in got):
@@ -196,3 +215,86 @@ def test_greedy_plan_matches_upstream():
     assert not failures, f"{len(failures)} mismatches, first 5:\n" + "\n".join(map(repr, failures[:5]))
     assert counts["compared"] >= 0.6 * NUM_CASES, counts
     assert counts["both refused"] >= 0.04 * NUM_CASES, counts
+
+
+class CollectiveRecorder:
+    """Patches the collectives upstream's redistribute calls (funcol.all_gather_single, all_reduce,
+    reduce_scatter_single, and shard_dim_alltoall as placement_types imported it) to record, per call, the bytes of
+    every rank's input buffer under LocalTensorMode."""
+
+    def __init__(self):
+        import torch.distributed._functional_collectives as funcol
+        import torch.distributed.tensor.placement_types as placement_types
+        self.calls = []
+        self.targets = [(funcol, "all_gather_single", "all_gather"), (funcol, "all_reduce", "all_reduce"),
+                        (funcol, "reduce_scatter_single", "reduce_scatter"),
+                        (placement_types, "shard_dim_alltoall", "all_to_all")]
+        self.saved = []
+
+    def __enter__(self):
+        for module, attr, name in self.targets:
+            original = getattr(module, attr)
+            self.saved.append((module, attr, original))
+            setattr(module, attr, self.wrap(name, original))
+        return self
+
+    def __exit__(self, *exc):
+        for module, attr, original in self.saved:
+            setattr(module, attr, original)
+
+    def wrap(self, name, original):
+        def recorded(tensor, *args, **kwargs):
+            per_rank = {r: t.numel() * t.element_size() for r, t in tensor._local_tensors.items()}
+            self.calls.append((name, [per_rank[r] for r in sorted(per_rank)]))
+            return original(tensor, *args, **kwargs)
+        return recorded
+
+
+def test_bytes_per_rank_match_upstream_collective_inputs():
+    """For accepted cases without _StridedShard (up to 16 ranks), run upstream's redistribute for real under
+    LocalTensorMode and record every collective's per-rank input bytes: they must equal dtsim's bytes_per_rank of its
+    communicating steps, in order, with the same collective names (padded uneven buffers included)."""
+    from torch.distributed.tensor import distribute_tensor
+    start = time.time()
+    rng = upstream.new_rng(777)
+    cases = []
+    while len(cases) < NUM_BYTES_CASES:
+        c = random_case(rng)
+        if math.prod(c["mesh"]) <= 16 and not has_strided(c) and not structurally_invalid(c):
+            cases.append(c)
+    results = upstream.run_batch("plan", dtsim_cases(cases))
+    by_mesh = collections.defaultdict(list)
+    for i, c in enumerate(cases):
+        by_mesh[tuple(c["mesh"])].append(i)
+    failures, compared, collectives = [], 0, 0
+    for mesh_shape, indices in sorted(by_mesh.items()):
+        world = math.prod(mesh_shape)
+        with upstream.fake_world(world):
+            mesh = init_device_mesh("cpu", mesh_shape)
+            for i in indices:
+                case, got = cases[i], results[i]
+                if upstream_refusal(mesh, case) is not None or "error" in got:
+                    continue
+                ndim = len(case["shape"])
+                # upstream_refusal ran outside LocalTensorMode and cached rank 0's transform infos (with rank 0's
+                # logical shapes) for these specs: drop them so every rank plans with its own, as in a real run.
+                _gen_transform_infos.cache_clear()
+                clear_redistribute_planner_cache()
+                try:
+                    with LocalTensorMode(world), CollectiveRecorder() as rec:
+                        full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
+                        dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, normalised(case["src"], ndim))
+                        rec.calls.clear()
+                        dt.redistribute(mesh, normalised(case["dst"], ndim))
+                except Exception as e:  # noqa: BLE001
+                    failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
+                    continue
+                mine = [(s["collective"], s["bytes_per_rank"]) for s in got["plan"]
+                        if s["collective"] in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")]
+                compared += 1
+                collectives += len(mine)
+                if mine != rec.calls:
+                    failures.append((case, rec.calls, mine))
+    print(f"\nbytes: {compared} cases, {collectives} collectives in {time.time() - start:.1f}s")
+    assert not failures, f"{len(failures)} mismatches, first 3:\n" + "\n".join(map(repr, failures[:3]))
+    assert compared >= 0.6 * NUM_BYTES_CASES and collectives >= 0.5 * NUM_BYTES_CASES, (compared, collectives)
