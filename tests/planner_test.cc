@@ -364,6 +364,11 @@ TEST(MinCostTest, NeverCostlierThanGreedyAndBothPlansAreExecutable) {
     EXPECT_NEAR(sum, best.total_est_us, 1e-9);
     EXPECT_EQ(SimulateOwnership(spec, best), "") << Explain(best);
     EXPECT_EQ(SimulateOwnership(spec, greedy), "") << Explain(greedy);
+    // Upstream's graph-based planner (emulated) works on shard orders that _StridedShard encodes; its steps must land
+    // on their layouts too.
+    Plan graph = PlanRedistribute(spec, to, PlannerKind::kUpstreamGraph);
+    EXPECT_EQ(SimulateOwnership(spec, graph), "") << Explain(graph);
+    EXPECT_EQ(graph.steps.empty() ? from : graph.steps.back().placements_after, to);
     if (best.total_est_us < greedy.total_est_us - 1e-9) ++cheaper;
   }
   EXPECT_GT(cheaper, 0) << "the search never beat greedy in " << cases << " cases";

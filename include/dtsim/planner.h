@@ -28,11 +28,15 @@
 
 namespace dtsim {
 
-enum class PlannerKind { kGreedy, kMinCost };
+// kGreedy: upstream's DEFAULT plan (its greedy passes, or its graph-based planner where upstream uses that: any
+// _StridedShard). kUpstreamGraph: upstream's graph-based planner for every case (what upstream runs under
+// use_min_cost_redistribution_plan()). kMinCost: dtsim's own search, never costlier than upstream's default plan.
+enum class PlannerKind { kGreedy, kMinCost, kUpstreamGraph };
 
-// "greedy", "min-cost".
+// "greedy", "min-cost", "graph".
 std::string ToString(PlannerKind kind);
-// Reads "greedy", "min-cost" (also "min_cost", "mincost"); throws InputError(field) naming the text otherwise.
+// Reads "greedy", "min-cost" (also "min_cost", "mincost"), "graph"; throws InputError(field) naming the text
+// otherwise.
 PlannerKind ParsePlannerKind(std::string_view text, const std::string& field = "planner");
 
 // Alpha-beta cost of one collective on one group of n ranks, in the style of nccl-tests and upstream's
@@ -48,6 +52,10 @@ struct CostModel {
   double hop_latency_us = 0.6;        // per ring hop (upstream intra-host: 0.6 us; inter-host 2.7 us)
   // Bus bandwidth in GiB/s (2^30 bytes per second): upstream computes bytes / 2^30 / 87.7 seconds.
   double bandwidth_gib_per_s = 87.7;
+  // Devices per host that upstream's graph-based planner assumes when it picks a path (MeshTopoInfo uses the
+  // device count of the mesh's device type: 1 for "cpu", the GPU count on CUDA hosts). Only used to emulate that
+  // planner's choice, not for dtsim's own estimates.
+  int64_t upstream_devices_per_host = 1;
   // Estimated microseconds of `collective` (a collective:: name) over a group of `n` ranks whose largest message is
   // `message_bytes`. 0 for local steps and "none".
   double EstimateUs(const std::string& collective, int64_t n, int64_t message_bytes) const;
