@@ -22,6 +22,7 @@ import collections
 import math
 import time
 
+import pytest
 import torch
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
@@ -138,15 +139,16 @@ def upstream_refusal(mesh, case):
         return f"{type(e).__name__}: {e}"
 
 
-def upstream_plan(mesh, case, world):
-    """Upstream's transform infos: [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]."""
+def upstream_plan(mesh, case, world, graph=None):
+    """Upstream's transform infos: [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]. `graph`
+    is upstream's use_graph_based_transform argument (None: its default choice; True: its graph-based planner)."""
     ndim = len(case["shape"])
     meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), DTYPES[case["dtype"]])
     src = DTensorSpec(mesh, tuple(normalised(case["src"], ndim)), tensor_meta=meta)
     dst = DTensorSpec(mesh, tuple(normalised(case["dst"], ndim)), tensor_meta=meta)
     clear_redistribute_planner_cache()  # the planner caches state across calls (strided targets, partial ops)
     with LocalTensorMode(world):
-        infos = _gen_transform_infos_non_cached(src, dst)
+        infos = _gen_transform_infos_non_cached(src, dst, graph)
     out = []
     for info in infos:
         a, b = info.src_dst_placements
@@ -159,11 +161,15 @@ def has_strided(case):
     return "_S(" in case["from"] or "_S(" in case["to"]
 
 
-def test_greedy_plan_matches_upstream():
+@pytest.mark.parametrize("planner,seed", [("greedy", 4242), ("graph", 5151)])
+def test_plan_matches_upstream(planner, seed):
+    """planner "greedy": upstream's default choice (greedy passes, graph-based for _StridedShard); "graph": upstream's
+    graph-based planner for every case (use_graph_based_transform=True), on NUM_CASES / 2 other cases."""
     start = time.time()
-    rng = upstream.new_rng(4242)
-    cases = [random_case(rng) for _ in range(NUM_CASES)]
-    results = upstream.run_batch("plan", dtsim_cases(cases))
+    rng = upstream.new_rng(seed)
+    num_cases = NUM_CASES if planner == "greedy" else NUM_CASES // 2
+    cases = [random_case(rng) for _ in range(num_cases)]
+    results = upstream.run_batch("plan", dtsim_cases(cases, planner))
     dtsim_seconds = time.time() - start
 
     by_mesh = collections.defaultdict(list)
@@ -193,18 +199,18 @@ def test_greedy_plan_matches_upstream():
                         failures.append(("refusal differs", case, refused, got.get("error")))
                     counts["both refused" if refused is not None else "refusal differs"] += 1
                     continue
-                want = upstream_plan(mesh, case, world)
+                want = upstream_plan(mesh, case, world, True if planner == "graph" else None)
                 mine = [(s["mesh_dim"], s["from"], s["to"], s["logical_shape_per_rank"]) for s in got["plan"]]
                 for s in got["plan"]:  # a mesh dim of size 1 never communicates
                     if mesh_shape[s["mesh_dim"]] == 1 and s["collective"] != "none":
                         failures.append(("size-1 mesh dim communicates", case, s))
-                if has_strided(case):
+                if has_strided(case) or planner == "graph":
                     if "not executable" in got["note"]:
                         # Upstream cannot decode the _StridedShard into a shard order and its greedy fallback would
                         # gather an outer mesh dim while an inner one still splits the dim: dtsim searches instead.
                         counts["strided, upstream fallback not executable: dtsim search"] += 1
                         continue
-                    counts["strided compared (graph-based upstream)"] += 1
+                    counts["compared with upstream's graph-based planner"] += 1
                 counts["compared"] += 1
                 if [w[:3] for w in want] != [m[:3] for m in mine]:
                     failures.append(("transitions differ", case, [w[:3] for w in want], [m[:3] for m in mine]))
@@ -213,10 +219,10 @@ def test_greedy_plan_matches_upstream():
                 else:
                     counts["logical shapes compared"] += sum(1 for _ in want)
     elapsed = time.time() - start
-    print(f"\n{NUM_CASES} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
+    print(f"\n{planner}: {num_cases} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
     assert not failures, f"{len(failures)} mismatches, first 5:\n" + "\n".join(map(repr, failures[:5]))
-    assert counts["compared"] >= 0.6 * NUM_CASES, counts
-    assert counts["both refused"] >= 0.04 * NUM_CASES, counts
+    assert counts["compared"] >= 0.6 * num_cases, counts
+    assert counts["both refused"] >= 0.04 * num_cases, counts
 
 
 class CollectiveRecorder:
@@ -262,41 +268,49 @@ def test_bytes_per_rank_match_upstream_collective_inputs():
     cases = []
     while len(cases) < NUM_BYTES_CASES:
         c = random_case(rng)
-        if math.prod(c["mesh"]) <= 16 and not has_strided(c) and not structurally_invalid(c):
+        if math.prod(c["mesh"]) <= 16 and not structurally_invalid(c):
             cases.append(c)
     results = upstream.run_batch("plan", dtsim_cases(cases))
     by_mesh = collections.defaultdict(list)
     for i, c in enumerate(cases):
         by_mesh[tuple(c["mesh"])].append(i)
-    failures, compared, collectives = [], 0, 0
+    failures, compared, collectives, skipped = [], 0, 0, 0
     for mesh_shape, indices in sorted(by_mesh.items()):
         world = math.prod(mesh_shape)
         with upstream.fake_world(world):
             mesh = init_device_mesh("cpu", mesh_shape)
             for i in indices:
                 case, got = cases[i], results[i]
-                if upstream_refusal(mesh, case) is not None or "error" in got:
+                if upstream_refusal(mesh, case) is not None or "error" in got or "not executable" in got["note"]:
                     continue
                 ndim = len(case["shape"])
                 # upstream_refusal ran outside LocalTensorMode and cached rank 0's transform infos (with rank 0's
                 # logical shapes) for these specs: drop them so every rank plans with its own, as in a real run.
                 _gen_transform_infos.cache_clear()
                 clear_redistribute_planner_cache()
-                try:
-                    with LocalTensorMode(world), CollectiveRecorder() as rec:
-                        full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
+                with LocalTensorMode(world), CollectiveRecorder() as rec:
+                    full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
+                    try:
                         dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, normalised(case["src"], ndim))
-                        rec.calls.clear()
+                    except AssertionError:
+                        # upstream's _StridedShard._shard_tensor asserts on some split factors / sizes: no source
+                        # tensor to redistribute (a set-up limit of upstream, not a planner question).
+                        assert has_strided(case), case
+                        skipped += 1
+                        continue
+                    rec.calls.clear()
+                    try:
                         dt.redistribute(mesh, normalised(case["dst"], ndim))
-                except Exception as e:  # noqa: BLE001
-                    failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
-                    continue
+                    except Exception as e:  # noqa: BLE001
+                        failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
+                        continue
                 mine = [(s["collective"], s["bytes_per_rank"]) for s in got["plan"]
                         if s["collective"] in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")]
                 compared += 1
                 collectives += len(mine)
                 if mine != rec.calls:
                     failures.append((case, rec.calls, mine))
-    print(f"\nbytes: {compared} cases, {collectives} collectives in {time.time() - start:.1f}s")
+    print(f"\nbytes: {compared} cases, {collectives} collectives in {time.time() - start:.1f}s "
+          f"({skipped} _StridedShard sources upstream's distribute_tensor cannot build)")
     assert not failures, f"{len(failures)} mismatches, first 3:\n" + "\n".join(map(repr, failures[:3]))
     assert compared >= 0.6 * NUM_BYTES_CASES and collectives >= 0.5 * NUM_BYTES_CASES, (compared, collectives)
