@@ -41,6 +41,12 @@ inline constexpr const char kLocalPartition[] = "local_partition";  // R → P: 
 // One step of a plan. Per-rank vectors are indexed by the rank's position in mesh.ranks() (row-major mesh order).
 struct PlanStep {
   int64_t mesh_dim = 0;
+  // The transition upstream's redistribute_local_tensor runs: an executor dispatches on (from, to) exactly as
+  // upstream does, with `logical_shape_per_rank` for the padding. Usually from == placements_before[mesh_dim] and
+  // to == placements_after[mesh_dim]. In plans of upstream's graph-based planner (any _StridedShard, or
+  // PlannerKind::kUpstreamGraph) the layouts before/after encode a shard order with _StridedShard while from/to are
+  // the normalised Shard placements upstream runs: [_S(0,2), S(0)] → [R, S(0)] on a (2, 2) mesh is one step on mesh
+  // dim 0 with from = S(0), to = R — a plain all_gather (concatenate in coordinate order), not a strided one.
   Placement from = Placement::Replicate();
   Placement to = Placement::Replicate();
   // One of the collective:: names. "all_gather" for S → _S / _S → S / _S → _S too: upstream gathers, then splits
@@ -56,7 +62,7 @@ struct PlanStep {
   std::vector<int64_t> bytes_received_per_rank;
   // Upstream's logical shape of this step for each rank (see the header comment).
   std::vector<std::vector<int64_t>> logical_shape_per_rank;
-  // The whole placement list before and after this step.
+  // The whole placement list (the layout, read left to right as in spec.h) before and after this step.
   Placements placements_before;
   Placements placements_after;
   // Estimated time of the step under the planner's CostModel (the slowest group), microseconds.

@@ -7,9 +7,17 @@
 //     a forward pass (first → last) for whatever still differs. The per-rank logical shapes are upstream's too:
 //     the logical shape of mesh dim i is the global shape with the SOURCE's Shard placements on mesh dims < i
 //     applied in order (a _StridedShard does not narrow it).
+//     Where upstream does not use these passes — any _StridedShard in the source or target — kGreedy gives what
+//     upstream runs instead: its graph-based planner, emulated exactly (see kUpstreamGraph).
+//   * kUpstreamGraph — upstream's DTensorRedistributePlanner.generate_graph_based_transform_infos for every case:
+//     Dijkstra over (Shard/Replicate/Partial placements, shard order) states with upstream's edge order, cost
+//     function (one_step_redistribute_cost, MeshTopoInfo) and tie-breaking; _StridedShard lists decode into shard
+//     orders and each state encodes back into a dtsim placement list. When upstream cannot decode a _StridedShard
+//     it falls back to its greedy passes; where those would gather an outer mesh dim while an inner one still
+//     splits the same tensor dim (upstream's nesting check ignores _StridedShard), dtsim uses its own search.
 //   * kMinCost — Dijkstra over placement lists (states), one mesh dim changing per edge, using only transitions the
-//     executor supports and that keep the left-to-right nesting valid, minimising the CostModel below; greedy's plan
-//     is a candidate too, so min-cost is never costlier than greedy and ends at the same placements.
+//     executor supports and that keep the left-to-right nesting valid, minimising the CostModel below; upstream's
+//     default plan is a candidate too, so min-cost is never costlier than it and ends at the same layout.
 //
 // Validity (upstream's refusals, as InputError naming the field and value):
 //   * "to" must have one placement per mesh dim, shard dims within the tensor rank (negative dims normalised);
