@@ -812,13 +812,27 @@ Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, Plann
         "search stands in (same end placements, different steps)";
     return searched;
   }
-  // Keep upstream's plan unless the search is strictly cheaper.
-  if (upstream_valid && upstream.total_est_us <= searched.total_est_us) {
-    upstream.planner = ToString(PlannerKind::kMinCost);
-    upstream.note = "upstream's plan is already the cheapest found";
-    return upstream;
+  // Candidates, preferred in this order on ties: upstream's default plan, upstream's graph-based plan (it may use
+  // shard orders, i.e. _StridedShard-encoded intermediate layouts, that dtsim's search does not visit), the search.
+  Plan best = searched;
+  if (!strided) {
+    auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
+    auto b = DecodeShardOrder(raw_dst, given_src.mesh());
+    if (a && b) {
+      Plan graph = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
+      if (graph.total_est_us <= best.total_est_us) {
+        graph.note = "upstream's graph-based plan is the cheapest found";
+        best = std::move(graph);
+      }
+    }
   }
-  return searched;
+  if (upstream_valid && upstream.total_est_us <= best.total_est_us) {
+    upstream.note = "upstream's plan is already the cheapest found";
+    best = std::move(upstream);
+  }
+  best.planner = ToString(PlannerKind::kMinCost);
+  best.dst = target;
+  return best;
 }
 
 }  // namespace dtsim

@@ -17,7 +17,8 @@
 //     splits the same tensor dim (upstream's nesting check ignores _StridedShard), dtsim uses its own search.
 //   * kMinCost — Dijkstra over placement lists (states), one mesh dim changing per edge, using only transitions the
 //     executor supports and that keep the left-to-right nesting valid, minimising the CostModel below; upstream's
-//     default plan is a candidate too, so min-cost is never costlier than it and ends at the same layout.
+//     default plan and its graph-based plan are candidates too, so min-cost is never costlier than upstream's
+//     default plan and ends at the same layout.
 //
 // Validity (upstream's refusals, as InputError naming the field and value):
 //   * "to" must have one placement per mesh dim, shard dims within the tensor rank (negative dims normalised);
