@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
