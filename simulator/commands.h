@@ -11,5 +11,7 @@ using Args = std::vector<std::string>;
 
 // dtsim layout: per-rank local shapes, offsets and owned intervals of a mesh + placements + shape.
 int RunLayout(const Args& args);
+// dtsim plan: the redistribution plan from one placement list to another (greedy or min-cost).
+int RunPlan(const Args& args);
 
 }  // namespace dtsim::cli

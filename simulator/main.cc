@@ -18,6 +18,7 @@ struct Command {
 const std::map<std::string, Command>& Commands() {
   static const std::map<std::string, Command> commands = {
       {"layout", {&dtsim::cli::RunLayout, "which part of the global tensor every rank holds"}},
+      {"plan", {&dtsim::cli::RunPlan, "the steps (collectives, bytes, cost) that redistribute a tensor"}},
   };
   return commands;
 }
