@@ -75,6 +75,10 @@ int RunJsonLines(const std::string& path, const std::function<nlohmann::json(con
       result = {{"error", StrCat("batch: line ", line_no, " is not JSON: ", e.what())}, {"field", "batch"}};
     } catch (const InputError& e) {
       result = {{"error", e.what()}, {"field", e.field()}};
+    } catch (const std::exception& e) {
+      // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes on.
+      std::string what = e.what();
+      result = {{"error", "internal error: " + what.substr(0, what.find('\n'))}, {"internal", true}};
     }
     std::cout << result.dump() << "\n";
   }

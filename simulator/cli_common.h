@@ -24,7 +24,8 @@ DeviceMesh MeshFromJson(const nlohmann::json& c);
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype);
 
 // Reads JSON cases one per line from `path` ("-" = stdin) and prints `run(case)` per line; a line that is not JSON or
-// whose case throws InputError prints {"error": "<field>: <message>", "field": <field>} instead. Returns 0.
+// whose case throws InputError prints {"error": "<field>: <message>", "field": <field>} instead; any other exception
+// (a dtsim bug) prints {"error": "internal error: ...", "internal": true}. Returns 0.
 int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run);
 
 }  // namespace dtsim::cli
