@@ -31,13 +31,16 @@ std::string RangeText(const std::vector<int64_t>& values) {
   return std::to_string(*lo) + ".." + std::to_string(*hi);
 }
 
+// "[[0, 1], [2, 3]]"; more than 4 groups print the first two and a count: "[[0, 4], [1, 5], … 16 groups]".
 std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
   if (groups.empty()) return "-";
+  const size_t shown = groups.size() > 4 ? 2 : groups.size();
   std::string out = "[";
-  for (size_t i = 0; i < groups.size(); ++i) {
+  for (size_t i = 0; i < shown; ++i) {
     if (i) out += ", ";
     out += IntListToString(groups[i]);
   }
+  if (shown < groups.size()) out += ", … " + std::to_string(groups.size()) + " groups";
   return out + "]";
 }
 
@@ -90,6 +93,7 @@ nlohmann::json ToJson(const Plan& plan) {
       {"to", ToString(plan.dst)},
       {"shape", plan.shape},
       {"dtype", plan.dtype},
+      {"note", plan.note},
   };
 }
 
@@ -97,6 +101,7 @@ std::string Explain(const Plan& plan) {
   std::ostringstream out;
   out << plan.mesh << " shape=" << IntListToString(plan.shape) << " " << plan.dtype << ": " << ToString(plan.src)
       << " → " << ToString(plan.dst) << "  (planner " << plan.planner << ")\n";
+  if (!plan.note.empty()) out << "  note: " << plan.note << "\n";
   if (plan.steps.empty()) out << "  nothing to do\n";
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];

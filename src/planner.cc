@@ -53,6 +53,12 @@ void CheckNoMixedPartials(const Placements& placements, const std::string& field
                                  "}; only sum with avg may be mixed (upstream refuses the rest)"));
 }
 
+// _S(d,1) is S(d) (one piece, chunked over the ranks); upstream's shard-order decoding treats it so too.
+Placement Canonical(const Placement& p) {
+  if (p.is_strided_shard() && p.split_factor() == 1) return Placement::Shard(p.dim());
+  return p;
+}
+
 // The coordinate of every rank position.
 std::vector<std::vector<int64_t>> Coordinates(const DeviceMesh& mesh) {
   std::vector<std::vector<int64_t>> out;
@@ -304,6 +310,17 @@ bool InnermostFor(const Placements& state, int64_t mesh_dim, int64_t dim) {
   return true;
 }
 
+// True if every step of `plan` only removes or adds a shard-like placement on the innermost mesh dim splitting its
+// tensor dim (the rule the search follows, which makes each step's collective produce its target layout).
+bool KeepsNesting(const Plan& plan) {
+  for (const PlanStep& s : plan.steps) {
+    const Placements& before = s.placements_before;
+    if (s.from.is_shard_like() && !InnermostFor(before, s.mesh_dim, s.from.dim())) return false;
+    if (s.to.is_shard_like() && !InnermostFor(before, s.mesh_dim, s.to.dim())) return false;
+  }
+  return true;
+}
+
 // Dijkstra over states. Edges: change one mesh dim to R, S(d) for any tensor dim d, or the target placement of that
 // mesh dim (covers _StridedShard targets); never to Partial (only R → P would be executable, and a target Partial
 // always equals the source there), never away from a target Partial. Shard-like placements may only be removed or
@@ -410,9 +427,9 @@ Placements ValidateRedistribute(const DTensorSpec& src, const Placements& dst) {
                                   " for ", mesh.ToString(), " of ", mesh.ndim(), " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   Placements out;
-  for (const Placement& p : dst) out.push_back(p.Normalized(src.ndim(), "to"));
+  for (const Placement& p : dst) out.push_back(Canonical(p.Normalized(src.ndim(), "to")));
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    if (out[i].is_partial() && src.placements()[i] != out[i]) {
+    if (out[i].is_partial() && Canonical(src.placements()[i]) != out[i]) {
       throw InputError("to", StrCat("mesh dim ", mesh.DimLabel(i), ": cannot redistribute ",
                                     src.placements()[i].ToString(), " to ", out[i].ToString(),
                                     ": redistributing to Partial is for internal use only"));
@@ -429,15 +446,34 @@ PlanStep BuildStep(const DTensorSpec& src, const Placements& before, int64_t mes
                        LocalShapes(src, before, coords));
 }
 
-Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind, const CostModel& model) {
-  const Placements target = ValidateRedistribute(src, dst);
+Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
+                      const CostModel& model) {
+  const Placements target = ValidateRedistribute(given_src, dst);
+  Placements canonical_src;
+  for (const Placement& p : given_src.placements()) canonical_src.push_back(Canonical(p));
+  const DTensorSpec src = DTensorSpec::Create(given_src.mesh(), canonical_src, given_src.shape(), given_src.dtype());
   const auto coords = Coordinates(src.mesh());
+  bool strided = false;
+  for (const Placements* list : {&src.placements(), &target}) {
+    for (const Placement& p : *list) strided = strided || p.is_strided_shard();
+  }
+  if (strided) {
+    // Upstream plans these with its graph-based search over (placements, shard order) states, not with the greedy
+    // passes (whose nesting check ignores _StridedShard and would gather out of order). dtsim runs its own search.
+    Plan searched = MinCostSearch(src, target, model, coords);
+    searched.planner = ToString(kind);
+    searched.note =
+        "_StridedShard involved: upstream uses its graph-based planner here; dtsim's min-cost search stands in "
+        "(same end placements, possibly different steps)";
+    return searched;
+  }
   Plan greedy = GreedyPlan(src, target, model, coords);
   if (kind == PlannerKind::kGreedy) return greedy;
   Plan searched = MinCostSearch(src, target, model, coords);
   // Keep greedy's (upstream's) plan unless the search is strictly cheaper.
-  if (greedy.total_est_us <= searched.total_est_us) {
+  if (greedy.total_est_us <= searched.total_est_us && KeepsNesting(greedy)) {
     greedy.planner = ToString(PlannerKind::kMinCost);
+    greedy.note = "upstream's greedy plan is already the cheapest found";
     return greedy;
   }
   return searched;

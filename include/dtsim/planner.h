@@ -16,6 +16,7 @@
 //   * a target Partial must equal the source placement on that mesh dim (upstream: "redistributing to Partial is for
 //     internal use only") — this covers R → P, S → P and P(a) → P(b);
 //   * a placement list must not mix Partial reduce ops, except sum with avg.
+// _S(d,1) is planned as S(d) (the same layout; upstream decodes it so too).
 // A mesh dim of size 1 keeps its step (upstream's transform infos keep it) with collective "none" and 0 bytes.
 #pragma once
 
