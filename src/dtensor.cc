@@ -117,7 +117,10 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
                                     "submesh of the same root)"));
   }
   Plan plan = PlanRedistribute(spec_, placements, ParsePlannerKind(options.planner));
-  DTensorSpec current = spec_;
+  // Plans work on canonical placements (_S(d,1) is S(d)); so does the executor.
+  Placements canonical;
+  for (const Placement& p : spec_.placements()) canonical.push_back(p.Canonical());
+  DTensorSpec current = DTensorSpec::Create(spec_.mesh(), canonical, spec_.shape(), spec_.dtype());
   at::Tensor local = local_;
   for (const PlanStep& step : plan.steps) {
     Transition t{step.mesh_dim, step.from, step.to};
@@ -126,10 +129,12 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
     if (options.on_step) options.on_step(step, current, local);
   }
   if (options.plan_out) *options.plan_out = plan;
-  // The plan ends at the requested placements (normalised).
+  // The plan ends at the requested placements (normalised); the result keeps them as the user wrote them.
   DTensorSpec target = DTensorSpec::Create(mesh, placements, spec_.shape(), spec_.dtype());
-  DTSIM_CHECK(current.placements() == target.placements(), "plan ended at ", ToString(current.placements()),
-              " instead of ", ToString(target.placements()));
+  for (size_t m = 0; m < target.placements().size(); ++m) {
+    DTSIM_CHECK(current.placements()[m] == target.placements()[m].Canonical(), "plan ended at ",
+                ToString(current.placements()), " instead of ", ToString(target.placements()));
+  }
   return MakeDTensor(std::move(target), std::move(local), collectives_);
 }
 
