@@ -16,6 +16,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "dtsim/arange_case.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
@@ -91,7 +92,7 @@ int RunDistribute(const Args& args) {
   const DTensorSpec global_spec =
       DTensorSpec::Create(root, Placements(root.ndim(), Placement::Replicate()), ParseIntList(o.shape, "shape"),
                           ParseDType(o.dtype));
-  const at::Tensor global = GlobalArange(global_spec);
+  const at::Tensor global = ArangeGlobal(global_spec);
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
   nlohmann::json step_json = nlohmann::json::array();

@@ -5,9 +5,8 @@
 //                      [--planner greedy|min-cost] [--json] [--values] [--trace out.json]
 //   dtsim redistribute --batch FILE|-    JSON cases in, one JSON result (with values) per line out
 //
-// The global tensor is arange(numel) in the dtype, reshaped. A --from with Partial placements is built as upstream
-// tests do with from_local: each rank holds its shard of the global tensor (Partial read as Replicate) times the
-// product over the Partial mesh dims of (1 + its coordinate there); the expected global is the reduction of those.
+// The inputs are arange cases (include/dtsim/arange_case.h): the global tensor is arange(numel) in the dtype; a
+// --from with Partial placements is built with from_local from scaled shards, as upstream's tests do.
 #include <ATen/ATen.h>
 
 #include <boost/program_options.hpp>
@@ -17,7 +16,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "tensor_report.h"
-#include "dtsim/aten_dtype.h"
+#include "dtsim/arange_case.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
@@ -53,61 +52,6 @@ struct Case {
   PlannerKind planner;
 };
 
-std::vector<int64_t> PartialDims(const DTensorSpec& spec) {
-  std::vector<int64_t> dims;
-  for (int64_t m = 0; m < spec.mesh().ndim(); ++m) {
-    if (spec.placements()[m].is_partial()) dims.push_back(m);
-  }
-  return dims;
-}
-
-// (1 + coordinate) multiplied over the Partial mesh dims.
-int64_t PartialFactor(const std::vector<int64_t>& partial_dims, const std::vector<int64_t>& coordinate) {
-  int64_t f = 1;
-  for (int64_t m : partial_dims) f *= 1 + coordinate[m];
-  return f;
-}
-
-// The source DTensor of a case, built as the header comment says.
-DTensor MakeSource(const DTensorSpec& spec, const at::Tensor& global, std::shared_ptr<Collectives> collectives) {
-  std::vector<int64_t> partial_dims = PartialDims(spec);
-  if (partial_dims.empty()) return DistributeTensor(global, spec.mesh(), spec.placements(), 0, collectives);
-  Placements as_replicate = spec.placements();
-  for (int64_t m : partial_dims) as_replicate[m] = Placement::Replicate();
-  const DTensorSpec read = DTensorSpec::Create(spec.mesh(), as_replicate, spec.shape(), spec.dtype());
-  at::Tensor local = MakeLocalTensor(spec.mesh().ranks(), [&](int64_t rank) {
-    RankLayout layout = read.LayoutOfRank(rank);
-    return ShardOf(global, layout).mul(PartialFactor(partial_dims, layout.coordinate)).to(global.scalar_type());
-  });
-  return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), collectives);
-}
-
-// The global tensor the source DTensor stands for, computed from the arange tensor alone.
-at::Tensor ExpectedGlobal(const DTensorSpec& spec, const at::Tensor& global) {
-  std::vector<int64_t> partial_dims = PartialDims(spec);
-  if (partial_dims.empty()) return global;
-  std::map<std::vector<int64_t>, at::Tensor> values;
-  std::vector<int64_t> coordinate(spec.mesh().ndim(), 0), key(partial_dims.size(), 0);
-  while (true) {
-    for (size_t i = 0; i < partial_dims.size(); ++i) coordinate[partial_dims[i]] = key[i];
-    values[key] = global.mul(PartialFactor(partial_dims, coordinate)).to(global.scalar_type());
-    int64_t i = static_cast<int64_t>(key.size()) - 1;
-    for (; i >= 0; --i) {
-      if (++key[i] < spec.mesh().size(partial_dims[i])) break;
-      key[i] = 0;
-    }
-    if (i < 0) break;
-  }
-  return ReducePartials(values, spec, partial_dims);
-}
-
-bool UsesAvg(const DTensorSpec& spec) {
-  for (const Placement& p : spec.placements()) {
-    if (p.is_partial() && p.reduce_op() == ReduceOp::kAvg) return true;
-  }
-  return false;
-}
-
 struct Outcome {
   Plan plan;
   DTensor source;
@@ -118,8 +62,7 @@ struct Outcome {
 
 Outcome RunCase(const Case& c, TraceRecorder* recorder) {
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
-  const at::Tensor global = GlobalArange(c.src);
-  DTensor source = MakeSource(c.src, global, collectives);
+  DTensor source = MakeArangeSource(c.src, collectives);
   if (recorder) {
     recorder->SetInitial(source.spec(), source.to_local());
     collectives->SetObserver(recorder);
@@ -138,8 +81,7 @@ Outcome RunCase(const Case& c, TraceRecorder* recorder) {
   Assembled assembled = AssembleGlobal(result.spec(), result.to_local());
   Outcome out{plan, source, result, false, assembled.problem};
   if (assembled.global) {
-    at::Tensor expected = ExpectedGlobal(c.src, global);
-    out.ok = SameValues(*assembled.global, expected, UsesAvg(c.src));
+    out.ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
     if (!out.ok) out.problem = "the global tensor after redistribution differs from the expected one";
   }
   if (recorder) recorder->SetFinal(result.spec(), result.to_local(), out.ok);

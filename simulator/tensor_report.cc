@@ -10,12 +10,6 @@
 
 namespace dtsim::cli {
 
-at::Tensor GlobalArange(const DTensorSpec& spec) {
-  at::Tensor t = at::arange(spec.numel(), at::kLong);
-  if (spec.dtype() == DType::kBool) return t.remainder(2).to(at::kBool).reshape(spec.shape());
-  return t.to(ToScalarType(spec.dtype())).reshape(spec.shape());
-}
-
 nlohmann::json ValuesToJson(const at::Tensor& shard) {
   at::Tensor flat = shard.contiguous().reshape({-1});
   nlohmann::json out = nlohmann::json::array();

@@ -10,8 +10,6 @@
 
 namespace dtsim::cli {
 
-// arange(numel) in the spec's dtype, reshaped to its shape (bool: arange % 2).
-at::Tensor GlobalArange(const DTensorSpec& spec);
 // A shard's values, row-major flattened: numbers (ints for integral dtypes).
 nlohmann::json ValuesToJson(const at::Tensor& shard);
 // [{"rank", "coordinate", "local_shape", "global_offset", "values"?}] for every rank of `local`.

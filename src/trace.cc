@@ -37,6 +37,20 @@ nlohmann::json SpecToJson(const DTensorSpec& spec) {
           {"dtype", ToString(spec.dtype())}};
 }
 
+DTensorSpec SpecFromJson(const nlohmann::json& json) {
+  try {
+    const auto& mesh = json.at("mesh");
+    DeviceMesh m = DeviceMesh::Create(mesh.at("shape").get<std::vector<int64_t>>(),
+                                      mesh.at("names").get<std::vector<std::string>>(),
+                                      mesh.at("ranks").get<std::vector<int64_t>>());
+    return DTensorSpec::Create(m, ParsePlacements(json.at("placements").get<std::string>()),
+                               json.at("shape").get<std::vector<int64_t>>(),
+                               ParseDType(json.at("dtype").get<std::string>()));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("trace", StrCat("a spec is malformed: ", e.what()));
+  }
+}
+
 nlohmann::json RankStatesToJson(const DTensorSpec& spec, const at::Tensor& local) {
   nlohmann::json ranks = nlohmann::json::array();
   MeshView view(spec.mesh());

@@ -48,6 +48,8 @@ class TraceRecorder : public CollectiveObserver {
 
 // {"placements", "mesh", "shape", "dtype"} of a spec.
 nlohmann::json SpecToJson(const DTensorSpec& spec);
+// The spec SpecToJson wrote; InputError("trace") naming the field when something is missing or invalid.
+DTensorSpec SpecFromJson(const nlohmann::json& json);
 // Per rank: {"rank", "coordinate", "local_shape", "global_offset", "hash"}.
 nlohmann::json RankStatesToJson(const DTensorSpec& spec, const at::Tensor& local);
 // JSON of one collective record.
