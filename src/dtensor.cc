@@ -121,6 +121,18 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
   Placements canonical;
   for (const Placement& p : spec_.placements()) canonical.push_back(p.Canonical());
   DTensorSpec current = DTensorSpec::Create(spec_.mesh(), canonical, spec_.shape(), spec_.dtype());
+  {
+    // A plan read in upstream's shard order may hold steps the left-to-right executor cannot run: plan around them.
+    DTensorSpec check = current;
+    for (const PlanStep& step : plan.steps) {
+      Transition t{step.mesh_dim, step.from, step.to};
+      if (WhyNotExecutable(check, t)) {
+        plan = PlanViaReplicate(spec_, placements);
+        break;
+      }
+      check = SpecAfter(check, t);
+    }
+  }
   at::Tensor local = local_;
   for (const PlanStep& step : plan.steps) {
     Transition t{step.mesh_dim, step.from, step.to};

@@ -12,6 +12,7 @@
 #include "dtsim/global_view.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/plan.h"
+#include "dtsim/redistribute.h"
 
 namespace dtsim {
 namespace {
@@ -207,6 +208,53 @@ TEST(DTensorTest, AssembleGlobalFindsDisagreeingReplicas) {
   Assembled a = AssembleGlobal(spec, local);
   EXPECT_FALSE(a.global.has_value());
   EXPECT_THAT(a.problem, HasSubstr("disagrees"));
+}
+
+}  // namespace
+}  // namespace dtsim
+
+namespace dtsim {
+namespace {
+
+TEST(RedistributeExecutorTest, RefusesStepsUnderAnInnerShardOfTheSameDim) {
+  DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2, 2}), ParsePlacements("S(0),S(0)"), {8});
+  EXPECT_TRUE(WhyNotExecutable(spec, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
+  EXPECT_FALSE(WhyNotExecutable(spec, Transition{1, Placement::Shard(0), Placement::Replicate()}).has_value());
+  DTensorSpec other = DTensorSpec::Create(DeviceMesh::Create({2, 2}), ParsePlacements("S(0),S(1)"), {8, 4});
+  EXPECT_FALSE(WhyNotExecutable(other, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
+  // A size-1 inner mesh dim shards nothing.
+  DTensorSpec one = DTensorSpec::Create(DeviceMesh::Create({2, 1}), ParsePlacements("S(0),S(0)"), {8});
+  EXPECT_FALSE(WhyNotExecutable(one, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
+}
+
+TEST(RedistributeExecutorTest, PlanViaReplicateIsExecutableAndCorrect) {
+  std::mt19937 rng(23);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int iter = 0; iter < 150; ++iter) {
+    std::vector<int64_t> mesh(pick(1, 3)), shape(pick(1, 2));
+    for (auto& s : mesh) s = pick(1, 3);
+    for (auto& s : shape) s = pick(0, 9);
+    Placements from = RandomPlacements(rng, mesh.size(), shape.size(), true);
+    Placements to = RandomPlacements(rng, mesh.size(), shape.size(), true);
+    DeviceMesh m = DeviceMesh::Create(mesh);
+    at::Tensor global = Arange(shape);
+    DTensor dt = DistributeTensor(global, m, from);
+    Plan plan = PlanViaReplicate(dt.spec(), to);
+    DTensorSpec current = DTensorSpec::Create(m, [&] {
+      Placements c;
+      for (const Placement& p : dt.placements()) c.push_back(p.Canonical());
+      return c;
+    }(), shape);
+    at::Tensor local = dt.to_local();
+    for (const PlanStep& step : plan.steps) {
+      Transition t{step.mesh_dim, step.from, step.to};
+      ASSERT_FALSE(WhyNotExecutable(current, t).has_value()) << ToString(from) << " -> " << ToString(to);
+      local = ApplyTransition(local, current, t, dt.collectives());
+      current = SpecAfter(current, t);
+    }
+    DTensor out = MakeDTensor(DTensorSpec::Create(m, to, shape), local, dt.collectives_ptr());
+    ExpectShardsOf(out, global);
+  }
 }
 
 }  // namespace
