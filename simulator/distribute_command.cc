@@ -43,6 +43,7 @@ struct DistributeOptions {
 struct Step {
   DeviceMesh mesh;
   Placements placements;
+  std::string label;  // mesh[dp=2, tp=4]["tp"]
 };
 
 Step ParseStep(const DeviceMesh& root, const std::string& text) {
@@ -57,7 +58,9 @@ Step ParseStep(const DeviceMesh& root, const std::string& text) {
     throw InputError("step", StrCat("'", text, "' gives ", placements.size(), " placements for ", dims.size(),
                                     " mesh dim", dims.size() == 1 ? "" : "s"));
   }
-  return Step{root.Submesh(dims, root.ranks().front()), placements};
+  std::string label = root.ToString() + "[";
+  for (size_t i = 0; i < dims.size(); ++i) label += (i ? ", \"" : "\"") + dims[i] + "\"";
+  return Step{root.Submesh(dims, root.ranks().front()), placements, label + "]"};
 }
 
 }  // namespace
@@ -96,11 +99,11 @@ int RunDistribute(const Args& args) {
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
   nlohmann::json step_json = nlohmann::json::array();
-  step_json.push_back({{"mesh", steps[0].mesh.ToString()}, {"placements", ToString(steps[0].placements)},
+  step_json.push_back({{"mesh", steps[0].label}, {"placements", ToString(steps[0].placements)},
                        {"result_mesh", dt.mesh().ToString()}, {"result_placements", ToString(dt.placements())}});
   for (size_t i = 1; i < steps.size(); ++i) {
     dt = DistributeTensor(dt, steps[i].mesh, steps[i].placements);
-    step_json.push_back({{"mesh", steps[i].mesh.ToString()}, {"placements", ToString(steps[i].placements)},
+    step_json.push_back({{"mesh", steps[i].label}, {"placements", ToString(steps[i].placements)},
                          {"result_mesh", dt.mesh().ToString()}, {"result_placements", ToString(dt.placements())}});
   }
   // Verdict: the shards put back together give the global tensor, and each rank holds exactly its layout's part.
