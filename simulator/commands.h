@@ -14,4 +14,10 @@ int RunLayout(const Args& args);
 // dtsim plan: the redistribution plan from one placement list to another (greedy or min-cost).
 int RunPlan(const Args& args);
 
+// dtsim redistribute: runs a redistribution on the simulated world: plan, layouts, shards, verdict, trace.
+int RunRedistribute(const Args& args);
+
+// dtsim distribute: distributes a tensor step by step over submeshes of one root (TP + FSDP).
+int RunDistribute(const Args& args);
+
 }  // namespace dtsim::cli

@@ -5,10 +5,10 @@
 //   dtsim plan --batch cases.jsonl   one JSON case per line in ({"mesh", "names"?, "shape", "from", "to", "dtype"?,
 //                                    "planner"?}), one JSON plan (or {"error": ...}) per line out
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "dtsim/error.h"
 #include "dtsim/planner.h"
@@ -32,85 +32,15 @@ struct PlanOptions {
   std::string batch;                // "" = single case; a path or "-" for stdin
 };
 
-std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
-  if (value.is_string()) return ParseIntList(value.get<std::string>(), field);
-  if (!value.is_array()) throw InputError(field, StrCat("expected a list of integers, got ", value.dump()));
-  std::vector<int64_t> out;
-  for (const auto& v : value) {
-    if (!v.is_number_integer()) throw InputError(field, StrCat("expected integers, got ", v.dump()));
-    out.push_back(v.get<int64_t>());
-  }
-  return out;
-}
-
-std::string StringFromJson(const nlohmann::json& c, const char* key) {
-  if (!c.contains(key)) throw InputError(key, "missing");
-  if (!c[key].is_string()) throw InputError(key, StrCat("expected a string, got ", c[key].dump()));
-  return c[key].get<std::string>();
-}
-
-// The source spec, with errors in the source placements reported against "from" (the option the user typed).
-DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype) {
-  if (static_cast<int64_t>(from.size()) != mesh.ndim()) {
-    throw InputError("from", StrCat("'", ToString(from), "' has ", from.size(), " placement",
-                                    from.size() == 1 ? "" : "s", " for ", mesh.ToString(), " of ", mesh.ndim(),
-                                    " dim", mesh.ndim() == 1 ? "" : "s"));
-  }
-  for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
-  return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
-}
-
 Plan PlanFromJson(const nlohmann::json& c) {
-  if (!c.is_object()) throw InputError("case", "expected a JSON object");
   for (const char* key : {"mesh", "shape", "from", "to"}) {
     if (!c.contains(key)) throw InputError(key, "missing");
   }
-  std::vector<std::string> names;
-  if (c.contains("names")) {
-    const auto& n = c["names"];
-    if (n.is_string()) {
-      names = ParseNameList(n.get<std::string>());
-    } else if (n.is_array()) {
-      for (const auto& v : n) {
-        if (!v.is_string()) throw InputError("names", StrCat("expected strings, got ", v.dump()));
-        names.push_back(v.get<std::string>());
-      }
-    } else {
-      throw InputError("names", StrCat("expected a list of names, got ", n.dump()));
-    }
-  }
   DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
   PlannerKind kind = c.contains("planner") ? ParsePlannerKind(StringFromJson(c, "planner")) : PlannerKind::kGreedy;
-  DTensorSpec src = SourceSpec(DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names),
-                               ParsePlacements(StringFromJson(c, "from"), "from"), IntsFromJson(c["shape"], "shape"),
-                               dtype);
+  DTensorSpec src = SourceSpec(MeshFromJson(c), ParsePlacements(StringFromJson(c, "from"), "from"),
+                               IntsFromJson(c["shape"], "shape"), dtype);
   return PlanRedistribute(src, ParsePlacements(StringFromJson(c, "to"), "to"), kind);
-}
-
-int RunBatch(const std::string& path) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (path != "-") {
-    file.open(path);
-    if (!file) throw InputError("batch", StrCat("cannot open '", path, "'"));
-    in = &file;
-  }
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(*in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json result;
-    try {
-      result = ToJson(PlanFromJson(nlohmann::json::parse(line)));
-    } catch (const nlohmann::json::parse_error& e) {
-      result = {{"error", StrCat("batch: line ", line_no, " is not JSON: ", e.what())}};
-    } catch (const InputError& e) {
-      result = {{"error", e.what()}, {"field", e.field()}};
-    }
-    std::cout << result.dump() << "\n";
-  }
-  return 0;
 }
 
 }  // namespace
@@ -138,7 +68,9 @@ int RunPlan(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) return RunBatch(o.batch);
+  if (!o.batch.empty()) {
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return ToJson(PlanFromJson(c)); });
+  }
   for (const char* required : {"mesh", "shape", "from", "to"}) {
     if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
   }

@@ -55,11 +55,6 @@ void CheckNoMixedPartials(const Placements& placements, const std::string& field
                                  "}; only sum with avg may be mixed (upstream refuses the rest)"));
 }
 
-// _S(d,1) is S(d) (one piece, chunked over the ranks); upstream's shard-order decoding treats it so too.
-Placement Canonical(const Placement& p) {
-  if (p.is_strided_shard() && p.split_factor() == 1) return Placement::Shard(p.dim());
-  return p;
-}
 
 // The coordinate of every rank position.
 std::vector<std::vector<int64_t>> Coordinates(const DeviceMesh& mesh) {
@@ -739,9 +734,9 @@ Placements ValidateRedistribute(const DTensorSpec& src, const Placements& dst) {
                                   " for ", mesh.ToString(), " of ", mesh.ndim(), " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   Placements out;
-  for (const Placement& p : dst) out.push_back(Canonical(p.Normalized(src.ndim(), "to")));
+  for (const Placement& p : dst) out.push_back(p.Normalized(src.ndim(), "to").Canonical());
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    if (out[i].is_partial() && Canonical(src.placements()[i]) != out[i]) {
+    if (out[i].is_partial() && src.placements()[i].Canonical() != out[i]) {
       throw InputError("to", StrCat("mesh dim ", mesh.DimLabel(i), ": cannot redistribute ",
                                     src.placements()[i].ToString(), " to ", out[i].ToString(),
                                     ": redistributing to Partial is for internal use only"));
@@ -767,7 +762,7 @@ Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, Plann
   Placements raw_dst;
   for (const Placement& p : dst) raw_dst.push_back(p.Normalized(given_src.ndim(), "to"));
   Placements canonical_src;
-  for (const Placement& p : given_src.placements()) canonical_src.push_back(Canonical(p));
+  for (const Placement& p : given_src.placements()) canonical_src.push_back(p.Canonical());
   const DTensorSpec src = DTensorSpec::Create(given_src.mesh(), canonical_src, given_src.shape(), given_src.dtype());
 
   bool strided = false;

@@ -16,9 +16,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace dtsim {
@@ -43,5 +45,36 @@ at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t
 // The rank of this process on a real backend (MPI/NCCL set it at start-up); 0 when simulating.
 int64_t CurrentRank();
 void SetCurrentRank(int64_t rank);
+
+// The shards of `t` in LocalRanks(t) order; for a plain tensor {t}.
+std::vector<at::Tensor> LocalShards(const at::Tensor& t);
+
+// The tensor_map of several tensors: runs `fn(rank, shards)` for every rank, where shards[k] is tensors[k]'s shard
+// (a plain tensor stands for every rank), and wraps the results. All LocalTensors must hold the same ranks
+// (InputError otherwise). With no LocalTensor at all, runs once for CurrentRank() and returns the plain result.
+// Example: MapShards({a, b}, [](int64_t r, const auto& s) { return s[0] * r + s[1]; }).
+at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
+                     const std::function<at::Tensor(int64_t, const std::vector<at::Tensor>&)>& fn);
+
+// The value of a (possibly per-rank) integer for `rank`: sym_size(d) of an uneven LocalTensor is one value per rank.
+// Example: rows 3,3,3,0 → LocalInt(lt.sym_size(0), 3) == 0. A plain SymInt returns its value for any rank.
+int64_t LocalInt(const c10::SymInt& value, int64_t rank);
+// A per-rank integer (a plain SymInt when all values agree). InputError when the lengths differ.
+c10::SymInt MakeLocalInt(const std::vector<int64_t>& ranks, std::vector<int64_t> values);
+
+// Checks that every shard is equal (same shape and values) and returns a plain copy of that one value; on a plain
+// tensor returns it unchanged. InputError naming the first two differing ranks and their values otherwise.
+at::Tensor Reconcile(const at::Tensor& t);
+
+// "LocalTensor(0: [[0, 1], [2, 3]], 1: [])" for a LocalTensor; the nested value list for a plain tensor.
+// Integral/bool dtypes print as integers, floating ones with up to 8 significant digits; at most 1000 values a shard.
+std::string ToString(const at::Tensor& t);
+// The nested value list of one plain tensor, as used by ToString: "[[0, 1], [2, 3]]".
+std::string ShardToString(const at::Tensor& shard);
+
+// Per-rank random numbers: rank r draws from its own CPU generator seeded `base_seed + r` (base 0 until set), so
+// at::rand_like(lt) differs per rank and the same program gives the same values on every run. Resets every rank's
+// generator. Ops that take an explicit Generator use that generator (shared by the ranks, in rank order).
+void SetLocalSeed(uint64_t base_seed);
 
 }  // namespace dtsim

@@ -110,3 +110,54 @@ def per_rank(value, rank):
 
 def new_rng(seed):
     return random.Random(seed)
+
+
+def normalised_text(text, ndim):
+    """A placement text with a negative shard dim made non-negative: S(-1) on 2 dims → S(1)."""
+    p = to_upstream(text)
+    if isinstance(p, (Shard, _StridedShard)) and p.dim < 0:
+        return text.replace(f"({p.dim}", f"({p.dim + ndim}", 1)
+    return text
+
+
+def placement_text(p):
+    """An upstream placement object → dtsim's canonical text."""
+    if isinstance(p, _StridedShard):
+        return f"_S({p.dim},{p.split_factor})"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Replicate):
+        return "R"
+    if isinstance(p, Partial):
+        return f"P({p.reduce_op})"
+    raise ValueError(p)
+
+
+def contiguous_stride(shape):
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def transform_infos(mesh, case, world):
+    """Upstream's plan for case["src"] → case["dst"] (lists of placement texts) on `mesh`:
+    [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from torch.distributed.tensor._redistribute import (_gen_transform_infos_non_cached,
+                                                        clear_redistribute_planner_cache)
+    ndim = len(case["shape"])
+    meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), torch.float32)
+    src = DTensorSpec(mesh, tuple(to_upstream(normalised_text(t, ndim)) for t in case["src"]), tensor_meta=meta)
+    dst = DTensorSpec(mesh, tuple(to_upstream(normalised_text(t, ndim)) for t in case["dst"]), tensor_meta=meta)
+    clear_redistribute_planner_cache()  # the planner caches state across calls
+    with LocalTensorMode(world):
+        infos = _gen_transform_infos_non_cached(src, dst)
+    out = []
+    for info in infos:
+        a, b = info.src_dst_placements
+        logical = [[per_rank(v, r) for v in info.logical_shape] for r in range(world)]
+        out.append((info.mesh_dim, placement_text(a), placement_text(b), logical))
+    return out
