@@ -94,6 +94,7 @@ nlohmann::json ToJson(const Plan& plan) {
       {"shape", plan.shape},
       {"dtype", plan.dtype},
       {"note", plan.note},
+      {"runs_left_to_right", plan.runs_left_to_right},
   };
 }
 

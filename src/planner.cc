@@ -753,8 +753,15 @@ PlanStep BuildStep(const DTensorSpec& src, const Placements& before, int64_t mes
                        LocalShapes(src, before, coords));
 }
 
-Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
-                      const CostModel& model) {
+bool RunsLeftToRight(const Plan& plan) {
+  for (const PlanStep& s : plan.steps) {
+    if (s.from != s.placements_before[s.mesh_dim] || s.to != s.placements_after[s.mesh_dim]) return false;
+  }
+  return KeepsNesting(plan);
+}
+
+static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
+                                      const CostModel& model) {
   const Placements target = ValidateRedistribute(given_src, dst);
   const auto coords = Coordinates(given_src.mesh());
   // Upstream's own choice (_gen_transform_infos_non_cached) works on the placements as given (negative dims
@@ -809,25 +816,32 @@ Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, Plann
   }
   // Candidates, preferred in this order on ties: upstream's default plan, upstream's graph-based plan (it may use
   // shard orders, i.e. _StridedShard-encoded intermediate layouts, that dtsim's search does not visit), the search.
+  // Only plans that run left to right compete (RunsLeftToRight), so the executor can run whatever min-cost returns.
   Plan best = searched;
   if (!strided) {
     auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
     auto b = DecodeShardOrder(raw_dst, given_src.mesh());
     if (a && b) {
       Plan graph = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
-      if (graph.total_est_us <= best.total_est_us) {
+      if (RunsLeftToRight(graph) && graph.total_est_us <= best.total_est_us) {
         graph.note = "upstream's graph-based plan is the cheapest found";
         best = std::move(graph);
       }
     }
   }
-  if (upstream_valid && upstream.total_est_us <= best.total_est_us) {
+  if (upstream_valid && RunsLeftToRight(upstream) && upstream.total_est_us <= best.total_est_us) {
     upstream.note = "upstream's plan is already the cheapest found";
     best = std::move(upstream);
   }
   best.planner = ToString(PlannerKind::kMinCost);
   best.dst = target;
   return best;
+}
+
+Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind, const CostModel& model) {
+  Plan plan = PlanRedistributeUnflagged(src, dst, kind, model);
+  plan.runs_left_to_right = RunsLeftToRight(plan);
+  return plan;
 }
 
 }  // namespace dtsim

@@ -81,6 +81,8 @@ struct Plan {
   double total_est_us = 0;  // sum of the steps' est_us
   std::string planner;      // "greedy" or "min-cost"
   std::string note;         // why the plan differs from the plain algorithm, if it does ("" otherwise)
+  // Set by the planner: RunsLeftToRight(*this) (planner.h) — every step runs on layouts read left to right.
+  bool runs_left_to_right = true;
   // What the plan redistributes (for Explain / JSON): "mesh[dp=2, tp=4]", one label per mesh dim ("dp" or "0"),
   // the source and target placements, the global shape and element size.
   std::string mesh;
@@ -97,7 +99,8 @@ struct Plan {
 // sent per rank), "bytes_received_per_rank", "logical_shape_per_rank", "placements_before", "placements_after",
 // "est_us", "peak_extra_bytes_per_rank"}. `mesh_dim_labels` may be empty (then "mesh_dim_name" is the index).
 nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh_dim_labels = {});
-// {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note"}.
+// {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note",
+// "runs_left_to_right"}.
 nlohmann::json ToJson(const Plan& plan);
 
 // Text: a header, then one line per step —

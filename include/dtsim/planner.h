@@ -76,6 +76,13 @@ struct CostModel {
 Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind,
                       const CostModel& model = CostModel());
 
+// True if every step of `plan` runs on the layouts read left to right: its from/to are the placements before/after
+// on its mesh dim, and a shard-like placement is removed or added only where no later mesh dim splits the same
+// tensor dim (the executor's rule, WhyNotExecutable in redistribute.h, which ignores later mesh dims of size 1; this
+// check does not, so it is at least as strict). kMinCost plans always do; upstream's graph-based plans need not
+// (they read _StridedShard layouts in upstream's shard order).
+bool RunsLeftToRight(const Plan& plan);
+
 // Checks and normalises `dst` for redistributing `src` (the refusals above); returns the normalised list.
 Placements ValidateRedistribute(const DTensorSpec& src, const Placements& dst);
 
