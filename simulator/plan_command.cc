@@ -27,7 +27,7 @@ struct PlanOptions {
   std::string from;                 // required: "S(0),R"
   std::string to;                   // required: "R,S(1)"
   std::string dtype = "float32";    // element type (bytes per element)
-  std::string planner = "greedy";   // greedy (upstream's default) or min-cost
+  std::string planner = "greedy";   // greedy (upstream's default), graph or min-cost
   bool json = false;                // print one JSON object instead of text
   std::string batch;                // "" = single case; a path or "-" for stdin
 };
@@ -56,7 +56,8 @@ int RunPlan(const Args& args) {
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
       ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type (sizes in bytes)")
-      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")
+      ("planner", po::value(&o.planner)->default_value(o.planner),
+       "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
   po::variables_map vm;

@@ -755,9 +755,13 @@ PlanStep BuildStep(const DTensorSpec& src, const Placements& before, int64_t mes
 
 bool RunsLeftToRight(const Plan& plan) {
   for (const PlanStep& s : plan.steps) {
-    if (s.from != s.placements_before[s.mesh_dim] || s.to != s.placements_after[s.mesh_dim]) return false;
+    if (s.collective == collective::kNone) continue;  // nothing runs (same placement, or a mesh dim of size 1)
+    const Placement& from = s.placements_before[s.mesh_dim];
+    const Placement& to = s.placements_after[s.mesh_dim];
+    if (from.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, from.dim())) return false;
+    if (to.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, to.dim())) return false;
   }
-  return KeepsNesting(plan);
+  return true;
 }
 
 static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
@@ -840,6 +844,21 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
 
 Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind, const CostModel& model) {
   Plan plan = PlanRedistributeUnflagged(src, dst, kind, model);
+  // Executor-facing form: layouts in canonical form, from/to read off them; upstream's transition kept aside.
+  auto canonical = [](Placements list) {
+    for (Placement& p : list) p = p.Canonical();
+    return list;
+  };
+  plan.src = canonical(plan.src);
+  plan.dst = canonical(plan.dst);
+  for (PlanStep& step : plan.steps) {
+    step.upstream_from = step.from;
+    step.upstream_to = step.to;
+    step.placements_before = canonical(step.placements_before);
+    step.placements_after = canonical(step.placements_after);
+    step.from = step.placements_before[step.mesh_dim];
+    step.to = step.placements_after[step.mesh_dim];
+  }
   plan.runs_left_to_right = RunsLeftToRight(plan);
   return plan;
 }

@@ -292,22 +292,24 @@ std::string SimulateOwnership(const DTensorSpec& src, const Plan& plan) {
         next[r][d] = all;
         return true;
       };
+      // The collective is upstream's transition (upstream_from → upstream_to).
       auto split = [&](const Placement& to) {
         const int64_t d = to.dim();
         next[r][d] = Select(next[r][d], SplitPositions(to, next[r][d].size(), n, coord));
       };
       const std::string& c = s.collective;
       if (c == "none" || c == "all_reduce" || c == "local_partition") {
-        if (c == "all_reduce" && s.then_local_split) split(s.to);
+        if (c == "all_reduce" && s.then_local_split) split(s.upstream_to);
       } else if (c == "local_split" || c == "reduce_scatter") {
-        split(s.to);
+        split(s.upstream_to);
       } else if (c == "all_gather") {
-        if (!gather(s.from.dim())) return StrCat("step ", si + 1, ": group members differ off the gathered dim");
-        if (s.from.is_strided_shard()) std::sort(next[r][s.from.dim()].begin(), next[r][s.from.dim()].end());
-        if (s.then_local_split) split(s.to);
+        const int64_t d = s.upstream_from.dim();
+        if (!gather(d)) return StrCat("step ", si + 1, ": group members differ off the gathered dim");
+        if (s.upstream_from.is_strided_shard()) std::sort(next[r][d].begin(), next[r][d].end());
+        if (s.then_local_split) split(s.upstream_to);
       } else if (c == "all_to_all") {
-        if (!gather(s.from.dim())) return StrCat("step ", si + 1, ": all_to_all members differ");
-        split(s.to);
+        if (!gather(s.upstream_from.dim())) return StrCat("step ", si + 1, ": all_to_all members differ");
+        split(s.upstream_to);
       } else {
         return "unknown collective " + c;
       }

@@ -72,7 +72,8 @@ struct CostModel {
 
 // Plans the redistribution of `src` to `dst` (same mesh, same shape). Throws InputError("to" / "from") for the
 // refusals listed above. Example: mesh (2, 2), shape (4, 4), [S(0), S(1)] → [S(1), S(0)] with kGreedy gives three
-// steps: mesh dim 1 S(1) → R (all_gather), mesh dim 0 S(0) → S(1) (all_to_all), mesh dim 1 R → S(0) (local_split).
+// steps: mesh dim 1 S(1) → R (all_gather), mesh dim 0 S(0) → S(1) (all_to_all), mesh dim 1 R → S(0)
+// (local_split).
 Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind,
                       const CostModel& model = CostModel());
 

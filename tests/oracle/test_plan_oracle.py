@@ -200,7 +200,8 @@ def test_plan_matches_upstream(planner, seed):
                     counts["both refused" if refused is not None else "refusal differs"] += 1
                     continue
                 want = upstream_plan(mesh, case, world, True if planner == "graph" else None)
-                mine = [(s["mesh_dim"], s["from"], s["to"], s["logical_shape_per_rank"]) for s in got["plan"]]
+                mine = [(s["mesh_dim"], s["upstream_from"], s["upstream_to"], s["logical_shape_per_rank"])
+                        for s in got["plan"]]
                 for s in got["plan"]:  # a mesh dim of size 1 never communicates
                     if mesh_shape[s["mesh_dim"]] == 1 and s["collective"] != "none":
                         failures.append(("size-1 mesh dim communicates", case, s))
