@@ -790,8 +790,8 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
       upstream = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
       if (strided) {
         upstream.note =
-            "_StridedShard involved: upstream's graph-based planner (emulated); steps run upstream's normalised "
-            "Shard placements on layouts that _StridedShard encodes";
+            "_StridedShard involved: upstream's graph-based planner (emulated); upstream_from/upstream_to are the "
+            "normalised Shard placements upstream runs on layouts that _StridedShard encodes";
       }
     } else {
       upstream = GreedyPlan(given_src, raw_dst, model, coords);
