@@ -127,7 +127,7 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
     for (const PlanStep& step : plan.steps) {
       Transition t{step.mesh_dim, step.from, step.to};
       if (WhyNotExecutable(check, t)) {
-        plan = PlanViaReplicate(spec_, placements);
+        plan = PlanRedistribute(spec_, placements, PlannerKind::kMinCost);  // only returns plans that run
         break;
       }
       check = SpecAfter(check, t);

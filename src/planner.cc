@@ -320,9 +320,7 @@ bool InnermostFor(const Placements& state, int64_t mesh_dim, int64_t dim) {
 // tensor dim (the rule the search follows, which makes each step's collective produce its target layout).
 bool KeepsNesting(const Plan& plan) {
   for (const PlanStep& s : plan.steps) {
-    const Placements& before = s.placements_before;
-    if (s.from.is_shard_like() && !InnermostFor(before, s.mesh_dim, s.from.dim())) return false;
-    if (s.to.is_shard_like() && !InnermostFor(before, s.mesh_dim, s.to.dim())) return false;
+    if (!StepRunsLeftToRight(s.placements_before, s.mesh_dim, s.from, s.to)) return false;
   }
   return true;
 }
@@ -753,13 +751,19 @@ PlanStep BuildStep(const DTensorSpec& src, const Placements& before, int64_t mes
                        LocalShapes(src, before, coords));
 }
 
+bool StepRunsLeftToRight(const Placements& before, int64_t mesh_dim, const Placement& from, const Placement& to) {
+  if (from.is_shard_like() && !InnermostFor(before, mesh_dim, from.dim())) return false;
+  if (to.is_shard_like() && !InnermostFor(before, mesh_dim, to.dim())) return false;
+  return true;
+}
+
 bool RunsLeftToRight(const Plan& plan) {
   for (const PlanStep& s : plan.steps) {
     if (s.collective == collective::kNone) continue;  // nothing runs (same placement, or a mesh dim of size 1)
-    const Placement& from = s.placements_before[s.mesh_dim];
-    const Placement& to = s.placements_after[s.mesh_dim];
-    if (from.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, from.dim())) return false;
-    if (to.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, to.dim())) return false;
+    if (!StepRunsLeftToRight(s.placements_before, s.mesh_dim, s.placements_before[s.mesh_dim],
+                             s.placements_after[s.mesh_dim])) {
+      return false;
+    }
   }
   return true;
 }

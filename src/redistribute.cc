@@ -197,59 +197,15 @@ at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, 
 }
 
 std::optional<std::string> WhyNotExecutable(const DTensorSpec& current, const Transition& t) {
-  if (t.from == t.to || current.mesh().size(t.mesh_dim) == 1) return std::nullopt;
-  std::vector<int64_t> touched;
-  if (t.from.is_shard_like()) touched.push_back(t.from.dim());
-  if (t.to.is_shard_like()) touched.push_back(t.to.dim());
-  for (int64_t j = t.mesh_dim + 1; j < current.mesh().ndim(); ++j) {
-    const Placement& inner = current.placements()[j];
-    if (!inner.is_shard_like() || current.mesh().size(j) == 1) continue;
-    for (int64_t d : touched) {
-      if (inner.dim() == d) {
-        return StrCat("mesh dim ", t.mesh_dim, " changes ", t.from.ToString(), " -> ", t.to.ToString(),
-                      " while mesh dim ", j, " still shards tensor dim ", d, " with ", inner.ToString());
-      }
-    }
+  if (t.from == t.to || current.mesh().size(t.mesh_dim) == 1) return std::nullopt;  // nothing runs
+  // A shard over a mesh dim of size 1 splits nothing: read it as Replicate.
+  Placements effective = current.placements();
+  for (int64_t m = 0; m < current.mesh().ndim(); ++m) {
+    if (current.mesh().size(m) == 1) effective[m] = Placement::Replicate();
   }
-  return std::nullopt;
-}
-
-Plan PlanViaReplicate(const DTensorSpec& src, const Placements& dst) {
-  const Placements target = ValidateRedistribute(src, dst);
-  const CostModel model;
-  const DeviceMesh& mesh = src.mesh();
-  Placements current;
-  for (const Placement& p : src.placements()) current.push_back(p.Canonical());
-  Plan plan;
-  plan.planner = "via-replicate";
-  plan.mesh = mesh.ToString();
-  for (int64_t m = 0; m < mesh.ndim(); ++m) plan.mesh_dim_labels.push_back(mesh.DimLabel(m));
-  plan.src = current;
-  plan.dst = target;
-  plan.shape = src.shape();
-  plan.dtype = ToString(src.dtype());
-  auto add = [&](int64_t m, const Placement& to) {
-    DTensorSpec spec = DTensorSpec::Create(mesh, current, src.shape(), src.dtype());
-    std::vector<std::vector<int64_t>> logical;
-    for (int64_t rank : mesh.ranks()) logical.push_back(LogicalShape(spec, m, mesh.GetCoordinate(rank)));
-    PlanStep step = BuildStep(src, current, m, to, logical, model);
-    plan.total_est_us += step.est_us;
-    plan.steps.push_back(std::move(step));
-    current[m] = to;
-  };
-  auto prefix_matches = [&](int64_t m) {
-    for (int64_t k = 0; k <= m; ++k) {
-      if (current[k] != target[k]) return false;
-    }
-    return true;
-  };
-  for (int64_t m = mesh.ndim() - 1; m >= 0; --m) {
-    if (current[m].is_shard_like() && !prefix_matches(m)) add(m, Placement::Replicate());
-  }
-  for (int64_t m = 0; m < mesh.ndim(); ++m) {
-    if (current[m] != target[m]) add(m, target[m]);
-  }
-  return plan;
+  if (StepRunsLeftToRight(effective, t.mesh_dim, t.from, t.to)) return std::nullopt;
+  return StrCat("mesh dim ", t.mesh_dim, " changes ", t.from.ToString(), " -> ", t.to.ToString(), " in ",
+                ToString(current.placements()), " while a later mesh dim still shards the same tensor dim");
 }
 
 DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t) {

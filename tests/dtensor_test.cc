@@ -227,34 +227,18 @@ TEST(RedistributeExecutorTest, RefusesStepsUnderAnInnerShardOfTheSameDim) {
   EXPECT_FALSE(WhyNotExecutable(one, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
 }
 
-TEST(RedistributeExecutorTest, PlanViaReplicateIsExecutableAndCorrect) {
-  std::mt19937 rng(23);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  for (int iter = 0; iter < 150; ++iter) {
-    std::vector<int64_t> mesh(pick(1, 3)), shape(pick(1, 2));
-    for (auto& s : mesh) s = pick(1, 3);
-    for (auto& s : shape) s = pick(0, 9);
-    Placements from = RandomPlacements(rng, mesh.size(), shape.size(), true);
-    Placements to = RandomPlacements(rng, mesh.size(), shape.size(), true);
-    DeviceMesh m = DeviceMesh::Create(mesh);
-    at::Tensor global = Arange(shape);
-    DTensor dt = DistributeTensor(global, m, from);
-    Plan plan = PlanViaReplicate(dt.spec(), to);
-    DTensorSpec current = DTensorSpec::Create(m, [&] {
-      Placements c;
-      for (const Placement& p : dt.placements()) c.push_back(p.Canonical());
-      return c;
-    }(), shape);
-    at::Tensor local = dt.to_local();
-    for (const PlanStep& step : plan.steps) {
-      Transition t{step.mesh_dim, step.from, step.to};
-      ASSERT_FALSE(WhyNotExecutable(current, t).has_value()) << ToString(from) << " -> " << ToString(to);
-      local = ApplyTransition(local, current, t, dt.collectives());
-      current = SpecAfter(current, t);
-    }
-    DTensor out = MakeDTensor(DTensorSpec::Create(m, to, shape), local, dt.collectives_ptr());
-    ExpectShardsOf(out, global);
-  }
+TEST(RedistributeExecutorTest, UpstreamGraphPlansThatCannotRunLeftToRightAreReplanned) {
+  // [_S(0,2), S(0)] -> [R, S(0)]: upstream's graph planner gathers mesh dim 0 under the inner S(0), reading the
+  // placements in its shard order; dtsim replans and still gets every rank's part of the global tensor.
+  DeviceMesh mesh = DeviceMesh::Create({2, 2});
+  at::Tensor global = Arange({8, 4});
+  DTensor dt = DistributeTensor(global, mesh, ParsePlacements("_S(0,2),S(0)"));
+  Plan plan;
+  RedistributeOptions options;
+  options.plan_out = &plan;
+  DTensor out = dt.Redistribute(mesh, ParsePlacements("R,S(0)"), options);
+  EXPECT_TRUE(plan.runs_left_to_right) << Explain(plan);
+  ExpectShardsOf(out, global);
 }
 
 }  // namespace

@@ -77,6 +77,11 @@ struct CostModel {
 Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind,
                       const CostModel& model = CostModel());
 
+// True when changing mesh dim `mesh_dim` of `before` from `from` to `to` runs on layouts read left to right (as
+// compute_local_shape_and_global_offset reads them): a shard-like `from` or `to` on tensor dim d needs every later
+// mesh dim to leave d unsharded. The executor (redistribute.h) runs exactly the steps this accepts.
+bool StepRunsLeftToRight(const Placements& before, int64_t mesh_dim, const Placement& from, const Placement& to);
+
 // True if every step of `plan` runs on the layouts read left to right: its from/to are the placements before/after
 // on its mesh dim, and a shard-like placement is removed or added only where no later mesh dim splits the same
 // tensor dim (the executor's rule, WhyNotExecutable in redistribute.h, which ignores later mesh dims of size 1; this

@@ -41,15 +41,10 @@ at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, 
 // The spec after `t`.
 DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t);
 
-// Why the executor cannot run `t` on `current`, or nullopt if it can. The executor's rule: a change on mesh dim i
-// that gathers or splits tensor dim d needs every mesh dim after i to leave d unsharded (their shards would be
-// nested inside the one being changed). Upstream's graph planner emits such steps for _StridedShard layouts, reading
-// placements in its shard order; dtsim reads placements left to right and plans around them.
+// Why the executor cannot run `t` on `current`, or nullopt if it can: the planner's StepRunsLeftToRight rule (a
+// change that gathers or splits tensor dim d on mesh dim i needs every later mesh dim to leave d unsharded), except
+// that a step on a mesh dim of size 1, or one that changes nothing, always runs (it moves no data). Upstream's graph
+// planner emits steps that break the rule for _StridedShard layouts, reading placements in its shard order.
 std::optional<std::string> WhyNotExecutable(const DTensorSpec& current, const Transition& t);
-
-// A plan the executor can always run: first every mesh dim, innermost first, whose placement differs from the
-// target in its prefix goes to Replicate (Partial stays), then every mesh dim, outermost first, goes to its target.
-// Used when a planner's plan has a step WhyNotExecutable refuses. `planner` names it in the plan.
-Plan PlanViaReplicate(const DTensorSpec& src, const Placements& dst);
 
 }  // namespace dtsim
