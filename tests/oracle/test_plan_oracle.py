@@ -90,49 +90,17 @@ def structurally_invalid(case):
     return False
 
 
-def normalised(texts, ndim):
-    out = []
-    for t in texts:
-        p = upstream.to_upstream(t)
-        if isinstance(p, _StridedShard) and p.dim < 0:
-            p = _StridedShard(p.dim + ndim, split_factor=p.split_factor)
-        elif isinstance(p, Shard) and p.dim < 0:
-            p = Shard(p.dim + ndim)
-        out.append(p)
-    return out
-
-
-def text_of(p):
-    if isinstance(p, _StridedShard):
-        return f"_S({p.dim},{p.split_factor})"
-    if isinstance(p, Shard):
-        return f"S({p.dim})"
-    if isinstance(p, Replicate):
-        return "R"
-    if isinstance(p, Partial):
-        return f"P({p.reduce_op})"
-    raise ValueError(p)
-
-
-def contiguous_stride(shape):
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
-
-
 def upstream_refusal(mesh, case):
     """None if upstream's DTensor.redistribute accepts the case, else the exception text. The source placements go in
     with negative dims normalised: DTensor.redistribute normalises the target's, but from_local does not normalise a
     negative _StridedShard dim and then crashes with an IndexError; dtsim normalises both (oracle README fact 9)."""
     try:
-        src = normalised(case["src"], len(case["shape"]))
+        src = upstream.normalised(case["src"], len(case["shape"]))
         dst = [upstream.to_upstream(t) for t in case["dst"]]
         local_shape, _ = compute_local_shape_and_global_offset(case["shape"], mesh, src)
         local = torch.empty(tuple(local_shape))
         dt = DTensor.from_local(local, mesh, src, run_check=False, shape=torch.Size(case["shape"]),
-                                stride=contiguous_stride(case["shape"]))
+                                stride=upstream.contiguous_stride(case["shape"]))
         dt.redistribute(mesh, dst)
         return None
     except Exception as e:  # noqa: BLE001  any refusal counts; the text is kept for the failure message
@@ -140,21 +108,7 @@ def upstream_refusal(mesh, case):
 
 
 def upstream_plan(mesh, case, world, graph=None):
-    """Upstream's transform infos: [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]. `graph`
-    is upstream's use_graph_based_transform argument (None: its default choice; True: its graph-based planner)."""
-    ndim = len(case["shape"])
-    meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), DTYPES[case["dtype"]])
-    src = DTensorSpec(mesh, tuple(normalised(case["src"], ndim)), tensor_meta=meta)
-    dst = DTensorSpec(mesh, tuple(normalised(case["dst"], ndim)), tensor_meta=meta)
-    clear_redistribute_planner_cache()  # the planner caches state across calls (strided targets, partial ops)
-    with LocalTensorMode(world):
-        infos = _gen_transform_infos_non_cached(src, dst, graph)
-    out = []
-    for info in infos:
-        a, b = info.src_dst_placements
-        logical = [[upstream.per_rank(v, r) for v in info.logical_shape] for r in range(world)]
-        out.append((info.mesh_dim, text_of(a), text_of(b), logical))
-    return out
+    return upstream.transform_infos(mesh, case, world, graph, DTYPES[case["dtype"]])
 
 
 def has_strided(case):
@@ -292,7 +246,7 @@ def test_bytes_per_rank_match_upstream_collective_inputs():
                 with LocalTensorMode(world), CollectiveRecorder() as rec:
                     full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
                     try:
-                        dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, normalised(case["src"], ndim))
+                        dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, upstream.normalised(case["src"], ndim))
                     except AssertionError:
                         # upstream's _StridedShard._shard_tensor asserts on some split factors / sizes: no source
                         # tensor to redistribute (a set-up limit of upstream, not a planner question).
@@ -301,7 +255,7 @@ def test_bytes_per_rank_match_upstream_collective_inputs():
                         continue
                     rec.calls.clear()
                     try:
-                        dt.redistribute(mesh, normalised(case["dst"], ndim))
+                        dt.redistribute(mesh, upstream.normalised(case["dst"], ndim))
                     except Exception as e:  # noqa: BLE001
                         failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
                         continue

@@ -112,6 +112,11 @@ def new_rng(seed):
     return random.Random(seed)
 
 
+def normalised(texts, ndim):
+    """Placement texts → upstream objects, negative shard dims made non-negative."""
+    return [to_upstream(normalised_text(t, ndim)) for t in texts]
+
+
 def normalised_text(text, ndim):
     """A placement text with a negative shard dim made non-negative: S(-1) on 2 dims → S(1)."""
     p = to_upstream(text)
@@ -141,20 +146,21 @@ def contiguous_stride(shape):
     return tuple(reversed(stride))
 
 
-def transform_infos(mesh, case, world):
+def transform_infos(mesh, case, world, graph=None, dtype=torch.float32):
     """Upstream's plan for case["src"] → case["dst"] (lists of placement texts) on `mesh`:
-    [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]."""
+    [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]. `graph` is upstream's
+    use_graph_based_transform argument (None: its default choice; True: its graph-based planner)."""
     from torch.distributed._local_tensor import LocalTensorMode
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
     from torch.distributed.tensor._redistribute import (_gen_transform_infos_non_cached,
                                                         clear_redistribute_planner_cache)
     ndim = len(case["shape"])
-    meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), torch.float32)
+    meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), dtype)
     src = DTensorSpec(mesh, tuple(to_upstream(normalised_text(t, ndim)) for t in case["src"]), tensor_meta=meta)
     dst = DTensorSpec(mesh, tuple(to_upstream(normalised_text(t, ndim)) for t in case["dst"]), tensor_meta=meta)
     clear_redistribute_planner_cache()  # the planner caches state across calls
     with LocalTensorMode(world):
-        infos = _gen_transform_infos_non_cached(src, dst)
+        infos = _gen_transform_infos_non_cached(src, dst, graph)
     out = []
     for info in infos:
         a, b = info.src_dst_placements
