@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "dtsim/error.h"
@@ -303,7 +305,8 @@ LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {
   if (!t.defined()) return nullptr;
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!impl->key_set().has(c10::DispatchKey::PrivateUse1)) return nullptr;
-  return dynamic_cast<LocalTensorImpl*>(impl);
+  // LocalTensorImpl is final: an exact type check is enough and cheaper than dynamic_cast on the hot path.
+  return typeid(*impl) == typeid(LocalTensorImpl) ? static_cast<LocalTensorImpl*>(impl) : nullptr;
 }
 
 at::Tensor WrapShards(const std::vector<int64_t>& ranks, std::vector<at::Tensor> shards) {
@@ -509,7 +512,21 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
 
   // 3. Run the op once per rank.
   const size_t n_ranks = ranks->size();
-  std::vector<torch::jit::Stack> outs(n_ranks);
+  // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating them per call;
+  // they are cleared on exit so no shard outlives the call.
+  thread_local std::deque<std::vector<torch::jit::Stack>> pool;  // deque: references stay valid when it grows
+  thread_local size_t depth = 0;
+  if (pool.size() <= depth) pool.emplace_back();
+  std::vector<torch::jit::Stack>& outs = pool[depth];
+  if (outs.size() < n_ranks) outs.resize(n_ranks);
+  struct DepthGuard {
+    std::vector<torch::jit::Stack>& outs;
+    size_t& depth;
+    ~DepthGuard() {
+      for (auto& s : outs) s.clear();
+      --depth;
+    }
+  } depth_guard{outs, ++depth};
   RngState* rng = info.seeded ? &Rng() : nullptr;
   std::unique_lock<std::mutex> rng_lock;
   at::Tensor saved_state;
