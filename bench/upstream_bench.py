@@ -1,6 +1,7 @@
 """Times upstream PyTorch LocalTensorMode on the cases of bench/local_tensor_bench.cc; prints one JSON object.
 
-Cases (8 ranks, 16x16 float shards): "add" = a + b, "chain" = the same 10 ops as Chain() in the C++ benchmark.
+Cases (8 ranks, 16x16 float shards): "add" = a + b, "chain" = the same 10 ops as Chain() in the C++ benchmark;
+"all_gather": 8 ranks x 16 MiB float shards gathered along dim 0 over all 8 ranks (functional all_gather_tensor).
 Times are the best of several repeats, in microseconds per call, so scripts/bench.sh can compare them with dtsim's.
 """
 import json
@@ -9,6 +10,8 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import warnings
 import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers the "fake" backend
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 
@@ -28,8 +31,9 @@ def chain(a, b):
     return x.sum(1)
 
 
-def best_us(fn, repeats=5, calls=None):
-    fn()
+def best_us(fn, repeats=5, calls=None, warmup=True):
+    if warmup:
+        fn()
     if calls is None:
         start = time.perf_counter()
         fn()
@@ -54,6 +58,19 @@ def main():
                 "add_us": best_us(lambda: a + b),
                 "chain_us": best_us(lambda: chain(a, b)),
             }
+            n = 16 * (1 << 20) // 4
+            big = LocalTensor({r: torch.full((n // 1024, 1024), float(r)) for r in range(WORLD)})
+            group = dist.new_group(list(range(WORLD)))
+
+            def gather():
+                out = funcol.all_gather_tensor(big, 0, group)
+                if isinstance(out, funcol.AsyncCollectiveTensor):
+                    out = out.wait()
+                return out
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result["all_gather_us"] = best_us(gather, repeats=2, calls=1, warmup=False)
     finally:
         dist.destroy_process_group()
     json.dump(result, sys.stdout)

@@ -119,3 +119,24 @@ TEST(GroupSetTest, AlongMeshDimAndText) {
 }  // namespace
 }  // namespace testing_internal
 }  // namespace dtsim
+
+namespace dtsim {
+namespace {
+
+// The example of docs/local-tensor.md, pinned.
+TEST(DocsExampleTest, LocalTensorAndAllReduce) {
+  at::Tensor full = at::arange(18, at::kFloat).reshape({9, 2});
+  at::Tensor lt = MakeLocalTensor({0, 1, 2, 3}, [&](int64_t r) {
+    return full.narrow(0, std::min<int64_t>(9, 3 * r), r < 3 ? 3 : 0);
+  });
+  at::Tensor y = (lt * 2).softmax(1);
+  EXPECT_EQ(LocalInt(y.sym_size(0), 3), 0);
+  EXPECT_EQ(ToString(lt.sum(1)), "LocalTensor(0: [1, 5, 9], 1: [13, 17, 21], 2: [25, 29, 33], 3: [])");
+  EXPECT_EQ(LocalInt(lt.sym_size(0), 3), 0);
+  auto coll = MakeLocalCollectives();
+  at::Tensor s = coll->AllReduce(lt.sum(), GroupSet::Of({0, 1, 2, 3}), ReduceOp::kSum);
+  EXPECT_TRUE(at::equal(Reconcile(s), at::scalar_tensor(153.0f)));
+}
+
+}  // namespace
+}  // namespace dtsim
