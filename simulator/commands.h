@@ -11,5 +11,13 @@ using Args = std::vector<std::string>;
 
 // dtsim layout: per-rank local shapes, offsets and owned intervals of a mesh + placements + shape.
 int RunLayout(const Args& args);
+// dtsim plan: the redistribution plan from one placement list to another (greedy or min-cost).
+int RunPlan(const Args& args);
+
+// dtsim redistribute: runs a redistribution on the simulated world: plan, layouts, shards, verdict, trace.
+int RunRedistribute(const Args& args);
+
+// dtsim distribute: distributes a tensor step by step over submeshes of one root (TP + FSDP).
+int RunDistribute(const Args& args);
 
 }  // namespace dtsim::cli

@@ -3,10 +3,10 @@
 //   dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements "S(0),S(1)" [--dtype float32] [--json]
 //   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "dtsim/error.h"
 #include "dtsim/layout_report.h"
@@ -28,73 +28,13 @@ struct LayoutOptions {
   std::string batch;       // "" = single case; a path or "-" for stdin
 };
 
-// Reads an int list that a batch case may give as a JSON array or as text.
-std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
-  if (value.is_string()) return ParseIntList(value.get<std::string>(), field);
-  if (!value.is_array()) throw InputError(field, StrCat("expected a list of integers, got ", value.dump()));
-  std::vector<int64_t> out;
-  for (const auto& v : value) {
-    if (!v.is_number_integer()) throw InputError(field, StrCat("expected integers, got ", v.dump()));
-    out.push_back(v.get<int64_t>());
-  }
-  return out;
-}
-
 DTensorSpec SpecFromJson(const nlohmann::json& c) {
-  if (!c.is_object()) throw InputError("case", "expected a JSON object");
   for (const char* key : {"mesh", "shape", "placements"}) {
     if (!c.contains(key)) throw InputError(key, "missing");
   }
-  std::vector<std::string> names;
-  if (c.contains("names")) {
-    const auto& n = c["names"];
-    if (n.is_string()) {
-      names = ParseNameList(n.get<std::string>());
-    } else if (n.is_array()) {
-      for (const auto& v : n) {
-        if (!v.is_string()) throw InputError("names", StrCat("expected strings, got ", v.dump()));
-        names.push_back(v.get<std::string>());
-      }
-    } else {
-      throw InputError("names", StrCat("expected a list of names, got ", n.dump()));
-    }
-  }
-  if (!c["placements"].is_string()) throw InputError("placements", "expected a string such as \"S(0),R\"");
-  DType dtype = DType::kFloat32;
-  if (c.contains("dtype")) {
-    if (!c["dtype"].is_string()) throw InputError("dtype", "expected a string such as \"float32\"");
-    dtype = ParseDType(c["dtype"].get<std::string>());
-  }
-  return DTensorSpec::Create(DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names),
-                             ParsePlacements(c["placements"].get<std::string>()), IntsFromJson(c["shape"], "shape"),
-                             dtype);
-}
-
-int RunBatch(const std::string& path) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (path != "-") {
-    file.open(path);
-    if (!file) throw InputError("batch", StrCat("cannot open '", path, "'"));
-    in = &file;
-  }
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(*in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json result;
-    try {
-      nlohmann::json c = nlohmann::json::parse(line);
-      result = LayoutToJson(SpecFromJson(c));
-    } catch (const nlohmann::json::parse_error& e) {
-      result = {{"error", StrCat("batch: line ", line_no, " is not JSON: ", e.what())}};
-    } catch (const InputError& e) {
-      result = {{"error", e.what()}};
-    }
-    std::cout << result.dump() << "\n";
-  }
-  return 0;
+  DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
+  return DTensorSpec::Create(MeshFromJson(c), ParsePlacements(StringFromJson(c, "placements")),
+                             IntsFromJson(c["shape"], "shape"), dtype);
 }
 
 }  // namespace
@@ -119,7 +59,9 @@ int RunLayout(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) return RunBatch(o.batch);
+  if (!o.batch.empty()) {
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutToJson(SpecFromJson(c)); });
+  }
   for (const char* required : {"mesh", "shape", "placements"}) {
     if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
   }

@@ -18,6 +18,9 @@ struct Command {
 const std::map<std::string, Command>& Commands() {
   static const std::map<std::string, Command> commands = {
       {"layout", {&dtsim::cli::RunLayout, "which part of the global tensor every rank holds"}},
+      {"plan", {&dtsim::cli::RunPlan, "the steps (collectives, bytes, cost) that redistribute a tensor"}},
+      {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
+      {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
   };
   return commands;
 }

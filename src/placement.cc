@@ -140,6 +140,11 @@ Placement Placement::Normalized(int64_t ndim, const std::string& field) const {
   return p;
 }
 
+Placement Placement::Canonical() const {
+  if (is_strided_shard() && split_factor_ == 1) return Shard(dim_);
+  return *this;
+}
+
 std::string Placement::ToString() const {
   switch (kind_) {
     case Kind::kShard:

@@ -6,9 +6,10 @@
 namespace dtsim {
 namespace {
 
-// The local indices (0-based, before mapping to global) a shard-like placement gives rank r of n on a dim of
-// current length `length`.
-std::vector<Interval> LocalIndices(const Placement& p, int64_t length, int64_t n, int64_t r) {
+}  // namespace
+
+std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n, int64_t r) {
+  DTSIM_CHECK(p.is_shard_like(), "ShardIndices of ", p.ToString());
   std::vector<Interval> out;
   if (p.is_shard()) {
     Interval range = ChunkRange(length, n, r);
@@ -29,6 +30,8 @@ std::vector<Interval> LocalIndices(const Placement& p, int64_t length, int64_t n
   }
   return out;
 }
+
+namespace {
 
 // Maps local index intervals through `owned` (the global indices of local positions 0, 1, ...).
 std::vector<Interval> Compose(const std::vector<Interval>& owned, const std::vector<Interval>& local) {
@@ -89,7 +92,7 @@ RankLayout ComputeRankLayout(const std::vector<int64_t>& global_shape, const std
     if (!p.is_shard_like()) continue;
     const int64_t d = p.dim();
     DTSIM_CHECK(d >= 0 && d < static_cast<int64_t>(ndim), "placement ", p.ToString(), " not normalised");
-    std::vector<Interval> local = LocalIndices(p, layout.local_shape[d], mesh_shape[m], coordinate[m]);
+    std::vector<Interval> local = ShardIndices(p, layout.local_shape[d], mesh_shape[m], coordinate[m]);
     int64_t size = 0;
     for (const Interval& v : local) size += v.size();
     layout.local_shape[d] = size;

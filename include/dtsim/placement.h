@@ -59,6 +59,10 @@ class Placement {
   // dim is outside [-ndim, ndim): "placements: 'S(3)' shards dim 3 but the tensor has 2 dims".
   Placement Normalized(int64_t ndim, const std::string& field = "placements") const;
 
+  // The same layout in its simplest form: _S(d,1) is S(d); everything else is itself. Planners and executors work
+  // on canonical placements.
+  Placement Canonical() const;
+
   std::string ToString() const;
 
   bool operator==(const Placement& other) const;

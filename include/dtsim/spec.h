@@ -92,4 +92,9 @@ class DTensorSpec {
 // Local index range [lo, hi) that the chunk split gives rank `r` of `n` on a dim of length `length`.
 Interval ChunkRange(int64_t length, int64_t n, int64_t r);
 
+// The indices (relative to the current extent `length`, sorted, as intervals) that the shard-like placement `p`
+// gives rank `r` of `n`: one interval for S(d), up to k for _S(d,k). Empty for an empty shard.
+// _S(0,2) on length 8 over 2 ranks, rank 0: {0:2, 4:6}.
+std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n, int64_t r);
+
 }  // namespace dtsim

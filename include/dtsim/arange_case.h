@@ -1,0 +1,31 @@
+// Arange cases: the inputs `dtsim redistribute`, the trace checks and the benchmarks share, exact by construction.
+//
+// The global tensor is arange(numel) in the spec's dtype, reshaped (bool: arange % 2). A source spec with Partial
+// placements is built as upstream tests build one with from_local: each rank holds its shard of the global tensor
+// (Partial read as Replicate) times the product, over the Partial mesh dims, of (1 + its coordinate there). Mesh
+// (2, 2) with [P(sum), R] on arange(4): ranks at dp=0 hold arange(4), ranks at dp=1 hold 2·arange(4); the global
+// tensor is their sum, 3·arange(4).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "dtsim/dtensor.h"
+
+namespace dtsim {
+
+// arange(numel) in the spec's dtype and shape.
+at::Tensor ArangeGlobal(const DTensorSpec& spec);
+
+// The source DTensor of `spec` as described above (distribute_tensor of the arange tensor when nothing is Partial).
+DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives = nullptr);
+
+// The global tensor the source of `spec` stands for, computed from the arange tensor alone (no collectives): the
+// reduction over the Partial mesh dims of the scaled copies.
+at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec);
+
+// True when comparing results of `spec` needs a tolerance (a Partial avg divides).
+bool ArangeNeedsTolerance(const DTensorSpec& spec);
+
+}  // namespace dtsim

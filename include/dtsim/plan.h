@@ -1,0 +1,102 @@
+// Plan: a redistribution as DATA — the list of per-mesh-dim steps that turn one placement list into another, with
+// the collective each step runs, its process groups, exact per-rank byte counts and an estimated time. Planners
+// (include/dtsim/planner.h) produce it; executors (LocalTensor simulation, MPI, NCCL) interpret it; `Explain` prints
+// it for people and `ToJson` for tools.
+//
+// Terms:
+//   * step — one transition of ONE mesh dim from placement `from` to placement `to`, all other mesh dims unchanged
+//     (upstream's _TransformInfo). Mesh (2, 4), [S(0), S(1)] → [S(0), R]: one step, mesh dim 1, S(1) → R, an
+//     all_gather in each of the groups {0,1,2,3} and {4,5,6,7}.
+//   * collective — what upstream's redistribute_local_tensor runs for the step (see kAllGather ... below).
+//   * logical shape — upstream's per-rank "logical shape" of the step: the shape of the tensor that the mesh dim
+//     shards, i.e. the global shape with the OTHER mesh dims' shards applied. It decides the padding of uneven
+//     collectives: a dim of logical size L over n ranks is padded to the full chunk c = ceil(L/n) on every rank.
+//   * bytes sent / received — the exact size of the buffer a rank hands to the collective (after upstream's padding)
+//     and of the buffer it gets back (before unpadding). Padded collectives move padded bytes: shape (5, 10) float32
+//     S(0) → R over 4 ranks gathers chunks of 2 rows on every rank (the last rank has 0 real rows, pads to 2):
+//     80 bytes sent and 320 received by every rank. Local steps (split, partition) and "none" move 0 bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "dtsim/placement.h"
+
+namespace dtsim {
+
+// The collective names a PlanStep carries (stable strings: they appear in JSON and traces).
+namespace collective {
+inline constexpr const char kNone[] = "none";                     // no data moves (same placement, or mesh dim size 1)
+inline constexpr const char kAllGather[] = "all_gather";          // S → R, _S → R (also the first half of S → _S)
+inline constexpr const char kReduceScatter[] = "reduce_scatter";  // P → S
+inline constexpr const char kAllReduce[] = "all_reduce";          // P → R (also the first half of P → _S)
+inline constexpr const char kAllToAll[] = "all_to_all";           // S(i) → S(j), i != j
+inline constexpr const char kLocalSplit[] = "local_split";        // R → S / R → _S: each rank keeps its chunk
+inline constexpr const char kLocalPartition[] = "local_partition";  // R → P: internal only (sum divides by n)
+}  // namespace collective
+
+// One step of a plan. Per-rank vectors are indexed by the rank's position in mesh.ranks() (row-major mesh order).
+struct PlanStep {
+  int64_t mesh_dim = 0;
+  Placement from = Placement::Replicate();
+  Placement to = Placement::Replicate();
+  // One of the collective:: names. "all_gather" for S → _S / _S → S / _S → _S too: upstream gathers, then splits
+  // locally (`then_local_split` says so).
+  std::string collective = collective::kNone;
+  // True when the step gathers/reduces and then keeps a local chunk (S → _S, _S → S, _S → _S, P → _S).
+  bool then_local_split = false;
+  // The process groups along mesh_dim (global ranks, ordered by their coordinate on mesh_dim); empty for local
+  // steps and "none".
+  std::vector<std::vector<int64_t>> groups;
+  // Bytes of the buffer each rank passes to the collective (after padding) / gets back (before unpadding).
+  std::vector<int64_t> bytes_sent_per_rank;
+  std::vector<int64_t> bytes_received_per_rank;
+  // Upstream's logical shape of this step for each rank (see the header comment).
+  std::vector<std::vector<int64_t>> logical_shape_per_rank;
+  // The whole placement list before and after this step.
+  Placements placements_before;
+  Placements placements_after;
+  // Estimated time of the step under the planner's CostModel (the slowest group), microseconds.
+  double est_us = 0;
+  // Extra memory each rank needs at the peak of the step beyond its input local tensor: the padded input copy (when
+  // padding happens) plus the collective's output buffer. 0 for local steps and "none".
+  std::vector<int64_t> peak_extra_bytes_per_rank;
+
+  // True when the step moves data between ranks.
+  bool communicates() const;
+};
+
+// A whole redistribution. Steps run in order; an empty plan means nothing to do.
+struct Plan {
+  std::vector<PlanStep> steps;
+  double total_est_us = 0;  // sum of the steps' est_us
+  std::string planner;      // "greedy" or "min-cost"
+  std::string note;         // why the plan differs from the plain algorithm, if it does ("" otherwise)
+  // What the plan redistributes (for Explain / JSON): "mesh[dp=2, tp=4]", one label per mesh dim ("dp" or "0"),
+  // the source and target placements, the global shape and element size.
+  std::string mesh;
+  std::vector<std::string> mesh_dim_labels;
+  Placements src;
+  Placements dst;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  // Number of steps that communicate.
+  int64_t num_collectives() const;
+};
+
+// {"mesh_dim", "mesh_dim_name", "from", "to", "collective", "then_local_split", "groups", "bytes_per_rank" (= bytes
+// sent per rank), "bytes_received_per_rank", "logical_shape_per_rank", "placements_before", "placements_after",
+// "est_us", "peak_extra_bytes_per_rank"}. `mesh_dim_labels` may be empty (then "mesh_dim_name" is the index).
+nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh_dim_labels = {});
+// {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note"}.
+nlohmann::json ToJson(const Plan& plan);
+
+// Text: a header, then one line per step —
+//   "step 1  tp(1): S(1) → R  all_gather  groups [[0, 1, 2, 3], [4, 5, 6, 7]]  bytes/rank 80  est 12.3 us"
+// (bytes/rank prints one number when all ranks agree, else "min..max"), then the total.
+std::string Explain(const Plan& plan);
+
+}  // namespace dtsim

@@ -1,0 +1,89 @@
+// Helpers shared by the dtsim subcommands.
+#include "cli_common.h"
+
+#include <fstream>
+#include <iostream>
+
+#include "dtsim/error.h"
+
+namespace dtsim::cli {
+
+std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
+  if (value.is_string()) return ParseIntList(value.get<std::string>(), field);
+  if (!value.is_array()) throw InputError(field, StrCat("expected a list of integers, got ", value.dump()));
+  std::vector<int64_t> out;
+  for (const auto& v : value) {
+    if (!v.is_number_integer()) throw InputError(field, StrCat("expected integers, got ", v.dump()));
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+std::string StringFromJson(const nlohmann::json& c, const char* key) {
+  if (!c.contains(key)) throw InputError(key, "missing");
+  if (!c[key].is_string()) throw InputError(key, StrCat("expected a string, got ", c[key].dump()));
+  return c[key].get<std::string>();
+}
+
+DeviceMesh MeshFromJson(const nlohmann::json& c) {
+  if (!c.is_object()) throw InputError("case", "expected a JSON object");
+  if (!c.contains("mesh")) throw InputError("mesh", "missing");
+  std::vector<std::string> names;
+  if (c.contains("names")) {
+    const auto& n = c["names"];
+    if (n.is_string()) {
+      names = ParseNameList(n.get<std::string>());
+    } else if (n.is_array()) {
+      for (const auto& v : n) {
+        if (!v.is_string()) throw InputError("names", StrCat("expected strings, got ", v.dump()));
+        names.push_back(v.get<std::string>());
+      }
+    } else {
+      throw InputError("names", StrCat("expected a list of names, got ", n.dump()));
+    }
+  }
+  return DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names);
+}
+
+DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype) {
+  if (static_cast<int64_t>(from.size()) != mesh.ndim()) {
+    throw InputError("from", StrCat("'", ToString(from), "' has ", from.size(), " placement",
+                                    from.size() == 1 ? "" : "s", " for ", mesh.ToString(), " of ", mesh.ndim(),
+                                    " dim", mesh.ndim() == 1 ? "" : "s"));
+  }
+  for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
+  return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+}
+
+int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path);
+    if (!file) throw InputError("batch", StrCat("cannot open '", path, "'"));
+    in = &file;
+  }
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(*in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json result;
+    try {
+      result = run(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::parse_error& e) {
+      result = {{"error", StrCat("batch: line ", line_no, " is not JSON: ", e.what())}, {"field", "batch"}};
+    } catch (const InputError& e) {
+      result = {{"error", e.what()}, {"field", e.field()}};
+    } catch (const std::exception& e) {
+      // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes on.
+      std::string what = e.what();
+      result = {{"error", "internal error: " + what.substr(0, what.find('\n'))}, {"internal", true}};
+    }
+    std::cout << result.dump() << "\n";
+  }
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace dtsim::cli

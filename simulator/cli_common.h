@@ -1,0 +1,31 @@
+// Helpers shared by the dtsim subcommands: reading cases from JSON (batch mode) and running a JSON-lines batch.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dtsim/mesh.h"
+#include "dtsim/placement.h"
+#include "dtsim/spec.h"
+
+namespace dtsim::cli {
+
+// A list of integers given as a JSON array or as text ("2x4", "5,10"); InputError(field) otherwise.
+std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field);
+// The string at `key` of a case; InputError(key) when missing or not a string.
+std::string StringFromJson(const nlohmann::json& c, const char* key);
+// The mesh of a case: "mesh" (list or text) and the optional "names" (list or "dp,tp").
+DeviceMesh MeshFromJson(const nlohmann::json& c);
+
+// The spec a redistribution starts from, with errors in the placements reported against "from" (the option the user
+// typed): "from: '[S(0)]' has 1 placement for mesh[2, 4] of 2 dims".
+DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype);
+
+// Reads JSON cases one per line from `path` ("-" = stdin) and prints `run(case)` per line; a line that is not JSON or
+// whose case throws InputError prints {"error": "<field>: <message>", "field": <field>} instead; any other exception
+// (a dtsim bug) prints {"error": "internal error: ...", "internal": true}. Returns 0.
+int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run);
+
+}  // namespace dtsim::cli

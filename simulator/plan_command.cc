@@ -1,0 +1,89 @@
+// dtsim plan: prints the steps that redistribute a tensor from one placement list to another.
+//
+//   dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype float32]
+//              [--planner greedy|min-cost] [--json]
+//   dtsim plan --batch cases.jsonl   one JSON case per line in ({"mesh", "names"?, "shape", "from", "to", "dtype"?,
+//                                    "planner"?}), one JSON plan (or {"error": ...}) per line out
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "dtsim/error.h"
+#include "dtsim/planner.h"
+#include "dtsim/spec.h"
+
+namespace po = boost::program_options;
+
+namespace dtsim::cli {
+namespace {
+
+// Options of `dtsim plan`; defaults in comments.
+struct PlanOptions {
+  std::string mesh;                 // required: "2x4"
+  std::string names;                // "" = unnamed mesh
+  std::string shape;                // required: "5,10"
+  std::string from;                 // required: "S(0),R"
+  std::string to;                   // required: "R,S(1)"
+  std::string dtype = "float32";    // element type (bytes per element)
+  std::string planner = "greedy";   // greedy (upstream's default) or min-cost
+  bool json = false;                // print one JSON object instead of text
+  std::string batch;                // "" = single case; a path or "-" for stdin
+};
+
+Plan PlanFromJson(const nlohmann::json& c) {
+  for (const char* key : {"mesh", "shape", "from", "to"}) {
+    if (!c.contains(key)) throw InputError(key, "missing");
+  }
+  DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
+  PlannerKind kind = c.contains("planner") ? ParsePlannerKind(StringFromJson(c, "planner")) : PlannerKind::kGreedy;
+  DTensorSpec src = SourceSpec(MeshFromJson(c), ParsePlacements(StringFromJson(c, "from"), "from"),
+                               IntsFromJson(c["shape"], "shape"), dtype);
+  return PlanRedistribute(src, ParsePlacements(StringFromJson(c, "to"), "to"), kind);
+}
+
+}  // namespace
+
+int RunPlan(const Args& args) {
+  PlanOptions o;
+  po::options_description desc("dtsim plan options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
+      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
+      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
+      ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R")
+      ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
+      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type (sizes in bytes)")
+      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's default) or min-cost")
+      ("json", po::bool_switch(&o.json), "print one JSON object")
+      ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" --to \"R,S(1)\" "
+                 "[--planner greedy|min-cost] [--json]\n"
+              << desc;
+    return 0;
+  }
+  if (!o.batch.empty()) {
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return ToJson(PlanFromJson(c)); });
+  }
+  for (const char* required : {"mesh", "shape", "from", "to"}) {
+    if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
+  }
+  const PlannerKind kind = ParsePlannerKind(o.planner);
+  DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
+                               ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
+  Plan plan = PlanRedistribute(src, ParsePlacements(o.to, "to"), kind);
+  if (o.json) {
+    std::cout << ToJson(plan).dump() << "\n";
+  } else {
+    std::cout << Explain(plan);
+  }
+  return 0;
+}
+
+}  // namespace dtsim::cli

@@ -1,0 +1,79 @@
+// Arange cases (see include/dtsim/arange_case.h).
+#include "dtsim/arange_case.h"
+
+#include <ATen/ATen.h>
+
+#include <map>
+
+#include "dtsim/aten_dtype.h"
+#include "dtsim/global_view.h"
+#include "dtsim/local_tensor.h"
+
+namespace dtsim {
+namespace {
+
+std::vector<int64_t> PartialDims(const DTensorSpec& spec) {
+  std::vector<int64_t> dims;
+  for (int64_t m = 0; m < spec.mesh().ndim(); ++m) {
+    if (spec.placements()[m].is_partial()) dims.push_back(m);
+  }
+  return dims;
+}
+
+// (1 + coordinate) multiplied over the Partial mesh dims.
+int64_t PartialFactor(const std::vector<int64_t>& partial_dims, const std::vector<int64_t>& coordinate) {
+  int64_t f = 1;
+  for (int64_t m : partial_dims) f *= 1 + coordinate[m];
+  return f;
+}
+
+}  // namespace
+
+at::Tensor ArangeGlobal(const DTensorSpec& spec) {
+  at::Tensor t = at::arange(spec.numel(), at::kLong);
+  if (spec.dtype() == DType::kBool) return t.remainder(2).to(at::kBool).reshape(spec.shape());
+  return t.to(ToScalarType(spec.dtype())).reshape(spec.shape());
+}
+
+DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives) {
+  const at::Tensor global = ArangeGlobal(spec);
+  const std::vector<int64_t> partial_dims = PartialDims(spec);
+  if (partial_dims.empty()) return DistributeTensor(global, spec.mesh(), spec.placements(), 0, collectives);
+  Placements as_replicate = spec.placements();
+  for (int64_t m : partial_dims) as_replicate[m] = Placement::Replicate();
+  const DTensorSpec read = DTensorSpec::Create(spec.mesh(), as_replicate, spec.shape(), spec.dtype());
+  MeshView view(spec.mesh());
+  at::Tensor local = MakeLocalTensor(view.ranks(), [&](int64_t rank) {
+    RankLayout layout = read.LayoutAt(view.Coordinate(rank));
+    return ShardOf(global, layout).mul(PartialFactor(partial_dims, layout.coordinate)).to(global.scalar_type());
+  });
+  return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), std::move(collectives));
+}
+
+at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec) {
+  const at::Tensor global = ArangeGlobal(spec);
+  const std::vector<int64_t> partial_dims = PartialDims(spec);
+  if (partial_dims.empty()) return global;
+  std::map<std::vector<int64_t>, at::Tensor> values;
+  std::vector<int64_t> coordinate(spec.mesh().ndim(), 0), key(partial_dims.size(), 0);
+  while (true) {
+    for (size_t i = 0; i < partial_dims.size(); ++i) coordinate[partial_dims[i]] = key[i];
+    values[key] = global.mul(PartialFactor(partial_dims, coordinate)).to(global.scalar_type());
+    int64_t i = static_cast<int64_t>(key.size()) - 1;
+    for (; i >= 0; --i) {
+      if (++key[i] < spec.mesh().size(partial_dims[i])) break;
+      key[i] = 0;
+    }
+    if (i < 0) break;
+  }
+  return ReducePartials(values, spec, partial_dims);
+}
+
+bool ArangeNeedsTolerance(const DTensorSpec& spec) {
+  for (const Placement& p : spec.placements()) {
+    if (p.is_partial() && p.reduce_op() == ReduceOp::kAvg) return true;
+  }
+  return false;
+}
+
+}  // namespace dtsim

@@ -1,0 +1,319 @@
+// DTensor: construction (from_local, distribute_tensor, distribution onto another submesh), redistribute, full_tensor.
+#include "dtsim/dtensor.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <set>
+
+#include "dtsim/aten_dtype.h"
+#include "dtsim/error.h"
+#include "dtsim/local_tensor.h"
+#include "dtsim/planner.h"
+#include "dtsim/redistribute.h"
+
+namespace dtsim {
+namespace {
+
+bool IsFamilySubmesh(const DeviceMesh& mesh) {
+  if (mesh.is_root()) return false;
+  for (const auto& dims : mesh.root_dims()) {
+    if (dims.size() != 1) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> ShapeOf(const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+
+// The per-rank local shape of `local` (works on uneven LocalTensors through the shard accessor).
+std::vector<int64_t> ShardShape(const at::Tensor& local, int64_t rank) { return ShapeOf(LocalShard(local, rank)); }
+
+}  // namespace
+
+const std::vector<int64_t>& MeshView::ranks() const {
+  return IsFamilySubmesh(*mesh_) ? mesh_->root().ranks() : mesh_->ranks();
+}
+
+std::vector<int64_t> MeshView::Coordinate(int64_t rank) const {
+  if (!IsFamilySubmesh(*mesh_)) return mesh_->GetCoordinate(rank);
+  std::vector<int64_t> root = mesh_->root().GetCoordinate(rank);
+  std::vector<int64_t> out;
+  for (const auto& dims : mesh_->root_dims()) out.push_back(root[dims[0]]);
+  return out;
+}
+
+GroupSet MeshView::Groups(int64_t dim) const {
+  if (!IsFamilySubmesh(*mesh_)) return GroupSet::AlongMeshDim(*mesh_, dim);
+  return GroupSet::AlongMeshDim(mesh_->root(), mesh_->root_dims()[dim][0]);
+}
+
+std::shared_ptr<Collectives> DefaultCollectives() {
+  static std::shared_ptr<Collectives> local = MakeLocalCollectives();
+  return local;
+}
+
+void CheckNoMixedPartials(const Placements& placements, const std::string& field) {
+  std::set<ReduceOp> ops;
+  for (const Placement& p : placements) {
+    if (p.is_partial()) ops.insert(p.reduce_op());
+  }
+  if (ops.size() <= 1 || ops == std::set<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg}) return;
+  throw InputError(field, StrCat("mixed Partial reduce types in ", ToString(placements),
+                                 " are not supported (only sum with avg may be mixed)"));
+}
+
+DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives) {
+  return DTensor(std::move(spec), std::move(local), collectives ? std::move(collectives) : DefaultCollectives());
+}
+
+DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, const Placements& placements,
+                           std::optional<std::vector<int64_t>> shape, std::shared_ptr<Collectives> collectives) {
+  CheckNoMixedPartials(placements, "placements");
+  MeshView view(mesh);
+  const std::vector<int64_t> held = LocalRanks(local);
+  const std::vector<int64_t>& ranks = IsLocalTensor(local) ? view.ranks() : held;
+  for (int64_t rank : ranks) {
+    if (std::find(held.begin(), held.end(), rank) == held.end()) {
+      throw InputError("from_local", StrCat("the local tensor holds no shard for rank ", rank, " of ", mesh.ToString()));
+    }
+  }
+  if (!shape) {
+    // Upstream's default: the global shape implied by even sharding, which must agree on every rank.
+    for (int64_t rank : ranks) {
+      std::vector<int64_t> implied = ShardShape(local, rank);
+      for (int64_t m = 0; m < mesh.ndim(); ++m) {
+        const Placement& p = placements[m];
+        if (p.is_shard_like()) {
+          const int64_t d = p.Normalized(static_cast<int64_t>(implied.size())).dim();
+          implied[d] *= mesh.size(m);
+        }
+      }
+      if (shape && *shape != implied) {
+        throw InputError("shape", StrCat("not given, and the shards imply different global shapes on different ranks (",
+                                         IntListToString(*shape), " and ", IntListToString(implied),
+                                         "): pass the global shape"));
+      }
+      shape = implied;
+    }
+  }
+  const at::Tensor first = LocalShard(local, ranks.front());
+  DTensorSpec spec = DTensorSpec::Create(mesh, placements, *shape, FromScalarType(first.scalar_type()));
+  for (int64_t rank : ranks) {
+    RankLayout layout = ComputeRankLayout(spec.shape(), mesh.shape(), view.Coordinate(rank), spec.placements(), rank);
+    std::vector<int64_t> have = ShardShape(local, rank);
+    if (have != layout.local_shape) {
+      throw InputError("from_local", StrCat("rank ", rank, " holds a shard of shape ", IntListToString(have),
+                                            " but ", spec.ToString(), " gives it ", IntListToString(layout.local_shape)));
+    }
+  }
+  return MakeDTensor(std::move(spec), local, std::move(collectives));
+}
+
+DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placements,
+                              const RedistributeOptions& options) const {
+  if (mesh != spec_.mesh()) {
+    throw InputError("mesh", StrCat("redistribute from ", spec_.mesh().ToString(), " to another mesh ",
+                                    mesh.ToString(), " is not supported (use DistributeTensor to shard onto another "
+                                    "submesh of the same root)"));
+  }
+  Plan plan = PlanRedistribute(spec_, placements, ParsePlannerKind(options.planner));
+  // Plans work on canonical placements (_S(d,1) is S(d)); so does the executor.
+  Placements canonical;
+  for (const Placement& p : spec_.placements()) canonical.push_back(p.Canonical());
+  DTensorSpec current = DTensorSpec::Create(spec_.mesh(), canonical, spec_.shape(), spec_.dtype());
+  {
+    // A plan read in upstream's shard order may hold steps the left-to-right executor cannot run: plan around them.
+    DTensorSpec check = current;
+    for (const PlanStep& step : plan.steps) {
+      Transition t{step.mesh_dim, step.from, step.to};
+      if (WhyNotExecutable(check, t)) {
+        plan = PlanViaReplicate(spec_, placements);
+        break;
+      }
+      check = SpecAfter(check, t);
+    }
+  }
+  at::Tensor local = local_;
+  for (const PlanStep& step : plan.steps) {
+    Transition t{step.mesh_dim, step.from, step.to};
+    local = ApplyTransition(local, current, t, *collectives_);
+    current = SpecAfter(current, t);
+    if (options.on_step) options.on_step(step, current, local);
+  }
+  if (options.plan_out) *options.plan_out = plan;
+  // The plan ends at the requested placements (normalised); the result keeps them as the user wrote them.
+  DTensorSpec target = DTensorSpec::Create(mesh, placements, spec_.shape(), spec_.dtype());
+  for (size_t m = 0; m < target.placements().size(); ++m) {
+    DTSIM_CHECK(current.placements()[m] == target.placements()[m].Canonical(), "plan ended at ",
+                ToString(current.placements()), " instead of ", ToString(target.placements()));
+  }
+  return MakeDTensor(std::move(target), std::move(local), collectives_);
+}
+
+at::Tensor DTensor::FullTensor() const {
+  DTensor replicated = Redistribute(mesh(), Placements(mesh().ndim(), Placement::Replicate()));
+  const at::Tensor& local = replicated.to_local();
+  if (!IsLocalTensor(local)) return local;
+  const std::vector<int64_t> ranks = LocalRanks(local);
+  at::Tensor first = LocalShard(local, ranks.front());
+  for (int64_t rank : ranks) {
+    DTSIM_CHECK(at::equal(LocalShard(local, rank), first), "full_tensor: rank ", rank, " disagrees with rank ",
+                ranks.front());
+  }
+  return first;
+}
+
+DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const Placements& placements,
+                         std::optional<int64_t> src_data_rank, std::shared_ptr<Collectives> collectives) {
+  if (!collectives) collectives = DefaultCollectives();
+  if (placements.size() != static_cast<size_t>(mesh.ndim())) {
+    throw InputError("placements", StrCat(placements.size(), " placements ", ToString(placements), " for ",
+                                          mesh.ToString(), " of ", mesh.ndim(), " dims"));
+  }
+  CheckNoMixedPartials(placements, "placements");
+  MeshView view(mesh);
+  if (src_data_rank && (*src_data_rank < 0)) {
+    throw InputError("src_data_rank", StrCat(*src_data_rank, " is negative"));
+  }
+  at::Tensor local = IsLocalTensor(tensor) ? tensor
+                                           : MakeLocalTensor(view.ranks(), [&](int64_t) { return tensor; });
+  const at::Tensor first = LocalShard(local, LocalRanks(local).front());
+  const std::vector<int64_t> shape = ShapeOf(first);
+  DTensorSpec spec = DTensorSpec::Create(mesh, placements, shape, FromScalarType(first.scalar_type()));
+  // Apply the placements left to right, each from the replicated state of its mesh dim.
+  DTensorSpec current = DTensorSpec::Create(mesh, Placements(mesh.ndim(), Placement::Replicate()), shape);
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    const Placement& p = spec.placements()[m];
+    if (src_data_rank) {
+      if (*src_data_rank >= mesh.size(m)) {
+        throw InputError("src_data_rank", StrCat(*src_data_rank, " is outside mesh dim ", mesh.DimLabel(m),
+                                                 " of size ", mesh.size(m)));
+      }
+      if (mesh.size(m) > 1) local = collectives->Broadcast(local, view.Groups(m), *src_data_rank);
+    }
+    if (p.is_replicate()) continue;
+    Transition t{m, Placement::Replicate(), p};
+    local = ApplyTransition(local, current, t, *collectives);
+    current = SpecAfter(current, t);
+  }
+  return MakeDTensor(std::move(spec), std::move(local), std::move(collectives));
+}
+
+DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Placements& placements) {
+  const DeviceMesh& a = tensor.mesh();
+  if (&a.root() != &a && !(a.root() == mesh.root())) {
+    throw InputError("mesh", StrCat(mesh.ToString(), " and the DTensor's ", a.ToString(),
+                                    " are not submeshes of the same root mesh"));
+  }
+  if (!(a.root() == mesh.root())) {
+    throw InputError("mesh", StrCat(mesh.ToString(), " and the DTensor's ", a.ToString(),
+                                    " are not submeshes of the same root mesh"));
+  }
+  if (mesh.is_root() && a.is_root()) {
+    throw InputError("mesh", StrCat("the DTensor already lives on ", a.ToString(),
+                                    "; use Redistribute to change its placements"));
+  }
+  if (placements.size() != static_cast<size_t>(mesh.ndim())) {
+    throw InputError("placements", StrCat(placements.size(), " placements ", ToString(placements), " for ",
+                                          mesh.ToString(), " of ", mesh.ndim(), " dims"));
+  }
+  const DeviceMesh& root = a.is_root() ? a : a.root();
+  // Root dims of each side, in application (time) order: first the DTensor's, then the new ones.
+  std::vector<int64_t> time_dims;
+  Placements time_placements = tensor.placements();
+  for (const auto& dims : a.root_dims()) {
+    if (dims.size() != 1) throw InputError("mesh", StrCat(a.ToString(), " is flattened; give a plain submesh"));
+    time_dims.push_back(dims[0]);
+  }
+  for (size_t i = 0; i < mesh.root_dims().size(); ++i) {
+    const auto& dims = mesh.root_dims()[i];
+    if (dims.size() != 1) throw InputError("mesh", StrCat(mesh.ToString(), " is flattened; give a plain submesh"));
+    if (std::find(time_dims.begin(), time_dims.end(), dims[0]) != time_dims.end()) {
+      throw InputError("mesh", StrCat("mesh dim ", root.DimLabel(dims[0]), " of ", mesh.ToString(),
+                                      " is already used by the DTensor on ", a.ToString()));
+    }
+    time_dims.push_back(dims[0]);
+    time_placements.push_back(placements[i].Normalized(static_cast<int64_t>(tensor.shape().size())));
+  }
+  CheckNoMixedPartials(time_placements, "placements");
+  // The combined mesh: the root's submesh over the used dims, in root order.
+  std::vector<int64_t> sorted = time_dims;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> names;
+  for (int64_t d : sorted) names.push_back(root.DimLabel(d));
+  DeviceMesh combined = static_cast<int64_t>(sorted.size()) == root.ndim() && root.names().size() == sorted.size()
+                            ? root
+                            : root.Submesh(names, root.ranks().front());
+  // Placements in mesh order: S(d) where the time order agrees, _S(d, k) where mesh dims later in mesh order shard
+  // the same tensor dim earlier in time (k = product of their sizes).
+  Placements combined_placements;
+  for (int64_t d : sorted) {
+    size_t t = std::find(time_dims.begin(), time_dims.end(), d) - time_dims.begin();
+    Placement p = time_placements[t];
+    if (p.is_shard()) {
+      int64_t k = 1;
+      for (size_t u = 0; u < t; ++u) {
+        if (time_dims[u] > d && time_placements[u].is_shard_like() && time_placements[u].dim() == p.dim()) {
+          k *= root.size(time_dims[u]);
+        }
+      }
+      if (k > 1) p = Placement::StridedShard(p.dim(), k);
+    }
+    combined_placements.push_back(p);
+  }
+  DTensorSpec spec = DTensorSpec::Create(combined, combined_placements, tensor.shape(), tensor.spec().dtype());
+  // New local data: each rank splits its shard by the new placements over the new mesh's dims, in order.
+  MeshView new_view(mesh);
+  DTensorSpec current = DTensorSpec::Create(mesh, Placements(mesh.ndim(), Placement::Replicate()),
+                                            ShardShape(tensor.to_local(), LocalRanks(tensor.to_local()).front()));
+  at::Tensor local = tensor.to_local();
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    const Placement& p = placements[m];
+    if (p.is_replicate()) continue;
+    if (p.is_partial() || p.is_shard_like()) {
+      // Split each rank's own shard (shapes may differ per rank, so split per rank, not via a shared spec).
+      local = MapShards(local, [&](int64_t rank, const at::Tensor& s) {
+        const int64_t n = mesh.size(m);
+        const int64_t c = new_view.Coordinate(rank)[m];
+        if (p.is_partial()) {
+          if (p.reduce_op() == ReduceOp::kSum) return at::div(s, n);
+          if (p.reduce_op() == ReduceOp::kAvg || p.reduce_op() == ReduceOp::kMin || p.reduce_op() == ReduceOp::kMax) {
+            return s;
+          }
+          throw InputError("placements", StrCat("Replicate to ", p.ToString(), " is not supported"));
+        }
+        const int64_t d = p.Normalized(s.dim()).dim();
+        std::vector<Interval> mine = ShardIndices(p.Normalized(s.dim()), s.size(d), n, c);
+        std::vector<at::Tensor> pieces;
+        for (const Interval& v : mine) pieces.push_back(s.narrow(d, v.lo, v.size()));
+        if (pieces.empty()) return s.narrow(d, 0, 0).clone();
+        return pieces.size() == 1 ? pieces[0].clone() : at::cat(pieces, d);
+      });
+    }
+  }
+  (void)current;
+  // Check that the placements describe what every rank now holds.
+  MeshView combined_view(combined);
+  DeviceMesh time_mesh = DeviceMesh::Create([&] {
+    std::vector<int64_t> s;
+    for (int64_t d : time_dims) s.push_back(root.size(d));
+    return s;
+  }());
+  for (int64_t rank : combined_view.ranks()) {
+    std::vector<int64_t> root_coord = root.GetCoordinate(rank);
+    std::vector<int64_t> time_coord;
+    for (int64_t d : time_dims) time_coord.push_back(root_coord[d]);
+    RankLayout truth = ComputeRankLayout(tensor.shape(), time_mesh.shape(), time_coord, time_placements, rank);
+    RankLayout described = spec.LayoutOfRank(rank);
+    if (truth.intervals != described.intervals) {
+      throw InputError("placements", StrCat("sharding ", tensor.spec().ToString(), " further with ",
+                                            ToString(placements), " on ", mesh.ToString(),
+                                            " gives rank ", rank, " a region that no placements on ",
+                                            combined.ToString(), " describe (tried ", ToString(combined_placements),
+                                            ")"));
+    }
+  }
+  return MakeDTensor(std::move(spec), std::move(local), tensor.collectives_ptr());
+}
+
+}  // namespace dtsim

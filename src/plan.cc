@@ -1,0 +1,118 @@
+// Plan and PlanStep: JSON and text forms (see include/dtsim/plan.h).
+#include "dtsim/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dtsim/mesh.h"
+
+namespace dtsim {
+namespace {
+
+std::string Label(const std::vector<std::string>& labels, int64_t mesh_dim) {
+  if (mesh_dim >= 0 && mesh_dim < static_cast<int64_t>(labels.size())) return labels[mesh_dim];
+  return std::to_string(mesh_dim);
+}
+
+// "tp(1)" for a named mesh dim, "dim 1" for an unnamed one.
+std::string DimText(const std::vector<std::string>& labels, int64_t mesh_dim) {
+  std::string label = Label(labels, mesh_dim);
+  if (label == std::to_string(mesh_dim)) return "dim " + label;
+  return label + "(" + std::to_string(mesh_dim) + ")";
+}
+
+// "80" when every rank agrees, "0..80" otherwise, "0" for an empty list.
+std::string RangeText(const std::vector<int64_t>& values) {
+  if (values.empty()) return "0";
+  auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  if (*lo == *hi) return std::to_string(*lo);
+  return std::to_string(*lo) + ".." + std::to_string(*hi);
+}
+
+// "[[0, 1], [2, 3]]"; more than 4 groups print the first two and a count: "[[0, 4], [1, 5], … 16 groups]".
+std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
+  if (groups.empty()) return "-";
+  const size_t shown = groups.size() > 4 ? 2 : groups.size();
+  std::string out = "[";
+  for (size_t i = 0; i < shown; ++i) {
+    if (i) out += ", ";
+    out += IntListToString(groups[i]);
+  }
+  if (shown < groups.size()) out += ", … " + std::to_string(groups.size()) + " groups";
+  return out + "]";
+}
+
+std::string Us(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f", us);
+  return buf;
+}
+
+}  // namespace
+
+bool PlanStep::communicates() const {
+  return collective == collective::kAllGather || collective == collective::kReduceScatter ||
+         collective == collective::kAllReduce || collective == collective::kAllToAll;
+}
+
+int64_t Plan::num_collectives() const {
+  return std::count_if(steps.begin(), steps.end(), [](const PlanStep& s) { return s.communicates(); });
+}
+
+nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh_dim_labels) {
+  return {
+      {"mesh_dim", step.mesh_dim},
+      {"mesh_dim_name", Label(mesh_dim_labels, step.mesh_dim)},
+      {"from", step.from.ToString()},
+      {"to", step.to.ToString()},
+      {"collective", step.collective},
+      {"then_local_split", step.then_local_split},
+      {"groups", step.groups},
+      {"bytes_per_rank", step.bytes_sent_per_rank},
+      {"bytes_received_per_rank", step.bytes_received_per_rank},
+      {"logical_shape_per_rank", step.logical_shape_per_rank},
+      {"placements_before", ToString(step.placements_before)},
+      {"placements_after", ToString(step.placements_after)},
+      {"est_us", step.est_us},
+      {"peak_extra_bytes_per_rank", step.peak_extra_bytes_per_rank},
+  };
+}
+
+nlohmann::json ToJson(const Plan& plan) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const PlanStep& s : plan.steps) steps.push_back(ToJson(s, plan.mesh_dim_labels));
+  return {
+      {"plan", steps},
+      {"planner", plan.planner},
+      {"total_est_us", plan.total_est_us},
+      {"num_collectives", plan.num_collectives()},
+      {"mesh", plan.mesh},
+      {"from", ToString(plan.src)},
+      {"to", ToString(plan.dst)},
+      {"shape", plan.shape},
+      {"dtype", plan.dtype},
+      {"note", plan.note},
+  };
+}
+
+std::string Explain(const Plan& plan) {
+  std::ostringstream out;
+  out << plan.mesh << " shape=" << IntListToString(plan.shape) << " " << plan.dtype << ": " << ToString(plan.src)
+      << " → " << ToString(plan.dst) << "  (planner " << plan.planner << ")\n";
+  if (!plan.note.empty()) out << "  note: " << plan.note << "\n";
+  if (plan.steps.empty()) out << "  nothing to do\n";
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& s = plan.steps[i];
+    out << "  step " << (i + 1) << "  " << DimText(plan.mesh_dim_labels, s.mesh_dim) << ": " << s.from.ToString() << " → " << s.to.ToString() << "  " << s.collective
+        << (s.then_local_split ? "+local_split" : "") << "  groups " << GroupsText(s.groups) << "  bytes/rank "
+        << RangeText(s.bytes_sent_per_rank) << "  est " << Us(s.est_us) << " us\n";
+  }
+  out << "  total: " << plan.steps.size() << " step" << (plan.steps.size() == 1 ? "" : "s") << ", "
+      << plan.num_collectives() << " collective" << (plan.num_collectives() == 1 ? "" : "s") << ", est "
+      << Us(plan.total_est_us) << " us\n";
+  return out.str();
+}
+
+}  // namespace dtsim

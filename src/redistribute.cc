@@ -1,0 +1,258 @@
+// The redistribution executor (see the table in include/dtsim/redistribute.h).
+#include "dtsim/redistribute.h"
+
+#include <ATen/ATen.h>
+
+#include "dtsim/dtensor.h"
+#include "dtsim/error.h"
+#include "dtsim/local_tensor.h"
+#include "dtsim/planner.h"
+
+namespace dtsim {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Pads `t` with zeros at the end of `dim` up to `size` (no copy when already that size).
+at::Tensor PadTo(const at::Tensor& t, int64_t dim, int64_t size) {
+  const int64_t have = t.size(dim);
+  DTSIM_CHECK(have <= size, "pad ", have, " to ", size);
+  if (have == size) return t.contiguous();
+  std::vector<int64_t> pad(2 * t.dim(), 0);
+  pad[2 * (t.dim() - 1 - dim) + 1] = size - have;
+  return at::constant_pad_nd(t, pad, 0);
+}
+
+// The rank's local shape at `mesh_dim`: the shape left by the shard-like placements of the mesh dims before it.
+std::vector<int64_t> LogicalShape(const DTensorSpec& spec, int64_t mesh_dim, const std::vector<int64_t>& coordinate) {
+  Placements before = spec.placements();
+  for (size_t m = mesh_dim; m < before.size(); ++m) before[m] = Placement::Replicate();
+  return ComputeRankLayout(spec.shape(), spec.mesh().shape(), coordinate, before).local_shape;
+}
+
+// The global-to-local index list (relative to the current extent) of a shard-like placement, as a 1-D int64 tensor.
+at::Tensor IndexTensor(const std::vector<Interval>& intervals) {
+  int64_t count = 0;
+  for (const Interval& v : intervals) count += v.size();
+  at::Tensor index = at::empty({count}, at::kLong);
+  int64_t* p = index.data_ptr<int64_t>();
+  for (const Interval& v : intervals) {
+    for (int64_t i = v.lo; i < v.hi; ++i) *p++ = i;
+  }
+  return index;
+}
+
+class Executor {
+ public:
+  Executor(const DTensorSpec& spec, const Transition& t, Collectives& collectives)
+      : spec_(spec), t_(t), view_(spec.mesh()), collectives_(collectives), n_(spec.mesh().size(t.mesh_dim)) {}
+
+  at::Tensor Run(const at::Tensor& x) {
+    const Placement& from = t_.from;
+    const Placement& to = t_.to;
+    if (from == to || n_ == 1) return x;
+    if (to.is_partial()) {
+      if (from.is_replicate()) return ReplicateToPartial(x, to.reduce_op());
+      if (from.is_partial()) {
+        throw InputError("placements", StrCat("redistributing from ", from.ToString(), " to ", to.ToString(),
+                                              " on mesh dim ", t_.mesh_dim, " is not supported: one partial type "
+                                              "cannot become another"));
+      }
+      throw InputError("placements", StrCat("redistributing from ", from.ToString(), " to ", to.ToString(),
+                                            " on mesh dim ", t_.mesh_dim, " is not supported"));
+    }
+    if (to.is_replicate()) {
+      if (from.is_partial()) return collectives_.AllReduce(x, Groups(), from.reduce_op());
+      if (from.is_shard()) return ShardToReplicate(x, from.dim());
+      return StridedToReplicate(x, from);
+    }
+    if (to.is_shard()) {
+      if (from.is_partial()) return PartialToShard(x, from.reduce_op(), to.dim());
+      if (from.is_replicate()) return ReplicateToShardLike(x, to);
+      if (from.is_shard()) return ShardToShard(x, from.dim(), to.dim());
+      return ReplicateToShardLike(StridedToReplicate(x, from), to);
+    }
+    // to is a strided shard
+    if (from.is_partial()) return ReplicateToShardLike(collectives_.AllReduce(x, Groups(), from.reduce_op()), to);
+    if (from.is_replicate()) return ReplicateToShardLike(x, to);
+    if (from.is_shard()) return ReplicateToShardLike(ShardToReplicate(x, from.dim()), to);
+    return ReplicateToShardLike(StridedToReplicate(x, from), to);
+  }
+
+ private:
+  GroupSet Groups() const { return view_.Groups(t_.mesh_dim); }
+  std::vector<int64_t> Coordinate(int64_t rank) const { return view_.Coordinate(rank); }
+  int64_t Logical(int64_t rank, int64_t dim) const { return LogicalShape(spec_, t_.mesh_dim, Coordinate(rank))[dim]; }
+  int64_t MyChunk(int64_t rank) const { return Coordinate(rank)[t_.mesh_dim]; }
+
+  at::Tensor ShardToReplicate(const at::Tensor& x, int64_t d) {
+    at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
+      return PadTo(s, d, CeilDiv(Logical(rank, d), n_));
+    });
+    at::Tensor gathered = collectives_.AllGather(padded, Groups(), d);
+    return MapShards(gathered, [&](int64_t rank, const at::Tensor& g) {
+      return g.narrow(d, 0, Logical(rank, d)).contiguous();
+    });
+  }
+
+  at::Tensor ShardToShard(const at::Tensor& x, int64_t old_dim, int64_t new_dim) {
+    at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
+      at::Tensor p = PadTo(s, old_dim, CeilDiv(Logical(rank, old_dim), n_));
+      return PadTo(p, new_dim, n_ * CeilDiv(Logical(rank, new_dim), n_));
+    });
+    at::Tensor exchanged = collectives_.AllToAll(padded, Groups(), new_dim, old_dim);
+    return MapShards(exchanged, [&](int64_t rank, const at::Tensor& e) {
+      const int64_t old_size = Logical(rank, old_dim);
+      const int64_t new_size = ChunkRange(Logical(rank, new_dim), n_, MyChunk(rank)).size();
+      return e.narrow(old_dim, 0, old_size).narrow(new_dim, 0, new_size).contiguous();
+    });
+  }
+
+  at::Tensor ReplicateToShardLike(const at::Tensor& x, const Placement& to) {
+    return MapShards(x, [&](int64_t rank, const at::Tensor& s) {
+      const int64_t d = to.dim();
+      std::vector<Interval> mine = ShardIndices(to, s.size(d), n_, MyChunk(rank));
+      if (mine.size() == 1 || mine.empty()) {
+        const Interval v = mine.empty() ? Interval{0, 0} : mine[0];
+        return s.narrow(d, v.lo, v.size()).clone(at::MemoryFormat::Contiguous);
+      }
+      return at::index_select(s, d, IndexTensor(mine)).contiguous();
+    });
+  }
+
+  at::Tensor PartialToShard(const at::Tensor& x, ReduceOp op, int64_t d) {
+    at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
+      return PadTo(s, d, n_ * CeilDiv(s.size(d), n_));
+    });
+    // Every rank of a group holds the same logical size; remember it per rank before the sizes change.
+    at::Tensor scattered = collectives_.ReduceScatter(padded, Groups(), op, d);
+    return MapShards(scattered, [&](int64_t rank, const at::Tensor& s) {
+      const int64_t size = ChunkRange(Logical(rank, d), n_, MyChunk(rank)).size();
+      return s.narrow(d, 0, size).contiguous();
+    });
+  }
+
+  at::Tensor ReplicateToPartial(const at::Tensor& x, ReduceOp op) {
+    switch (op) {
+      case ReduceOp::kSum:
+        return MapShards(x, [&](int64_t, const at::Tensor& s) { return at::div(s, n_); });
+      case ReduceOp::kAvg:
+      case ReduceOp::kMin:
+      case ReduceOp::kMax:
+        return x;
+      default:
+        throw InputError("placements", StrCat("Replicate to P(", ToString(op), ") is not supported: no value ",
+                                              "splits into ", n_, " parts whose ", ToString(op), " is the original"));
+    }
+  }
+
+  at::Tensor StridedToReplicate(const at::Tensor& x, const Placement& from) {
+    const int64_t d = from.dim();
+    at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
+      const int64_t largest = ShardSize(from, Logical(rank, d), 0);
+      return PadTo(s, d, largest);
+    });
+    at::Tensor gathered = collectives_.AllGather(padded, Groups(), d);
+    return MapShards(gathered, [&](int64_t rank, const at::Tensor& g) {
+      const int64_t length = Logical(rank, d);
+      const int64_t largest = ShardSize(from, length, 0);
+      // position in `g` of every global index: rank r's k-th element sits at r * largest + k.
+      at::Tensor select = at::empty({length}, at::kLong);
+      int64_t* p = select.data_ptr<int64_t>();
+      for (int64_t r = 0; r < n_; ++r) {
+        int64_t k = 0;
+        for (const Interval& v : ShardIndices(from, length, n_, r)) {
+          for (int64_t i = v.lo; i < v.hi; ++i) p[i] = r * largest + k++;
+        }
+      }
+      return at::index_select(g, d, select).contiguous();
+    });
+  }
+
+  int64_t ShardSize(const Placement& p, int64_t length, int64_t r) const {
+    int64_t size = 0;
+    for (const Interval& v : ShardIndices(p, length, n_, r)) size += v.size();
+    return size;
+  }
+
+  const DTensorSpec& spec_;
+  const Transition& t_;
+  MeshView view_;
+  Collectives& collectives_;
+  const int64_t n_;
+};
+
+}  // namespace
+
+at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, const Transition& t,
+                           Collectives& collectives) {
+  DTSIM_CHECK(t.mesh_dim >= 0 && t.mesh_dim < current.mesh().ndim(), "mesh dim ", t.mesh_dim);
+  DTSIM_CHECK(current.placements()[t.mesh_dim] == t.from, "transition from ", t.from.ToString(), " but the spec has ",
+              current.placements()[t.mesh_dim].ToString());
+  if (auto why = WhyNotExecutable(current, t)) DTSIM_CHECK(false, *why);
+  return Executor(current, t, collectives).Run(local);
+}
+
+std::optional<std::string> WhyNotExecutable(const DTensorSpec& current, const Transition& t) {
+  if (t.from == t.to || current.mesh().size(t.mesh_dim) == 1) return std::nullopt;
+  std::vector<int64_t> touched;
+  if (t.from.is_shard_like()) touched.push_back(t.from.dim());
+  if (t.to.is_shard_like()) touched.push_back(t.to.dim());
+  for (int64_t j = t.mesh_dim + 1; j < current.mesh().ndim(); ++j) {
+    const Placement& inner = current.placements()[j];
+    if (!inner.is_shard_like() || current.mesh().size(j) == 1) continue;
+    for (int64_t d : touched) {
+      if (inner.dim() == d) {
+        return StrCat("mesh dim ", t.mesh_dim, " changes ", t.from.ToString(), " -> ", t.to.ToString(),
+                      " while mesh dim ", j, " still shards tensor dim ", d, " with ", inner.ToString());
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Plan PlanViaReplicate(const DTensorSpec& src, const Placements& dst) {
+  const Placements target = ValidateRedistribute(src, dst);
+  const CostModel model;
+  const DeviceMesh& mesh = src.mesh();
+  Placements current;
+  for (const Placement& p : src.placements()) current.push_back(p.Canonical());
+  Plan plan;
+  plan.planner = "via-replicate";
+  plan.mesh = mesh.ToString();
+  for (int64_t m = 0; m < mesh.ndim(); ++m) plan.mesh_dim_labels.push_back(mesh.DimLabel(m));
+  plan.src = current;
+  plan.dst = target;
+  plan.shape = src.shape();
+  plan.dtype = ToString(src.dtype());
+  auto add = [&](int64_t m, const Placement& to) {
+    DTensorSpec spec = DTensorSpec::Create(mesh, current, src.shape(), src.dtype());
+    std::vector<std::vector<int64_t>> logical;
+    for (int64_t rank : mesh.ranks()) logical.push_back(LogicalShape(spec, m, mesh.GetCoordinate(rank)));
+    PlanStep step = BuildStep(src, current, m, to, logical, model);
+    plan.total_est_us += step.est_us;
+    plan.steps.push_back(std::move(step));
+    current[m] = to;
+  };
+  auto prefix_matches = [&](int64_t m) {
+    for (int64_t k = 0; k <= m; ++k) {
+      if (current[k] != target[k]) return false;
+    }
+    return true;
+  };
+  for (int64_t m = mesh.ndim() - 1; m >= 0; --m) {
+    if (current[m].is_shard_like() && !prefix_matches(m)) add(m, Placement::Replicate());
+  }
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    if (current[m] != target[m]) add(m, target[m]);
+  }
+  return plan;
+}
+
+DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t) {
+  Placements next = current.placements();
+  next[t.mesh_dim] = t.to;
+  return DTensorSpec::Create(current.mesh(), next, current.shape(), current.dtype());
+}
+
+}  // namespace dtsim

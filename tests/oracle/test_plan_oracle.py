@@ -1,0 +1,198 @@
+"""Oracle test: `dtsim plan --planner greedy` gives upstream PyTorch's redistribution plan.
+
+For thousands of random cases (meshes of 1-3 dims up to 16 ranks and some of 64, uneven shapes including dims smaller
+than the mesh and 0, placements S / R / P(sum, avg, min, max) / _S, negative and out-of-range shard dims, mixed
+Partial kinds, wrong placement counts, targets that introduce a Partial) upstream is asked twice:
+
+  * refusal — the public API: DTensor.from_local(rank 0's local tensor) then .redistribute(mesh, to) under a fake
+    process group. A case upstream refuses must be refused by dtsim, and a case upstream accepts must be planned.
+  * the plan — torch.distributed.tensor._redistribute._gen_transform_infos_non_cached on DTensorSpecs of the same
+    mesh, under LocalTensorMode so that every rank's logical shape comes back: dtsim's (mesh_dim, from, to) list and
+    every rank's logical shape must equal upstream's. Upstream plans cases with _StridedShard with its graph-based
+    planner (normalised placements plus a shard order); those are compared where dtsim claims to match (see
+    docs/planner.md) and otherwise only checked for refusal agreement and counted.
+
+One fake process group and one mesh per mesh shape, all cases in one dtsim --batch process.
+"""
+import collections
+import math
+import time
+
+import torch
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._redistribute import _gen_transform_infos_non_cached, clear_redistribute_planner_cache
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+
+import upstream
+
+import os
+NUM_CASES = int(os.environ.get("DTSIM_PLAN_ORACLE_CASES", "3200"))
+OPS = ["sum", "avg", "min", "max"]
+
+
+def random_case(rng):
+    mesh = upstream.random_mesh_shape(rng, 64 if rng.random() < 0.1 else 16)
+    shape = upstream.random_shape(rng, mesh)
+    ndim = len(shape)
+    op = rng.choice(OPS)
+    mixed = rng.random() < 0.08
+    strided = rng.random() < 0.15
+    src = [upstream.random_placement(rng, ndim, allow_strided=strided, partial_op=None if mixed else op) for _ in mesh]
+    # random_placement draws P ops from all of upstream's ops when partial_op is None; keep ours.
+    src = [f"P({rng.choice(OPS)})" if p.startswith("P") and mixed else p for p in src]
+    dst = []
+    for p in src:
+        r = rng.random()
+        if p.startswith("P") and r < 0.4:
+            dst.append(p)  # keep the Partial (allowed)
+        elif r < 0.04:
+            dst.append(f"P({op})")  # introduce a Partial (refused unless equal)
+        else:
+            dst.append(upstream.random_placement(rng, ndim, allow_partial=False, allow_strided=strided))
+    r = rng.random()
+    if r < 0.02:
+        dst.append("R")  # one placement too many
+    elif r < 0.04 and len(dst) > 1:
+        dst.pop()  # one too few
+    elif r < 0.06:
+        dst[rng.randrange(len(dst))] = f"S({ndim + rng.randint(0, 1)})"  # shard dim out of range
+    return {"mesh": mesh, "shape": shape, "from": ",".join(src), "to": ",".join(dst), "src": src, "dst": dst}
+
+
+def structurally_invalid(case):
+    """True if the case breaks a rule dtsim checks up front whatever the mesh: one placement per mesh dim, shard dims
+    within [-ndim, ndim). Upstream only notices these when a collective runs (so not on a 1-rank mesh)."""
+    ndim = len(case["shape"])
+    if len(case["src"]) != len(case["mesh"]) or len(case["dst"]) != len(case["mesh"]):
+        return True
+    for t in case["src"] + case["dst"]:
+        p = upstream.to_upstream(t)
+        if isinstance(p, (Shard, _StridedShard)) and not -ndim <= p.dim < ndim:
+            return True
+    return False
+
+
+def normalised(texts, ndim):
+    out = []
+    for t in texts:
+        p = upstream.to_upstream(t)
+        if isinstance(p, _StridedShard) and p.dim < 0:
+            p = _StridedShard(p.dim + ndim, split_factor=p.split_factor)
+        elif isinstance(p, Shard) and p.dim < 0:
+            p = Shard(p.dim + ndim)
+        out.append(p)
+    return out
+
+
+def text_of(p):
+    if isinstance(p, _StridedShard):
+        return f"_S({p.dim},{p.split_factor})"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Replicate):
+        return "R"
+    if isinstance(p, Partial):
+        return f"P({p.reduce_op})"
+    raise ValueError(p)
+
+
+def contiguous_stride(shape):
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def upstream_refusal(mesh, case):
+    """None if upstream's DTensor.redistribute accepts the case, else the exception text. The source placements go in
+    with negative dims normalised: DTensor.redistribute normalises the target's, but from_local does not normalise a
+    negative _StridedShard dim and then crashes with an IndexError; dtsim normalises both (oracle README fact 9)."""
+    try:
+        src = normalised(case["src"], len(case["shape"]))
+        dst = [upstream.to_upstream(t) for t in case["dst"]]
+        local_shape, _ = compute_local_shape_and_global_offset(case["shape"], mesh, src)
+        local = torch.empty(tuple(local_shape))
+        dt = DTensor.from_local(local, mesh, src, run_check=False, shape=torch.Size(case["shape"]),
+                                stride=contiguous_stride(case["shape"]))
+        dt.redistribute(mesh, dst)
+        return None
+    except Exception as e:  # noqa: BLE001  any refusal counts; the text is kept for the failure message
+        return f"{type(e).__name__}: {e}"
+
+
+def upstream_plan(mesh, case, world):
+    """Upstream's transform infos: [(mesh_dim, from, to, [logical shape of rank r for r in range(world)])]."""
+    ndim = len(case["shape"])
+    meta = TensorMeta(torch.Size(case["shape"]), contiguous_stride(case["shape"]), torch.float32)
+    src = DTensorSpec(mesh, tuple(normalised(case["src"], ndim)), tensor_meta=meta)
+    dst = DTensorSpec(mesh, tuple(normalised(case["dst"], ndim)), tensor_meta=meta)
+    clear_redistribute_planner_cache()  # the planner caches state across calls (strided targets, partial ops)
+    with LocalTensorMode(world):
+        infos = _gen_transform_infos_non_cached(src, dst)
+    out = []
+    for info in infos:
+        a, b = info.src_dst_placements
+        logical = [[upstream.per_rank(v, r) for v in info.logical_shape] for r in range(world)]
+        out.append((info.mesh_dim, text_of(a), text_of(b), logical))
+    return out
+
+
+def has_strided(case):
+    return "_S(" in case["from"] or "_S(" in case["to"]
+
+
+def test_greedy_plan_matches_upstream():
+    start = time.time()
+    rng = upstream.new_rng(4242)
+    cases = [random_case(rng) for _ in range(NUM_CASES)]
+    results = upstream.run_batch("plan", [{"mesh": c["mesh"], "shape": c["shape"], "from": c["from"], "to": c["to"],
+                                           "planner": "greedy"} for c in cases])
+    dtsim_seconds = time.time() - start
+
+    by_mesh = collections.defaultdict(list)
+    for i, c in enumerate(cases):
+        by_mesh[tuple(c["mesh"])].append(i)
+    counts = collections.Counter()
+    failures = []
+    for mesh_shape, indices in sorted(by_mesh.items()):
+        world = math.prod(mesh_shape)
+        with upstream.fake_world(world):
+            mesh = init_device_mesh("cpu", mesh_shape)
+            for i in indices:
+                case, got = cases[i], results[i]
+                refused = upstream_refusal(mesh, case)
+                if refused is None and "error" in got and structurally_invalid(case):
+                    counts["dtsim stricter (placement count / shard dim out of range)"] += 1
+                    continue
+                if refused is not None or "error" in got:
+                    if (refused is None) != ("error" not in got):
+                        failures.append(("refusal differs", case, refused, got.get("error")))
+                    counts["both refused" if refused is not None else "refusal differs"] += 1
+                    continue
+                want = upstream_plan(mesh, case, world)
+                mine = [(s["mesh_dim"], s["from"], s["to"], s["logical_shape_per_rank"]) for s in got["plan"]]
+                for s in got["plan"]:  # a mesh dim of size 1 never communicates
+                    if mesh_shape[s["mesh_dim"]] == 1 and s["collective"] != "none":
+                        failures.append(("size-1 mesh dim communicates", case, s))
+                if has_strided(case):
+                    counts["strided (graph-based upstream)"] += 1
+                    if [w[:3] for w in want] == [m[:3] for m in mine]:
+                        counts["strided, same transitions"] += 1
+                    continue
+                counts["compared"] += 1
+                if [w[:3] for w in want] != [m[:3] for m in mine]:
+                    failures.append(("transitions differ", case, [w[:3] for w in want], [m[:3] for m in mine]))
+                elif [w[3] for w in want] != [m[3] for m in mine]:
+                    failures.append(("logical shapes differ", case, want, mine))
+                else:
+                    counts["logical shapes compared"] += sum(1 for _ in want)
+    elapsed = time.time() - start
+    print(f"\n{NUM_CASES} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
+    assert not failures, f"{len(failures)} mismatches, first 5:\n" + "\n".join(map(repr, failures[:5]))
+    assert counts["compared"] >= 0.6 * NUM_CASES, counts
+    assert counts["both refused"] >= 0.04 * NUM_CASES, counts
