@@ -438,7 +438,10 @@ std::string IValueText(const c10::IValue& v) {
                                               "); a LocalTensor op can only return it when every rank agrees"));
 }
 
+void FlushPending();
+
 void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  FlushPending();
   const c10::FunctionSchema& schema = op.schema();
   const OpInfo& info = GetOpInfo(op);
   const size_t n_args = schema.arguments().size();
@@ -661,24 +664,71 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
 
 }  // namespace
 
+// Registration of the per-rank kernel. Operators defined after the first registration (a library loaded later, a
+// custom op) are seen by a registration listener, which only records their names: it runs under the dispatcher's
+// lock, so they are registered at the next EnsureLocalTensorDispatch() (every MakeLocalTensor / wrap) or kernel call.
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<c10::RegistrationHandleRAII> handles;  // kept for the life of the process
+  std::vector<c10::OperatorName> pending;
+  std::atomic<bool> has_pending{false};
+};
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+void RegisterOp(Registry& reg, const c10::OperatorName& name) {
+  auto& d = c10::Dispatcher::singleton();
+  auto handle = d.findOp(name);
+  if (!handle || !handle->hasSchema()) return;
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return;  // c10d::* and our own
+  reg.handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                       c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(), std::nullopt,
+                                       nullptr, "dtsim LocalTensor per-rank kernel"));
+}
+
+class LateOpListener : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    Registry& reg = GetRegistry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    reg.pending.push_back(op.operator_name());
+    reg.has_pending.store(true);
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+};
+
+void FlushPending() {
+  Registry& reg = GetRegistry();
+  if (!reg.has_pending.load(std::memory_order_acquire)) return;
+  std::vector<c10::OperatorName> names;
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    names.swap(reg.pending);
+    reg.has_pending.store(false);
+  }
+  for (const auto& name : names) RegisterOp(reg, name);
+}
+
+}  // namespace
+
 void EnsureLocalTensorDispatch() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& d = c10::Dispatcher::singleton();
-    // Handles are kept for the life of the process (never deregistered).
-    auto* handles = new std::vector<c10::RegistrationHandleRAII>();
-    handles->push_back(d.registerFallback(c10::DispatchKey::PrivateUse1,
-                                          c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
-                                          "dtsim LocalTensor fallback"));
-    for (const c10::OperatorName& name : d.getAllOpNames()) {
-      auto handle = d.findOp(name);
-      if (!handle || !handle->hasSchema()) continue;
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-      handles->push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
-                                        c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(), std::nullopt,
-                                        nullptr, "dtsim LocalTensor per-rank kernel"));
-    }
+    Registry& reg = GetRegistry();
+    reg.handles.push_back(d.registerFallback(c10::DispatchKey::PrivateUse1,
+                                             c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
+                                             "dtsim LocalTensor fallback"));
+    for (const c10::OperatorName& name : d.getAllOpNames()) RegisterOp(reg, name);
+    // The listener is first called for every existing op (already registered above: skipped as having a
+    // PrivateUse1 kernel), then for every op defined later.
+    reg.handles.push_back(d.addRegistrationListener(std::make_unique<LateOpListener>()));
   });
+  FlushPending();
 }
 
 }  // namespace internal
