@@ -268,6 +268,16 @@ TEST(LocalTensorTest, ListLengthDifferingPerRankIsAnError) {
   }
 }
 
+TEST(LocalTensorTest, ResultsWithDifferentDimsPerRankAreAnError) {
+  at::Tensor a = Rows({1, 2, 1, 0});
+  try {
+    (void)a.squeeze(0);  // rows 1 squeeze to 1-D, rows 2 and 0 stay 2-D
+    FAIL() << "squeeze giving different dims per rank did not throw";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shards differ in their number of dims: rank 0: [4], rank 1: [2, 4]"));
+  }
+}
+
 TEST(LocalTensorTest, InPlaceReturnsTheSameWrapper) {
   at::Tensor a = Rows({3, 3, 3, 0});
   at::Tensor shard1 = LocalShard(a, 1);
