@@ -20,4 +20,7 @@ int RunRedistribute(const Args& args);
 // dtsim distribute: distributes a tensor step by step over submeshes of one root (TP + FSDP).
 int RunDistribute(const Args& args);
 
+// dtsim trace-diff: where two traces part.
+int RunTraceDiff(const Args& args);
+
 }  // namespace dtsim::cli

@@ -20,6 +20,7 @@ const std::map<std::string, Command>& Commands() {
       {"layout", {&dtsim::cli::RunLayout, "which part of the global tensor every rank holds"}},
       {"plan", {&dtsim::cli::RunPlan, "the steps (collectives, bytes, cost) that redistribute a tensor"}},
       {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
+      {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
   };
   return commands;

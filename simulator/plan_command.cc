@@ -1,7 +1,7 @@
 // dtsim plan: prints the steps that redistribute a tensor from one placement list to another.
 //
 //   dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype float32]
-//              [--planner greedy|min-cost] [--json]
+//              [--planner greedy|graph|min-cost] [--json]
 //   dtsim plan --batch cases.jsonl   one JSON case per line in ({"mesh", "names"?, "shape", "from", "to", "dtype"?,
 //                                    "planner"?}), one JSON plan (or {"error": ...}) per line out
 #include <boost/program_options.hpp>
@@ -27,7 +27,7 @@ struct PlanOptions {
   std::string from;                 // required: "S(0),R"
   std::string to;                   // required: "R,S(1)"
   std::string dtype = "float32";    // element type (bytes per element)
-  std::string planner = "greedy";   // greedy (upstream's default) or min-cost
+  std::string planner = "greedy";   // greedy (upstream's default), graph or min-cost
   bool json = false;                // print one JSON object instead of text
   std::string batch;                // "" = single case; a path or "-" for stdin
 };
@@ -56,7 +56,8 @@ int RunPlan(const Args& args) {
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
       ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type (sizes in bytes)")
-      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's default) or min-cost")
+      ("planner", po::value(&o.planner)->default_value(o.planner),
+       "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
   po::variables_map vm;
@@ -64,7 +65,7 @@ int RunPlan(const Args& args) {
   po::notify(vm);
   if (vm.count("help")) {
     std::cout << "usage: dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" --to \"R,S(1)\" "
-                 "[--planner greedy|min-cost] [--json]\n"
+                 "[--planner greedy|graph|min-cost] [--json]\n"
               << desc;
     return 0;
   }

@@ -67,6 +67,8 @@ nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh
       {"mesh_dim_name", Label(mesh_dim_labels, step.mesh_dim)},
       {"from", step.from.ToString()},
       {"to", step.to.ToString()},
+      {"upstream_from", step.upstream_from.ToString()},
+      {"upstream_to", step.upstream_to.ToString()},
       {"collective", step.collective},
       {"then_local_split", step.then_local_split},
       {"groups", step.groups},
@@ -94,6 +96,7 @@ nlohmann::json ToJson(const Plan& plan) {
       {"shape", plan.shape},
       {"dtype", plan.dtype},
       {"note", plan.note},
+      {"runs_left_to_right", plan.runs_left_to_right},
   };
 }
 
@@ -105,8 +108,13 @@ std::string Explain(const Plan& plan) {
   if (plan.steps.empty()) out << "  nothing to do\n";
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];
-    out << "  step " << (i + 1) << "  " << DimText(plan.mesh_dim_labels, s.mesh_dim) << ": " << s.from.ToString() << " → " << s.to.ToString() << "  " << s.collective
-        << (s.then_local_split ? "+local_split" : "") << "  groups " << GroupsText(s.groups) << "  bytes/rank "
+    out << "  step " << (i + 1) << "  " << DimText(plan.mesh_dim_labels, s.mesh_dim) << ": " << s.from.ToString()
+        << " → " << s.to.ToString() << "  " << s.collective
+        << (s.then_local_split ? "+local_split" : "")
+        << (s.upstream_from != s.from || s.upstream_to != s.to
+                ? " (upstream runs " + s.upstream_from.ToString() + " → " + s.upstream_to.ToString() + ")"
+                : "")
+        << "  groups " << GroupsText(s.groups) << "  bytes/rank "
         << RangeText(s.bytes_sent_per_rank) << "  est " << Us(s.est_us) << " us\n";
   }
   out << "  total: " << plan.steps.size() << " step" << (plan.steps.size() == 1 ? "" : "s") << ", "

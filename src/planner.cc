@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -130,21 +132,22 @@ std::string CollectiveFor(const Placement& from, const Placement& to, bool* then
   return collective::kLocalPartition;
 }
 
-PlanStep BuildStepWith(const DTensorSpec& src, const Placements& before, int64_t mesh_dim, const Placement& to,
-                       const std::vector<std::vector<int64_t>>& logical, const CostModel& model,
-                       const std::vector<std::vector<int64_t>>& coords,
-                       const std::vector<std::vector<int64_t>>& local_shapes) {
+// The step on `mesh_dim` from layout `before` to layout `after` that runs upstream's `from` → `to` transition (for
+// every planner but upstream's graph-based one, from/to are before/after's placements on mesh_dim; the graph-based
+// one runs normalised Shard placements on layouts that _StridedShard encodes).
+PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const Placements& after, int64_t mesh_dim,
+                       const Placement& from, const Placement& to, const std::vector<std::vector<int64_t>>& logical,
+                       const CostModel& model, const std::vector<std::vector<int64_t>>& local_shapes) {
   const DeviceMesh& mesh = src.mesh();
   const int64_t num_ranks = mesh.size();
   const int64_t n = mesh.size(mesh_dim);
   const int64_t item = ItemSize(src.dtype());
   PlanStep step;
   step.mesh_dim = mesh_dim;
-  step.from = before[mesh_dim];
+  step.from = from;
   step.to = to;
   step.placements_before = before;
-  step.placements_after = before;
-  step.placements_after[mesh_dim] = to;
+  step.placements_after = after;
   step.logical_shape_per_rank = logical;
   step.bytes_sent_per_rank.assign(num_ranks, 0);
   step.bytes_received_per_rank.assign(num_ranks, 0);
@@ -216,8 +219,16 @@ PlanStep BuildStepWith(const DTensorSpec& src, const Placements& before, int64_t
     for (int64_t rank : group) largest = std::max(largest, message[position[rank]]);
     step.est_us = std::max(step.est_us, model.EstimateUs(step.collective, n, largest));
   }
-  (void)coords;
   return step;
+}
+
+PlanStep BuildStepWith(const DTensorSpec& src, const Placements& before, int64_t mesh_dim, const Placement& to,
+                       const std::vector<std::vector<int64_t>>& logical, const CostModel& model,
+                       const std::vector<std::vector<int64_t>>& coords,
+                       const std::vector<std::vector<int64_t>>& local_shapes) {
+  Placements after = before;
+  after[mesh_dim] = to;
+  return BuildStepExec(src, before, after, mesh_dim, before[mesh_dim], to, logical, model, local_shapes);
 }
 
 struct Transition {
@@ -387,14 +398,315 @@ Plan MinCostSearch(const DTensorSpec& src, const Placements& dst, const CostMode
   return plan;
 }
 
+// ---- upstream's graph-based planner, emulated (DTensorRedistributePlanner.find_min_cost_path) ----
+//
+// Upstream plans every redistribution that involves a _StridedShard (and any redistribution when the min-cost plan
+// is forced) with Dijkstra over states (placements, shard order): the placements are plain Shard / Replicate /
+// Partial, and the shard order lists, for each sharded tensor dim, the mesh dims in the order they split it. A
+// _StridedShard list decodes into such a state (_maybe_convert_StridedShard_to_shard_order) and every state encodes
+// back into a dtsim placement list with _StridedShard (_convert_shard_order_to_StridedShard). The emulation follows
+// upstream's edge order (get_next_state: a2a, gather, all-reduce, split, reduce-scatter, partition), its cost
+// (one_step_redistribute_cost with MeshTopoInfo: 6.6 us + hops * latency + bytes/bandwidth, computed in the same
+// floating-point order), and its tie-breaking (a heap ordered by (cost, push counter)).
+
+struct GraphState {
+  Placements placements;                          // Shard / Replicate / Partial only
+  std::map<int64_t, std::vector<int64_t>> order;  // tensor dim → mesh dims in split order (no empty lists)
+
+  std::string Key() const {
+    std::string key = ToString(placements);
+    for (const auto& [td, mds] : order) key += StrCat("|", td, ":", IntListToString(mds));
+    return key;
+  }
+};
+
+// _maybe_convert_StridedShard_to_shard_order + normalisation; nullopt when upstream cannot decode the split factors.
+std::optional<GraphState> DecodeShardOrder(const Placements& placements, const DeviceMesh& mesh) {
+  GraphState state;
+  std::map<int64_t, std::vector<int64_t>> order;
+  for (int64_t md = static_cast<int64_t>(placements.size()) - 1; md >= 0; --md) {
+    const Placement& p = placements[md];
+    if (!p.is_shard_like()) continue;
+    std::vector<int64_t>& mds = order[p.dim()];
+    const int64_t sf = p.is_strided_shard() ? p.split_factor() : 1;
+    int64_t acc = 1;
+    bool found = false;
+    for (size_t i = 0; i <= mds.size(); ++i) {
+      if (acc == sf) {
+        mds.insert(mds.begin() + i, md);
+        found = true;
+        break;
+      }
+      if (i < mds.size()) acc *= mesh.size(mds[i]);
+    }
+    if (!found) return std::nullopt;
+  }
+  for (const Placement& p : placements) {
+    state.placements.push_back(p.is_strided_shard() ? Placement::Shard(p.dim()) : p);
+  }
+  state.order = std::move(order);
+  return state;
+}
+
+// _convert_shard_order_to_StridedShard: the dtsim placement list whose left-to-right layout is this state.
+Placements EncodeShardOrder(const GraphState& state, const DeviceMesh& mesh) {
+  Placements out = state.placements;
+  for (const auto& [td, mds] : state.order) {
+    for (size_t idx = 0; idx < mds.size(); ++idx) {
+      int64_t sf = 1;
+      for (size_t j = 0; j < idx; ++j) {
+        if (mds[j] > mds[idx]) sf *= mesh.size(mds[j]);
+      }
+      out[mds[idx]] = sf == 1 ? Placement::Shard(td) : Placement::StridedShard(td, sf);
+    }
+  }
+  return out;
+}
+
+// upstream's MeshTopoInfo.build_from_mesh with `devices_per_host` devices per host.
+struct UpstreamTopo {
+  std::vector<double> bandwidth, latency;
+  UpstreamTopo(const DeviceMesh& mesh, int64_t devices_per_host) {
+    bandwidth.assign(mesh.ndim(), 87.7);
+    latency.assign(mesh.ndim(), 0.6);
+    int64_t total = 1;
+    for (int64_t md = mesh.ndim() - 1; md >= 0; --md) {
+      total *= mesh.size(md);
+      if (total > devices_per_host) {
+        bandwidth[md] *= 0.22;
+        latency[md] = 2.7;
+      }
+    }
+  }
+  // allgather_cost / reduce_scatter_cost (hop_factor 1) and allreduce_cost (hop_factor 2), same operation order.
+  double Cost(double bytes_gb, int64_t n, int64_t md, int64_t hop_factor) const {
+    const int64_t hops = hop_factor * (n - 1);
+    const double lat = 6.6 + hops * latency[md];
+    const double bw = (bytes_gb * hops / n) / bandwidth[md];
+    return lat + bw * 1e6;
+  }
+};
+
+// one_step_redistribute_cost between states differing on one mesh dim.
+double UpstreamStepCost(const GraphState& cur, const GraphState& next, const DTensorSpec& src,
+                        const UpstreamTopo& topo) {
+  const DeviceMesh& mesh = src.mesh();
+  int64_t md = -1;
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    if (cur.placements[i] != next.placements[i]) md = i;
+  }
+  if (md < 0) return 0.0;
+  int64_t num_shards = 1;
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    if (cur.placements[i].is_shard_like()) num_shards *= mesh.size(i);
+  }
+  int64_t numel = 1;
+  for (int64_t s : src.shape()) numel *= s;
+  double bytes_gb = static_cast<double>(ItemSize(src.dtype()) * numel) / static_cast<double>(num_shards);
+  bytes_gb = bytes_gb / 1024 / 1024 / 1024;
+  const Placement& a = cur.placements[md];
+  const Placement& b = next.placements[md];
+  const int64_t n = mesh.size(md);
+  if (a.is_shard() && b.is_replicate()) return topo.Cost(bytes_gb * n, n, md, 1);
+  if (a.is_shard() && b.is_shard()) return topo.Cost(bytes_gb, n, md, 1) + 1.0;
+  if (a.is_partial() && b.is_replicate()) return topo.Cost(bytes_gb, n, md, 2);
+  if (a.is_partial() && b.is_shard()) return topo.Cost(bytes_gb, n, md, 1);
+  if ((a.is_shard() && b.is_partial()) || (a.is_partial() && b.is_partial())) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return 0.0;
+}
+
+// get_next_state, in upstream's order; a state reached twice keeps its first position and its last cost.
+std::vector<std::pair<GraphState, double>> UpstreamNextStates(const GraphState& cur, const DTensorSpec& src,
+                                                              const std::vector<std::string>& partial_ops,
+                                                              const UpstreamTopo& topo) {
+  std::vector<std::pair<GraphState, double>> out;
+  std::map<std::string, size_t> index;
+  auto add = [&](GraphState next) {
+    for (auto it = next.order.begin(); it != next.order.end();) {
+      it = it->second.empty() ? next.order.erase(it) : std::next(it);
+    }
+    const double cost = UpstreamStepCost(cur, next, src, topo);
+    const std::string key = next.Key();
+    auto it = index.find(key);
+    if (it != index.end()) {
+      out[it->second].second = cost;
+    } else {
+      index[key] = out.size();
+      out.emplace_back(std::move(next), cost);
+    }
+  };
+  const int64_t ndim = src.ndim();
+  const Placements& p = cur.placements;
+  // Case 1: S(a) → S(b) on the last mesh dim splitting a (all-to-all).
+  for (const auto& [td, mds] : cur.order) {
+    const int64_t md = mds.back();
+    if (!p[md].is_shard()) continue;
+    for (int64_t dst = 0; dst < ndim; ++dst) {
+      if (dst == td) continue;
+      GraphState next = cur;
+      next.order[td].pop_back();
+      next.order[dst].push_back(md);
+      next.placements[md] = Placement::Shard(dst);
+      add(std::move(next));
+    }
+  }
+  // Case 2: S → R on the last mesh dim splitting a tensor dim (all-gather).
+  for (const auto& [td, mds] : cur.order) {
+    const int64_t md = mds.back();
+    if (!p[md].is_shard()) continue;
+    GraphState next = cur;
+    next.order[td].pop_back();
+    next.placements[md] = Placement::Replicate();
+    add(std::move(next));
+  }
+  // Case 3: P → R (all-reduce).
+  for (size_t md = 0; md < p.size(); ++md) {
+    if (!p[md].is_partial()) continue;
+    GraphState next = cur;
+    next.placements[md] = Placement::Replicate();
+    add(std::move(next));
+  }
+  // Case 4: R → S(d), appended to d's order (local split).
+  for (size_t md = 0; md < p.size(); ++md) {
+    if (!p[md].is_replicate()) continue;
+    for (int64_t dst = 0; dst < ndim; ++dst) {
+      GraphState next = cur;
+      next.placements[md] = Placement::Shard(dst);
+      next.order[dst].push_back(md);
+      add(std::move(next));
+    }
+  }
+  // Case 5: P → S(d) (reduce-scatter).
+  for (size_t md = 0; md < p.size(); ++md) {
+    if (!p[md].is_partial()) continue;
+    for (int64_t dst = 0; dst < ndim; ++dst) {
+      GraphState next = cur;
+      next.placements[md] = Placement::Shard(dst);
+      next.order[dst].push_back(md);
+      add(std::move(next));
+    }
+  }
+  // Case 6: R → P(op) for the reduce ops of the source and target, unless that mixes ops (sum with avg may mix).
+  for (size_t md = 0; md < p.size(); ++md) {
+    if (!p[md].is_replicate()) continue;
+    for (const std::string& op : partial_ops) {
+      GraphState next = cur;
+      next.placements[md] = Placement::Partial(*FindReduceOp(op));
+      std::set<std::string> ops;
+      for (const Placement& q : next.placements) {
+        if (q.is_partial()) ops.insert(ToString(q.reduce_op()));
+      }
+      if (ops.size() > 1 && ops != std::set<std::string>{"avg", "sum"}) continue;
+      add(std::move(next));
+    }
+  }
+  return out;
+}
+
+// upstream's get_logical_shape for the transition of `mesh_dim` out of `state`, for every rank position.
+std::vector<std::vector<int64_t>> UpstreamGraphLogicalShapes(const DTensorSpec& src, const GraphState& state,
+                                                             int64_t mesh_dim,
+                                                             const std::vector<std::vector<int64_t>>& coords) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& c : coords) {
+    std::vector<int64_t> shape = src.shape();
+    for (const auto& [td, mds] : state.order) {
+      for (int64_t md : mds) {
+        if (md == mesh_dim) continue;
+        shape[td] = ChunkRange(shape[td], src.mesh().size(md), c[md]).size();
+      }
+    }
+    out.push_back(std::move(shape));
+  }
+  return out;
+}
+
+// The emulated graph-based plan from the decoded source to the decoded target state.
+Plan UpstreamGraphPlan(const DTensorSpec& src, const GraphState& start, const GraphState& goal,
+                       const Placements& src_placements, const Placements& dst_placements, const CostModel& model,
+                       const std::vector<std::vector<int64_t>>& coords) {
+  const UpstreamTopo topo(src.mesh(), model.upstream_devices_per_host);
+  std::set<std::string> op_set;
+  for (const Placements* list : {&src_placements, &dst_placements}) {
+    for (const Placement& p : *list) {
+      if (p.is_partial()) op_set.insert(ToString(p.reduce_op()));
+    }
+  }
+  const std::vector<std::string> partial_ops(op_set.begin(), op_set.end());
+  struct Entry {
+    GraphState state;
+    double cost;
+    int64_t parent;
+  };
+  std::vector<Entry> entries;
+  using Item = std::tuple<double, int64_t>;  // (cost, counter = index into entries)
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  std::set<std::string> visited;
+  entries.push_back({start, 0.0, -1});
+  heap.push({0.0, 0});
+  const std::string goal_key = goal.Key();
+  int64_t found = -1;
+  while (!heap.empty()) {
+    const int64_t at = std::get<1>(heap.top());
+    heap.pop();
+    const std::string key = entries[at].state.Key();
+    if (key == goal_key) {
+      found = at;
+      break;
+    }
+    if (!visited.insert(key).second) continue;
+    const GraphState cur = entries[at].state;
+    const double cost = entries[at].cost;
+    for (auto& [next, step_cost] : UpstreamNextStates(cur, src, partial_ops, topo)) {
+      if (visited.count(next.Key())) continue;
+      const double total = cost + step_cost;
+      entries.push_back({std::move(next), total, at});
+      heap.push({total, static_cast<int64_t>(entries.size()) - 1});
+    }
+  }
+  DTSIM_CHECK(found >= 0, "upstream's graph search found no path to ", goal_key);
+  std::vector<int64_t> path;
+  for (int64_t at = found; at >= 0; at = entries[at].parent) path.push_back(at);
+  std::reverse(path.begin(), path.end());
+  Plan plan = NewPlan(src, dst_placements, "");
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    const GraphState& a = entries[path[i]].state;
+    const GraphState& b = entries[path[i + 1]].state;
+    if (a.placements == b.placements) continue;
+    int64_t md = 0;
+    while (a.placements[md] == b.placements[md]) ++md;
+    const Placements before = EncodeShardOrder(a, src.mesh());
+    const Placements after = EncodeShardOrder(b, src.mesh());
+    PlanStep step = BuildStepExec(src, before, after, md, a.placements[md], b.placements[md],
+                                  UpstreamGraphLogicalShapes(src, a, md, coords), model,
+                                  LocalShapes(src, before, coords));
+    plan.total_est_us += step.est_us;
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+
 }  // namespace
 
-std::string ToString(PlannerKind kind) { return kind == PlannerKind::kGreedy ? "greedy" : "min-cost"; }
+std::string ToString(PlannerKind kind) {
+  switch (kind) {
+    case PlannerKind::kGreedy:
+      return "greedy";
+    case PlannerKind::kMinCost:
+      return "min-cost";
+    case PlannerKind::kUpstreamGraph:
+      return "graph";
+  }
+  return "?";
+}
 
 PlannerKind ParsePlannerKind(std::string_view text, const std::string& field) {
   if (text == "greedy") return PlannerKind::kGreedy;
   if (text == "min-cost" || text == "min_cost" || text == "mincost") return PlannerKind::kMinCost;
-  throw InputError(field, StrCat("unknown planner '", text, "' (expected greedy or min-cost)"));
+  if (text == "graph") return PlannerKind::kUpstreamGraph;
+  throw InputError(field, StrCat("unknown planner '", text, "' (expected greedy, min-cost or graph)"));
 }
 
 double CostModel::EstimateUs(const std::string& collective, int64_t n, int64_t message_bytes) const {
@@ -441,37 +753,114 @@ PlanStep BuildStep(const DTensorSpec& src, const Placements& before, int64_t mes
                        LocalShapes(src, before, coords));
 }
 
-Plan PlanRedistribute(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
-                      const CostModel& model) {
+bool RunsLeftToRight(const Plan& plan) {
+  for (const PlanStep& s : plan.steps) {
+    if (s.collective == collective::kNone) continue;  // nothing runs (same placement, or a mesh dim of size 1)
+    const Placement& from = s.placements_before[s.mesh_dim];
+    const Placement& to = s.placements_after[s.mesh_dim];
+    if (from.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, from.dim())) return false;
+    if (to.is_shard_like() && !InnermostFor(s.placements_before, s.mesh_dim, to.dim())) return false;
+  }
+  return true;
+}
+
+static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placements& dst, PlannerKind kind,
+                                      const CostModel& model) {
   const Placements target = ValidateRedistribute(given_src, dst);
+  const auto coords = Coordinates(given_src.mesh());
+  // Upstream's own choice (_gen_transform_infos_non_cached) works on the placements as given (negative dims
+  // normalised); dtsim's search on canonical ones (_S(d,1) is S(d)).
+  Placements raw_dst;
+  for (const Placement& p : dst) raw_dst.push_back(p.Normalized(given_src.ndim(), "to"));
   Placements canonical_src;
   for (const Placement& p : given_src.placements()) canonical_src.push_back(p.Canonical());
   const DTensorSpec src = DTensorSpec::Create(given_src.mesh(), canonical_src, given_src.shape(), given_src.dtype());
-  const auto coords = Coordinates(src.mesh());
+
   bool strided = false;
-  for (const Placements* list : {&src.placements(), &target}) {
+  for (const Placements* list : {&given_src.placements(), static_cast<const Placements*>(&raw_dst)}) {
     for (const Placement& p : *list) strided = strided || p.is_strided_shard();
   }
-  if (strided) {
-    // Upstream plans these with its graph-based search over (placements, shard order) states, not with the greedy
-    // passes (whose nesting check ignores _StridedShard and would gather out of order). dtsim runs its own search.
-    Plan searched = MinCostSearch(src, target, model, coords);
+  // What upstream plans (its default selection, or its graph-based planner when asked for).
+  Plan upstream;
+  bool upstream_valid = true;
+  if (strided || kind == PlannerKind::kUpstreamGraph) {
+    auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
+    auto b = DecodeShardOrder(raw_dst, given_src.mesh());
+    if (a && b) {
+      upstream = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
+      if (strided) {
+        upstream.note =
+            "_StridedShard involved: upstream's graph-based planner (emulated); steps run upstream's normalised "
+            "Shard placements on layouts that _StridedShard encodes";
+      }
+    } else {
+      upstream = GreedyPlan(given_src, raw_dst, model, coords);
+      upstream_valid = KeepsNesting(upstream);
+      upstream.note = upstream_valid
+                          ? "_StridedShard that upstream cannot decode into a shard order: its greedy fallback"
+                          : "";
+    }
+  } else {
+    upstream = GreedyPlan(given_src, raw_dst, model, coords);
+  }
+  upstream.dst = target;
+  if (kind != PlannerKind::kMinCost && upstream_valid) {
+    upstream.planner = ToString(kind);
+    return upstream;
+  }
+  Plan searched = MinCostSearch(src, target, model, coords);
+  if (kind != PlannerKind::kMinCost) {
+    // Upstream's greedy fallback would gather an outer mesh dim while an inner one still splits the same tensor dim
+    // (its nesting check ignores _StridedShard; upstream then fails or computes the wrong layout).
     searched.planner = ToString(kind);
     searched.note =
-        "_StridedShard involved: upstream uses its graph-based planner here; dtsim's min-cost search stands in "
-        "(same end placements, possibly different steps)";
+        "_StridedShard that upstream cannot decode: its greedy fallback is not executable here, dtsim's min-cost "
+        "search stands in (same end placements, different steps)";
     return searched;
   }
-  Plan greedy = GreedyPlan(src, target, model, coords);
-  if (kind == PlannerKind::kGreedy) return greedy;
-  Plan searched = MinCostSearch(src, target, model, coords);
-  // Keep greedy's (upstream's) plan unless the search is strictly cheaper.
-  if (greedy.total_est_us <= searched.total_est_us && KeepsNesting(greedy)) {
-    greedy.planner = ToString(PlannerKind::kMinCost);
-    greedy.note = "upstream's greedy plan is already the cheapest found";
-    return greedy;
+  // Candidates, preferred in this order on ties: upstream's default plan, upstream's graph-based plan (it may use
+  // shard orders, i.e. _StridedShard-encoded intermediate layouts, that dtsim's search does not visit), the search.
+  // Only plans that run left to right compete (RunsLeftToRight), so the executor can run whatever min-cost returns.
+  Plan best = searched;
+  if (!strided) {
+    auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
+    auto b = DecodeShardOrder(raw_dst, given_src.mesh());
+    if (a && b) {
+      Plan graph = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
+      if (RunsLeftToRight(graph) && graph.total_est_us <= best.total_est_us) {
+        graph.note = "upstream's graph-based plan is the cheapest found";
+        best = std::move(graph);
+      }
+    }
   }
-  return searched;
+  if (upstream_valid && RunsLeftToRight(upstream) && upstream.total_est_us <= best.total_est_us) {
+    upstream.note = "upstream's plan is already the cheapest found";
+    best = std::move(upstream);
+  }
+  best.planner = ToString(PlannerKind::kMinCost);
+  best.dst = target;
+  return best;
+}
+
+Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind, const CostModel& model) {
+  Plan plan = PlanRedistributeUnflagged(src, dst, kind, model);
+  // Executor-facing form: layouts in canonical form, from/to read off them; upstream's transition kept aside.
+  auto canonical = [](Placements list) {
+    for (Placement& p : list) p = p.Canonical();
+    return list;
+  };
+  plan.src = canonical(plan.src);
+  plan.dst = canonical(plan.dst);
+  for (PlanStep& step : plan.steps) {
+    step.upstream_from = step.from;
+    step.upstream_to = step.to;
+    step.placements_before = canonical(step.placements_before);
+    step.placements_after = canonical(step.placements_after);
+    step.from = step.placements_before[step.mesh_dim];
+    step.to = step.placements_after[step.mesh_dim];
+  }
+  plan.runs_left_to_right = RunsLeftToRight(plan);
+  return plan;
 }
 
 }  // namespace dtsim

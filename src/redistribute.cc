@@ -190,6 +190,9 @@ at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, 
   DTSIM_CHECK(current.placements()[t.mesh_dim] == t.from, "transition from ", t.from.ToString(), " but the spec has ",
               current.placements()[t.mesh_dim].ToString());
   if (auto why = WhyNotExecutable(current, t)) DTSIM_CHECK(false, *why);
+  // Redistribution records no autograd graph (as upstream, gradients would need their own redistribute): dispatch
+  // below the autograd keys, which halves the per-op cost of the small pads, narrows and copies.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
   return Executor(current, t, collectives).Run(local);
 }
 

@@ -2,6 +2,7 @@
 // hash of its part of the expected global tensor; every step's shapes match its layout); the schema is a contract
 // (round trip, unknown versions and broken files refused with a clear error, atomic writes).
 #include "dtsim/trace.h"
+#include "dtsim/trace_diff.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -116,6 +117,32 @@ TEST(TraceTest, SchemaIsAContract) {
   // A write that cannot happen leaves nothing behind.
   EXPECT_THROW(WriteJsonFileAtomically(dir + "/no/such/dir/t.json", back), InputError);
   EXPECT_FALSE(fs::exists(dir + "/no/such/dir/t.json.tmp"));
+}
+
+}  // namespace
+}  // namespace dtsim
+
+namespace dtsim {
+namespace {
+
+TEST(TraceDiffTest, FindsWhereTwoRunsPart) {
+  const std::string path = std::string(DTSIM_SOURCE_DIR) + "/traces/uneven_2x4_S0R_to_RS1.json";
+  nlohmann::json a = ReadTrace(path);
+  EXPECT_TRUE(DiffTraces(a, a).empty());
+  // Plant a wrong shard on rank 5 after step 1 and a different collective op in step 1.
+  nlohmann::json b = a;
+  b["steps"][1]["ranks_after"][5]["hash"] = "xxh3:0000000000000000";
+  b["steps"][1]["collectives"][0]["op"] = "all_to_all";
+  std::vector<TraceDifference> diffs = DiffTraces(a, b);
+  ASSERT_EQ(diffs.size(), 2u);
+  EXPECT_THAT(diffs[0].where, HasSubstr("step 1"));
+  EXPECT_THAT(diffs[0].what, HasSubstr("op \"all_gather\" vs \"all_to_all\""));
+  EXPECT_THAT(diffs[1].what, HasSubstr("rank 5: hash"));
+  // A missing step is reported too.
+  nlohmann::json c = a;
+  c["steps"].erase(1);
+  EXPECT_THAT(DiffTraces(a, c)[0].what, HasSubstr("2 steps vs 1"));
+  EXPECT_EQ(DiffTraces(a, b, 1).size(), 1u);
 }
 
 }  // namespace

@@ -41,8 +41,20 @@ inline constexpr const char kLocalPartition[] = "local_partition";  // R → P: 
 // One step of a plan. Per-rank vectors are indexed by the rank's position in mesh.ranks() (row-major mesh order).
 struct PlanStep {
   int64_t mesh_dim = 0;
+  // The placement of mesh_dim before and after the step: always placements_before[mesh_dim] and
+  // placements_after[mesh_dim], in canonical form (_S(d,1) is S(d)). An executor that reads layouts left to right
+  // runs (from, to); see RunsLeftToRight in planner.h for when it can.
   Placement from = Placement::Replicate();
   Placement to = Placement::Replicate();
+  // The transition as upstream's redistribute_local_tensor runs it (its _TransformInfo), which `collective`, the
+  // bytes and `logical_shape_per_rank` describe. Equal to from/to except in plans of upstream's graph-based planner
+  // (any _StridedShard, or PlannerKind::kUpstreamGraph): there the layouts encode a shard order with _StridedShard
+  // while upstream runs normalised Shard placements. [_S(0,2), S(0)] → [R, S(0)] on a (2, 2) mesh is one step on
+  // mesh dim 0 with from = _S(0,2), to = R, upstream_from = S(0), upstream_to = R: upstream runs a plain all_gather
+  // (concatenate in coordinate order), which a left-to-right executor cannot express as _S(0,2) → R (mesh dim 1
+  // still splits dim 0). Upstream's spelling is kept here (_S(d,1) stays _S(d,1)).
+  Placement upstream_from = Placement::Replicate();
+  Placement upstream_to = Placement::Replicate();
   // One of the collective:: names. "all_gather" for S → _S / _S → S / _S → _S too: upstream gathers, then splits
   // locally (`then_local_split` says so).
   std::string collective = collective::kNone;
@@ -56,7 +68,7 @@ struct PlanStep {
   std::vector<int64_t> bytes_received_per_rank;
   // Upstream's logical shape of this step for each rank (see the header comment).
   std::vector<std::vector<int64_t>> logical_shape_per_rank;
-  // The whole placement list before and after this step.
+  // The whole placement list (the layout, read left to right as in spec.h) before and after this step.
   Placements placements_before;
   Placements placements_after;
   // Estimated time of the step under the planner's CostModel (the slowest group), microseconds.
@@ -75,6 +87,8 @@ struct Plan {
   double total_est_us = 0;  // sum of the steps' est_us
   std::string planner;      // "greedy" or "min-cost"
   std::string note;         // why the plan differs from the plain algorithm, if it does ("" otherwise)
+  // Set by the planner: RunsLeftToRight(*this) (planner.h) — every step runs on layouts read left to right.
+  bool runs_left_to_right = true;
   // What the plan redistributes (for Explain / JSON): "mesh[dp=2, tp=4]", one label per mesh dim ("dp" or "0"),
   // the source and target placements, the global shape and element size.
   std::string mesh;
@@ -87,11 +101,12 @@ struct Plan {
   int64_t num_collectives() const;
 };
 
-// {"mesh_dim", "mesh_dim_name", "from", "to", "collective", "then_local_split", "groups", "bytes_per_rank" (= bytes
-// sent per rank), "bytes_received_per_rank", "logical_shape_per_rank", "placements_before", "placements_after",
-// "est_us", "peak_extra_bytes_per_rank"}. `mesh_dim_labels` may be empty (then "mesh_dim_name" is the index).
+// {"mesh_dim", "mesh_dim_name", "from", "to", "upstream_from", "upstream_to", "collective", "then_local_split",
+// "groups", "bytes_per_rank" (= bytes sent per rank), "bytes_received_per_rank", "logical_shape_per_rank",
+// "placements_before", "placements_after", "est_us", "peak_extra_bytes_per_rank"}. `mesh_dim_labels` may be empty (then "mesh_dim_name" is the index).
 nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh_dim_labels = {});
-// {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note"}.
+// {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note",
+// "runs_left_to_right"}.
 nlohmann::json ToJson(const Plan& plan);
 
 // Text: a header, then one line per step —

@@ -7,9 +7,18 @@
 //     a forward pass (first → last) for whatever still differs. The per-rank logical shapes are upstream's too:
 //     the logical shape of mesh dim i is the global shape with the SOURCE's Shard placements on mesh dims < i
 //     applied in order (a _StridedShard does not narrow it).
+//     Where upstream does not use these passes — any _StridedShard in the source or target — kGreedy gives what
+//     upstream runs instead: its graph-based planner, emulated exactly (see kUpstreamGraph).
+//   * kUpstreamGraph — upstream's DTensorRedistributePlanner.generate_graph_based_transform_infos for every case:
+//     Dijkstra over (Shard/Replicate/Partial placements, shard order) states with upstream's edge order, cost
+//     function (one_step_redistribute_cost, MeshTopoInfo) and tie-breaking; _StridedShard lists decode into shard
+//     orders and each state encodes back into a dtsim placement list. When upstream cannot decode a _StridedShard
+//     it falls back to its greedy passes; where those would gather an outer mesh dim while an inner one still
+//     splits the same tensor dim (upstream's nesting check ignores _StridedShard), dtsim uses its own search.
 //   * kMinCost — Dijkstra over placement lists (states), one mesh dim changing per edge, using only transitions the
-//     executor supports and that keep the left-to-right nesting valid, minimising the CostModel below; greedy's plan
-//     is a candidate too, so min-cost is never costlier than greedy and ends at the same placements.
+//     executor supports and that keep the left-to-right nesting valid, minimising the CostModel below; upstream's
+//     default plan and its graph-based plan are candidates too, so min-cost is never costlier than upstream's
+//     default plan and ends at the same layout.
 //
 // Validity (upstream's refusals, as InputError naming the field and value):
 //   * "to" must have one placement per mesh dim, shard dims within the tensor rank (negative dims normalised);
@@ -28,11 +37,15 @@
 
 namespace dtsim {
 
-enum class PlannerKind { kGreedy, kMinCost };
+// kGreedy: upstream's DEFAULT plan (its greedy passes, or its graph-based planner where upstream uses that: any
+// _StridedShard). kUpstreamGraph: upstream's graph-based planner for every case (what upstream runs under
+// use_min_cost_redistribution_plan()). kMinCost: dtsim's own search, never costlier than upstream's default plan.
+enum class PlannerKind { kGreedy, kMinCost, kUpstreamGraph };
 
-// "greedy", "min-cost".
+// "greedy", "min-cost", "graph".
 std::string ToString(PlannerKind kind);
-// Reads "greedy", "min-cost" (also "min_cost", "mincost"); throws InputError(field) naming the text otherwise.
+// Reads "greedy", "min-cost" (also "min_cost", "mincost"), "graph"; throws InputError(field) naming the text
+// otherwise.
 PlannerKind ParsePlannerKind(std::string_view text, const std::string& field = "planner");
 
 // Alpha-beta cost of one collective on one group of n ranks, in the style of nccl-tests and upstream's
@@ -48,6 +61,10 @@ struct CostModel {
   double hop_latency_us = 0.6;        // per ring hop (upstream intra-host: 0.6 us; inter-host 2.7 us)
   // Bus bandwidth in GiB/s (2^30 bytes per second): upstream computes bytes / 2^30 / 87.7 seconds.
   double bandwidth_gib_per_s = 87.7;
+  // Devices per host that upstream's graph-based planner assumes when it picks a path (MeshTopoInfo uses the
+  // device count of the mesh's device type: 1 for "cpu", the GPU count on CUDA hosts). Only used to emulate that
+  // planner's choice, not for dtsim's own estimates.
+  int64_t upstream_devices_per_host = 1;
   // Estimated microseconds of `collective` (a collective:: name) over a group of `n` ranks whose largest message is
   // `message_bytes`. 0 for local steps and "none".
   double EstimateUs(const std::string& collective, int64_t n, int64_t message_bytes) const;
@@ -55,9 +72,17 @@ struct CostModel {
 
 // Plans the redistribution of `src` to `dst` (same mesh, same shape). Throws InputError("to" / "from") for the
 // refusals listed above. Example: mesh (2, 2), shape (4, 4), [S(0), S(1)] → [S(1), S(0)] with kGreedy gives three
-// steps: mesh dim 1 S(1) → R (all_gather), mesh dim 0 S(0) → S(1) (all_to_all), mesh dim 1 R → S(0) (local_split).
+// steps: mesh dim 1 S(1) → R (all_gather), mesh dim 0 S(0) → S(1) (all_to_all), mesh dim 1 R → S(0)
+// (local_split).
 Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind kind,
                       const CostModel& model = CostModel());
+
+// True if every step of `plan` runs on the layouts read left to right: its from/to are the placements before/after
+// on its mesh dim, and a shard-like placement is removed or added only where no later mesh dim splits the same
+// tensor dim (the executor's rule, WhyNotExecutable in redistribute.h, which ignores later mesh dims of size 1; this
+// check does not, so it is at least as strict). kMinCost plans always do; upstream's graph-based plans need not
+// (they read _StridedShard layouts in upstream's shard order).
+bool RunsLeftToRight(const Plan& plan);
 
 // Checks and normalises `dst` for redistributing `src` (the refusals above); returns the normalised list.
 Placements ValidateRedistribute(const DTensorSpec& src, const Placements& dst);

@@ -1,10 +1,11 @@
 """`dtsim plan` from the outside: JSON field names and closed-form bytes, the text form, the bad-input table (a clear
 error naming the field and the value, exit code 2, nothing on stdout), and min-cost properties over many random
-cases in one --batch process (never costlier than greedy, same end placements, same refusals, size-1 mesh dims
-silent)."""
+cases in one --batch process (runs left to right, never costlier than upstream's plan when that one runs left to
+right, same end placements, same refusals, size-1 mesh dims silent)."""
 import json
 import os
 import random
+import re
 import subprocess
 
 import pytest
@@ -107,10 +108,13 @@ def test_min_cost_never_costlier_than_greedy_on_random_cases():
             continue
 
         def end(plan):
-            return plan["plan"][-1]["placements_after"] if plan["plan"] else None
+            # _S(d,1) and S(d) are the same layout; upstream's plans keep the spelling they were given.
+            return re.sub(r"_S\((-?\d+),1\)", r"S(\1)", plan["plan"][-1]["placements_after"]) if plan["plan"] else None
 
         assert end(best) == end(greedy), (case, greedy, best)
-        assert best["total_est_us"] <= greedy["total_est_us"] + 1e-9, (case, greedy, best)
+        assert best["runs_left_to_right"], (case, best)
+        if greedy["runs_left_to_right"]:  # upstream's graph-based plans for _S may read layouts in shard order
+            assert best["total_est_us"] <= greedy["total_est_us"] + 1e-9, (case, greedy, best)
         cheaper += best["total_est_us"] < greedy["total_est_us"] - 1e-9
         for plan in (greedy, best):
             for s in plan["plan"]:

@@ -112,3 +112,26 @@ def test_unwritable_trace_is_a_clear_error(tmp_path):
               str(tmp_path / "missing" / "t.json"))
     assert out.returncode == 2
     assert out.stderr.startswith("dtsim: error: trace: cannot write"), out.stderr
+
+
+def test_trace_diff(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path, planner in ((a, "greedy"), (b, "greedy")):
+        out = run("redistribute", "--mesh", "2x2", "--shape", "5,3", "--from", "S(0),S(1)", "--to", "R,S(0)",
+                  "--planner", planner, "--trace", str(path))
+        assert out.returncode == 0, out.stderr
+    same = run("trace-diff", str(a), str(b))
+    assert same.returncode == 0 and "traces agree" in same.stdout, same.stdout + same.stderr
+    trace = json.loads(b.read_text())
+    trace["final"]["ranks"][3]["hash"] = "xxh3:0123456789abcdef"
+    b.write_text(json.dumps(trace))
+    differ = run("trace-diff", str(a), str(b))
+    assert differ.returncode == 1
+    assert "first at final" in differ.stdout and "rank 3: hash" in differ.stdout, differ.stdout
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"format\": \"dtsim-trace\"")
+    bad = run("trace-diff", str(a), str(broken))
+    assert bad.returncode == 2 and bad.stderr.startswith("dtsim: error: trace: "), bad.stderr
+    assert "is not valid JSON" in bad.stderr
+    one = run("trace-diff", str(a))
+    assert one.returncode == 2 and "give two trace files" in one.stderr
