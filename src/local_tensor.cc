@@ -449,11 +449,9 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
 
   // 1. Classify the arguments and find the rank set.
   const std::vector<int64_t>* ranks = nullptr;
-  const LocalTensorImpl* first_impl = nullptr;
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
       ranks = &impl->ranks();
-      first_impl = impl;
     } else if (*ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ", JoinInts(*ranks),
                                              " and ", JoinInts(impl->ranks())));
@@ -657,7 +655,6 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       results.push_back(r0);
     }
   }
-  (void)first_impl;
   torch::jit::drop(*stack, n_args);
   for (auto& r : results) stack->push_back(std::move(r));
 }
