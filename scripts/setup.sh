@@ -6,7 +6,7 @@ set -euo pipefail
 
 DTSIM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DTSIM_BUILD="${DTSIM_BUILD:-$DTSIM_ROOT/build}"
-DTSIM_PY="$DTSIM_ROOT/.venv/bin/python"
+DTSIM_PY="${DTSIM_PY:-$DTSIM_ROOT/.venv/bin/python}"  # override to use a venv elsewhere
 TORCH_VERSION="2.13.0"
 APT_PACKAGES=(cmake ninja-build ccache g++ python3-venv pkg-config nlohmann-json3-dev libgtest-dev
               libgmock-dev libboost-program-options-dev libbenchmark-dev libxxhash-dev)

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "dtsim/error.h"
@@ -303,7 +305,8 @@ LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {
   if (!t.defined()) return nullptr;
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!impl->key_set().has(c10::DispatchKey::PrivateUse1)) return nullptr;
-  return dynamic_cast<LocalTensorImpl*>(impl);
+  // LocalTensorImpl is final: an exact type check is enough and cheaper than dynamic_cast on the hot path.
+  return typeid(*impl) == typeid(LocalTensorImpl) ? static_cast<LocalTensorImpl*>(impl) : nullptr;
 }
 
 at::Tensor WrapShards(const std::vector<int64_t>& ranks, std::vector<at::Tensor> shards) {
@@ -435,7 +438,10 @@ std::string IValueText(const c10::IValue& v) {
                                               "); a LocalTensor op can only return it when every rank agrees"));
 }
 
+void FlushPending();
+
 void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  FlushPending();
   const c10::FunctionSchema& schema = op.schema();
   const OpInfo& info = GetOpInfo(op);
   const size_t n_args = schema.arguments().size();
@@ -443,11 +449,9 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
 
   // 1. Classify the arguments and find the rank set.
   const std::vector<int64_t>* ranks = nullptr;
-  const LocalTensorImpl* first_impl = nullptr;
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
       ranks = &impl->ranks();
-      first_impl = impl;
     } else if (*ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ", JoinInts(*ranks),
                                              " and ", JoinInts(impl->ranks())));
@@ -509,7 +513,21 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
 
   // 3. Run the op once per rank.
   const size_t n_ranks = ranks->size();
-  std::vector<torch::jit::Stack> outs(n_ranks);
+  // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating them per call;
+  // they are cleared on exit so no shard outlives the call.
+  thread_local std::deque<std::vector<torch::jit::Stack>> pool;  // deque: references stay valid when it grows
+  thread_local size_t depth = 0;
+  if (pool.size() <= depth) pool.emplace_back();
+  std::vector<torch::jit::Stack>& outs = pool[depth];
+  if (outs.size() < n_ranks) outs.resize(n_ranks);
+  struct DepthGuard {
+    std::vector<torch::jit::Stack>& outs;
+    size_t& depth;
+    ~DepthGuard() {
+      for (auto& s : outs) s.clear();
+      --depth;
+    }
+  } depth_guard{outs, ++depth};
   RngState* rng = info.seeded ? &Rng() : nullptr;
   std::unique_lock<std::mutex> rng_lock;
   at::Tensor saved_state;
@@ -637,9 +655,59 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       results.push_back(r0);
     }
   }
-  (void)first_impl;
   torch::jit::drop(*stack, n_args);
   for (auto& r : results) stack->push_back(std::move(r));
+}
+
+}  // namespace
+
+// Registration of the per-rank kernel. Operators defined after the first registration (a library loaded later, a
+// custom op) are seen by a registration listener, which only records their names: it runs under the dispatcher's
+// lock, so they are registered at the next EnsureLocalTensorDispatch() (every MakeLocalTensor / wrap) or kernel call.
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<c10::RegistrationHandleRAII> handles;  // kept for the life of the process
+  std::vector<c10::OperatorName> pending;
+  std::atomic<bool> has_pending{false};
+};
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+void RegisterOp(Registry& reg, const c10::OperatorName& name) {
+  auto& d = c10::Dispatcher::singleton();
+  auto handle = d.findOp(name);
+  if (!handle || !handle->hasSchema()) return;
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return;  // c10d::* and our own
+  reg.handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                       c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(), std::nullopt,
+                                       nullptr, "dtsim LocalTensor per-rank kernel"));
+}
+
+class LateOpListener : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    Registry& reg = GetRegistry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    reg.pending.push_back(op.operator_name());
+    reg.has_pending.store(true);
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+};
+
+void FlushPending() {
+  Registry& reg = GetRegistry();
+  if (!reg.has_pending.load(std::memory_order_acquire)) return;
+  std::vector<c10::OperatorName> names;
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    names.swap(reg.pending);
+    reg.has_pending.store(false);
+  }
+  for (const auto& name : names) RegisterOp(reg, name);
 }
 
 }  // namespace
@@ -648,20 +716,16 @@ void EnsureLocalTensorDispatch() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& d = c10::Dispatcher::singleton();
-    // Handles are kept for the life of the process (never deregistered).
-    auto* handles = new std::vector<c10::RegistrationHandleRAII>();
-    handles->push_back(d.registerFallback(c10::DispatchKey::PrivateUse1,
-                                          c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
-                                          "dtsim LocalTensor fallback"));
-    for (const c10::OperatorName& name : d.getAllOpNames()) {
-      auto handle = d.findOp(name);
-      if (!handle || !handle->hasSchema()) continue;
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-      handles->push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
-                                        c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(), std::nullopt,
-                                        nullptr, "dtsim LocalTensor per-rank kernel"));
-    }
+    Registry& reg = GetRegistry();
+    reg.handles.push_back(d.registerFallback(c10::DispatchKey::PrivateUse1,
+                                             c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
+                                             "dtsim LocalTensor fallback"));
+    for (const c10::OperatorName& name : d.getAllOpNames()) RegisterOp(reg, name);
+    // The listener is first called for every existing op (already registered above: skipped as having a
+    // PrivateUse1 kernel), then for every op defined later.
+    reg.handles.push_back(d.addRegistrationListener(std::make_unique<LateOpListener>()));
   });
+  FlushPending();
 }
 
 }  // namespace internal

@@ -89,7 +89,7 @@ class LocalIntNode : public c10::SymNodeImpl {
 // Even shards (all the same sizes and strides) use ordinary int sizes; uneven shards use the CustomSizes policy and
 // answer sym_sizes()/sym_strides()/sym_numel() with LocalIntNode for the dims that differ, while sizes()/strides()/
 // numel() throw an InputError naming the per-rank sizes.
-class LocalTensorImpl : public c10::TensorImpl {
+class LocalTensorImpl final : public c10::TensorImpl {
  public:
   // `ranks` ascending and distinct, one shard each; shards share dtype and device (checked by the caller).
   LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards);

@@ -3,7 +3,9 @@
 #include "dtsim/local_tensor.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <gmock/gmock.h>
+#include <torch/library.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -266,6 +268,16 @@ TEST(LocalTensorTest, ListLengthDifferingPerRankIsAnError) {
   }
 }
 
+TEST(LocalTensorTest, ResultsWithDifferentDimsPerRankAreAnError) {
+  at::Tensor a = Rows({1, 2, 1, 0});
+  try {
+    (void)a.squeeze(0);  // rows 1 squeeze to 1-D, rows 2 and 0 stay 2-D
+    FAIL() << "squeeze giving different dims per rank did not throw";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shards differ in their number of dims: rank 0: [4], rank 1: [2, 4]"));
+  }
+}
+
 TEST(LocalTensorTest, InPlaceReturnsTheSameWrapper) {
   at::Tensor a = Rows({3, 3, 3, 0});
   at::Tensor shard1 = LocalShard(a, 1);
@@ -346,6 +358,44 @@ TEST(LocalTensorTest, RandomNumbersArePerRankAndReproducible) {
   (void)at::rand_like(a);
   at::Tensor g2 = at::rand({3});
   EXPECT_TRUE(at::equal(g1, g2));
+}
+
+// A composite operator defined after LocalTensor's dispatch was registered still arrives whole (per rank), so it may
+// read sizes() of each rank's shard; decomposed on the wrapper it would throw on uneven shards.
+at::Tensor FirstRowsTwice(const at::Tensor& x) { return at::cat({x.narrow(0, 0, x.size(0)), x}, 0); }
+
+TEST(LocalTensorTest, OperatorsDefinedLaterArePerRank) {
+  (void)Rows({1, 1, 1, 1});  // the dispatch is registered before the operator is defined
+  static torch::Library* lib = [] {
+    auto* l = new torch::Library(torch::Library::FRAGMENT, "dtsim_test", std::nullopt, __FILE__, __LINE__);
+    l->def("first_rows_twice(Tensor x) -> Tensor", &FirstRowsTwice);
+    return l;
+  }();
+  (void)lib;
+  // Documented: a later operator is registered at the next MakeLocalTensor or LocalTensor operation.
+  at::Tensor a = Rows({3, 3, 3, 0});
+  auto op = c10::Dispatcher::singleton()
+                .findSchemaOrThrow("dtsim_test::first_rows_twice", "")
+                .typed<at::Tensor(const at::Tensor&)>();
+  at::Tensor y = op.call(a);
+  for (int64_t r : kRanks) EXPECT_TRUE(at::equal(LocalShard(y, r), FirstRowsTwice(LocalShard(a, r)))) << r;
+  EXPECT_EQ(LocalInt(y.sym_size(0), 3), 0);
+}
+
+TEST(LocalTensorTest, DropoutAndNormalArePerRankAndReproducible) {
+  at::Tensor a = Rows({4, 4, 4, 4}) * 0 + 1;
+  SetLocalSeed(7);
+  at::Tensor d1 = at::dropout(a, 0.5, /*train=*/true);
+  at::Tensor n1 = at::empty_like(a).normal_();
+  SetLocalSeed(7);
+  at::Tensor d2 = at::dropout(a, 0.5, /*train=*/true);
+  at::Tensor n2 = at::empty_like(a).normal_();
+  for (int64_t r : kRanks) {
+    EXPECT_TRUE(at::equal(LocalShard(d1, r), LocalShard(d2, r)));
+    EXPECT_TRUE(at::equal(LocalShard(n1, r), LocalShard(n2, r)));
+  }
+  EXPECT_FALSE(at::equal(LocalShard(d1, 0), LocalShard(d1, 1)));
+  EXPECT_FALSE(at::equal(LocalShard(n1, 2), LocalShard(n1, 3)));
 }
 
 TEST(LocalTensorTest, AutogradRunsPerRank) {

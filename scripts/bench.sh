@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds dtsim_bench, runs it and upstream's LocalTensorMode (bench/upstream_bench.py) on the same cases in the same
+# run, and prints one line per comparison (numbers in docs/performance.md):
+#   bench <case> ratio <x>             add/chain/all_gather_vs_upstream: upstream time / dtsim time
+#   bench <case>_vs_direct ratio <x>   direct ATen calls on the 8 shards / dtsim time (1.0 = no overhead)
+#   bench all_gather ratio <x>         dtsim all_gather's fraction of memcpy bandwidth (memcpy time / dtsim time),
+#                                      fresh destination memory for both; all_gather_warm: with reused pages
+#   bench all_gather_peak_memory ratio <x>   peak resident memory growth of one all_gather / (inputs + outputs)
+#   bench redistribute_<case> ratio <x>      upstream DTensor.redistribute / dtsim's (bench/redistribute_cases.json)
+# dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
+# the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+configure_and_build --target dtsim_bench dtsim_redistribute_bench >&2
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+bench="$DTSIM_BUILD/bench/dtsim_bench"
+"$bench" --benchmark_filter='BM_Paired' --benchmark_out="$out/paired.json" --benchmark_out_format=json >&2
+# Peak memory in a process of its own, so nothing freed earlier is counted.
+"$bench" --benchmark_filter='BM_AllGatherPeakMemory' --benchmark_out="$out/peak.json" --benchmark_out_format=json >&2
+# Steady state: glibc keeps freed memory (no mmap for large blocks, no trimming), so pages are reused by both sides.
+GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \
+  "$bench" --benchmark_filter='BM_PairedAllGather' --benchmark_out="$out/warm.json" --benchmark_out_format=json >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_bench.py" > "$out/upstream.json"
+# DTensor redistribute on the cases of bench/redistribute_cases.json, dtsim and upstream.
+"$DTSIM_BUILD/bench/dtsim_redistribute_bench" --benchmark_repetitions=3 \
+  --benchmark_out="$out/redistribute.json" --benchmark_out_format=json >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" > "$out/upstream_redistribute.json"
+"$DTSIM_PY" - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+
+def load(name):
+    return {b["name"].split("/")[0]: b for b in json.load(open(os.path.join(out, name)))["benchmarks"]}
+
+paired, warm, peak = load("paired.json"), load("warm.json"), load("peak.json")
+up = json.load(open(os.path.join(out, "upstream.json")))
+for case, name in (("add", "BM_PairedAdd"), ("chain", "BM_PairedChain")):
+    b = paired[name]
+    print(f"bench {case} ratio {up[case + '_us'] / b['b_us']:.1f}   "
+          f"(upstream {up[case + '_us']:.1f} us, dtsim {b['b_us']:.2f} us)")
+    print(f"bench {case}_vs_direct ratio {b['a_us'] / b['b_us']:.3f}   "
+          f"(direct {b['a_us']:.2f} us, dtsim {b['b_us']:.2f} us)")
+ag = paired["BM_PairedAllGather"]
+print(f"bench all_gather ratio {ag['a_us'] / ag['b_us']:.3f}   (fresh destination pages: dtsim {ag['b_us'] / 1e3:.1f} ms "
+      f"vs memcpy {ag['a_us'] / 1e3:.1f} ms; 8 ranks x 16 MiB, 1 GiB written)")
+agw = warm["BM_PairedAllGather"]
+print(f"bench all_gather_warm ratio {agw['a_us'] / agw['b_us']:.3f}   (reused pages: dtsim {agw['b_us'] / 1e3:.1f} ms "
+      f"vs memcpy {agw['a_us'] / 1e3:.1f} ms)")
+print(f"bench all_gather_vs_upstream ratio {up['all_gather_us'] / ag['b_us']:.1f}   (upstream LocalTensorMode "
+      f"{up['all_gather_us'] / 1e3:.0f} ms, dtsim {ag['b_us'] / 1e3:.1f} ms)")
+red = {}
+for b in json.load(open(os.path.join(out, "redistribute.json")))["benchmarks"]:
+    if b.get("run_type", "iteration") != "iteration":
+        continue
+    name = b.get("run_name", b["name"]).split("/")[1]
+    t = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+    red[name] = min(red.get(name, t), t)
+up_red = json.load(open(os.path.join(out, "upstream_redistribute.json")))
+for name, t in red.items():
+    if name in up_red:
+        print(f"bench redistribute_{name} ratio {up_red[name] / t:.1f}   (upstream {up_red[name]:.1f} us, "
+              f"dtsim {t:.1f} us)")
+print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
+      f"(peak RSS growth / (inputs + outputs))")
+PY
