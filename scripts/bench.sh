@@ -21,10 +21,15 @@ bench="$DTSIM_BUILD/bench/dtsim_bench"
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \
   "$bench" --benchmark_filter='BM_PairedAllGather' --benchmark_out="$out/warm.json" --benchmark_out_format=json >&2
 "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_bench.py" > "$out/upstream.json"
-# DTensor redistribute on the cases of bench/redistribute_cases.json, dtsim and upstream.
-"$DTSIM_BUILD/bench/dtsim_redistribute_bench" --benchmark_repetitions=3 \
-  --benchmark_out="$out/redistribute.json" --benchmark_out_format=json >&2
-"$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" > "$out/upstream_redistribute.json"
+# DTensor redistribute on the cases of bench/redistribute_cases.json, dtsim and upstream, twice: with the default
+# allocator, and with c10's transparent-huge-page allocation (THP_MEM_ALLOC_ENABLE=1, what the dtsim command line
+# uses) for both sides — the large cases are bound by first-touch page faults on their fresh outputs.
+for thp in 0 1; do
+  THP_MEM_ALLOC_ENABLE=$thp "$DTSIM_BUILD/bench/dtsim_redistribute_bench" --benchmark_repetitions=3 \
+    --benchmark_out="$out/redistribute_thp$thp.json" --benchmark_out_format=json >&2
+  THP_MEM_ALLOC_ENABLE=$thp "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" \
+    > "$out/upstream_redistribute_thp$thp.json"
+done
 "$DTSIM_PY" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -48,18 +53,20 @@ print(f"bench all_gather_warm ratio {agw['a_us'] / agw['b_us']:.3f}   (reused pa
       f"vs memcpy {agw['a_us'] / 1e3:.1f} ms)")
 print(f"bench all_gather_vs_upstream ratio {up['all_gather_us'] / ag['b_us']:.1f}   (upstream LocalTensorMode "
       f"{up['all_gather_us'] / 1e3:.0f} ms, dtsim {ag['b_us'] / 1e3:.1f} ms)")
-red = {}
-for b in json.load(open(os.path.join(out, "redistribute.json")))["benchmarks"]:
-    if b.get("run_type", "iteration") != "iteration":
-        continue
-    name = b.get("run_name", b["name"]).split("/")[1]
-    t = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
-    red[name] = min(red.get(name, t), t)
-up_red = json.load(open(os.path.join(out, "upstream_redistribute.json")))
-for name, t in red.items():
-    if name in up_red:
-        print(f"bench redistribute_{name} ratio {up_red[name] / t:.1f}   (upstream {up_red[name]:.1f} us, "
-              f"dtsim {t:.1f} us)")
+for thp in (0, 1):
+    red = {}
+    for b in json.load(open(os.path.join(out, f"redistribute_thp{thp}.json")))["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b.get("run_name", b["name"]).split("/")[1]
+        t = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+        red[name] = min(red.get(name, t), t)
+    up_red = json.load(open(os.path.join(out, f"upstream_redistribute_thp{thp}.json")))
+    suffix = "_thp" if thp else ""
+    for name, t in red.items():
+        if name in up_red:
+            print(f"bench redistribute_{name}{suffix} ratio {up_red[name] / t:.1f}   (upstream {up_red[name]:.1f} us, "
+                  f"dtsim {t:.1f} us{', both with THP_MEM_ALLOC_ENABLE=1' if thp else ''})")
 print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
       f"(peak RSS growth / (inputs + outputs))")
 PY
