@@ -47,7 +47,7 @@ DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> c
     RankLayout layout = read.LayoutAt(view.Coordinate(rank));
     return ShardOf(global, layout).mul(PartialFactor(partial_dims, layout.coordinate)).to(global.scalar_type());
   });
-  return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), std::move(collectives));
+  return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), std::nullopt, std::move(collectives));
 }
 
 at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec) {

@@ -62,12 +62,22 @@ void CheckNoMixedPartials(const Placements& placements, const std::string& field
                                  " are not supported (only sum with avg may be mixed)"));
 }
 
-DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives) {
-  return DTensor(std::move(spec), std::move(local), collectives ? std::move(collectives) : DefaultCollectives());
+DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
+                    std::optional<std::vector<int64_t>> stride) {
+  if (!stride) {
+    stride = std::vector<int64_t>(spec.shape().size(), 1);
+    for (int64_t d = static_cast<int64_t>(spec.shape().size()) - 2; d >= 0; --d) {
+      (*stride)[d] = (*stride)[d + 1] * std::max<int64_t>(spec.shape()[d + 1], 1);
+    }
+  }
+  DTSIM_CHECK(stride->size() == spec.shape().size(), "stride ", IntListToString(*stride), " for ", spec.ToString());
+  return DTensor(std::move(spec), std::move(local), collectives ? std::move(collectives) : DefaultCollectives(),
+                 std::move(*stride));
 }
 
 DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, const Placements& placements,
-                           std::optional<std::vector<int64_t>> shape, std::shared_ptr<Collectives> collectives) {
+                           std::optional<std::vector<int64_t>> shape, std::optional<std::vector<int64_t>> stride,
+                           std::shared_ptr<Collectives> collectives) {
   CheckNoMixedPartials(placements, "placements");
   MeshView view(mesh);
   const std::vector<int64_t> held = LocalRanks(local);
@@ -106,7 +116,16 @@ DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, cons
                                             " but ", spec.ToString(), " gives it ", IntListToString(layout.local_shape)));
     }
   }
-  return MakeDTensor(std::move(spec), local, std::move(collectives));
+  if (stride) {
+    if (stride->size() != spec.shape().size()) {
+      throw InputError("stride", StrCat(IntListToString(*stride), " has ", stride->size(), " entries for a tensor of ",
+                                        spec.shape().size(), " dims"));
+    }
+    for (int64_t s : *stride) {
+      if (s < 0) throw InputError("stride", StrCat(IntListToString(*stride), " has a negative entry"));
+    }
+  }
+  return MakeDTensor(std::move(spec), local, std::move(collectives), std::move(stride));
 }
 
 DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placements,
@@ -147,7 +166,7 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
     DTSIM_CHECK(current.placements()[m] == target.placements()[m].Canonical(), "plan ended at ",
                 ToString(current.placements()), " instead of ", ToString(target.placements()));
   }
-  return MakeDTensor(std::move(target), std::move(local), collectives_);
+  return MakeDTensor(std::move(target), std::move(local), collectives_, stride_);
 }
 
 at::Tensor DTensor::FullTensor() const {
@@ -196,7 +215,8 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const
     local = ApplyTransition(local, current, t, *collectives);
     current = SpecAfter(current, t);
   }
-  return MakeDTensor(std::move(spec), std::move(local), std::move(collectives));
+  const at::Tensor& given = IsLocalTensor(tensor) ? first : tensor;
+  return MakeDTensor(std::move(spec), std::move(local), std::move(collectives), given.strides().vec());
 }
 
 DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Placements& placements) {
@@ -313,7 +333,7 @@ DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Pl
                                             ")"));
     }
   }
-  return MakeDTensor(std::move(spec), std::move(local), tensor.collectives_ptr());
+  return MakeDTensor(std::move(spec), std::move(local), tensor.collectives_ptr(), tensor.stride());
 }
 
 }  // namespace dtsim

@@ -161,6 +161,22 @@ TEST(DTensorTest, RefusesWhatUpstreamRefuses) {
   }
 }
 
+TEST(DTensorTest, StrideIsKeptAndChecked) {
+  DeviceMesh mesh = DeviceMesh::Create({2});
+  at::Tensor local = MakeLocalTensor(mesh.ranks(), [](int64_t) { return at::ones({2, 3}); });
+  EXPECT_EQ(DTensor::FromLocal(local, mesh, ParsePlacements("S(0)")).stride(), (std::vector<int64_t>{3, 1}));
+  DTensor t = DTensor::FromLocal(local, mesh, ParsePlacements("S(0)"), std::vector<int64_t>{4, 3},
+                                 std::vector<int64_t>{1, 4});
+  EXPECT_EQ(t.stride(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(t.Redistribute(mesh, ParsePlacements("R")).stride(), (std::vector<int64_t>{1, 4}));
+  EXPECT_THROW(DTensor::FromLocal(local, mesh, ParsePlacements("S(0)"), std::vector<int64_t>{4, 3},
+                                  std::vector<int64_t>{1}),
+               InputError);
+  // distribute_tensor records the given tensor's stride, as upstream does.
+  DTensor d = DistributeTensor(at::arange(12.).reshape({3, 4}).t(), mesh, ParsePlacements("S(0)"));
+  EXPECT_EQ(d.stride(), (std::vector<int64_t>{1, 4}));
+}
+
 TEST(DTensorTest, SizeOneMeshDimNeverCommunicates) {
   DeviceMesh mesh = DeviceMesh::Create({1, 4});
   DTensor dt = DistributeTensor(Arange({5, 3}), mesh, ParsePlacements("S(0),S(1)"));

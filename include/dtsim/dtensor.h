@@ -60,14 +60,20 @@ class DTensor {
   // `shape` defaults to the global shape implied by even sharding, which must then agree on every rank. Each rank's
   // local shape must match the layout (InputError "from_local: rank 3 holds [2, 5] but the layout gives [1, 5]").
   // Mixed Partial kinds other than sum with avg are refused as upstream does.
+  // `stride` is the global tensor's stride as upstream records it (default: contiguous for `shape`); it must have
+  // one entry per dim, each >= 0.
   static DTensor FromLocal(const at::Tensor& local, const DeviceMesh& mesh, const Placements& placements,
                            std::optional<std::vector<int64_t>> shape = std::nullopt,
+                           std::optional<std::vector<int64_t>> stride = std::nullopt,
                            std::shared_ptr<Collectives> collectives = nullptr);
 
   const DTensorSpec& spec() const { return spec_; }
   const DeviceMesh& mesh() const { return spec_.mesh(); }
   const Placements& placements() const { return spec_.placements(); }
   const std::vector<int64_t>& shape() const { return spec_.shape(); }
+  // The global stride (upstream's DTensor.stride()): contiguous unless given to FromLocal or taken from the tensor
+  // DistributeTensor was given.
+  const std::vector<int64_t>& stride() const { return stride_; }
   // The local data: a LocalTensor in simulation.
   const at::Tensor& to_local() const { return local_; }
   Collectives& collectives() const { return *collectives_; }
@@ -83,17 +89,21 @@ class DTensor {
   at::Tensor FullTensor() const;
 
  private:
-  DTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives)
-      : spec_(std::move(spec)), local_(std::move(local)), collectives_(std::move(collectives)) {}
-  friend DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives);
+  DTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives, std::vector<int64_t> stride)
+      : spec_(std::move(spec)), local_(std::move(local)), collectives_(std::move(collectives)),
+        stride_(std::move(stride)) {}
+  friend DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
+                             std::optional<std::vector<int64_t>> stride);
 
   DTensorSpec spec_;
   at::Tensor local_;
   std::shared_ptr<Collectives> collectives_;
+  std::vector<int64_t> stride_;
 };
 
-// Builds a DTensor from parts already known to agree (no checks beyond DTSIM_CHECK).
-DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives);
+// Builds a DTensor from parts already known to agree (no checks beyond DTSIM_CHECK); `stride` defaults to contiguous.
+DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
+                    std::optional<std::vector<int64_t>> stride = std::nullopt);
 
 // Upstream's distribute_tensor: every rank takes its part of `tensor` as held by the rank at coordinate
 // `src_data_rank` on each mesh dim (scatter / broadcast); with src_data_rank = nullopt every rank splits its own copy.
