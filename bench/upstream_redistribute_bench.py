@@ -6,7 +6,6 @@ import logging
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -18,23 +17,9 @@ from torch.distributed.tensor.placement_types import Partial, Replicate
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "oracle"))
 import upstream  # noqa: E402
+from upstream_bench import best_us  # noqa: E402  the same timing rule as the LocalTensor benchmark
 
 logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-
-
-def best_us(fn, budget_s=1.0, repeats=3):
-    fn()
-    start = time.perf_counter()
-    fn()
-    one = time.perf_counter() - start
-    calls = max(1, int(budget_s / repeats / max(one, 1e-7)))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e6
 
 
 def main():
@@ -60,8 +45,7 @@ def main():
                         return t * math.prod(1 + coord[m] for m in partial)
                     dt = DTensor.from_local(tensor_map(dt.to_local(), scale), mesh, src, shape=full.shape,
                                             stride=full.stride())
-                out[c["name"]] = best_us(lambda: dt.redistribute(mesh, dst).to_local(),
-                                         budget_s=3.0 if c["name"].startswith("large") else 1.0)
+                out[c["name"]] = best_us(lambda: dt.redistribute(mesh, dst).to_local(), repeats=3)
     print(json.dumps(out))
 
 

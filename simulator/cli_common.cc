@@ -8,6 +8,30 @@
 
 namespace dtsim::cli {
 
+namespace po = boost::program_options;
+
+void AddTensorOptions(po::options_description& desc, TensorOptions& o, const char* dtype_help) {
+  desc.add_options()
+      ("help,h", "show this help")
+      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
+      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
+      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
+      ("dtype", po::value(&o.dtype)->default_value(o.dtype), dtype_help);
+}
+
+po::variables_map ParseOptions(const Args& args, const po::options_description& desc) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+void RequireOptions(const po::variables_map& vm, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (!vm.count(name)) throw InputError(name, StrCat("missing: give --", name));
+  }
+}
+
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
   if (value.is_string()) return ParseIntList(value.get<std::string>(), field);
   if (!value.is_array()) throw InputError(field, StrCat("expected a list of integers, got ", value.dump()));

@@ -1,16 +1,36 @@
 // Helpers shared by the dtsim subcommands: reading cases from JSON (batch mode) and running a JSON-lines batch.
 #pragma once
 
+#include <boost/program_options.hpp>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "dtsim/mesh.h"
 #include "dtsim/placement.h"
 #include "dtsim/spec.h"
 
 namespace dtsim::cli {
+
+// The options every tensor command takes; defaults in comments.
+struct TensorOptions {
+  std::string mesh;               // required: "2x4"
+  std::string names;              // "" = unnamed mesh
+  std::string shape;              // required: "5,10"
+  std::string dtype = "float32";  // element type
+};
+
+// Adds --help, --mesh, --names, --shape and --dtype (described by `dtype_help`) to `desc`.
+void AddTensorOptions(boost::program_options::options_description& desc, TensorOptions& o,
+                      const char* dtype_help = "element type (sizes in bytes)");
+// Parses `args` against `desc` (unknown options are input errors, reported by main).
+boost::program_options::variables_map ParseOptions(const Args& args,
+                                                   const boost::program_options::options_description& desc);
+// InputError("<name>", "missing: give --<name>") for the first option in `names` that was not given.
+void RequireOptions(const boost::program_options::variables_map& vm, std::initializer_list<const char*> names);
 
 // A list of integers given as a JSON array or as text ("2x4", "5,10"); InputError(field) otherwise.
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field);

@@ -30,12 +30,8 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim distribute`; defaults in comments.
-struct DistributeOptions {
-  std::string mesh;                // required: "2x4"
-  std::string names;               // "" = unnamed mesh (steps then name dims by index)
-  std::string shape;               // required: "8,6"
+struct DistributeOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::vector<std::string> steps;  // required, in order: "tp:S(0)"
-  std::string dtype = "float32";   // element type of the arange tensor
   bool json = false;               // one JSON object instead of text
   bool values = false;             // include every rank's values
 };
@@ -68,27 +64,19 @@ Step ParseStep(const DeviceMesh& root, const std::string& text) {
 int RunDistribute(const Args& args) {
   DistributeOptions o;
   po::options_description desc("dtsim distribute options");
+  AddTensorOptions(desc, o, "element type of the arange tensor");
   desc.add_options()
-      ("help,h", "show this help")
-      ("mesh", po::value(&o.mesh), "root mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("shape", po::value(&o.shape), "global tensor shape, e.g. 8,6")
       ("step", po::value(&o.steps)->composing(), "a step <dims>:<placements>, e.g. tp:S(0); repeat, in order")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type of the arange tensor")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step \"tp:S(0)\" --step \"dp:S(0)\" "
                  "[--json] [--values]\n"
               << desc;
     return 0;
   }
-  for (const char* required : {"mesh", "shape", "step"}) {
-    if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
-  }
+  RequireOptions(vm, {"mesh", "shape", "step"});
   const DeviceMesh root = DeviceMesh::Parse(o.mesh, o.names);
   std::vector<Step> steps;
   for (const std::string& text : o.steps) steps.push_back(ParseStep(root, text));

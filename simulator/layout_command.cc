@@ -18,12 +18,8 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim layout`; defaults in comments.
-struct LayoutOptions {
-  std::string mesh;        // required: "2x4"
-  std::string names;       // "" = unnamed mesh
-  std::string shape;       // required: "5,10" ("" is a 0-d tensor only when given explicitly)
+struct LayoutOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string placements;  // required: "S(0),S(1)"
-  std::string dtype = "float32";
   bool json = false;       // print one JSON object instead of text
   std::string batch;       // "" = single case; a path or "-" for stdin
 };
@@ -42,18 +38,12 @@ DTensorSpec SpecFromJson(const nlohmann::json& c) {
 int RunLayout(const Args& args) {
   LayoutOptions o;
   po::options_description desc("dtsim layout options");
+  AddTensorOptions(desc, o, "element type (sizes in bytes)");
   desc.add_options()
-      ("help,h", "show this help")
-      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
       ("placements", po::value(&o.placements), "one placement per mesh dim, e.g. S(0),S(1) or [_S(0,2), R]")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type (sizes in bytes)")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements \"S(0),S(1)\" [--json]\n"
               << desc;
@@ -62,9 +52,7 @@ int RunLayout(const Args& args) {
   if (!o.batch.empty()) {
     return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutToJson(SpecFromJson(c)); });
   }
-  for (const char* required : {"mesh", "shape", "placements"}) {
-    if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
-  }
+  RequireOptions(vm, {"mesh", "shape", "placements"});
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.placements),
                                          ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   if (o.json) {

@@ -20,13 +20,9 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim plan`; defaults in comments.
-struct PlanOptions {
-  std::string mesh;                 // required: "2x4"
-  std::string names;                // "" = unnamed mesh
-  std::string shape;                // required: "5,10"
+struct PlanOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string from;                 // required: "S(0),R"
   std::string to;                   // required: "R,S(1)"
-  std::string dtype = "float32";    // element type (bytes per element)
   std::string planner = "greedy";   // greedy (upstream's default), graph or min-cost
   bool json = false;                // print one JSON object instead of text
   std::string batch;                // "" = single case; a path or "-" for stdin
@@ -48,21 +44,15 @@ Plan PlanFromJson(const nlohmann::json& c) {
 int RunPlan(const Args& args) {
   PlanOptions o;
   po::options_description desc("dtsim plan options");
+  AddTensorOptions(desc, o, "element type (sizes in bytes)");
   desc.add_options()
-      ("help,h", "show this help")
-      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type (sizes in bytes)")
       ("planner", po::value(&o.planner)->default_value(o.planner),
        "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" --to \"R,S(1)\" "
                  "[--planner greedy|graph|min-cost] [--json]\n"
@@ -72,9 +62,7 @@ int RunPlan(const Args& args) {
   if (!o.batch.empty()) {
     return RunJsonLines(o.batch, [](const nlohmann::json& c) { return ToJson(PlanFromJson(c)); });
   }
-  for (const char* required : {"mesh", "shape", "from", "to"}) {
-    if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
-  }
+  RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
   DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));

@@ -32,13 +32,9 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim redistribute` (and `dtsim plan`'s shared part); defaults in comments.
-struct RedistributeCliOptions {
-  std::string mesh;               // required: "2x4"
-  std::string names;              // "" = unnamed mesh
-  std::string shape;              // required: "5,10"
+struct RedistributeCliOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string from;               // required: "S(0),R"
   std::string to;                 // required: "R,S(1)"
-  std::string dtype = "float32";  // element type of the arange tensor
   std::string planner = "greedy";  // greedy (upstream's sequence) or min-cost
   bool json = false;              // one JSON object instead of text
   bool values = false;            // include every rank's values
@@ -121,22 +117,16 @@ Case CaseFromJson(const nlohmann::json& j) {
 int RunRedistribute(const Args& args) {
   RedistributeCliOptions o;
   po::options_description desc("dtsim redistribute options");
+  AddTensorOptions(desc, o, "element type of the arange tensor");
   desc.add_options()
-      ("help,h", "show this help")
-      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R (Partial allowed)")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type of the arange tensor")
       ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's sequence) or min-cost")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)")
       ("trace", po::value(&o.trace), "write a JSON trace of the run to this path")
       ("batch", po::value(&o.batch), "JSON cases, one per line, from a file or - (stdin); JSON results out");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" "
                  "--to \"R,S(1)\" [--planner greedy|min-cost] [--json] [--values] [--trace out.json]\n"
@@ -150,9 +140,7 @@ int RunRedistribute(const Args& args) {
       return OutcomeToJson(c, RunCase(c, nullptr), values);
     });
   }
-  for (const char* required : {"mesh", "shape", "from", "to"}) {
-    if (!vm.count(required)) throw InputError(required, StrCat("missing: give --", required));
-  }
+  RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
   DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));

@@ -25,7 +25,6 @@ import time
 import pytest
 import torch
 from torch.distributed._local_tensor import LocalTensorMode
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._redistribute import (_gen_transform_infos, _gen_transform_infos_non_cached,
@@ -126,53 +125,47 @@ def test_plan_matches_upstream(planner, seed):
     results = upstream.run_batch("plan", dtsim_cases(cases, planner))
     dtsim_seconds = time.time() - start
 
-    by_mesh = collections.defaultdict(list)
-    for i, c in enumerate(cases):
-        by_mesh[tuple(c["mesh"])].append(i)
     counts = collections.Counter()
     failures = []
-    for mesh_shape, indices in sorted(by_mesh.items()):
-        world = math.prod(mesh_shape)
-        with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", mesh_shape)
-            for i in indices:
-                case, got = cases[i], results[i]
-                refused = upstream_refusal(mesh, case)
-                if refused is None and "error" in got and structurally_invalid(case):
-                    counts["dtsim stricter (placement count / shard dim out of range)"] += 1
+    for mesh_shape, world, mesh, indices in upstream.by_mesh(cases):
+        for i in indices:
+            case, got = cases[i], results[i]
+            refused = upstream_refusal(mesh, case)
+            if refused is None and "error" in got and structurally_invalid(case):
+                counts["dtsim stricter (placement count / shard dim out of range)"] += 1
+                continue
+            if (refused is not None and "error" not in got and has_strided(case)
+                    and "Expected cond to be True" in refused and "not executable" in got["note"]):
+                # Upstream's greedy fallback for a _StridedShard it cannot decode into a shard order gathers an
+                # outer mesh dim while an inner one still shards the same tensor dim (its nesting check ignores
+                # _StridedShard) and then fails its own torch._check while unpadding. dtsim plans these validly.
+                counts["upstream fails internally on _StridedShard, dtsim plans"] += 1
+                continue
+            if refused is not None or "error" in got:
+                if (refused is None) != ("error" not in got):
+                    failures.append(("refusal differs", case, refused, got.get("error")))
+                counts["both refused" if refused is not None else "refusal differs"] += 1
+                continue
+            want = upstream_plan(mesh, case, world, True if planner == "graph" else None)
+            mine = [(s["mesh_dim"], s["upstream_from"], s["upstream_to"], s["logical_shape_per_rank"])
+                    for s in got["plan"]]
+            for s in got["plan"]:  # a mesh dim of size 1 never communicates
+                if mesh_shape[s["mesh_dim"]] == 1 and s["collective"] != "none":
+                    failures.append(("size-1 mesh dim communicates", case, s))
+            if has_strided(case) or planner == "graph":
+                if "not executable" in got["note"]:
+                    # Upstream cannot decode the _StridedShard into a shard order and its greedy fallback would
+                    # gather an outer mesh dim while an inner one still splits the dim: dtsim searches instead.
+                    counts["strided, upstream fallback not executable: dtsim search"] += 1
                     continue
-                if (refused is not None and "error" not in got and has_strided(case)
-                        and "Expected cond to be True" in refused and "not executable" in got["note"]):
-                    # Upstream's greedy fallback for a _StridedShard it cannot decode into a shard order gathers an
-                    # outer mesh dim while an inner one still shards the same tensor dim (its nesting check ignores
-                    # _StridedShard) and then fails its own torch._check while unpadding. dtsim plans these validly.
-                    counts["upstream fails internally on _StridedShard, dtsim plans"] += 1
-                    continue
-                if refused is not None or "error" in got:
-                    if (refused is None) != ("error" not in got):
-                        failures.append(("refusal differs", case, refused, got.get("error")))
-                    counts["both refused" if refused is not None else "refusal differs"] += 1
-                    continue
-                want = upstream_plan(mesh, case, world, True if planner == "graph" else None)
-                mine = [(s["mesh_dim"], s["upstream_from"], s["upstream_to"], s["logical_shape_per_rank"])
-                        for s in got["plan"]]
-                for s in got["plan"]:  # a mesh dim of size 1 never communicates
-                    if mesh_shape[s["mesh_dim"]] == 1 and s["collective"] != "none":
-                        failures.append(("size-1 mesh dim communicates", case, s))
-                if has_strided(case) or planner == "graph":
-                    if "not executable" in got["note"]:
-                        # Upstream cannot decode the _StridedShard into a shard order and its greedy fallback would
-                        # gather an outer mesh dim while an inner one still splits the dim: dtsim searches instead.
-                        counts["strided, upstream fallback not executable: dtsim search"] += 1
-                        continue
-                    counts["compared with upstream's graph-based planner"] += 1
-                counts["compared"] += 1
-                if [w[:3] for w in want] != [m[:3] for m in mine]:
-                    failures.append(("transitions differ", case, [w[:3] for w in want], [m[:3] for m in mine]))
-                elif [w[3] for w in want] != [m[3] for m in mine]:
-                    failures.append(("logical shapes differ", case, want, mine))
-                else:
-                    counts["logical shapes compared"] += sum(1 for _ in want)
+                counts["compared with upstream's graph-based planner"] += 1
+            counts["compared"] += 1
+            if [w[:3] for w in want] != [m[:3] for m in mine]:
+                failures.append(("transitions differ", case, [w[:3] for w in want], [m[:3] for m in mine]))
+            elif [w[3] for w in want] != [m[3] for m in mine]:
+                failures.append(("logical shapes differ", case, want, mine))
+            else:
+                counts["logical shapes compared"] += sum(1 for _ in want)
     elapsed = time.time() - start
     print(f"\n{planner}: {num_cases} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
     assert not failures, f"{len(failures)} mismatches, first 5:\n" + "\n".join(map(repr, failures[:5]))
@@ -226,45 +219,39 @@ def test_bytes_per_rank_match_upstream_collective_inputs():
         if math.prod(c["mesh"]) <= 16 and not structurally_invalid(c):
             cases.append(c)
     results = upstream.run_batch("plan", dtsim_cases(cases))
-    by_mesh = collections.defaultdict(list)
-    for i, c in enumerate(cases):
-        by_mesh[tuple(c["mesh"])].append(i)
     failures, compared, collectives, skipped = [], 0, 0, 0
-    for mesh_shape, indices in sorted(by_mesh.items()):
-        world = math.prod(mesh_shape)
-        with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", mesh_shape)
-            for i in indices:
-                case, got = cases[i], results[i]
-                if upstream_refusal(mesh, case) is not None or "error" in got or "not executable" in got["note"]:
+    for mesh_shape, world, mesh, indices in upstream.by_mesh(cases):
+        for i in indices:
+            case, got = cases[i], results[i]
+            if upstream_refusal(mesh, case) is not None or "error" in got or "not executable" in got["note"]:
+                continue
+            ndim = len(case["shape"])
+            # upstream_refusal ran outside LocalTensorMode and cached rank 0's transform infos (with rank 0's
+            # logical shapes) for these specs: drop them so every rank plans with its own, as in a real run.
+            _gen_transform_infos.cache_clear()
+            clear_redistribute_planner_cache()
+            with LocalTensorMode(world), CollectiveRecorder() as rec:
+                full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
+                try:
+                    dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, upstream.normalised(case["src"], ndim))
+                except AssertionError:
+                    # upstream's _StridedShard._shard_tensor asserts on some split factors / sizes: no source
+                    # tensor to redistribute (a set-up limit of upstream, not a planner question).
+                    assert has_strided(case), case
+                    skipped += 1
                     continue
-                ndim = len(case["shape"])
-                # upstream_refusal ran outside LocalTensorMode and cached rank 0's transform infos (with rank 0's
-                # logical shapes) for these specs: drop them so every rank plans with its own, as in a real run.
-                _gen_transform_infos.cache_clear()
-                clear_redistribute_planner_cache()
-                with LocalTensorMode(world), CollectiveRecorder() as rec:
-                    full = torch.arange(math.prod(case["shape"])).reshape(case["shape"])
-                    try:
-                        dt = distribute_tensor(full.to(DTYPES[case["dtype"]]), mesh, upstream.normalised(case["src"], ndim))
-                    except AssertionError:
-                        # upstream's _StridedShard._shard_tensor asserts on some split factors / sizes: no source
-                        # tensor to redistribute (a set-up limit of upstream, not a planner question).
-                        assert has_strided(case), case
-                        skipped += 1
-                        continue
-                    rec.calls.clear()
-                    try:
-                        dt.redistribute(mesh, upstream.normalised(case["dst"], ndim))
-                    except Exception as e:  # noqa: BLE001
-                        failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
-                        continue
-                mine = [(s["collective"], s["bytes_per_rank"]) for s in got["plan"]
-                        if s["collective"] in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")]
-                compared += 1
-                collectives += len(mine)
-                if mine != rec.calls:
-                    failures.append((case, rec.calls, mine))
+                rec.calls.clear()
+                try:
+                    dt.redistribute(mesh, upstream.normalised(case["dst"], ndim))
+                except Exception as e:  # noqa: BLE001
+                    failures.append((case, "upstream failed to run", f"{type(e).__name__}: {e}"))
+                    continue
+            mine = [(s["collective"], s["bytes_per_rank"]) for s in got["plan"]
+                    if s["collective"] in ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")]
+            compared += 1
+            collectives += len(mine)
+            if mine != rec.calls:
+                failures.append((case, rec.calls, mine))
     print(f"\nbytes: {compared} cases, {collectives} collectives in {time.time() - start:.1f}s "
           f"({skipped} _StridedShard sources upstream's distribute_tensor cannot build)")
     assert not failures, f"{len(failures)} mismatches, first 3:\n" + "\n".join(map(repr, failures[:3]))

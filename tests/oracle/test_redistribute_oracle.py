@@ -16,7 +16,6 @@ import time
 
 import torch
 from torch.distributed._local_tensor import LocalTensorMode, tensor_map
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import Partial, Replicate
@@ -106,60 +105,54 @@ def test_redistribute_matches_upstream_bitwise():
     results = upstream.run_batch("redistribute", [{k: c[k] for k in ("mesh", "shape", "dtype", "from", "to")}
                                                   for c in cases])
     dtsim_seconds = time.time() - start
-    by_mesh = collections.defaultdict(list)
-    for i, c in enumerate(cases):
-        by_mesh[tuple(c["mesh"])].append(i)
     counts = collections.Counter()
     failures, upstream_wrong = [], []
-    for mesh_shape, indices in sorted(by_mesh.items()):
-        world = math.prod(mesh_shape)
-        with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", mesh_shape)
-            for i in indices:
-                case, got = cases[i], results[i]
-                if got.get("internal"):
-                    failures.append(("dtsim internal error", case, got["error"]))
-                    continue
-                shards, refusal = upstream_result(mesh, case, world)
-                if refusal is not None and refusal.startswith("CRASH"):
-                    # Upstream has no answer: the global tensor is the judge (dtsim's verdict).
-                    if "error" in got or not got["ok"]:
-                        failures.append(("upstream crashed and dtsim is not ok", case, refusal, got))
-                    counts["upstream crashed; dtsim checked against the global tensor"] += 1
-                    continue
-                if refusal is not None or "error" in got:
-                    if (refusal is None) != ("error" not in got):
-                        failures.append(("refusal differs", case, refusal, got.get("error")))
-                    counts["both refused"] += 1
-                    continue
-                if not got["ok"]:
-                    failures.append(("dtsim verdict not ok", case, got.get("problem")))
-                    continue
-                want_plan = upstream.transform_infos(mesh, case, world)
-                mine_plan = [(s["mesh_dim"], s["from"], s["to"]) for s in got["plan"]]
-                if "_S(" not in case["from"] + case["to"] and [w[:3] for w in want_plan] != mine_plan:
-                    failures.append(("plan differs", case, [w[:3] for w in want_plan], mine_plan))
-                same = True
+    for mesh_shape, world, mesh, indices in upstream.by_mesh(cases):
+        for i in indices:
+            case, got = cases[i], results[i]
+            if got.get("internal"):
+                failures.append(("dtsim internal error", case, got["error"]))
+                continue
+            shards, refusal = upstream_result(mesh, case, world)
+            if refusal is not None and refusal.startswith("CRASH"):
+                # Upstream has no answer: the global tensor is the judge (dtsim's verdict).
+                if "error" in got or not got["ok"]:
+                    failures.append(("upstream crashed and dtsim is not ok", case, refusal, got))
+                counts["upstream crashed; dtsim checked against the global tensor"] += 1
+                continue
+            if refusal is not None or "error" in got:
+                if (refusal is None) != ("error" not in got):
+                    failures.append(("refusal differs", case, refusal, got.get("error")))
+                counts["both refused"] += 1
+                continue
+            if not got["ok"]:
+                failures.append(("dtsim verdict not ok", case, got.get("problem")))
+                continue
+            want_plan = upstream.transform_infos(mesh, case, world)
+            mine_plan = [(s["mesh_dim"], s["from"], s["to"]) for s in got["plan"]]
+            if "_S(" not in case["from"] + case["to"] and [w[:3] for w in want_plan] != mine_plan:
+                failures.append(("plan differs", case, [w[:3] for w in want_plan], mine_plan))
+            same = True
+            for rank_json in got["ranks"]:
+                want = shards[rank_json["rank"]]
+                if list(want.shape) != rank_json["local_shape"] or \
+                        want.double().flatten().tolist() != rank_json["values"]:
+                    same = False
+                    break
+            if same:
+                counts["bitwise equal"] += 1
+            else:
+                # dtsim's verdict already checked its values against the global tensor. Its shapes must also be
+                # what upstream's own layout function says for the target: then upstream's redistribute is the
+                # one that is inconsistent.
+                dst = [upstream.to_upstream(upstream.normalised_text(t, len(case["shape"]))) for t in case["dst"]]
                 for rank_json in got["ranks"]:
-                    want = shards[rank_json["rank"]]
-                    if list(want.shape) != rank_json["local_shape"] or \
-                            want.double().flatten().tolist() != rank_json["values"]:
-                        same = False
-                        break
-                if same:
-                    counts["bitwise equal"] += 1
-                else:
-                    # dtsim's verdict already checked its values against the global tensor. Its shapes must also be
-                    # what upstream's own layout function says for the target: then upstream's redistribute is the
-                    # one that is inconsistent.
-                    dst = [upstream.to_upstream(upstream.normalised_text(t, len(case["shape"]))) for t in case["dst"]]
-                    for rank_json in got["ranks"]:
-                        shape, _ = _compute_local_shape_and_global_offset(case["shape"], case["mesh"],
-                                                                         rank_json["coordinate"], dst)
-                        if list(shape) != rank_json["local_shape"]:
-                            failures.append(("dtsim shape differs from upstream's layout", case, rank_json))
-                    upstream_wrong.append(case)
-                    counts["upstream differs from the global tensor"] += 1
+                    shape, _ = _compute_local_shape_and_global_offset(case["shape"], case["mesh"],
+                                                                     rank_json["coordinate"], dst)
+                    if list(shape) != rank_json["local_shape"]:
+                        failures.append(("dtsim shape differs from upstream's layout", case, rank_json))
+                upstream_wrong.append(case)
+                counts["upstream differs from the global tensor"] += 1
     elapsed = time.time() - start
     print(f"\n{NUM_CASES} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
     if upstream_wrong:

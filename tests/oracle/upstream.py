@@ -97,6 +97,21 @@ def fake_world(world_size):
         dist.destroy_process_group()
 
 
+def by_mesh(cases):
+    """Groups cases by mesh shape. Yields (mesh_shape, world, mesh, indices) for each shape, in order, with a fake
+    process group of that world size and an upstream DeviceMesh of that shape alive while the caller handles it."""
+    from torch.distributed.device_mesh import init_device_mesh
+    groups = {}
+    for i, c in enumerate(cases):
+        groups.setdefault(tuple(c["mesh"]), []).append(i)
+    for mesh_shape, indices in sorted(groups.items()):
+        world = 1
+        for s in mesh_shape:
+            world *= s
+        with fake_world(world):
+            yield mesh_shape, world, init_device_mesh("cpu", mesh_shape), indices
+
+
 def per_rank(value, rank):
     """An int, or a SymInt holding one int per rank under LocalTensorMode → this rank's int."""
     if isinstance(value, int):
