@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include <fstream>
+#include <optional>
 #include <iostream>
 
 #include "dtsim/error.h"
@@ -77,6 +78,34 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
   }
   for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
   return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+}
+
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes, or nullopt where it cannot be read.
+std::optional<int64_t> AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size) {
+  const auto available = AvailableMemory();
+  if (!available) return;
+  const long double need = static_cast<long double>(spec.numel()) * ItemSize(spec.dtype()) * (world_size + 2);
+  if (need > *available) {
+    throw InputError("shape", StrCat(IntListToString(spec.shape()), " ", ToString(spec.dtype()), " on ", world_size,
+                                     " simulated ranks needs about ", static_cast<int64_t>(need / (1 << 20)),
+                                     " MiB, but ", *available / (1 << 20), " MiB are available; simulate a smaller "
+                                     "tensor"));
+  }
 }
 
 int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run) {

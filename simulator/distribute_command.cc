@@ -83,6 +83,7 @@ int RunDistribute(const Args& args) {
   const DTensorSpec global_spec =
       DTensorSpec::Create(root, Placements(root.ndim(), Placement::Replicate()), ParseIntList(o.shape, "shape"),
                           ParseDType(o.dtype));
+  CheckSimulationFits(global_spec, root.size());
   const at::Tensor global = ArangeGlobal(global_spec);
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);

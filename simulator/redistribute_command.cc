@@ -57,6 +57,7 @@ struct Outcome {
 };
 
 Outcome RunCase(const Case& c, TraceRecorder* recorder) {
+  CheckSimulationFits(c.src, c.src.mesh().size());
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor source = MakeArangeSource(c.src, collectives);
   if (recorder) {
@@ -136,6 +137,9 @@ int RunRedistribute(const Args& args) {
   if (!o.batch.empty()) {
     return RunJsonLines(o.batch, [](const nlohmann::json& j) {
       Case c = CaseFromJson(j);
+      if (j.contains("values") && !j["values"].is_boolean()) {
+        throw InputError("values", StrCat("expected true or false, got ", j["values"].dump()));
+      }
       bool values = !j.contains("values") || j["values"].get<bool>();
       return OutcomeToJson(c, RunCase(c, nullptr), values);
     });

@@ -88,6 +88,8 @@ BAD = [
     (["redistribute", "--mesh", "2x2", "--shape", "4,4", "--from", "S(0),R", "--to", "R,R", "--dtype", "complex64"], "dtype", "unknown dtype 'complex64'"),
     (["redistribute", "--mesh", "2x2", "--shape", "4,4", "--from", "S(0),R", "--to", "R,R", "--planner", "fastest"], "planner", "'fastest'"),
     (["redistribute", "--mesh", "2x2", "--shape", "4,4", "--from", "S(0),R"], "to", "missing"),
+    (["redistribute", "--mesh", "8", "--shape", "100000,100000", "--from", "S(0)", "--to", "R"], "shape", "MiB are available"),
+    (["distribute", "--mesh", "2x4", "--shape", "100000,100000", "--step", "0:S(0)"], "shape", "MiB are available"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "submesh", "no dim 'pp'"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0),R"], "step", "2 placements for 1 mesh dim"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tpS(0)"], "step", "is not <dims>:<placements>"),
@@ -105,6 +107,19 @@ def test_bad_input_is_a_clear_error(tmp_path, args, field, message):
     assert out.stderr.startswith(f"dtsim: error: {field}: "), out.stderr
     assert message in out.stderr, out.stderr
     assert not trace.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_batch_reports_bad_lines_and_goes_on():
+    lines = ['{"mesh": [2], "shape": [4], "from": "S(0)", "to": "R", "values": "yes"}',
+             '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}',
+             '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "P(sum)"}']
+    out = subprocess.run([DTSIM, "redistribute", "--batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    assert results[0]["field"] == "values" and "expected true or false" in results[0]["error"]
+    assert results[1]["ok"] and results[1]["ranks"][1]["values"] == [0.0, 1.0, 2.0, 3.0]
+    assert results[2]["field"] == "to" and "Partial" in results[2]["error"]
 
 
 def test_unwritable_trace_is_a_clear_error(tmp_path):
