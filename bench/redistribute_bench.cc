@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtsim/arange_case.h"
+#include "dtsim/caching_allocator.h"
 #include "dtsim/dtensor.h"
 
 namespace {
@@ -27,6 +28,8 @@ void RunCase(benchmark::State& state, const nlohmann::json& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the dtsim command line runs: freed large blocks are reused (include/dtsim/caching_allocator.h).
+  dtsim::EnableCachingCpuAllocator();
   std::ifstream in(DTSIM_BENCH_CASES);
   const nlohmann::json cases = nlohmann::json::parse(in);
   for (const auto& c : cases) {

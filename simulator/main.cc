@@ -1,12 +1,12 @@
 // dtsim: entry point. Picks the subcommand and applies the error policy: InputError and option errors → exit 2 with
 // "dtsim: error: <field>: <message>", internal errors → exit 3.
 #include <boost/program_options/errors.hpp>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <string>
 
 #include "commands.h"
+#include "dtsim/caching_allocator.h"
 #include "dtsim/error.h"
 
 namespace {
@@ -35,9 +35,8 @@ void PrintUsage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Large simulated tensors are written once per rank into fresh memory; 2 MiB pages (c10's THP allocation, read
-  // lazily at the first large allocation) cut the first-touch page faults about 3x. A user's setting wins.
-  setenv("THP_MEM_ALLOC_ENABLE", "1", /*overwrite=*/0);
+  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks.
+  dtsim::EnableCachingCpuAllocator();
   if (argc < 2) {
     PrintUsage(std::cerr);
     return 2;
