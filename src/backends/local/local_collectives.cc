@@ -50,6 +50,18 @@ struct Call {
   }
 };
 
+// The size of each of the group's n equal pieces along `dim` (shapes within the group already agree); an InputError
+// naming the group when the size does not divide by n: the caller must pad uneven shards first.
+int64_t EvenChunk(const Call& c, size_t g, int64_t dim, const char* dim_name) {
+  const int64_t size = c.in[c.members[g][0]].size(dim);
+  if (size % c.n(g) != 0) {
+    throw InputError("input", StrCat(c.op, ": size ", size, " along ", dim_name, " ", dim,
+                                     " does not divide evenly by the group size ", c.n(g), " (group ", c.GroupText(g),
+                                     "); pad uneven shards first"));
+  }
+  return size / c.n(g);
+}
+
 class LocalCollectives : public Collectives {
  public:
   at::Tensor AllGather(const at::Tensor& input, const GroupSet& groups, int64_t dim) override {
@@ -80,13 +92,7 @@ class LocalCollectives : public Collectives {
     for (size_t g = 0; g < c.members.size(); ++g) {
       CheckSameShapes(c, g);
       const auto& m = c.members[g];
-      const int64_t size = c.in[m[0]].size(dim);
-      if (size % c.n(g) != 0) {
-        throw InputError("input", StrCat(c.op, ": size ", size, " along dim ", dim,
-                                         " does not divide evenly by the group size ", c.n(g), " (group ",
-                                         c.GroupText(g), "); pad uneven shards first"));
-      }
-      const int64_t chunk = size / c.n(g);
+      const int64_t chunk = EvenChunk(c, g, dim, "dim");
       for (size_t i = 0; i < m.size(); ++i) {
         std::vector<at::Tensor> pieces;
         for (size_t s : m) pieces.push_back(c.in[s].narrow(dim, i * chunk, chunk));
@@ -140,13 +146,7 @@ class LocalCollectives : public Collectives {
     for (size_t g = 0; g < c.members.size(); ++g) {
       CheckSameShapes(c, g);
       const auto& m = c.members[g];
-      const int64_t size = c.in[m[0]].size(split_dim);
-      if (size % c.n(g) != 0) {
-        throw InputError("input", StrCat(c.op, ": size ", size, " along split_dim ", split_dim,
-                                         " does not divide evenly by the group size ", c.n(g), " (group ",
-                                         c.GroupText(g), ")"));
-      }
-      const int64_t chunk = size / c.n(g);
+      const int64_t chunk = EvenChunk(c, g, split_dim, "split_dim");
       for (size_t j = 0; j < m.size(); ++j) {
         std::vector<at::Tensor> pieces;
         for (size_t s : m) pieces.push_back(c.in[s].narrow(split_dim, j * chunk, chunk));
