@@ -90,8 +90,9 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
       throw InputError("mesh", StrCat("dim ", i, " has size ", shape[i], " in shape ", IntListToString(shape),
                                       "; every mesh dim must be >= 1"));
     }
-    if (total > (int64_t{1} << 40) / shape[i]) {
-      throw InputError("mesh", StrCat("shape ", IntListToString(shape), " has too many ranks"));
+    if (total > kMaxMeshRanks / shape[i]) {
+      throw InputError("mesh", StrCat("shape ", IntListToString(shape), " has more than ", kMaxMeshRanks,
+                                      " ranks"));
     }
     total *= shape[i];
   }

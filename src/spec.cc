@@ -1,6 +1,8 @@
 // DTensorSpec and the per-rank layout arithmetic (see the narrative in include/dtsim/spec.h).
 #include "dtsim/spec.h"
 
+#include <algorithm>
+
 #include "dtsim/error.h"
 
 namespace dtsim {
@@ -17,7 +19,11 @@ std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n
     return out;
   }
   const int64_t k = p.split_factor();
-  for (int64_t j = 0; j < k; ++j) {
+  // Pieces past the end are empty: with chunk size c only ceil(length / c) pieces hold anything (a split factor far
+  // larger than the dim costs nothing).
+  const int64_t c = (length + k - 1) / k;
+  const int64_t pieces = c == 0 ? 0 : std::min(k, (length + c - 1) / c);
+  for (int64_t j = 0; j < pieces; ++j) {
     Interval piece = ChunkRange(length, k, j);
     Interval sub = ChunkRange(piece.size(), n, r);
     if (sub.size() == 0) continue;
@@ -118,6 +124,11 @@ DTensorSpec DTensorSpec::Create(DeviceMesh mesh, Placements placements, std::vec
       throw InputError("shape", StrCat("dim ", d, " has size ", shape[d], " in ", IntListToString(shape),
                                        "; sizes must be >= 0"));
     }
+  }
+  long double elements = 1;
+  for (int64_t d : shape) elements *= static_cast<long double>(d);
+  if (elements > static_cast<long double>(int64_t{1} << 62)) {
+    throw InputError("shape", StrCat(IntListToString(shape), " has more than 2^62 elements"));
   }
   for (Placement& p : placements) p = p.Normalized(static_cast<int64_t>(shape.size()));
   DTensorSpec spec(std::move(mesh));

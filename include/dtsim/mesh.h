@@ -5,9 +5,9 @@
 //   dp 0: 0  1  2  3
 //   dp 1: 4  5  6  7
 // Rank 6 has coordinate (1, 2); its group along "tp" is {4, 5, 6, 7} and along "dp" is {2, 6}.
-// A DeviceMesh that exists is valid (checked once in Create): every dim >= 1, names unique and one per dim,
-// ranks unique and non-negative, one per mesh element. Submeshes and flattened meshes remember their root mesh
-// and which root dims each of their dims covers.
+// A DeviceMesh that exists is valid (checked once in Create): every dim >= 1, at most kMaxMeshRanks ranks, names
+// unique and one per dim, ranks unique and non-negative, one per mesh element. Submeshes and flattened meshes
+// remember their root mesh and which root dims each of their dims covers.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,9 @@
 #include <vector>
 
 namespace dtsim {
+
+// The most ranks a mesh may have (2^20): every per-rank table dtsim prints or computes stays finite in time.
+inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 20;
 
 class DeviceMesh {
  public:

@@ -48,6 +48,15 @@ def test_text_grid_strided_and_replicated():
     assert "2,3" in lines["2:4"] and "2,3" in lines["6:8"]
 
 
+def test_huge_split_factor_is_instant():
+    # _S(0, 10^11) on 4 elements: chunk size 1, four one-element pieces, each split over 2 ranks: rank 0 gets them all.
+    out = run("layout", "--mesh", "2", "--shape", "4", "--placements", "_S(0,100000000000)", "--json")
+    assert out.returncode == 0, out.stderr
+    ranks = json.loads(out.stdout)["ranks"]
+    assert ranks[0]["intervals"] == [[[0, 4]]] and ranks[1]["local_shape"] == [0]
+    assert ranks[1]["global_offset"] == [4]
+
+
 def test_batch_mode_reports_errors_per_line():
     out = run("layout", "--batch", "-", stdin='{"mesh": [2], "shape": [4], "placements": "S(0)"}\nnot json\n'
                                                  '{"mesh": [2], "shape": [4], "placements": "S(5)"}\n')
@@ -76,6 +85,8 @@ BAD_INPUTS = [
     (["--mesh", "2x4", "--shape", "5,10", "--placements", "P(mean),R"], "placements", "unknown reduce op 'mean'"),
     (["--mesh", "2x4", "--shape", "5,10", "--placements", "S(0),R", "--dtype", "float7"], "dtype", "unknown dtype 'float7'"),
     (["--mesh", "2x4", "--shape", "5,10"], "placements", "missing"),
+    (["--mesh", "1024x1024x2", "--shape", "5", "--placements", "S(0),R,R"], "mesh", "more than 1048576 ranks"),
+    (["--mesh", "2", "--shape", "4294967296,4294967296", "--placements", "S(0)"], "shape", "more than 2^62 elements"),
     (["--mesh", "2x4", "--shape", "5,10", "--placements", "S(0),R", "--bogus"], "options", "bogus"),
 ]
 
