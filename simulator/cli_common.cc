@@ -97,6 +97,12 @@ std::optional<int64_t> AvailableMemory() {
 }  // namespace
 
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size) {
+  constexpr int64_t kMaxSimulatedRanks = 65536;
+  if (world_size > kMaxSimulatedRanks) {
+    throw InputError("mesh", StrCat(spec.mesh().ToString(), " has ", world_size, " ranks; one process simulates at most ",
+                                    kMaxSimulatedRanks, " (dtsim layout and dtsim plan take up to ", kMaxMeshRanks,
+                                    ")"));
+  }
   const auto available = AvailableMemory();
   if (!available) return;
   const long double need = static_cast<long double>(spec.numel()) * ItemSize(spec.dtype()) * (world_size + 2);

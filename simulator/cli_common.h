@@ -43,7 +43,8 @@ DeviceMesh MeshFromJson(const nlohmann::json& c);
 // typed): "from: '[S(0)]' has 1 placement for mesh[2, 4] of 2 dims".
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype);
 
-// Refuses (InputError("shape")) a simulation whose tensors would not fit in memory: every one of the mesh's ranks
+// Refuses a simulation of more than 65536 ranks (InputError("mesh"): its collectives would run for hours), and
+// (InputError("shape")) one whose tensors would not fit in memory: every one of the mesh's ranks
 // may hold a whole replica (S -> R), and a step holds its input and output, so it needs about
 // numel * itemsize * (ranks + 2) bytes; this is compared with the memory available now.
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size);

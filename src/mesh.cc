@@ -163,9 +163,14 @@ std::vector<int64_t> DeviceMesh::Strides() const {
 }
 
 std::optional<std::vector<int64_t>> DeviceMesh::FindCoordinate(int64_t rank) const {
-  auto it = std::find(ranks_.begin(), ranks_.end(), rank);
-  if (it == ranks_.end()) return std::nullopt;
-  int64_t index = it - ranks_.begin();
+  int64_t index = -1;
+  if (rank >= 0 && rank < size() && ranks_[rank] == rank) {
+    index = rank;  // the usual row-major 0..N-1 layout: no search
+  } else {
+    auto it = std::find(ranks_.begin(), ranks_.end(), rank);
+    if (it == ranks_.end()) return std::nullopt;
+    index = it - ranks_.begin();
+  }
   std::vector<int64_t> coordinate(shape_.size());
   for (int64_t d = ndim() - 1; d >= 0; --d) {
     coordinate[d] = index % shape_[d];

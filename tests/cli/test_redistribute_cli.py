@@ -90,6 +90,7 @@ BAD = [
     (["redistribute", "--mesh", "2x2", "--shape", "4,4", "--from", "S(0),R"], "to", "missing"),
     (["redistribute", "--mesh", "8", "--shape", "100000,100000", "--from", "S(0)", "--to", "R"], "shape", "MiB are available"),
     (["distribute", "--mesh", "2x4", "--shape", "100000,100000", "--step", "0:S(0)"], "shape", "MiB are available"),
+    (["redistribute", "--mesh", "512x256", "--shape", "4", "--from", "S(0),R", "--to", "R,R"], "mesh", "simulates at most 65536"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "submesh", "no dim 'pp'"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0),R"], "step", "2 placements for 1 mesh dim"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tpS(0)"], "step", "is not <dims>:<placements>"),
