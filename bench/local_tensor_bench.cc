@@ -109,12 +109,9 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The floor when the destination is fresh memory, as an all_gather's output is: allocate the 8 destinations
-// (no zeroing), memcpy into them, free them. Page faults of first touch are included, as in BM_LocalAllGather.
-void BM_MemcpyFreshDst(benchmark::State& state) {
-  const int64_t n = ShardFloats(state);
-  std::vector<std::vector<float>> in(kRanks, std::vector<float>(n, 1.0f));
-  for (auto _ : state) {
+// memcpy of the 8 shards into each of 8 freshly malloc'ed destinations (no zeroing), then free them: the all_gather
+// floor with first-touch page faults included.
+void MemcpyIntoFreshBuffers(const std::vector<std::vector<float>>& in, int64_t n) {
     std::vector<float*> out(kRanks);
     for (int64_t dst = 0; dst < kRanks; ++dst) {
       out[dst] = static_cast<float*>(std::malloc(kRanks * n * 4));
@@ -122,7 +119,14 @@ void BM_MemcpyFreshDst(benchmark::State& state) {
     }
     benchmark::ClobberMemory();
     for (float* p : out) std::free(p);
-  }
+}
+
+// The floor when the destination is fresh memory, as an all_gather's output is: allocate the 8 destinations
+// (no zeroing), memcpy into them, free them. Page faults of first touch are included, as in BM_LocalAllGather.
+void BM_MemcpyFreshDst(benchmark::State& state) {
+  const int64_t n = ShardFloats(state);
+  std::vector<std::vector<float>> in(kRanks, std::vector<float>(n, 1.0f));
+  for (auto _ : state) MemcpyIntoFreshBuffers(in, n);
   state.SetBytesProcessed(state.iterations() * kRanks * kRanks * n * 4);
 }
 BENCHMARK(BM_MemcpyFreshDst)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -184,15 +188,7 @@ void BM_PairedAllGather(benchmark::State& state) {
   dtsim::GroupSet group = dtsim::GroupSet::Of(World());
   Paired(
       state,
-      [&] {
-        std::vector<float*> out(kRanks);
-        for (int64_t dst = 0; dst < kRanks; ++dst) {
-          out[dst] = static_cast<float*>(std::malloc(kRanks * n * 4));
-          for (int64_t src = 0; src < kRanks; ++src) std::memcpy(out[dst] + src * n, in[src].data(), n * 4);
-        }
-        benchmark::ClobberMemory();
-        for (float* p : out) std::free(p);
-      },
+      [&] { MemcpyIntoFreshBuffers(in, n); },
       [&] { benchmark::DoNotOptimize(coll->AllGather(lt, group, 0)); }, 4, 1);
 }
 BENCHMARK(BM_PairedAllGather)->Arg(16)->Iterations(1)->Unit(benchmark::kMillisecond);
