@@ -17,6 +17,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "dtsim/arange_case.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"

@@ -24,7 +24,9 @@
 #include "dtsim/local_tensor.h"
 #include "dtsim/plan.h"
 #include "dtsim/planner.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/trace.h"
+#include "dtsim/trace_recorder.h"
 
 namespace po = boost::program_options;
 
@@ -61,7 +63,7 @@ Outcome RunCase(const Case& c, TraceRecorder* recorder) {
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor source = MakeArangeSource(c.src, collectives);
   if (recorder) {
-    recorder->SetInitial(source.spec(), source.to_local());
+    recorder->SetInitial(source.spec(), source.to_local(), *collectives);
     collectives->SetObserver(recorder);
   }
   RedistributeOptions options;
@@ -70,7 +72,7 @@ Outcome RunCase(const Case& c, TraceRecorder* recorder) {
   options.plan_out = &plan;
   if (recorder) {
     options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
-      recorder->EndStep(ToJson(step), spec, local);
+      recorder->EndStep(step, spec, local, *collectives);
     };
   }
   DTensor result = source.Redistribute(source.mesh(), c.to, options);
@@ -81,7 +83,7 @@ Outcome RunCase(const Case& c, TraceRecorder* recorder) {
     out.ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
     if (!out.ok) out.problem = "the global tensor after redistribution differs from the expected one";
   }
-  if (recorder) recorder->SetFinal(result.spec(), result.to_local(), out.ok);
+  if (recorder) recorder->SetFinal(result.spec(), result.to_local(), *collectives, out.ok);
   return out;
 }
 
@@ -153,15 +155,16 @@ int RunRedistribute(const Args& args) {
   if (!o.trace.empty()) {
     std::string argv = "dtsim redistribute";
     for (const std::string& a : args) argv += " " + a;
-    recorder = std::make_unique<TraceRecorder>(nlohmann::json{{"tool", "dtsim"},
-                                                              {"command", "redistribute"},
-                                                              {"argv", argv},
-                                                              {"backend", "local"},
-                                                              {"world_size", src.mesh().size()},
-                                                              {"planner", ToString(kind)}});
+    TraceMeta meta;
+    meta.command = "redistribute";
+    meta.argv = argv;
+    meta.backend = "local";
+    meta.world_size = src.mesh().size();
+    meta.planner = ToString(kind);
+    recorder = std::make_unique<TraceRecorder>(meta);
   }
   Outcome out = RunCase(c, recorder.get());
-  if (recorder) WriteJsonFileAtomically(o.trace, recorder->json());
+  if (recorder) WriteJsonFileAtomically(o.trace, ToJson(recorder->trace()));
   if (o.json) {
     std::cout << OutcomeToJson(c, out, o.values).dump() << "\n";
   } else {

@@ -36,11 +36,11 @@ int RunTraceDiff(const Args& args) {
     return 0;
   }
   if (files.size() != 2) throw InputError("file", StrCat("give two trace files, got ", files.size()));
-  const nlohmann::json a = ReadTrace(files[0]);
-  const nlohmann::json b = ReadTrace(files[1]);
+  const Trace a = ReadTrace(files[0]);
+  const Trace b = ReadTrace(files[1]);
   const std::vector<TraceDifference> diffs = DiffTraces(a, b, limit);
   if (diffs.empty()) {
-    std::cout << "traces agree: " << a["steps"].size() << " steps, every collective and every rank's shard equal\n";
+    std::cout << "traces agree: " << a.steps.size() << " steps, every collective and every rank's shard equal\n";
     return 0;
   }
   std::cout << "traces differ; first at " << diffs[0].where << ":\n";

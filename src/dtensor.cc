@@ -7,6 +7,7 @@
 #include <set>
 
 #include "dtsim/aten_dtype.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/planner.h"
@@ -25,8 +26,15 @@ bool IsFamilySubmesh(const DeviceMesh& mesh) {
 
 std::vector<int64_t> ShapeOf(const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
 
-// The per-rank local shape of `local` (works on uneven LocalTensors through the shard accessor).
-std::vector<int64_t> ShardShape(const at::Tensor& local, int64_t rank) { return ShapeOf(LocalShard(local, rank)); }
+// The collectives a DTensor over `local` uses: the given ones, or a fresh simulated world for a LocalTensor.
+std::shared_ptr<Collectives> CollectivesFor(std::shared_ptr<Collectives> given, const at::Tensor& local) {
+  if (given) return given;
+  if (!IsLocalTensor(local)) {
+    throw InputError("collectives", "a plain tensor is one rank's data: give the Collectives of its real backend "
+                                    "(or a LocalTensor to simulate every rank)");
+  }
+  return MakeLocalCollectives();
+}
 
 }  // namespace
 
@@ -45,11 +53,6 @@ std::vector<int64_t> MeshView::Coordinate(int64_t rank) const {
 GroupSet MeshView::Groups(int64_t dim) const {
   if (!IsFamilySubmesh(*mesh_)) return GroupSet::AlongMeshDim(*mesh_, dim);
   return GroupSet::AlongMeshDim(mesh_->root(), mesh_->root_dims()[dim][0]);
-}
-
-std::shared_ptr<Collectives> DefaultCollectives() {
-  static std::shared_ptr<Collectives> local = MakeLocalCollectives();
-  return local;
 }
 
 void CheckNoMixedPartials(const Placements& placements, const std::string& field) {
@@ -71,21 +74,27 @@ DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collecti
     }
   }
   DTSIM_CHECK(stride->size() == spec.shape().size(), "stride ", IntListToString(*stride), " for ", spec.ToString());
-  return DTensor(std::move(spec), std::move(local), collectives ? std::move(collectives) : DefaultCollectives(),
-                 std::move(*stride));
+  collectives = CollectivesFor(std::move(collectives), local);
+  return DTensor(std::move(spec), std::move(local), std::move(collectives), std::move(*stride));
 }
 
 DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, const Placements& placements,
                            std::optional<std::vector<int64_t>> shape, std::optional<std::vector<int64_t>> stride,
                            std::shared_ptr<Collectives> collectives) {
   CheckNoMixedPartials(placements, "placements");
+  collectives = CollectivesFor(std::move(collectives), local);
+  const Collectives& comm = *collectives;
+  auto ShardShape = [&](const at::Tensor& t, int64_t rank) { return ShapeOf(comm.Shard(t, rank)); };
   MeshView view(mesh);
-  const std::vector<int64_t> held = LocalRanks(local);
-  const std::vector<int64_t>& ranks = IsLocalTensor(local) ? view.ranks() : held;
+  const std::vector<int64_t> held = comm.HeldRanks(local);
+  const std::vector<int64_t>& ranks = comm.simulated() ? view.ranks() : held;
   for (int64_t rank : ranks) {
     if (std::find(held.begin(), held.end(), rank) == held.end()) {
       throw InputError("from_local", StrCat("the local tensor holds no shard for rank ", rank, " of ", mesh.ToString()));
     }
+  }
+  if (!comm.simulated() && std::find(view.ranks().begin(), view.ranks().end(), held[0]) == view.ranks().end()) {
+    throw InputError("from_local", StrCat("rank ", held[0], " is not in ", mesh.ToString()));
   }
   if (!shape) {
     // Upstream's default: the global shape implied by even sharding, which must agree on every rank.
@@ -106,7 +115,7 @@ DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, cons
       shape = implied;
     }
   }
-  const at::Tensor first = LocalShard(local, ranks.front());
+  const at::Tensor first = comm.Shard(local, ranks.front());
   DTensorSpec spec = DTensorSpec::Create(mesh, placements, *shape, FromScalarType(first.scalar_type()));
   for (int64_t rank : ranks) {
     RankLayout layout = ComputeRankLayout(spec.shape(), mesh.shape(), view.Coordinate(rank), spec.placements(), rank);
@@ -144,19 +153,17 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
     // A plan read in upstream's shard order may hold steps the left-to-right executor cannot run: plan around them.
     DTensorSpec check = current;
     for (const PlanStep& step : plan.steps) {
-      Transition t{step.mesh_dim, step.from, step.to};
-      if (WhyNotExecutable(check, t)) {
+      if (WhyNotExecutable(check, step)) {
         plan = PlanRedistribute(spec_, placements, PlannerKind::kMinCost);  // only returns plans that run
         break;
       }
-      check = SpecAfter(check, t);
+      check = SpecAfter(check, Transition{step.mesh_dim, step.from, step.to});
     }
   }
   at::Tensor local = local_;
   for (const PlanStep& step : plan.steps) {
-    Transition t{step.mesh_dim, step.from, step.to};
-    local = ApplyTransition(local, current, t, *collectives_);
-    current = SpecAfter(current, t);
+    local = ApplyStep(local, current, step, *collectives_);
+    current = SpecAfter(current, Transition{step.mesh_dim, step.from, step.to});
     if (options.on_step) options.on_step(step, current, local);
   }
   if (options.plan_out) *options.plan_out = plan;
@@ -172,11 +179,11 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
 at::Tensor DTensor::FullTensor() const {
   DTensor replicated = Redistribute(mesh(), Placements(mesh().ndim(), Placement::Replicate()));
   const at::Tensor& local = replicated.to_local();
-  if (!IsLocalTensor(local)) return local;
-  const std::vector<int64_t> ranks = LocalRanks(local);
-  at::Tensor first = LocalShard(local, ranks.front());
+  const Collectives& comm = *collectives_;
+  const std::vector<int64_t> ranks = comm.HeldRanks(local);
+  at::Tensor first = comm.Shard(local, ranks.front());
   for (int64_t rank : ranks) {
-    DTSIM_CHECK(at::equal(LocalShard(local, rank), first), "full_tensor: rank ", rank, " disagrees with rank ",
+    DTSIM_CHECK(at::equal(comm.Shard(local, rank), first), "full_tensor: rank ", rank, " disagrees with rank ",
                 ranks.front());
   }
   return first;
@@ -184,7 +191,7 @@ at::Tensor DTensor::FullTensor() const {
 
 DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const Placements& placements,
                          std::optional<int64_t> src_data_rank, std::shared_ptr<Collectives> collectives) {
-  if (!collectives) collectives = DefaultCollectives();
+  if (!collectives) collectives = MakeLocalCollectives();
   if (placements.size() != static_cast<size_t>(mesh.ndim())) {
     throw InputError("placements", StrCat(placements.size(), " placements ", ToString(placements), " for ",
                                           mesh.ToString(), " of ", mesh.ndim(), " dims"));
@@ -195,8 +202,8 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const
     throw InputError("src_data_rank", StrCat(*src_data_rank, " is negative"));
   }
   at::Tensor local = IsLocalTensor(tensor) ? tensor
-                                           : MakeLocalTensor(view.ranks(), [&](int64_t) { return tensor; });
-  const at::Tensor first = LocalShard(local, LocalRanks(local).front());
+                                           : collectives->FromRankFn(view.ranks(), [&](int64_t) { return tensor; });
+  const at::Tensor first = collectives->Shard(local, collectives->HeldRanks(local).front());
   const std::vector<int64_t> shape = ShapeOf(first);
   DTensorSpec spec = DTensorSpec::Create(mesh, placements, shape, FromScalarType(first.scalar_type()));
   // Apply the placements left to right, each from the replicated state of its mesh dim.
@@ -284,15 +291,14 @@ DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Pl
   DTensorSpec spec = DTensorSpec::Create(combined, combined_placements, tensor.shape(), tensor.spec().dtype());
   // New local data: each rank splits its shard by the new placements over the new mesh's dims, in order.
   MeshView new_view(mesh);
-  DTensorSpec current = DTensorSpec::Create(mesh, Placements(mesh.ndim(), Placement::Replicate()),
-                                            ShardShape(tensor.to_local(), LocalRanks(tensor.to_local()).front()));
+  const Collectives& comm = tensor.collectives();
   at::Tensor local = tensor.to_local();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     const Placement& p = placements[m];
     if (p.is_replicate()) continue;
     if (p.is_partial() || p.is_shard_like()) {
       // Split each rank's own shard (shapes may differ per rank, so split per rank, not via a shared spec).
-      local = MapShards(local, [&](int64_t rank, const at::Tensor& s) {
+      local = comm.MapShards(local, [&](int64_t rank, const at::Tensor& s) {
         const int64_t n = mesh.size(m);
         const int64_t c = new_view.Coordinate(rank)[m];
         if (p.is_partial()) {
@@ -311,7 +317,6 @@ DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Pl
       });
     }
   }
-  (void)current;
   // Check that the placements describe what every rank now holds.
   MeshView combined_view(combined);
   DeviceMesh time_mesh = DeviceMesh::Create([&] {

@@ -737,14 +737,13 @@ using internal::FindLocalImpl;
 using internal::LocalTensorImpl;
 
 namespace {
-std::atomic<int64_t> g_current_rank{0};
-}  // namespace
-
-int64_t CurrentRank() { return g_current_rank.load(); }
-void SetCurrentRank(int64_t rank) {
-  if (rank < 0) throw InputError("rank", StrCat("rank must be >= 0, got ", rank));
-  g_current_rank.store(rank);
+// The impl of `t`, or an InputError naming what was asked of a plain tensor.
+LocalTensorImpl* GetLocalImpl(const at::Tensor& t, const char* what) {
+  if (LocalTensorImpl* impl = FindLocalImpl(t)) return impl;
+  throw InputError("tensor", StrCat(what, " needs a LocalTensor, got a ", t.defined() ? "plain tensor" : "undefined tensor",
+                                    " (on a real rank use the Collectives' HeldRanks/Shard/MapShards)"));
 }
+}  // namespace
 
 at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> shards) {
   if (ranks.empty()) throw InputError("ranks", "a LocalTensor needs at least one rank");
@@ -790,35 +789,22 @@ at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks, const std::functio
 
 bool IsLocalTensor(const at::Tensor& t) { return FindLocalImpl(t) != nullptr; }
 
-std::vector<int64_t> LocalRanks(const at::Tensor& t) {
-  if (LocalTensorImpl* impl = FindLocalImpl(t)) return impl->ranks();
-  return {CurrentRank()};
-}
+std::vector<int64_t> LocalRanks(const at::Tensor& t) { return GetLocalImpl(t, "LocalRanks")->ranks(); }
 
 at::Tensor LocalShard(const at::Tensor& t, int64_t rank) {
-  if (LocalTensorImpl* impl = FindLocalImpl(t)) {
-    int64_t i = impl->IndexOf(rank);
-    if (i < 0) {
-      throw InputError("rank", StrCat("rank ", rank, " is not held by the LocalTensor (ranks ",
-                                      internal::JoinInts(impl->ranks()), ")"));
-    }
-    return impl->shards()[i];
+  LocalTensorImpl* impl = GetLocalImpl(t, "LocalShard");
+  int64_t i = impl->IndexOf(rank);
+  if (i < 0) {
+    throw InputError("rank", StrCat("rank ", rank, " is not held by the LocalTensor (ranks ",
+                                    internal::JoinInts(impl->ranks()), ")"));
   }
-  if (rank != CurrentRank()) {
-    throw InputError("rank", StrCat("rank ", rank, " asked of a plain tensor, which is the shard of the current rank ",
-                                    CurrentRank()));
-  }
-  return t;
+  return impl->shards()[i];
 }
 
-std::vector<at::Tensor> LocalShards(const at::Tensor& t) {
-  if (LocalTensorImpl* impl = FindLocalImpl(t)) return impl->shards();
-  return {t};
-}
+std::vector<at::Tensor> LocalShards(const at::Tensor& t) { return GetLocalImpl(t, "LocalShards")->shards(); }
 
 at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn) {
-  LocalTensorImpl* impl = FindLocalImpl(t);
-  if (impl == nullptr) return fn(CurrentRank(), t);
+  LocalTensorImpl* impl = GetLocalImpl(t, "MapShards");
   std::vector<at::Tensor> out;
   out.reserve(impl->ranks().size());
   for (size_t i = 0; i < impl->ranks().size(); ++i) out.push_back(fn(impl->ranks()[i], impl->shards()[i]));
@@ -837,7 +823,7 @@ at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
       ranks = &impl->ranks();
     }
   }
-  if (ranks == nullptr) return fn(CurrentRank(), tensors);
+  if (ranks == nullptr) throw InputError("tensors", "MapShards needs at least one LocalTensor among its tensors");
   std::vector<at::Tensor> out;
   std::vector<at::Tensor> args(tensors.size());
   for (size_t i = 0; i < ranks->size(); ++i) {

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/mesh.h"
 
 namespace dtsim {
@@ -52,10 +54,7 @@ std::string Us(double us) {
 
 }  // namespace
 
-bool PlanStep::communicates() const {
-  return collective == collective::kAllGather || collective == collective::kReduceScatter ||
-         collective == collective::kAllReduce || collective == collective::kAllToAll;
-}
+bool PlanStep::communicates() const { return MovesData(collective); }
 
 int64_t Plan::num_collectives() const {
   return std::count_if(steps.begin(), steps.end(), [](const PlanStep& s) { return s.communicates(); });
@@ -69,7 +68,7 @@ nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh
       {"to", step.to.ToString()},
       {"upstream_from", step.upstream_from.ToString()},
       {"upstream_to", step.upstream_to.ToString()},
-      {"collective", step.collective},
+      {"collective", ToString(step.collective)},
       {"then_local_split", step.then_local_split},
       {"groups", step.groups},
       {"bytes_per_rank", step.bytes_sent_per_rank},
@@ -100,6 +99,88 @@ nlohmann::json ToJson(const Plan& plan) {
   };
 }
 
+namespace {
+
+Placement PlacementAt(const JsonReader& r, const char* key) {
+  JsonReader v = r.At(key);
+  try {
+    return Placement::Parse(v.AsString(), "placement");
+  } catch (const InputError& e) {
+    v.Fail(e.what());
+  }
+}
+
+Placements PlacementsAt(const JsonReader& r, const char* key) {
+  JsonReader v = r.At(key);
+  try {
+    return ParsePlacements(v.AsString(), "placements");
+  } catch (const InputError& e) {
+    v.Fail(e.what());
+  }
+}
+
+}  // namespace
+
+PlanStep PlanStepFromJson(const nlohmann::json& json, const std::string& field, const std::string& path,
+                          std::string* mesh_dim_name) {
+  JsonReader r(json, field, path);
+  r.ExpectObject();
+  PlanStep s;
+  s.mesh_dim = r.Int("mesh_dim", 0, 63);
+  if (mesh_dim_name && r.Has("mesh_dim_name")) *mesh_dim_name = r.String("mesh_dim_name");
+  s.from = PlacementAt(r, "from");
+  s.to = PlacementAt(r, "to");
+  s.upstream_from = r.Has("upstream_from") ? PlacementAt(r, "upstream_from") : s.from;
+  s.upstream_to = r.Has("upstream_to") ? PlacementAt(r, "upstream_to") : s.to;
+  const JsonReader c = r.At("collective");
+  auto kind = FindCollectiveKind(c.AsString());
+  if (!kind) c.Fail(StrCat("unknown collective ", Excerpt(c.json())));
+  s.collective = *kind;
+  s.then_local_split = r.Has("then_local_split") && r.Bool("then_local_split");
+  s.groups = r.At("groups").AsIntLists(0);
+  s.bytes_sent_per_rank = r.Ints("bytes_per_rank", 0);
+  if (r.Has("bytes_received_per_rank")) s.bytes_received_per_rank = r.Ints("bytes_received_per_rank", 0);
+  if (r.Has("logical_shape_per_rank")) s.logical_shape_per_rank = r.At("logical_shape_per_rank").AsIntLists(0);
+  s.placements_before = PlacementsAt(r, "placements_before");
+  s.placements_after = PlacementsAt(r, "placements_after");
+  if (static_cast<int64_t>(s.placements_before.size()) <= s.mesh_dim ||
+      s.placements_after.size() != s.placements_before.size()) {
+    r.Fail(StrCat("mesh_dim ", s.mesh_dim, " does not fit placements_before ", ToString(s.placements_before),
+                  " / placements_after ", ToString(s.placements_after)));
+  }
+  s.est_us = r.Has("est_us") ? r.Number("est_us") : 0;
+  if (r.Has("peak_extra_bytes_per_rank")) s.peak_extra_bytes_per_rank = r.Ints("peak_extra_bytes_per_rank", 0);
+  return s;
+}
+
+Plan PlanFromJson(const nlohmann::json& json, const std::string& field, const std::string& path) {
+  JsonReader r(json, field, path);
+  r.ExpectObject();
+  Plan plan;
+  JsonReader steps = r.At("plan");
+  const size_t n = steps.ArraySize();
+  for (size_t i = 0; i < n; ++i) {
+    std::string name;
+    plan.steps.push_back(PlanStepFromJson(steps.At(i).json(), field, steps.At(i).path(), &name));
+    const int64_t md = plan.steps.back().mesh_dim;
+    if (static_cast<int64_t>(plan.mesh_dim_labels.size()) <= md) plan.mesh_dim_labels.resize(md + 1);
+    if (!name.empty()) plan.mesh_dim_labels[md] = name;
+  }
+  for (size_t i = 0; i < plan.mesh_dim_labels.size(); ++i) {
+    if (plan.mesh_dim_labels[i].empty()) plan.mesh_dim_labels[i] = std::to_string(i);
+  }
+  if (r.Has("total_est_us")) plan.total_est_us = r.Number("total_est_us");
+  if (r.Has("planner")) plan.planner = r.String("planner");
+  if (r.Has("note")) plan.note = r.String("note");
+  if (r.Has("runs_left_to_right")) plan.runs_left_to_right = r.Bool("runs_left_to_right");
+  if (r.Has("mesh")) plan.mesh = r.String("mesh");
+  if (r.Has("from")) plan.src = PlacementsAt(r, "from");
+  if (r.Has("to")) plan.dst = PlacementsAt(r, "to");
+  if (r.Has("shape")) plan.shape = r.Ints("shape", 0);
+  if (r.Has("dtype")) plan.dtype = r.String("dtype");
+  return plan;
+}
+
 std::string Explain(const Plan& plan) {
   std::ostringstream out;
   out << plan.mesh << " shape=" << IntListToString(plan.shape) << " " << plan.dtype << ": " << ToString(plan.src)
@@ -109,7 +190,7 @@ std::string Explain(const Plan& plan) {
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PlanStep& s = plan.steps[i];
     out << "  step " << (i + 1) << "  " << DimText(plan.mesh_dim_labels, s.mesh_dim) << ": " << s.from.ToString()
-        << " → " << s.to.ToString() << "  " << s.collective
+        << " → " << s.to.ToString() << "  " << ToString(s.collective)
         << (s.then_local_split ? "+local_split" : "")
         << (s.upstream_from != s.from || s.upstream_to != s.to
                 ? " (upstream runs " + s.upstream_from.ToString() + " → " + s.upstream_to.ToString() + ")"

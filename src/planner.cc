@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "dtsim/error.h"
+#include "dtsim/transition.h"
 
 namespace dtsim {
 namespace {
@@ -111,27 +112,6 @@ std::vector<std::vector<int64_t>> StateLogicalShapes(const DTensorSpec& src, con
   return out;
 }
 
-// What upstream's redistribute_local_tensor runs for from → to on a mesh dim of size n > 1.
-std::string CollectiveFor(const Placement& from, const Placement& to, bool* then_split) {
-  *then_split = false;
-  if (to.is_replicate()) return from.is_partial() ? collective::kAllReduce : collective::kAllGather;
-  if (to.is_shard()) {
-    if (from.is_partial()) return collective::kReduceScatter;
-    if (from.is_replicate()) return collective::kLocalSplit;
-    if (from.is_shard()) return collective::kAllToAll;
-    *then_split = true;  // _S → S: gather, then split
-    return collective::kAllGather;
-  }
-  if (to.is_strided_shard()) {
-    if (from.is_replicate()) return collective::kLocalSplit;
-    *then_split = true;
-    return from.is_partial() ? collective::kAllReduce : collective::kAllGather;
-  }
-  // to is Partial: only R → P is executable (ValidateRedistribute refuses the rest for users).
-  DTSIM_CHECK(from.is_replicate(), "no executable transition ", from.ToString(), " -> ", to.ToString());
-  return collective::kLocalPartition;
-}
-
 // The step on `mesh_dim` from layout `before` to layout `after` that runs upstream's `from` → `to` transition (for
 // every planner but upstream's graph-based one, from/to are before/after's placements on mesh_dim; the graph-based
 // one runs normalised Shard placements on layouts that _StridedShard encodes).
@@ -152,11 +132,9 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
   step.bytes_sent_per_rank.assign(num_ranks, 0);
   step.bytes_received_per_rank.assign(num_ranks, 0);
   step.peak_extra_bytes_per_rank.assign(num_ranks, 0);
-  if (step.from == to || n == 1) {
-    step.collective = collective::kNone;
-    return step;
-  }
-  step.collective = CollectiveFor(step.from, to, &step.then_local_split);
+  const TransitionRule rule = RuleFor(step.from, to, n, mesh_dim);
+  step.collective = rule.collective;
+  step.then_local_split = rule.then_local_split;
   if (!step.communicates()) return step;
   step.groups = mesh.GroupsAlong(mesh_dim);
 
@@ -167,10 +145,10 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
     const std::vector<int64_t>& lshape = logical[r];
     int64_t in = 0, out = 0;
     bool padded = false;
-    if (step.collective == collective::kAllReduce) {
+    if (step.collective == CollectiveKind::kAllReduce) {
       in = out = item * Product(shape);
       message[r] = in;
-    } else if (step.collective == collective::kAllGather) {
+    } else if (step.collective == CollectiveKind::kAllGather) {
       const Placement& f = step.from;
       const int64_t d = f.dim();
       const int64_t length = lshape[d];
@@ -185,7 +163,7 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
       in = item * Product(shape);
       out = in * n;
       message[r] = out;
-    } else if (step.collective == collective::kReduceScatter) {
+    } else if (step.collective == CollectiveKind::kReduceScatter) {
       const int64_t d = to.dim();
       const int64_t length = shape[d];  // _reduce_shard_tensor pads the local tensor itself
       const int64_t chunk = CeilDiv(length, n);
@@ -230,11 +208,6 @@ PlanStep BuildStepWith(const DTensorSpec& src, const Placements& before, int64_t
   after[mesh_dim] = to;
   return BuildStepExec(src, before, after, mesh_dim, before[mesh_dim], to, logical, model, local_shapes);
 }
-
-struct Transition {
-  int64_t mesh_dim;
-  Placement from, to;
-};
 
 // upstream's generate_greedy_transform_infos, transition by transition.
 std::vector<Transition> GreedyTransitions(const DeviceMesh& mesh, const Placements& src, const Placements& dst) {
@@ -707,14 +680,14 @@ PlannerKind ParsePlannerKind(std::string_view text, const std::string& field) {
   throw InputError(field, StrCat("unknown planner '", text, "' (expected greedy, min-cost or graph)"));
 }
 
-double CostModel::EstimateUs(const std::string& collective, int64_t n, int64_t message_bytes) const {
+double CostModel::EstimateUs(CollectiveKind collective, int64_t n, int64_t message_bytes) const {
   if (n <= 1) return 0;
   double hops = 0, factor = 0;
-  if (collective == collective::kAllGather || collective == collective::kReduceScatter ||
-      collective == collective::kAllToAll) {
+  if (collective == CollectiveKind::kAllGather || collective == CollectiveKind::kReduceScatter ||
+      collective == CollectiveKind::kAllToAll) {
     hops = n - 1;
     factor = static_cast<double>(n - 1) / n;
-  } else if (collective == collective::kAllReduce) {
+  } else if (collective == CollectiveKind::kAllReduce) {
     hops = 2.0 * (n - 1);
     factor = 2.0 * (n - 1) / n;
   } else {
@@ -759,9 +732,13 @@ bool StepRunsLeftToRight(const Placements& before, int64_t mesh_dim, const Place
 
 bool RunsLeftToRight(const Plan& plan) {
   for (const PlanStep& s : plan.steps) {
-    if (s.collective == collective::kNone) continue;  // nothing runs (same placement, or a mesh dim of size 1)
-    if (!StepRunsLeftToRight(s.placements_before, s.mesh_dim, s.placements_before[s.mesh_dim],
-                             s.placements_after[s.mesh_dim])) {
+    if (s.collective == CollectiveKind::kNone) continue;  // nothing runs (same placement, or a mesh dim of size 1)
+    const Placement from = s.placements_before[s.mesh_dim].Canonical();
+    const Placement to = s.placements_after[s.mesh_dim].Canonical();
+    if (!StepRunsLeftToRight(s.placements_before, s.mesh_dim, from, to)) return false;
+    // The executor runs the step's collective, which must be what the layouts' change runs (upstream's graph plans
+    // name upstream's transition, e.g. all_to_all where the layouts need a gather and a split).
+    if (!(RuleFor(from, to, /*mesh_dim_size=*/2, s.mesh_dim) == TransitionRule{s.collective, s.then_local_split})) {
       return false;
     }
   }

@@ -44,46 +44,48 @@ at::Tensor IndexTensor(const std::vector<Interval>& intervals) {
 
 class Executor {
  public:
-  Executor(const DTensorSpec& spec, const Transition& t, Collectives& collectives)
-      : spec_(spec), t_(t), view_(spec.mesh()), collectives_(collectives), n_(spec.mesh().size(t.mesh_dim)) {}
+  Executor(const DTensorSpec& spec, const PlanStep& step, Collectives& collectives)
+      : spec_(spec), step_(step), view_(spec.mesh()), collectives_(collectives), n_(spec.mesh().size(step.mesh_dim)) {}
 
+  // Runs the step's collective (the planner and this executor read it off transition.h's one table).
   at::Tensor Run(const at::Tensor& x) {
-    const Placement& from = t_.from;
-    const Placement& to = t_.to;
-    if (from == to || n_ == 1) return x;
-    if (to.is_partial()) {
-      if (from.is_replicate()) return ReplicateToPartial(x, to.reduce_op());
-      if (from.is_partial()) {
-        throw InputError("placements", StrCat("redistributing from ", from.ToString(), " to ", to.ToString(),
-                                              " on mesh dim ", t_.mesh_dim, " is not supported: one partial type "
-                                              "cannot become another"));
-      }
-      throw InputError("placements", StrCat("redistributing from ", from.ToString(), " to ", to.ToString(),
-                                            " on mesh dim ", t_.mesh_dim, " is not supported"));
+    const Placement& from = step_.from;
+    const Placement& to = step_.to;
+    at::Tensor y;
+    switch (step_.collective) {
+      case CollectiveKind::kNone:
+        return x;
+      case CollectiveKind::kLocalSplit:
+        return ReplicateToShardLike(x, to);
+      case CollectiveKind::kLocalPartition:
+        return ReplicateToPartial(x, to.reduce_op());
+      case CollectiveKind::kAllGather:
+        y = from.is_shard() ? ShardToReplicate(x, from.dim()) : StridedToReplicate(x, from);
+        break;
+      case CollectiveKind::kAllReduce:
+        y = collectives_.AllReduce(x, Groups(), from.reduce_op());
+        break;
+      case CollectiveKind::kReduceScatter:
+        return PartialToShard(x, from.reduce_op(), to.dim());
+      case CollectiveKind::kAllToAll:
+        return ShardToShard(x, from.dim(), to.dim());
+      default:
+        DTSIM_CHECK(false, "a plan step cannot run ", ToString(step_.collective));
     }
-    if (to.is_replicate()) {
-      if (from.is_partial()) return collectives_.AllReduce(x, Groups(), from.reduce_op());
-      if (from.is_shard()) return ShardToReplicate(x, from.dim());
-      return StridedToReplicate(x, from);
-    }
-    if (to.is_shard()) {
-      if (from.is_partial()) return PartialToShard(x, from.reduce_op(), to.dim());
-      if (from.is_replicate()) return ReplicateToShardLike(x, to);
-      if (from.is_shard()) return ShardToShard(x, from.dim(), to.dim());
-      return ReplicateToShardLike(StridedToReplicate(x, from), to);
-    }
-    // to is a strided shard
-    if (from.is_partial()) return ReplicateToShardLike(collectives_.AllReduce(x, Groups(), from.reduce_op()), to);
-    if (from.is_replicate()) return ReplicateToShardLike(x, to);
-    if (from.is_shard()) return ReplicateToShardLike(ShardToReplicate(x, from.dim()), to);
-    return ReplicateToShardLike(StridedToReplicate(x, from), to);
+    return step_.then_local_split ? ReplicateToShardLike(y, to) : y;
   }
 
  private:
-  GroupSet Groups() const { return view_.Groups(t_.mesh_dim); }
+  template <typename F>
+  at::Tensor MapShards(const at::Tensor& t, F&& fn) const {
+    return collectives_.MapShards(t, std::forward<F>(fn));
+  }
+  GroupSet Groups() const { return view_.Groups(step_.mesh_dim); }
   std::vector<int64_t> Coordinate(int64_t rank) const { return view_.Coordinate(rank); }
-  int64_t Logical(int64_t rank, int64_t dim) const { return LogicalShape(spec_, t_.mesh_dim, Coordinate(rank))[dim]; }
-  int64_t MyChunk(int64_t rank) const { return Coordinate(rank)[t_.mesh_dim]; }
+  int64_t Logical(int64_t rank, int64_t dim) const {
+    return LogicalShape(spec_, step_.mesh_dim, Coordinate(rank))[dim];
+  }
+  int64_t MyChunk(int64_t rank) const { return Coordinate(rank)[step_.mesh_dim]; }
 
   at::Tensor ShardToReplicate(const at::Tensor& x, int64_t d) {
     at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
@@ -176,7 +178,7 @@ class Executor {
   }
 
   const DTensorSpec& spec_;
-  const Transition& t_;
+  const PlanStep& step_;
   MeshView view_;
   Collectives& collectives_;
   const int64_t n_;
@@ -184,27 +186,54 @@ class Executor {
 
 }  // namespace
 
-at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, const Transition& t,
-                           Collectives& collectives) {
-  DTSIM_CHECK(t.mesh_dim >= 0 && t.mesh_dim < current.mesh().ndim(), "mesh dim ", t.mesh_dim);
-  DTSIM_CHECK(current.placements()[t.mesh_dim] == t.from, "transition from ", t.from.ToString(), " but the spec has ",
-              current.placements()[t.mesh_dim].ToString());
-  if (auto why = WhyNotExecutable(current, t)) DTSIM_CHECK(false, *why);
+at::Tensor ApplyStep(const at::Tensor& local, const DTensorSpec& current, const PlanStep& step,
+                     Collectives& collectives) {
+  DTSIM_CHECK(step.mesh_dim >= 0 && step.mesh_dim < current.mesh().ndim(), "mesh dim ", step.mesh_dim);
+  DTSIM_CHECK(current.placements()[step.mesh_dim] == step.from, "step from ", step.from.ToString(),
+              " but the spec has ", current.placements()[step.mesh_dim].ToString());
+  if (auto why = WhyNotExecutable(current, step)) DTSIM_CHECK(false, *why);
   // Redistribution records no autograd graph (as upstream, gradients would need their own redistribute): dispatch
   // below the autograd keys, which halves the per-op cost of the small pads, narrows and copies.
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return Executor(current, t, collectives).Run(local);
+  return Executor(current, step, collectives).Run(local);
 }
 
-std::optional<std::string> WhyNotExecutable(const DTensorSpec& current, const Transition& t) {
-  if (t.from == t.to || current.mesh().size(t.mesh_dim) == 1) return std::nullopt;  // nothing runs
+PlanStep StepFor(const DTensorSpec& current, const Transition& t) {
+  PlanStep step;
+  step.mesh_dim = t.mesh_dim;
+  step.from = step.upstream_from = t.from;
+  step.to = step.upstream_to = t.to;
+  const TransitionRule rule = RuleFor(t.from, t.to, current.mesh().size(t.mesh_dim), t.mesh_dim);
+  step.collective = rule.collective;
+  step.then_local_split = rule.then_local_split;
+  step.placements_before = current.placements();
+  step.placements_after = current.placements();
+  step.placements_after[t.mesh_dim] = t.to;
+  return step;
+}
+
+at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, const Transition& t,
+                           Collectives& collectives) {
+  return ApplyStep(local, current, StepFor(current, t), collectives);
+}
+
+std::optional<std::string> WhyNotExecutable(const DTensorSpec& current, const PlanStep& step) {
+  const int64_t n = current.mesh().size(step.mesh_dim);
+  const TransitionRule rule = RuleFor(step.from, step.to, n, step.mesh_dim);
+  if (!(rule == TransitionRule{step.collective, step.then_local_split})) {
+    return StrCat("mesh dim ", step.mesh_dim, " changes ", step.from.ToString(), " -> ", step.to.ToString(),
+                  ", which runs ", ToString(rule.collective), rule.then_local_split ? "+local_split" : "",
+                  ", but the step names ", ToString(step.collective), step.then_local_split ? "+local_split" : "",
+                  " (upstream's transition ", step.upstream_from.ToString(), " -> ", step.upstream_to.ToString(), ")");
+  }
+  if (step.from == step.to || n == 1) return std::nullopt;  // nothing runs
   // A shard over a mesh dim of size 1 splits nothing: read it as Replicate.
   Placements effective = current.placements();
   for (int64_t m = 0; m < current.mesh().ndim(); ++m) {
     if (current.mesh().size(m) == 1) effective[m] = Placement::Replicate();
   }
-  if (StepRunsLeftToRight(effective, t.mesh_dim, t.from, t.to)) return std::nullopt;
-  return StrCat("mesh dim ", t.mesh_dim, " changes ", t.from.ToString(), " -> ", t.to.ToString(), " in ",
+  if (StepRunsLeftToRight(effective, step.mesh_dim, step.from, step.to)) return std::nullopt;
+  return StrCat("mesh dim ", step.mesh_dim, " changes ", step.from.ToString(), " -> ", step.to.ToString(), " in ",
                 ToString(current.placements()), " while a later mesh dim still shards the same tensor dim");
 }
 

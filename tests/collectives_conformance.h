@@ -1,6 +1,6 @@
 // The collectives conformance suite: written once, instantiated for every backend (Gloo/TensorStore style).
 //
-// A backend instantiates it with a factory and a way to build its inputs:
+// A backend instantiates it with a factory (the backend builds the inputs itself, Collectives::FromRankFn):
 //   INSTANTIATE_TEST_SUITE_P(Local, CollectivesConformance,
 //                            ::testing::ValuesIn(ConformanceParams("local", &MakeLocalCollectives)));
 // Inputs are exact by construction: rank r contributes (r+1) * Base, Base = arange(rows*cols) as float, so every
@@ -31,9 +31,6 @@ struct ConformanceParam {
   std::function<std::unique_ptr<Collectives>()> factory;
   std::vector<int64_t> mesh_shape;
   int64_t mesh_dim = 0;
-  // Builds the input from `fn(rank)`: a LocalTensor over every rank in simulation, fn(CurrentRank()) on a real one.
-  std::function<at::Tensor(const std::vector<int64_t>& world, const std::function<at::Tensor(int64_t)>& fn)>
-      make_input;
 };
 
 inline void PrintTo(const ConformanceParam& p, std::ostream* os) {
@@ -55,10 +52,7 @@ inline std::vector<ConformanceParam> ConformanceParams(const std::string& backen
   std::vector<ConformanceParam> out;
   for (const auto& shape : meshes) {
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-      out.push_back({backend, factory, shape, d,
-                     [](const std::vector<int64_t>& world, const std::function<at::Tensor(int64_t)>& fn) {
-                       return MakeLocalTensor(world, fn);
-                     }});
+      out.push_back({backend, factory, shape, d});
     }
   }
   return out;
@@ -84,7 +78,8 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
   static at::Tensor Base(int64_t rows, int64_t cols = 3, at::ScalarType dtype = at::kFloat) {
     return at::arange(rows * cols, dtype).reshape({rows, cols});
   }
-  at::Tensor Input(const std::function<at::Tensor(int64_t)>& fn) const { return GetParam().make_input(world_, fn); }
+  // The input built by the backend itself: a LocalTensor over every rank in simulation, fn(rank()) on a real rank.
+  at::Tensor Input(const std::function<at::Tensor(int64_t)>& fn) const { return backend_->FromRankFn(world_, fn); }
   // The group containing `rank` and its index in it.
   std::pair<const std::vector<int64_t>*, int64_t> GroupOf(int64_t rank) const {
     for (const auto& g : groups_.groups) {
@@ -102,8 +97,8 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
   }
   // Checks `out` on every rank it holds against `want(rank)`, exactly.
   void Expect(const at::Tensor& out, const std::function<at::Tensor(int64_t)>& want, const std::string& what) {
-    for (int64_t r : LocalRanks(out)) {
-      at::Tensor got = LocalShard(out, r);
+    for (int64_t r : backend_->HeldRanks(out)) {
+      at::Tensor got = backend_->Shard(out, r);
       at::Tensor w = want(r);
       EXPECT_TRUE(got.scalar_type() == w.scalar_type() && got.sizes() == w.sizes() && at::equal(got, w))
           << what << ", rank " << r << ": got " << ShardToString(got) << " " << got.sizes() << ", want "
@@ -311,10 +306,10 @@ TEST_P(CollectivesConformance, EveryCallIsReported) {
   backend_->Broadcast(in, groups_, 0);
   backend_->Barrier(groups_, world_);
   ASSERT_EQ(observer_.records.size(), 4u);
-  EXPECT_EQ(observer_.records[0].op, "all_gather");
-  EXPECT_EQ(observer_.records[1].op, "all_reduce");
-  EXPECT_EQ(observer_.records[2].op, "broadcast");
-  EXPECT_EQ(observer_.records[3].op, "barrier");
+  EXPECT_EQ(observer_.records[0].kind, CollectiveKind::kAllGather);
+  EXPECT_EQ(observer_.records[1].kind, CollectiveKind::kAllReduce);
+  EXPECT_EQ(observer_.records[2].kind, CollectiveKind::kBroadcast);
+  EXPECT_EQ(observer_.records[3].kind, CollectiveKind::kBarrier);
   const CollectiveRecord& ag = observer_.records[0];
   EXPECT_EQ(ag.groups.ToString(), groups_.ToString());
   const int64_t n = static_cast<int64_t>(groups_.groups[0].size());

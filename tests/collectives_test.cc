@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives_conformance.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/collectives.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
@@ -13,7 +14,7 @@ namespace dtsim {
 namespace testing_internal {
 
 INSTANTIATE_TEST_SUITE_P(Local, CollectivesConformance,
-                         ::testing::ValuesIn(ConformanceParams("local", &MakeLocalCollectives)), ParamName);
+                         ::testing::ValuesIn(ConformanceParams("local", [] { return MakeLocalCollectives(); })), ParamName);
 
 namespace {
 
@@ -78,14 +79,16 @@ TEST(LocalCollectivesTest, RanksOutsideEveryGroupKeepTheirInput) {
   EXPECT_TRUE(at::equal(LocalShard(x, 0), at::full({2}, 1.0f)));
 }
 
-TEST(LocalCollectivesTest, PlainTensorIsTheCurrentRank) {
+TEST(LocalCollectivesTest, IsSimulatedAndNeedsLocalTensors) {
   auto c = MakeLocalCollectives();
-  SetCurrentRank(0);
-  at::Tensor x = at::arange(3, at::kFloat);
-  at::Tensor y = c->AllGather(x, GroupSet::Of({0}), 0);
-  EXPECT_FALSE(IsLocalTensor(y));
-  EXPECT_TRUE(at::equal(y, x));
-  EXPECT_THROW(c->AllGather(x, GroupSet::Of({0, 1}), 0), InputError);
+  EXPECT_TRUE(c->simulated());
+  EXPECT_EQ(c->backend(), "local");
+  EXPECT_THROW(c->rank(), InternalError);
+  ExpectInputError([&] { c->AllGather(at::arange(3, at::kFloat), GroupSet::Of({0}), 0); }, "input",
+                   "the simulated backend holds every rank's data in a LocalTensor");
+  at::Tensor x = c->FromRankFn({0, 1}, [](int64_t r) { return at::full({1}, static_cast<float>(r)); });
+  EXPECT_EQ(c->HeldRanks(x), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(at::equal(c->Shard(x, 1), at::ones({1})));
 }
 
 TEST(LocalCollectivesTest, RecordsBytesPerRank) {

@@ -232,15 +232,31 @@ TEST(DTensorTest, AssembleGlobalFindsDisagreeingReplicas) {
 namespace dtsim {
 namespace {
 
+PlanStep StepOf(const DTensorSpec& spec, const Transition& t) { return StepFor(spec, t); }
+
 TEST(RedistributeExecutorTest, RefusesStepsUnderAnInnerShardOfTheSameDim) {
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2, 2}), ParsePlacements("S(0),S(0)"), {8});
-  EXPECT_TRUE(WhyNotExecutable(spec, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
-  EXPECT_FALSE(WhyNotExecutable(spec, Transition{1, Placement::Shard(0), Placement::Replicate()}).has_value());
+  EXPECT_TRUE(WhyNotExecutable(spec, StepOf(spec, {0, Placement::Shard(0), Placement::Replicate()})).has_value());
+  EXPECT_FALSE(WhyNotExecutable(spec, StepOf(spec, {1, Placement::Shard(0), Placement::Replicate()})).has_value());
   DTensorSpec other = DTensorSpec::Create(DeviceMesh::Create({2, 2}), ParsePlacements("S(0),S(1)"), {8, 4});
-  EXPECT_FALSE(WhyNotExecutable(other, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
+  EXPECT_FALSE(WhyNotExecutable(other, StepOf(other, {0, Placement::Shard(0), Placement::Replicate()})).has_value());
   // A size-1 inner mesh dim shards nothing.
   DTensorSpec one = DTensorSpec::Create(DeviceMesh::Create({2, 1}), ParsePlacements("S(0),S(0)"), {8});
-  EXPECT_FALSE(WhyNotExecutable(one, Transition{0, Placement::Shard(0), Placement::Replicate()}).has_value());
+  EXPECT_FALSE(WhyNotExecutable(one, StepOf(one, {0, Placement::Shard(0), Placement::Replicate()})).has_value());
+}
+
+TEST(RedistributeExecutorTest, RunsTheCollectiveThePlanNames) {
+  // The executor runs step.collective; a step whose collective is not what its from -> to runs (a graph plan naming
+  // upstream's transition) is refused, and Redistribute replans around it.
+  DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2}), ParsePlacements("S(0)"), {4, 4});
+  PlanStep step = StepFor(spec, {0, Placement::Shard(0), Placement::Shard(1)});
+  EXPECT_EQ(step.collective, CollectiveKind::kAllToAll);
+  EXPECT_FALSE(WhyNotExecutable(spec, step).has_value());
+  step.collective = CollectiveKind::kAllGather;
+  step.then_local_split = true;
+  auto why = WhyNotExecutable(spec, step);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_THAT(*why, HasSubstr("runs all_to_all, but the step names all_gather+local_split"));
 }
 
 TEST(RedistributeExecutorTest, UpstreamGraphPlansThatCannotRunLeftToRightAreReplanned) {

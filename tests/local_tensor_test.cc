@@ -425,13 +425,12 @@ TEST(LocalTensorTest, MapShardsAndPlainTensors) {
   EXPECT_TRUE(at::equal(LocalShard(m, 2), LocalShard(a, 2).sum(0) * 2));
   at::Tensor n = MapShards({a, at::ones({4})}, [](int64_t r, const Tensors& s) { return s[0] + s[1] * r; });
   EXPECT_TRUE(at::equal(LocalShard(n, 1), LocalShard(a, 1) + 1));
+  // The helpers are for LocalTensors only: a plain tensor is one rank's data, which only a Collectives object knows.
   at::Tensor plain = at::ones({2});
-  SetCurrentRank(5);
-  EXPECT_EQ(LocalRanks(plain), std::vector<int64_t>{5});
-  EXPECT_TRUE(LocalShard(plain, 5).is_same(plain));
+  EXPECT_THROW(LocalRanks(plain), InputError);
   EXPECT_THROW(LocalShard(plain, 0), InputError);
-  EXPECT_TRUE(at::equal(MapShards(plain, [](int64_t r, const at::Tensor& s) { return s * r; }), at::full({2}, 5.0f)));
-  SetCurrentRank(0);
+  EXPECT_THROW(MapShards(plain, [](int64_t r, const at::Tensor& s) { return s * r; }), InputError);
+  EXPECT_THROW(MapShards({plain}, [](int64_t, const Tensors& s) { return s[0]; }), InputError);
   c10::SymInt v = MakeLocalInt(kRanks, {1, 2, 3, 4});
   EXPECT_EQ(LocalInt(v + 1, 3), 5);
   EXPECT_EQ(MakeLocalInt(kRanks, {2, 2, 2, 2}).maybe_as_int(), std::optional<int64_t>(2));

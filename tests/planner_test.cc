@@ -67,17 +67,17 @@ TEST(GreedyTest, NestedShardsGoThroughReplicateInnerFirst) {
   Plan plan = Greedy({2, 2}, "S(0),S(1)", "S(1),S(0)", {8, 8});
   ASSERT_EQ(plan.steps.size(), 3u);
   EXPECT_EQ(plan.steps[0].mesh_dim, 1);
-  EXPECT_EQ(plan.steps[0].collective, "all_gather");
+  EXPECT_EQ(ToString(plan.steps[0].collective), "all_gather");
   EXPECT_EQ(plan.steps[1].mesh_dim, 0);
-  EXPECT_EQ(plan.steps[1].collective, "all_to_all");
+  EXPECT_EQ(ToString(plan.steps[1].collective), "all_to_all");
   EXPECT_EQ(plan.steps[2].mesh_dim, 1);
-  EXPECT_EQ(plan.steps[2].collective, "local_split");
+  EXPECT_EQ(ToString(plan.steps[2].collective), "local_split");
 }
 
 TEST(GreedyTest, OneDimMeshIsOneDirectStep) {
   Plan plan = Greedy({4}, "S(0)", "S(1)", {5, 10});
   ASSERT_EQ(plan.steps.size(), 1u);
-  EXPECT_EQ(plan.steps[0].collective, "all_to_all");
+  EXPECT_EQ(ToString(plan.steps[0].collective), "all_to_all");
   EXPECT_TRUE(Greedy({4}, "S(1)", "S(1)", {5, 10}).steps.empty());
 }
 
@@ -112,7 +112,7 @@ TEST(GreedyTest, SizeOneMeshDimsNeverCommunicate) {
         }
         for (const PlanStep& s : plan.steps) {
           if (mesh[s.mesh_dim] != 1) continue;
-          EXPECT_EQ(s.collective, "none") << Explain(plan);
+          EXPECT_EQ(ToString(s.collective), "none") << Explain(plan);
           EXPECT_TRUE(s.groups.empty());
           for (int64_t b : s.bytes_sent_per_rank) EXPECT_EQ(b, 0);
           EXPECT_EQ(s.est_us, 0);
@@ -138,7 +138,7 @@ TEST(PlanBytesTest, ReduceScatterPadsTheInput) {
   // P → S(0) of (5, 10) float32 over 4 ranks: the input is padded to 8 rows (320 bytes), each rank keeps 2 rows.
   Plan plan = Greedy({4}, "P(sum)", "S(0)", {5, 10});
   ASSERT_EQ(plan.steps.size(), 1u);
-  EXPECT_EQ(plan.steps[0].collective, "reduce_scatter");
+  EXPECT_EQ(ToString(plan.steps[0].collective), "reduce_scatter");
   EXPECT_THAT(plan.steps[0].bytes_sent_per_rank, ::testing::Each(320));
   EXPECT_THAT(plan.steps[0].bytes_received_per_rank, ::testing::Each(80));
 }
@@ -165,11 +165,11 @@ TEST(PlanBytesTest, NestedUnevenGatherUsesTheOuterChunk) {
 TEST(CostModelTest, RingFactors) {
   CostModel m;
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  EXPECT_DOUBLE_EQ(m.EstimateUs("all_gather", 4, 1 << 30), 6.6 + 3 * 0.6 + 0.75 / 87.7 * 1e6);
-  EXPECT_DOUBLE_EQ(m.EstimateUs("all_reduce", 4, 1 << 30), 6.6 + 6 * 0.6 + 1.5 / 87.7 * 1e6);
-  EXPECT_DOUBLE_EQ(m.EstimateUs("all_to_all", 2, 1 << 30), 6.6 + 0.6 + 0.5 * gib / (87.7 * gib) * 1e6);
-  EXPECT_EQ(m.EstimateUs("local_split", 4, 1 << 30), 0);
-  EXPECT_EQ(m.EstimateUs("all_gather", 1, 1 << 30), 0);
+  EXPECT_DOUBLE_EQ(m.EstimateUs(CollectiveKind::kAllGather, 4, 1 << 30), 6.6 + 3 * 0.6 + 0.75 / 87.7 * 1e6);
+  EXPECT_DOUBLE_EQ(m.EstimateUs(CollectiveKind::kAllReduce, 4, 1 << 30), 6.6 + 6 * 0.6 + 1.5 / 87.7 * 1e6);
+  EXPECT_DOUBLE_EQ(m.EstimateUs(CollectiveKind::kAllToAll, 2, 1 << 30), 6.6 + 0.6 + 0.5 * gib / (87.7 * gib) * 1e6);
+  EXPECT_EQ(m.EstimateUs(CollectiveKind::kLocalSplit, 4, 1 << 30), 0);
+  EXPECT_EQ(m.EstimateUs(CollectiveKind::kAllGather, 1, 1 << 30), 0);
 }
 
 // ---- upstream's refusals ----
@@ -297,7 +297,7 @@ std::string SimulateOwnership(const DTensorSpec& src, const Plan& plan) {
         const int64_t d = to.dim();
         next[r][d] = Select(next[r][d], SplitPositions(to, next[r][d].size(), n, coord));
       };
-      const std::string& c = s.collective;
+      const std::string c(ToString(s.collective));
       if (c == "none" || c == "all_reduce" || c == "local_partition") {
         if (c == "all_reduce" && s.then_local_split) split(s.upstream_to);
       } else if (c == "local_split" || c == "reduce_scatter") {

@@ -3,6 +3,7 @@
 // (round trip, unknown versions and broken files refused with a clear error, atomic writes).
 #include "dtsim/trace.h"
 #include "dtsim/trace_diff.h"
+#include "dtsim/trace_recorder.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 
 #include "dtsim/arange_case.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
 #include "dtsim/local_tensor.h"
@@ -36,32 +38,33 @@ TEST(TraceTest, GoldenTracesAgreeWithTheGlobalTensor) {
   ASSERT_GE(files.size(), 3u);
   for (const fs::path& file : files) {
     SCOPED_TRACE(file.string());
-    nlohmann::json trace = ReadTrace(file.string());
-    EXPECT_TRUE(trace["ok"].get<bool>());
-    DTensorSpec initial = SpecFromJson(trace["initial"]["spec"]);
-    DTensorSpec final_spec = SpecFromJson(trace["final"]["spec"]);
+    const Trace trace = ReadTrace(file.string());
+    ASSERT_TRUE(trace.ok.has_value());
+    EXPECT_TRUE(*trace.ok);
+    const DTensorSpec& initial = trace.initial.spec;
+    const DTensorSpec& final_spec = trace.final_state.spec;
     // The initial shards are the arange case's source.
     DTensor source = MakeArangeSource(initial);
-    for (const auto& r : trace["initial"]["ranks"]) {
-      EXPECT_EQ(r["hash"], ShardHash(LocalShard(source.to_local(), r["rank"].get<int64_t>()))) << r.dump();
+    for (const RankState& r : trace.initial.ranks) {
+      EXPECT_EQ(r.hash, ShardHash(LocalShard(source.to_local(), r.rank))) << r.rank;
     }
     // Every step's shards have the shapes its placements give.
-    for (const auto& step : trace["steps"]) {
-      DTensorSpec after = DTensorSpec::Create(initial.mesh(), ParsePlacements(step["placements_after"].get<std::string>()),
-                                              initial.shape(), initial.dtype());
-      for (const auto& r : step["ranks_after"]) {
-        EXPECT_EQ(r["local_shape"].get<std::vector<int64_t>>(),
-                  after.LayoutOfRank(r["rank"].get<int64_t>()).local_shape);
-      }
+    for (const TraceStep& step : trace.steps) {
+      DTensorSpec after = DTensorSpec::Create(initial.mesh(), step.placements_after, initial.shape(), initial.dtype());
+      for (const RankState& r : step.ranks_after) EXPECT_EQ(r.local_shape, after.LayoutOfRank(r.rank).local_shape);
     }
     // The final shards are their parts of the expected global tensor (targets hold no Partial here).
     ASSERT_FALSE(final_spec.has_partial());
     const at::Tensor expected = ExpectedArangeGlobal(initial);
-    for (const auto& r : trace["final"]["ranks"]) {
-      RankLayout layout = final_spec.LayoutOfRank(r["rank"].get<int64_t>());
-      EXPECT_EQ(r["hash"], ShardHash(ShardOf(expected, layout))) << r.dump();
-      EXPECT_EQ(r["global_offset"].get<std::vector<int64_t>>(), layout.global_offset);
+    for (const RankState& r : trace.final_state.ranks) {
+      RankLayout layout = final_spec.LayoutOfRank(r.rank);
+      EXPECT_EQ(r.hash, ShardHash(ShardOf(expected, layout))) << r.rank;
+      EXPECT_EQ(r.global_offset, layout.global_offset);
     }
+    // The JSON form round-trips exactly.
+    std::ifstream in(file);
+    nlohmann::json raw = nlohmann::json::parse(in);
+    EXPECT_EQ(ToJson(trace), raw);
   }
 }
 
@@ -78,16 +81,21 @@ TEST(TraceTest, HashDependsOnValuesShapeAndDtype) {
 TEST(TraceTest, SchemaIsAContract) {
   const std::string dir = ::testing::TempDir();
   const std::string path = dir + "/dtsim_trace_test.json";
-  TraceRecorder recorder(nlohmann::json{{"tool", "dtsim"}});
+  TraceMeta meta;
+  meta.command = "test";
+  TraceRecorder recorder(meta);
+  auto comm = MakeLocalCollectives();
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2}), ParsePlacements("S(0)"), {4});
   DTensor dt = MakeArangeSource(spec);
-  recorder.SetInitial(spec, dt.to_local());
-  recorder.SetFinal(spec, dt.to_local(), true);
-  WriteJsonFileAtomically(path, recorder.json());
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
-  nlohmann::json back = ReadTrace(path);
-  EXPECT_EQ(back, recorder.json());
-  EXPECT_EQ(SpecFromJson(back["initial"]["spec"]).ToString(), spec.ToString());
+  recorder.SetInitial(spec, dt.to_local(), *comm);
+  recorder.SetFinal(spec, dt.to_local(), *comm, true);
+  WriteJsonFileAtomically(path, ToJson(recorder.trace()));
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr("dtsim_trace_test.json.tmp")));
+  }
+  const Trace back = ReadTrace(path);
+  EXPECT_EQ(ToJson(back), ToJson(recorder.trace()));
+  EXPECT_EQ(back.initial.spec.ToString(), spec.ToString());
 
   auto expect_refused = [&](const std::string& text, const std::string& message) {
     {
@@ -102,21 +110,91 @@ TEST(TraceTest, SchemaIsAContract) {
       EXPECT_THAT(e.what(), HasSubstr(message));
     }
   };
-  nlohmann::json future = recorder.json();
+  const nlohmann::json good = ToJson(recorder.trace());
+  nlohmann::json future = good;
   future["version"] = 99;
   expect_refused(future.dump(), "version 99 is not supported");
-  nlohmann::json other = recorder.json();
+  nlohmann::json other = good;
   other["format"] = "chrome-trace";
   expect_refused(other.dump(), "format is \"chrome-trace\"");
-  nlohmann::json missing = recorder.json();
+  nlohmann::json missing = good;
   missing.erase("steps");
   expect_refused(missing.dump(), "field 'steps' is missing");
   expect_refused("{\"format\": \"dtsim-trace\", ", "is not valid JSON");
   expect_refused("[1, 2]", "no JSON object");
+  expect_refused("", "is empty");
+  // Values are validated, with the path of the bad field.
+  nlohmann::json bad_hash = good;
+  bad_hash["initial"]["ranks"][1]["hash"] = 5;
+  expect_refused(bad_hash.dump(), "initial.ranks[1].hash: expected \"xxh3:\" and 16 hex digits, got 5");
+  nlohmann::json bad_rank = good;
+  bad_rank["final"]["ranks"][0]["rank"] = "zero";
+  expect_refused(bad_rank.dump(), "final.ranks[0].rank: expected an integer, got string \"zero\"");
+  nlohmann::json negative = good;
+  negative["initial"]["ranks"][0]["local_shape"] = {-2};
+  expect_refused(negative.dump(), "initial.ranks[0].local_shape[0]: -2 is out of range");
+  nlohmann::json huge = good;
+  huge["initial"]["spec"]["shape"] = {1e20};
+  expect_refused(huge.dump(), "initial.spec.shape[0]: integer 1e+20 is too large");
+  nlohmann::json dtype = good;
+  dtype["initial"]["spec"]["dtype"] = "float128";
+  expect_refused(dtype.dump(), "initial.spec.dtype: dtype: unknown dtype 'float128'");
+  nlohmann::json placements = good;
+  placements["final"]["spec"]["placements"] = "[S(]";
+  expect_refused(placements.dump(), "final.spec.placements");
+  expect_refused(R"({"format": "dtsim-trace", "format": "x"})", "has the key 'format' twice");
+  expect_refused(std::string(600, '[') + std::string(600, ']'), "nests JSON deeper than 512 levels");
   EXPECT_THROW(ReadTrace(dir + "/does_not_exist.json"), InputError);
-  // A write that cannot happen leaves nothing behind.
-  EXPECT_THROW(WriteJsonFileAtomically(dir + "/no/such/dir/t.json", back), InputError);
-  EXPECT_FALSE(fs::exists(dir + "/no/such/dir/t.json.tmp"));
+  try {
+    ReadTrace(dir);
+    ADD_FAILURE() << "a directory was read as a trace";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is a directory"));
+  }
+  // A write that cannot happen leaves nothing behind, and says why.
+  try {
+    WriteJsonFileAtomically(dir + "/no/such/dir/t.json", good);
+    ADD_FAILURE() << "wrote into a missing directory";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("No such file or directory"));
+  }
+  EXPECT_FALSE(fs::exists(dir + "/no/such/dir"));
+  EXPECT_THROW(WriteJsonFileAtomically("", good), InputError);
+  EXPECT_THROW(WriteJsonFileAtomically(dir, good), InputError);
+}
+
+TEST(TraceTest, MergingPerRankTracesGivesTheWholeRun) {
+  // Split a golden trace into one part per rank (each holding its own rows, as real ranks record), merge them back.
+  const Trace whole = ReadTrace(std::string(DTSIM_SOURCE_DIR) + "/traces/uneven_2x4_S0R_to_RS1.json");
+  std::vector<Trace> parts;
+  for (const RankState& r : whole.initial.ranks) {
+    Trace part = whole;
+    auto keep = [&](std::vector<RankState>& states) {
+      std::vector<RankState> mine;
+      for (const RankState& s : states) {
+        if (s.rank == r.rank) mine.push_back(s);
+      }
+      states = mine;
+    };
+    keep(part.initial.ranks);
+    keep(part.final_state.ranks);
+    for (TraceStep& step : part.steps) {
+      keep(step.ranks_after);
+      for (TraceCollective& c : step.collectives) {
+        size_t i = std::find(c.ranks.begin(), c.ranks.end(), r.rank) - c.ranks.begin();
+        ASSERT_LT(i, c.ranks.size());
+        c = TraceCollective{c.kind, c.groups, {c.ranks[i]}, {c.input_shapes[i]}, {c.output_shapes[i]},
+                            {c.bytes_sent[i]}, {c.bytes_received[i]}, {}};
+      }
+    }
+    parts.push_back(std::move(part));
+  }
+  std::reverse(parts.begin(), parts.end());  // arrival order does not matter
+  const Trace merged = MergeRankTraces(parts);
+  EXPECT_TRUE(DiffTraces(whole, merged).empty());
+  EXPECT_EQ(ToJson(merged)["steps"], ToJson(whole)["steps"]);
+  parts.push_back(parts[0]);
+  EXPECT_THROW(MergeRankTraces(parts), InputError);  // a rank reported twice
 }
 
 }  // namespace
@@ -127,22 +205,43 @@ namespace {
 
 TEST(TraceDiffTest, FindsWhereTwoRunsPart) {
   const std::string path = std::string(DTSIM_SOURCE_DIR) + "/traces/uneven_2x4_S0R_to_RS1.json";
-  nlohmann::json a = ReadTrace(path);
+  const Trace a = ReadTrace(path);
   EXPECT_TRUE(DiffTraces(a, a).empty());
-  // Plant a wrong shard on rank 5 after step 1 and a different collective op in step 1.
-  nlohmann::json b = a;
-  b["steps"][1]["ranks_after"][5]["hash"] = "xxh3:0000000000000000";
-  b["steps"][1]["collectives"][0]["op"] = "all_to_all";
+  // Plant a wrong shard on ranks 5 and 6 after step 1 and a different collective op in step 1.
+  Trace b = a;
+  b.steps[1].ranks_after[5].hash = "xxh3:0000000000000000";
+  b.steps[1].ranks_after[6].hash = "xxh3:0000000000000001";
+  b.steps[1].collectives[0].kind = CollectiveKind::kAllToAll;
+  b.steps[1].collectives[0].bytes_sent[2] += 4;
   std::vector<TraceDifference> diffs = DiffTraces(a, b);
-  ASSERT_EQ(diffs.size(), 2u);
+  ASSERT_EQ(diffs.size(), 3u);
   EXPECT_THAT(diffs[0].where, HasSubstr("step 1"));
+  EXPECT_EQ(diffs[0].step, 1);
+  EXPECT_EQ(diffs[0].collective, 0);
   EXPECT_THAT(diffs[0].what, HasSubstr("op \"all_gather\" vs \"all_to_all\""));
-  EXPECT_THAT(diffs[1].what, HasSubstr("rank 5: hash"));
+  EXPECT_THAT(diffs[1].what, HasSubstr("bytes_sent differs on rank 2"));
+  EXPECT_EQ(diffs[1].ranks, std::vector<int64_t>{2});
+  EXPECT_THAT(diffs[2].what, HasSubstr("hash differs on ranks 5, 6 (rank 5: xxh3:"));
+  EXPECT_EQ(diffs[2].ranks, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(RanksThatDiffer(diffs), (std::vector<int64_t>{2, 5, 6}));
   // A missing step is reported too.
-  nlohmann::json c = a;
-  c["steps"].erase(1);
+  Trace c = a;
+  c.steps.erase(c.steps.begin() + 1);
   EXPECT_THAT(DiffTraces(a, c)[0].what, HasSubstr("2 steps vs 1"));
   EXPECT_EQ(DiffTraces(a, b, 1).size(), 1u);
+  // Measured times and meta are not compared; a trace without hashes compares shapes only.
+  Trace d = a;
+  d.meta.backend = "mpi";
+  for (TraceStep& s : d.steps) {
+    for (TraceCollective& col : s.collectives) col.time_us.assign(col.ranks.size(), 12.5);
+  }
+  EXPECT_TRUE(DiffTraces(a, d).empty());
+  Trace e = a;
+  e.meta.data = false;
+  for (RankState& r : e.final_state.ranks) r.hash.reset();
+  EXPECT_TRUE(DiffTraces(a, e).empty());
+  e.final_state.ranks[3].local_shape[0] += 1;
+  EXPECT_THAT(DiffTraces(a, e)[0].what, HasSubstr("local_shape differs on rank 3"));
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // DTensor: a spec (mesh, placements, global shape, dtype) plus local data, with upstream's API names.
 //
 // In simulation the local data is a LocalTensor holding every rank of the mesh's world; on a real backend (MPI, NCCL)
-// it is this process's plain tensor. DTensor code touches data only through the per-rank helpers of local_tensor.h
-// (MapShards, LocalShard) and communicates only through the Collectives interface, so the same code runs on both.
+// it is this process's plain tensor. DTensor code touches data only through the per-rank methods of its Collectives
+// object (HeldRanks, Shard, MapShards, FromRankFn) and communicates only through its collectives, so the same code
+// runs on both. A DTensor holds its Collectives (shared); where none is given, a DTensor whose data is a LocalTensor
+// gets a fresh simulated world (there is no process-wide default).
 //
 // Submeshes in simulation: a DTensor on mesh["tp"] of a (dp=2, tp=4) root mesh stands for the whole family of tp
 // submeshes, as SPMD code on every rank would see it: the LocalTensor holds all 8 ranks, a rank's coordinate is its
@@ -59,7 +61,8 @@ class DTensor {
   // Wraps per-rank local data (a LocalTensor, or this rank's tensor on a real backend) without communication.
   // `shape` defaults to the global shape implied by even sharding, which must then agree on every rank. Each rank's
   // local shape must match the layout (InputError "from_local: rank 3 holds [2, 5] but the layout gives [1, 5]").
-  // Mixed Partial kinds other than sum with avg are refused as upstream does.
+  // Mixed Partial kinds other than sum with avg are refused as upstream does. `collectives` defaults to a fresh
+  // simulated world when `local` is a LocalTensor (a plain tensor needs its real backend's Collectives).
   // `stride` is the global tensor's stride as upstream records it (default: contiguous for `shape`); it must have
   // one entry per dim, each >= 0.
   static DTensor FromLocal(const at::Tensor& local, const DeviceMesh& mesh, const Placements& placements,
@@ -107,7 +110,8 @@ DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collecti
 
 // Upstream's distribute_tensor: every rank takes its part of `tensor` as held by the rank at coordinate
 // `src_data_rank` on each mesh dim (scatter / broadcast); with src_data_rank = nullopt every rank splits its own copy.
-// `tensor` is a plain tensor (the same on every rank) or a LocalTensor (each rank's own copy).
+// `tensor` is a plain tensor (the same on every rank) or, in simulation, a LocalTensor (each rank's own copy).
+// `collectives` defaults to a fresh simulated world over the mesh's ranks.
 DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const Placements& placements,
                          std::optional<int64_t> src_data_rank = 0, std::shared_ptr<Collectives> collectives = nullptr);
 
@@ -120,8 +124,5 @@ DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Pl
 
 // Mixed Partial kinds other than sum with avg → InputError(field), as upstream's assert_no_mixed_partial_types.
 void CheckNoMixedPartials(const Placements& placements, const std::string& field);
-
-// The default collectives: simulated (LocalCollectives).
-std::shared_ptr<Collectives> DefaultCollectives();
 
 }  // namespace dtsim

@@ -4,8 +4,9 @@
 // LocalTensors; plain tensors mixed in act as the same value on every rank. Shards may differ in shape per rank
 // (uneven sharding, zero-size shards). See docs/local-tensor.md for how the dispatch works.
 //
-// The per-rank helpers below are also what DTensor code uses to compute per-rank quantities: on a real backend (MPI,
-// NCCL) the "LocalTensor" is this process's plain tensor and the helpers run the function once, for the current rank.
+// The per-rank helpers below work on LocalTensors only. Code that must also run on real ranks (DTensor, the
+// executor, traces) goes through the same-named methods of its Collectives object (collectives.h), which on a real
+// backend run once, for that backend's rank.
 //
 // Example: 4 ranks, 9 rows sharded 3,3,3,0:
 //   at::Tensor full = at::arange(18).reshape({9, 2});
@@ -33,25 +34,20 @@ at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks, const std::functio
 
 // True if `t` is a LocalTensor.
 bool IsLocalTensor(const at::Tensor& t);
-// The ranks a LocalTensor holds, ascending. For a plain tensor: {CurrentRank()}.
+// The ranks a LocalTensor holds, ascending. InputError for a plain tensor.
 std::vector<int64_t> LocalRanks(const at::Tensor& t);
-// The shard of `rank`. For a plain tensor: the tensor itself if rank == CurrentRank(). InputError if not held.
+// The shard of `rank`. InputError if `t` is not a LocalTensor or does not hold `rank`.
 at::Tensor LocalShard(const at::Tensor& t, int64_t rank);
 
-// Runs `fn(rank, shard)` for every rank `t` holds and wraps the results; on a plain tensor runs it once for
-// CurrentRank() and returns the plain result.
+// Runs `fn(rank, shard)` for every rank `t` holds and wraps the results (InputError for a plain tensor).
 at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn);
 
-// The rank of this process on a real backend (MPI/NCCL set it at start-up); 0 when simulating.
-int64_t CurrentRank();
-void SetCurrentRank(int64_t rank);
-
-// The shards of `t` in LocalRanks(t) order; for a plain tensor {t}.
+// The shards of `t` in LocalRanks(t) order (InputError for a plain tensor).
 std::vector<at::Tensor> LocalShards(const at::Tensor& t);
 
 // The tensor_map of several tensors: runs `fn(rank, shards)` for every rank, where shards[k] is tensors[k]'s shard
-// (a plain tensor stands for every rank), and wraps the results. All LocalTensors must hold the same ranks
-// (InputError otherwise). With no LocalTensor at all, runs once for CurrentRank() and returns the plain result.
+// (a plain tensor stands for every rank), and wraps the results. All LocalTensors must hold the same ranks, and at
+// least one must be a LocalTensor (InputError otherwise).
 // Example: MapShards({a, b}, [](int64_t r, const auto& s) { return s[0] * r + s[1]; }).
 at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
                      const std::function<at::Tensor(int64_t, const std::vector<at::Tensor>&)>& fn);

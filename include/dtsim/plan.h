@@ -7,7 +7,7 @@
 //   * step — one transition of ONE mesh dim from placement `from` to placement `to`, all other mesh dims unchanged
 //     (upstream's _TransformInfo). Mesh (2, 4), [S(0), S(1)] → [S(0), R]: one step, mesh dim 1, S(1) → R, an
 //     all_gather in each of the groups {0,1,2,3} and {4,5,6,7}.
-//   * collective — what upstream's redistribute_local_tensor runs for the step (see kAllGather ... below).
+//   * collective — what upstream's redistribute_local_tensor runs for the step (CollectiveKind, transition.h's table).
 //   * logical shape — upstream's per-rank "logical shape" of the step: the shape of the tensor that the mesh dim
 //     shards, i.e. the global shape with the OTHER mesh dims' shards applied. It decides the padding of uneven
 //     collectives: a dim of logical size L over n ranks is padded to the full chunk c = ceil(L/n) on every rank.
@@ -23,20 +23,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dtsim/collective_kind.h"
 #include "dtsim/placement.h"
 
 namespace dtsim {
-
-// The collective names a PlanStep carries (stable strings: they appear in JSON and traces).
-namespace collective {
-inline constexpr const char kNone[] = "none";                     // no data moves (same placement, or mesh dim size 1)
-inline constexpr const char kAllGather[] = "all_gather";          // S → R, _S → R (also the first half of S → _S)
-inline constexpr const char kReduceScatter[] = "reduce_scatter";  // P → S
-inline constexpr const char kAllReduce[] = "all_reduce";          // P → R (also the first half of P → _S)
-inline constexpr const char kAllToAll[] = "all_to_all";           // S(i) → S(j), i != j
-inline constexpr const char kLocalSplit[] = "local_split";        // R → S / R → _S: each rank keeps its chunk
-inline constexpr const char kLocalPartition[] = "local_partition";  // R → P: internal only (sum divides by n)
-}  // namespace collective
 
 // One step of a plan. Per-rank vectors are indexed by the rank's position in mesh.ranks() (row-major mesh order).
 struct PlanStep {
@@ -55,9 +45,10 @@ struct PlanStep {
   // still splits dim 0). Upstream's spelling is kept here (_S(d,1) stays _S(d,1)).
   Placement upstream_from = Placement::Replicate();
   Placement upstream_to = Placement::Replicate();
-  // One of the collective:: names. "all_gather" for S → _S / _S → S / _S → _S too: upstream gathers, then splits
-  // locally (`then_local_split` says so).
-  std::string collective = collective::kNone;
+  // What the transition runs, from the one table of transition.h (RuleFor(upstream_from, upstream_to)): all_gather
+  // for S → _S / _S → S / _S → _S too, where upstream gathers, then splits locally (`then_local_split` says so).
+  // JSON and traces carry its text name ("all_gather").
+  CollectiveKind collective = CollectiveKind::kNone;
   // True when the step gathers/reduces and then keeps a local chunk (S → _S, _S → S, _S → _S, P → _S).
   bool then_local_split = false;
   // The process groups along mesh_dim (global ranks, ordered by their coordinate on mesh_dim); empty for local
@@ -108,6 +99,14 @@ nlohmann::json ToJson(const PlanStep& step, const std::vector<std::string>& mesh
 // {"plan": [steps...], "planner", "total_est_us", "num_collectives", "mesh", "from", "to", "shape", "dtype", "note",
 // "runs_left_to_right"}.
 nlohmann::json ToJson(const Plan& plan);
+
+// The step ToJson wrote (mesh_dim_name is read too, into `mesh_dim_name` when given). InputError(field) naming the
+// path of anything missing or invalid, e.g. "trace: steps[1].from: 'S(' has '(' without ')'"; values are checked
+// for type and range (non-negative bytes and shapes), not against a mesh.
+PlanStep PlanStepFromJson(const nlohmann::json& json, const std::string& field, const std::string& path,
+                          std::string* mesh_dim_name = nullptr);
+// The plan ToJson wrote.
+Plan PlanFromJson(const nlohmann::json& json, const std::string& field, const std::string& path = "");
 
 // Text: a header, then one line per step —
 //   "step 1  tp(1): S(1) → R  all_gather  groups [[0, 1, 2, 3], [4, 5, 6, 7]]  bytes/rank 80  est 12.3 us"

@@ -65,9 +65,9 @@ struct CostModel {
   // device count of the mesh's device type: 1 for "cpu", the GPU count on CUDA hosts). Only used to emulate that
   // planner's choice, not for dtsim's own estimates.
   int64_t upstream_devices_per_host = 1;
-  // Estimated microseconds of `collective` (a collective:: name) over a group of `n` ranks whose largest message is
-  // `message_bytes`. 0 for local steps and "none".
-  double EstimateUs(const std::string& collective, int64_t n, int64_t message_bytes) const;
+  // Estimated microseconds of `collective` over a group of `n` ranks whose largest message is `message_bytes`. 0 for
+  // local steps and "none".
+  double EstimateUs(CollectiveKind collective, int64_t n, int64_t message_bytes) const;
 };
 
 // Plans the redistribution of `src` to `dst` (same mesh, same shape). Throws InputError("to" / "from") for the
@@ -83,8 +83,8 @@ Plan PlanRedistribute(const DTensorSpec& src, const Placements& dst, PlannerKind
 bool StepRunsLeftToRight(const Placements& before, int64_t mesh_dim, const Placement& from, const Placement& to);
 
 // True if every step of `plan` runs on the layouts read left to right: its from/to are the placements before/after
-// on its mesh dim, and a shard-like placement is removed or added only where no later mesh dim splits the same
-// tensor dim (the executor's rule, WhyNotExecutable in redistribute.h, which ignores later mesh dims of size 1; this
+// on its mesh dim, its collective is what transition.h's table gives for that change, and a shard-like placement is
+// removed or added only where no later mesh dim splits the same tensor dim (the executor's rule, WhyNotExecutable in redistribute.h, which ignores later mesh dims of size 1; this
 // check does not, so it is at least as strict). kMinCost plans always do; upstream's graph-based plans need not
 // (they read _StridedShard layouts in upstream's shard order).
 bool RunsLeftToRight(const Plan& plan);

@@ -143,7 +143,7 @@ def test_trace_diff(tmp_path):
     b.write_text(json.dumps(trace))
     differ = run("trace-diff", str(a), str(b))
     assert differ.returncode == 1
-    assert "first at final" in differ.stdout and "rank 3: hash" in differ.stdout, differ.stdout
+    assert "first at final" in differ.stdout and "hash differs on rank 3" in differ.stdout, differ.stdout
     broken = tmp_path / "broken.json"
     broken.write_text("{\"format\": \"dtsim-trace\"")
     bad = run("trace-diff", str(a), str(broken))

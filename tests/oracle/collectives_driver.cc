@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/collectives.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
