@@ -18,11 +18,11 @@ nlohmann::json ValuesToJson(const at::Tensor& shard) {
   nlohmann::json out = nlohmann::json::array();
   if (at::isFloatingType(flat.scalar_type())) {
     at::Tensor d = flat.to(at::kDouble);
-    const double* p = d.data_ptr<double>();
+    const double* p = d.const_data_ptr<double>();
     for (int64_t i = 0; i < d.numel(); ++i) out.push_back(p[i]);
   } else {
     at::Tensor l = flat.to(at::kLong);
-    const int64_t* p = l.data_ptr<int64_t>();
+    const int64_t* p = l.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < l.numel(); ++i) out.push_back(p[i]);
   }
   return out;
@@ -73,7 +73,7 @@ std::string RenderValues(const DTensorSpec& spec, const at::Tensor& local) {
     at::Tensor d = shard.to(at::kDouble).contiguous().reshape({-1, shard.dim() == 0 ? 1 : shard.size(-1)});
     std::vector<std::string> cells;
     size_t width = 1;
-    const double* p = d.data_ptr<double>();
+    const double* p = d.const_data_ptr<double>();
     for (int64_t i = 0; i < d.numel(); ++i) {
       cells.push_back(FormatValue(p[i]));
       width = std::max(width, cells.back().size());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 namespace dtsim {
 namespace {
@@ -27,8 +28,13 @@ class CachingCpuAllocator final : public c10::Allocator {
     const size_t size = (n + kGranule - 1) / kGranule * kGranule;
     void* p = TakeCached(size);
     if (p == nullptr) p = Fresh(size);
-    auto* block = new Block{this, p, size};
-    return c10::DataPtr(p, block, &Release, c10::Device(c10::DeviceType::CPU));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(p, size);
+    }
+    // A "simple" data pointer (context == data): c10's copy-on-write storages (at::_lazy_clone, which LocalTensor
+    // replicas use) only accept those. The block size is looked up on release.
+    return c10::DataPtr(p, p, &Release, c10::Device(c10::DeviceType::CPU));
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
@@ -46,16 +52,18 @@ class CachingCpuAllocator final : public c10::Allocator {
   }
 
  private:
-  struct Block {
-    CachingCpuAllocator* owner;
-    void* ptr;
-    size_t size;
-  };
+  static void Release(void* p);
 
-  static void Release(void* ctx) {
-    auto* block = static_cast<Block*>(ctx);
-    block->owner->Give(block->ptr, block->size);
-    delete block;
+  void GiveLive(void* p) {
+    size_t size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(p);
+      TORCH_CHECK(it != live_.end(), "dtsim caching allocator: release of an unknown block");
+      size = it->second;
+      live_.erase(it);
+    }
+    Give(p, size);
   }
 
   void* TakeCached(size_t size) {
@@ -105,6 +113,7 @@ class CachingCpuAllocator final : public c10::Allocator {
   const int64_t limit_;
   std::mutex mu_;
   std::multimap<size_t, void*> free_;
+  std::unordered_map<void*, size_t> live_;  // blocks handed out: their rounded size
   int64_t cached_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
@@ -112,6 +121,8 @@ class CachingCpuAllocator final : public c10::Allocator {
 
 CachingCpuAllocator* g_allocator = nullptr;  // never destroyed: tensors may outlive static destruction
 std::once_flag g_once;
+
+void CachingCpuAllocator::Release(void* p) { g_allocator->GiveLive(p); }
 
 }  // namespace
 

@@ -201,8 +201,10 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const
   if (src_data_rank && (*src_data_rank < 0)) {
     throw InputError("src_data_rank", StrCat(*src_data_rank, " is negative"));
   }
-  at::Tensor local = IsLocalTensor(tensor) ? tensor
-                                           : collectives->FromRankFn(view.ranks(), [&](int64_t) { return tensor; });
+  // In simulation every rank's copy of a plain tensor is a copy-on-write replica of it (one buffer until written).
+  at::Tensor local = IsLocalTensor(tensor) ? tensor : collectives->FromRankFn(view.ranks(), [&](int64_t) {
+    return collectives->simulated() ? ShareReplica(tensor) : tensor;
+  });
   const at::Tensor first = collectives->Shard(local, collectives->HeldRanks(local).front());
   const std::vector<int64_t> shape = ShapeOf(first);
   DTensorSpec spec = DTensorSpec::Create(mesh, placements, shape, FromScalarType(first.scalar_type()));

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 
 #include "dtsim/error.h"
+#include "dtsim/memory_meter.h"
 #include "local_tensor_impl.h"
 
 namespace dtsim {
@@ -569,7 +571,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       std::lock_guard<std::mutex> lock(default_gen.mutex());
       default_gen.set_state(g.get_state());
     }
-    op.callBoxed(s);
+    {
+      RankScope scope(rank);  // what the op allocates is this rank's (MemoryMeter)
+      op.callBoxed(s);
+    }
     if (rng) {
       std::lock_guard<std::mutex> lock(default_gen.mutex());
       GeneratorLocked(*rng, rank).set_state(default_gen.get_state());
@@ -783,7 +788,10 @@ at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> s
 at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks, const std::function<at::Tensor(int64_t)>& fn) {
   std::vector<at::Tensor> shards;
   shards.reserve(ranks.size());
-  for (int64_t r : ranks) shards.push_back(fn(r));
+  for (int64_t r : ranks) {
+    RankScope scope(r);
+    shards.push_back(fn(r));
+  }
   return MakeLocalTensor(ranks, std::move(shards));
 }
 
@@ -807,7 +815,10 @@ at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t
   LocalTensorImpl* impl = GetLocalImpl(t, "MapShards");
   std::vector<at::Tensor> out;
   out.reserve(impl->ranks().size());
-  for (size_t i = 0; i < impl->ranks().size(); ++i) out.push_back(fn(impl->ranks()[i], impl->shards()[i]));
+  for (size_t i = 0; i < impl->ranks().size(); ++i) {
+    RankScope scope(impl->ranks()[i]);
+    out.push_back(fn(impl->ranks()[i], impl->shards()[i]));
+  }
   return MakeLocalTensor(impl->ranks(), std::move(out));
 }
 
@@ -831,6 +842,7 @@ at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
       LocalTensorImpl* impl = FindLocalImpl(tensors[k]);
       args[k] = impl ? impl->shards()[i] : tensors[k];
     }
+    RankScope scope((*ranks)[i]);
     out.push_back(fn((*ranks)[i], args));
   }
   return MakeLocalTensor(*ranks, std::move(out));
@@ -843,6 +855,31 @@ c10::SymInt MakeLocalInt(const std::vector<int64_t>& ranks, std::vector<int64_t>
     throw InputError("values", StrCat("got ", values.size(), " values for ", ranks.size(), " ranks"));
   }
   return internal::PerRankSymInt(ranks, std::move(values));
+}
+
+namespace {
+std::atomic<bool> g_replica_sharing{true};
+}  // namespace
+
+void SetReplicaSharing(bool enabled) { g_replica_sharing.store(enabled); }
+bool ReplicaSharingEnabled() { return g_replica_sharing.load(); }
+
+at::Tensor ShareReplica(const at::Tensor& shard) {
+  if (FindLocalImpl(shard)) throw InputError("shard", "ShareReplica takes one rank's plain tensor, got a LocalTensor");
+  if (shard.is_meta()) return at::empty_strided(shard.sizes(), shard.strides(), shard.options());
+  const bool shareable = g_replica_sharing.load(std::memory_order_relaxed) && shard.layout() == at::kStrided &&
+                         shard.is_cpu() && shard.has_storage() && shard.numel() > 0 &&
+                         (c10::impl::cow::has_simple_data_ptr(*shard.storage().unsafeGetStorageImpl()) ||
+                          c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr()));
+  if (!shareable) return shard.clone(at::MemoryFormat::Preserve);
+  at::Tensor replica = at::_lazy_clone(shard);
+  if (MemoryMeter* meter = MemoryMeter::Current()) meter->ChargeReplica(CurrentRankScope(), replica);
+  return replica;
+}
+
+bool IsSharedReplica(const at::Tensor& shard) {
+  return shard.defined() && shard.has_storage() && !FindLocalImpl(shard) &&
+         c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr());
 }
 
 at::Tensor Reconcile(const at::Tensor& t) {
@@ -893,7 +930,7 @@ std::string ShardToString(const at::Tensor& shard) {
   std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
   std::vector<int64_t> strides(c.strides().begin(), c.strides().end());
   size_t printed = 0;
-  PrintValues(out, c, 0, 0, sizes, strides, integral, c.data_ptr(), 1000, &printed);
+  PrintValues(out, c, 0, 0, sizes, strides, integral, c.const_data_ptr(), 1000, &printed);
   return out.str();
 }
 

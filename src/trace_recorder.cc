@@ -18,7 +18,7 @@ std::string ShardHash(const at::Tensor& shard) {
   XXH3_64bits_reset(state);
   const std::string header = StrCat(c10::toString(c.scalar_type()), IntListToString(c.sizes().vec()));
   XXH3_64bits_update(state, header.data(), header.size());
-  if (c.numel() > 0) XXH3_64bits_update(state, c.data_ptr(), c.numel() * c.element_size());
+  if (c.numel() > 0) XXH3_64bits_update(state, c.const_data_ptr(), c.numel() * c.element_size());
   const XXH64_hash_t h = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   char buf[32];

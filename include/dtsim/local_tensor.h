@@ -58,6 +58,22 @@ int64_t LocalInt(const c10::SymInt& value, int64_t rank);
 // A per-rank integer (a plain SymInt when all values agree). InputError when the lengths differ.
 c10::SymInt MakeLocalInt(const std::vector<int64_t>& ranks, std::vector<int64_t> values);
 
+// A copy of `shard` for another rank that shares its storage until one of them is written (copy-on-write, c10's
+// lazy clone): reads stay shared; the first write to either one — an in-place or out= op, a write through a view —
+// gives that one a storage of its own first, so the other ranks keep their values, and views of a replica follow
+// their own rank's storage. The simulated collectives give the ranks of a group their common result this way
+// (all_gather, all_reduce, broadcast), and DistributeTensor its replicas: S(0) -> R over 8 ranks holds the gathered
+// tensor once, not 8 times. Meta tensors (metadata-only runs) get a new meta tensor of the same sizes and strides.
+// A real copy where storage cannot be shared: sharing switched off (SetReplicaSharing), a non-CPU tensor, or an
+// allocator whose data pointers carry a context. A MemoryMeter charges the replica in full to CurrentRankScope().
+at::Tensor ShareReplica(const at::Tensor& shard);
+// Switches sharing on (the default) or off (every replica a real copy: for measurements and tests). Process-wide.
+void SetReplicaSharing(bool enabled);
+bool ReplicaSharingEnabled();
+// True while `shard`'s storage is copy-on-write: a replica (or the tensor it was made from) that has not been written
+// since. (The last holder of a shared buffer stays copy-on-write until it writes; its write then copies nothing.)
+bool IsSharedReplica(const at::Tensor& shard);
+
 // Checks that every shard is equal (same shape and values) and returns a plain copy of that one value; on a plain
 // tensor returns it unchanged. InputError naming the first two differing ranks and their values otherwise.
 at::Tensor Reconcile(const at::Tensor& t);

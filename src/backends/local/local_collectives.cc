@@ -3,6 +3,11 @@
 //
 // Terms: "slot" i is the i-th rank the input LocalTensor holds (call.held[i]); a group's "members" are its slots in
 // group order. Slots in no group keep a copy of their input.
+//
+// Replicas: where every member of a group gets the same result (all_gather, all_reduce, broadcast) the result is
+// computed once per group and each member gets a copy-on-write replica of it (ShareReplica, local_tensor.h): one
+// buffer for the group until a rank writes to its shard. Each member's replica is made in its RankScope, so a
+// MemoryMeter charges every rank its full copy, as a real rank would hold; the group's buffer is charged to nobody.
 #include "dtsim/backends/local_collectives.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +17,7 @@
 
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/memory_meter.h"
 #include "local_tensor_impl.h"
 
 namespace dtsim {
@@ -28,6 +34,15 @@ std::vector<std::vector<size_t>> Members(const CallInfo& call) {
   return out;
 }
 
+// Gives every member slot a replica of `value` (charged to the member's rank).
+void GiveReplicas(const at::Tensor& value, const std::vector<size_t>& members, const CallInfo& call,
+                  std::vector<at::Tensor>& out) {
+  for (size_t slot : members) {
+    RankScope scope(call.held[slot]);
+    out[slot] = ShareReplica(value);
+  }
+}
+
 class LocalCollectives : public Collectives {
  public:
   explicit LocalCollectives(int64_t world_size) : Collectives("local", world_size, std::nullopt) {}
@@ -40,11 +55,10 @@ class LocalCollectives : public Collectives {
       const int64_t piece = first.size(dim);
       std::vector<int64_t> shape = first.sizes().vec();
       shape[dim] = piece * static_cast<int64_t>(m.size());
-      for (size_t dst : m) {
-        at::Tensor o = at::empty(shape, first.options().memory_format(at::MemoryFormat::Contiguous));
-        for (size_t k = 0; k < m.size(); ++k) o.narrow(dim, k * piece, piece).copy_(in[m[k]]);
-        out[dst] = std::move(o);
-      }
+      // One buffer per group, each piece copied straight into its slice; the members share it.
+      at::Tensor o = at::empty(shape, first.options().memory_format(at::MemoryFormat::Contiguous));
+      for (size_t k = 0; k < m.size(); ++k) o.narrow(dim, k * piece, piece).copy_(in[m[k]]);
+      GiveReplicas(o, m, call, out);
     }
     return Wrap(call, in, std::move(out));
   }
@@ -56,6 +70,7 @@ class LocalCollectives : public Collectives {
       for (size_t i = 0; i < m.size(); ++i) {
         std::vector<at::Tensor> pieces;
         for (size_t s : m) pieces.push_back(in[s].narrow(dim, i * chunk, chunk));
+        RankScope scope(call.held[m[i]]);
         out[m[i]] = ReduceInOrder(pieces, op);
       }
     }
@@ -67,8 +82,7 @@ class LocalCollectives : public Collectives {
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
-      at::Tensor red = ReduceInOrder(xs, op);
-      for (size_t k = 0; k < m.size(); ++k) out[m[k]] = k + 1 == m.size() ? red : red.clone();
+      GiveReplicas(ReduceInOrder(xs, op), m, call, out);
     }
     return Wrap(call, in, std::move(out));
   }
@@ -78,6 +92,7 @@ class LocalCollectives : public Collectives {
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
+      RankScope scope(call.held[m[dst]]);
       out[m[dst]] = ReduceInOrder(xs, op);
     }
     return Wrap(call, in, std::move(out));
@@ -90,6 +105,7 @@ class LocalCollectives : public Collectives {
       for (size_t j = 0; j < m.size(); ++j) {
         std::vector<at::Tensor> pieces;
         for (size_t s : m) pieces.push_back(in[s].narrow(split_dim, j * chunk, chunk));
+        RankScope scope(call.held[m[j]]);
         out[m[j]] = at::cat(pieces, concat_dim);
       }
     }
@@ -107,6 +123,7 @@ class LocalCollectives : public Collectives {
           const int64_t offset = std::accumulate(s.begin(), s.begin() + j, int64_t{0});
           pieces.push_back(in[m[k]].narrow(0, offset, s[j]));
         }
+        RankScope scope(call.held[m[j]]);
         out[m[j]] = at::cat(pieces, 0);
       }
     }
@@ -115,9 +132,7 @@ class LocalCollectives : public Collectives {
 
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
     std::vector<at::Tensor> in = LocalShards(input), out(in.size());
-    for (const auto& m : Members(call)) {
-      for (size_t k : m) out[k] = in[m[src]].clone();
-    }
+    for (const auto& m : Members(call)) GiveReplicas(in[m[src]], m, call, out);
     return Wrap(call, in, std::move(out));
   }
 
@@ -126,7 +141,10 @@ class LocalCollectives : public Collectives {
     for (const auto& m : Members(call)) {
       const at::Tensor& x = in[m[src]];
       const int64_t chunk = x.size(dim) / static_cast<int64_t>(m.size());
-      for (size_t k = 0; k < m.size(); ++k) out[m[k]] = x.narrow(dim, k * chunk, chunk).clone(at::MemoryFormat::Contiguous);
+      for (size_t k = 0; k < m.size(); ++k) {
+        RankScope scope(call.held[m[k]]);
+        out[m[k]] = x.narrow(dim, k * chunk, chunk).clone(at::MemoryFormat::Contiguous);
+      }
     }
     return Wrap(call, in, std::move(out));
   }
@@ -136,6 +154,7 @@ class LocalCollectives : public Collectives {
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
+      RankScope scope(call.held[m[dst]]);
       out[m[dst]] = at::cat(xs, dim);
     }
     return Wrap(call, in, std::move(out));
@@ -147,7 +166,10 @@ class LocalCollectives : public Collectives {
     auto slot = [&](int64_t rank) {
       return static_cast<size_t>(std::lower_bound(call.held.begin(), call.held.end(), rank) - call.held.begin());
     };
-    for (const auto& [src, dst] : pairs) out[slot(dst)] = in[slot(src)].clone();
+    for (const auto& [src, dst] : pairs) {
+      RankScope scope(dst);
+      out[slot(dst)] = ShareReplica(in[slot(src)]);
+    }
     return Wrap(call, in, std::move(out));
   }
 
@@ -157,7 +179,10 @@ class LocalCollectives : public Collectives {
   // Slots in no group keep a copy of their input; wraps the outputs into a LocalTensor.
   static at::Tensor Wrap(const CallInfo& call, const std::vector<at::Tensor>& in, std::vector<at::Tensor> out) {
     for (size_t s = 0; s < out.size(); ++s) {
-      if (!out[s].defined()) out[s] = in[s].clone();
+      if (!out[s].defined()) {
+        RankScope scope(call.held[s]);
+        out[s] = ShareReplica(in[s]);
+      }
     }
     return internal::WrapShards(call.held, std::move(out));
   }
