@@ -89,7 +89,7 @@ DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, cons
   const std::vector<int64_t> held = comm.HeldRanks(local);
   const std::vector<int64_t>& ranks = comm.simulated() ? view.ranks() : held;
   for (int64_t rank : ranks) {
-    if (std::find(held.begin(), held.end(), rank) == held.end()) {
+    if (!std::binary_search(held.begin(), held.end(), rank)) {  // HeldRanks is ascending
       throw InputError("from_local", StrCat("the local tensor holds no shard for rank ", rank, " of ", mesh.ToString()));
     }
   }
@@ -177,6 +177,10 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
 }
 
 at::Tensor DTensor::FullTensor() const {
+  if (local_.is_meta() || (IsLocalTensor(local_) && LocalShards(local_).front().is_meta())) {
+    throw InputError("tensor", StrCat("full_tensor of a metadata-only DTensor (", spec_.ToString(),
+                                      "): its shards are meta tensors, there are no values"));
+  }
   DTensor replicated = Redistribute(mesh(), Placements(mesh().ndim(), Placement::Replicate()));
   const at::Tensor& local = replicated.to_local();
   const Collectives& comm = *collectives_;

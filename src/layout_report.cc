@@ -26,25 +26,6 @@ std::string Pad(const std::string& text, size_t width, bool right_align = false)
   return right_align ? std::string(width - text.size(), ' ') + text : text + std::string(width - text.size(), ' ');
 }
 
-// Sorted cut points of one tensor dim: 0, L and every interval end of every rank.
-std::vector<int64_t> CutPoints(const std::vector<RankLayout>& layouts, size_t dim, int64_t length) {
-  std::set<int64_t> cuts{0, length};
-  for (const RankLayout& l : layouts) {
-    for (const Interval& v : l.intervals[dim]) {
-      cuts.insert(v.lo);
-      cuts.insert(v.hi);
-    }
-  }
-  return {cuts.begin(), cuts.end()};
-}
-
-bool Owns(const RankLayout& l, size_t dim, int64_t index) {
-  for (const Interval& v : l.intervals[dim]) {
-    if (index >= v.lo && index < v.hi) return true;
-  }
-  return false;
-}
-
 std::string PartialNote(const DTensorSpec& spec) {
   std::string note;
   for (int64_t m = 0; m < spec.mesh().ndim(); ++m) {
@@ -71,40 +52,135 @@ nlohmann::json RankLayoutToJson(const RankLayout& layout) {
           {"intervals", intervals}};
 }
 
-nlohmann::json LayoutToJson(const DTensorSpec& spec) {
+namespace {
+
+constexpr size_t kMaxGridSegments = 64;          // per tensor dim
+constexpr int64_t kMaxGridCellEntries = 1 << 24;  // rank entries over all cells
+
+nlohmann::json MeshToJson(const DeviceMesh& mesh, bool with_ranks) {
+  nlohmann::json out = {{"shape", mesh.shape()}, {"names", mesh.names()}};
+  if (with_ranks) out["ranks"] = mesh.ranks();
+  return out;
+}
+
+// Segment indices [first, last) of `cuts` (sorted) covered by the interval [lo, hi).
+std::pair<size_t, size_t> Segments(const std::vector<int64_t>& cuts, const Interval& v) {
+  const size_t first = std::lower_bound(cuts.begin(), cuts.end(), v.lo) - cuts.begin();
+  const size_t last = std::lower_bound(cuts.begin(), cuts.end(), v.hi) - cuts.begin();
+  return {first, last};
+}
+
+}  // namespace
+
+nlohmann::json LayoutToJson(const DTensorSpec& spec, const RankSelection& selection) {
+  const DeviceMesh& mesh = spec.mesh();
+  nlohmann::json out = {{"shape", spec.shape()},
+                        {"dtype", ToString(spec.dtype())},
+                        {"placements", ToString(spec.placements())}};
+  selection.CheckAgainst(mesh.ranks(), mesh.ToString());
+  if (!selection.Lists(mesh.size())) {
+    ShapeSummary summary;
+    for (int64_t rank : mesh.ranks()) summary.Add(rank, spec.LayoutOfRank(rank).local_shape);
+    out["mesh"] = MeshToJson(mesh, !mesh.default_order());
+    out["num_ranks"] = mesh.size();
+    out["rank_summary"] = summary.ToJson();
+    return out;
+  }
+  out["mesh"] = MeshToJson(mesh, true);
   nlohmann::json ranks = nlohmann::json::array();
-  for (const RankLayout& l : spec.AllLayouts()) ranks.push_back(RankLayoutToJson(l));
-  nlohmann::json mesh = {{"shape", spec.mesh().shape()}, {"names", spec.mesh().names()},
-                         {"ranks", spec.mesh().ranks()}};
-  return {{"mesh", mesh},
-          {"shape", spec.shape()},
-          {"dtype", ToString(spec.dtype())},
-          {"placements", ToString(spec.placements())},
-          {"ranks", ranks}};
+  for (int64_t rank : mesh.ranks()) {
+    if (selection.Includes(rank)) ranks.push_back(RankLayoutToJson(spec.LayoutOfRank(rank)));
+  }
+  out["ranks"] = std::move(ranks);
+  if (selection.mode == RankSelection::Mode::kList) out["num_ranks"] = mesh.size();
+  return out;
+}
+
+void WriteLayoutJson(std::ostream& out, const DTensorSpec& spec, const RankSelection& selection) {
+  const DeviceMesh& mesh = spec.mesh();
+  if (!selection.Lists(mesh.size())) {
+    out << LayoutToJson(spec, selection).dump();
+    return;
+  }
+  selection.CheckAgainst(mesh.ranks(), mesh.ToString());
+  // The keys in nlohmann's (sorted) order, as LayoutToJson(...).dump() writes them.
+  out << "{\"dtype\":" << nlohmann::json(ToString(spec.dtype())).dump() << ",\"mesh\":" << MeshToJson(mesh, true).dump();
+  if (selection.mode == RankSelection::Mode::kList) out << ",\"num_ranks\":" << mesh.size();
+  out << ",\"placements\":" << nlohmann::json(ToString(spec.placements())).dump() << ",\"ranks\":[";
+  bool first = true;
+  for (int64_t rank : mesh.ranks()) {
+    if (!selection.Includes(rank)) continue;
+    out << (first ? "" : ",") << RankLayoutToJson(spec.LayoutOfRank(rank)).dump();
+    first = false;
+  }
+  out << "],\"shape\":" << nlohmann::json(spec.shape()).dump() << "}";
 }
 
 std::string RenderLayoutGrid(const DTensorSpec& spec) {
   if (spec.ndim() < 1 || spec.ndim() > 2) return "";
-  const std::vector<RankLayout> layouts = spec.AllLayouts();
+  const DeviceMesh& mesh = spec.mesh();
   const bool two_d = spec.ndim() == 2;
   const int64_t rows_len = two_d ? spec.shape()[0] : 1;
   const int64_t cols_len = spec.shape()[two_d ? 1 : 0];
   if (rows_len == 0 || cols_len == 0) return "(the global tensor has no elements: nothing to draw)\n";
   const size_t row_dim = 0, col_dim = two_d ? 1 : 0;
-  std::vector<int64_t> row_cuts = two_d ? CutPoints(layouts, row_dim, rows_len) : std::vector<int64_t>{0, 1};
-  std::vector<int64_t> col_cuts = CutPoints(layouts, col_dim, cols_len);
+  // Cut points of each tensor dim: 0, L and every interval end of every rank.
+  std::set<int64_t> row_set{0, rows_len}, col_set{0, cols_len};
+  for (int64_t rank : mesh.ranks()) {
+    const RankLayout l = spec.LayoutOfRank(rank);
+    for (const Interval& v : l.intervals[col_dim]) col_set.insert({v.lo, v.hi});
+    if (two_d) {
+      for (const Interval& v : l.intervals[row_dim]) row_set.insert({v.lo, v.hi});
+    }
+    if (row_set.size() > kMaxGridSegments + 1 || col_set.size() > kMaxGridSegments + 1) break;
+  }
+  if (row_set.size() > kMaxGridSegments + 1 || col_set.size() > kMaxGridSegments + 1) {
+    return StrCat("(the grid has more than ", kMaxGridSegments, " blocks along a dim: not drawn; the ranks are "
+                  "listed below)\n");
+  }
+  const std::vector<int64_t> row_cuts(row_set.begin(), row_set.end()), col_cuts(col_set.begin(), col_set.end());
 
-  // cells[i][j]: owners of block (row segment i, column segment j).
-  std::vector<std::vector<std::string>> cells;
-  for (size_t i = 0; i + 1 < row_cuts.size(); ++i) {
-    std::vector<std::string> row;
-    for (size_t j = 0; j + 1 < col_cuts.size(); ++j) {
-      std::string owners;
-      for (const RankLayout& l : layouts) {
-        bool owns = Owns(l, col_dim, col_cuts[j]) && (!two_d || Owns(l, row_dim, row_cuts[i]));
-        if (owns) owners += (owners.empty() ? "" : ",") + std::to_string(l.rank);
+  // owners[i][j]: the ranks owning block (row segment i, column segment j), as ranges in mesh order.
+  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> owners(
+      row_cuts.size() - 1, std::vector<std::vector<std::pair<int64_t, int64_t>>>(col_cuts.size() - 1));
+  int64_t entries = 0;
+  for (int64_t rank : mesh.ranks()) {
+    const RankLayout l = spec.LayoutOfRank(rank);
+    const std::vector<Interval> rows = two_d ? l.intervals[row_dim] : std::vector<Interval>{{0, 1}};
+    for (const Interval& rv : rows) {
+      const auto [r0, r1] = Segments(row_cuts, rv);
+      for (const Interval& cv : l.intervals[col_dim]) {
+        const auto [c0, c1] = Segments(col_cuts, cv);
+        for (size_t i = r0; i < r1; ++i) {
+          for (size_t j = c0; j < c1; ++j) {
+            auto& cell = owners[i][j];
+            if (!cell.empty() && cell.back().second + 1 == rank) {
+              cell.back().second = rank;
+            } else {
+              cell.push_back({rank, rank});
+            }
+            if (++entries > kMaxGridCellEntries) {
+              return "(the grid has too many owners to draw; the ranks are listed below)\n";
+            }
+          }
+        }
       }
-      row.push_back(owners.empty() ? "-" : owners);
+    }
+  }
+  const bool big = mesh.size() > kFullListingMaxRanks;
+  std::vector<std::vector<std::string>> cells;
+  for (const auto& owner_row : owners) {
+    std::vector<std::string> row;
+    for (const auto& cell : owner_row) {
+      std::string text;
+      if (big) {
+        text = RangesToString(cell);
+      } else {
+        for (const auto& [lo, hi] : cell) {
+          for (int64_t r = lo; r <= hi; ++r) text += (text.empty() ? "" : ",") + std::to_string(r);
+        }
+      }
+      row.push_back(text.empty() ? "-" : text);
     }
     cells.push_back(row);
   }
@@ -136,9 +212,10 @@ std::string RenderLayoutGrid(const DTensorSpec& spec) {
   return out;
 }
 
-std::string RenderLayout(const DTensorSpec& spec) {
-  const std::vector<RankLayout> layouts = spec.AllLayouts();
-  std::string out = StrCat(spec.mesh().ToString(), "  placements ", ToString(spec.placements()), "  global shape ",
+std::string RenderLayout(const DTensorSpec& spec, const RankSelection& selection) {
+  const DeviceMesh& mesh = spec.mesh();
+  selection.CheckAgainst(mesh.ranks(), mesh.ToString());
+  std::string out = StrCat(mesh.ToString(), "  placements ", ToString(spec.placements()), "  global shape ",
                            IntListToString(spec.shape()), "  ", ToString(spec.dtype()), "\n");
   std::string partial = PartialNote(spec);
   std::string grid = RenderLayoutGrid(spec);
@@ -149,21 +226,51 @@ std::string RenderLayout(const DTensorSpec& spec) {
     out += "Partial: " + partial + " — the holders of a block along those mesh dims each hold a partial value; the\n"
            "block's value is their reduction.\n";
   }
-  std::vector<int64_t> empty;
-  for (const RankLayout& l : layouts) {
-    if (l.numel() == 0 && spec.numel() > 0) empty.push_back(l.rank);
-  }
-  if (!empty.empty()) out += "Ranks holding empty shards: " + IntListToString(empty) + "\n";
-
-  // Per-rank table.
+  const bool lists = selection.Lists(mesh.size());
+  std::vector<std::pair<int64_t, int64_t>> empty;
+  int64_t empty_count = 0;
+  ShapeSummary summary;
+  // Per-rank table (listing selections only).
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"rank", "coordinate", "local_shape", "global_offset", "intervals (per dim)", "partial"});
-  for (const RankLayout& l : layouts) {
+  for (int64_t rank : mesh.ranks()) {
+    const RankLayout l = spec.LayoutOfRank(rank);
+    if (l.numel() == 0 && spec.numel() > 0) {
+      ++empty_count;
+      if (!empty.empty() && empty.back().second + 1 == rank) {
+        empty.back().second = rank;
+      } else {
+        empty.push_back({rank, rank});
+      }
+    }
+    if (!lists) {
+      summary.Add(rank, l.local_shape);
+      continue;
+    }
+    if (!selection.Includes(rank)) continue;
     std::string intervals;
     for (size_t d = 0; d < l.intervals.size(); ++d) intervals += (d ? " x " : "") + IntervalsToString(l.intervals[d]);
     if (l.intervals.empty()) intervals = "(scalar)";
     rows.push_back({std::to_string(l.rank), IntListToString(l.coordinate), IntListToString(l.local_shape),
                     IntListToString(l.global_offset), intervals, partial.empty() ? "-" : "yes"});
+  }
+  if (!empty.empty()) {
+    if (mesh.size() <= kFullListingMaxRanks) {
+      std::vector<int64_t> list;
+      for (const auto& [lo, hi] : empty) {
+        for (int64_t r = lo; r <= hi; ++r) list.push_back(r);
+      }
+      out += "Ranks holding empty shards: " + IntListToString(list) + "\n";
+    } else {
+      std::string ranges = RangesToString(empty);
+      if (ranges.size() > 200) ranges = ranges.substr(0, 200) + "...";
+      out += StrCat("Ranks holding empty shards (", empty_count, "): ", ranges, "\n");
+    }
+  }
+  if (!lists) {
+    out += StrCat("\n", mesh.size(), " ranks hold ", summary.groups().size(), " distinct local shape",
+                  summary.groups().size() == 1 ? "" : "s", " (--ranks all or --ranks 0,5,8-15 lists ranks):\n");
+    return out + summary.ToText();
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& r : rows) {

@@ -107,6 +107,7 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
       if (!seen.insert(name).second) throw InputError("names", StrCat("duplicate mesh dim name ", Quote(name)));
     }
   }
+  DeviceMesh mesh;
   if (ranks.empty()) {
     ranks.resize(total);
     std::iota(ranks.begin(), ranks.end(), 0);
@@ -115,16 +116,25 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
       throw InputError("ranks", StrCat(ranks.size(), " ranks given for a mesh of shape ", IntListToString(shape),
                                        " (", total, " ranks)"));
     }
-    std::set<int64_t> seen;
-    for (int64_t r : ranks) {
-      if (r < 0) throw InputError("ranks", StrCat("rank ", r, " is negative"));
-      if (!seen.insert(r).second) throw InputError("ranks", StrCat("rank ", r, " appears twice"));
+    std::vector<std::pair<int64_t, int64_t>> positions(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
+      positions[i] = {ranks[i], static_cast<int64_t>(i)};
+      mesh.default_order_ &= ranks[i] == static_cast<int64_t>(i);
+    }
+    std::sort(positions.begin(), positions.end());
+    for (size_t i = 1; i < positions.size(); ++i) {
+      if (positions[i].first == positions[i - 1].first) {
+        throw InputError("ranks", StrCat("rank ", positions[i].first, " appears twice"));
+      }
+    }
+    if (!mesh.default_order_) {
+      mesh.positions_ = std::make_shared<const std::vector<std::pair<int64_t, int64_t>>>(std::move(positions));
     }
   }
-  DeviceMesh mesh;
   mesh.shape_ = std::move(shape);
   mesh.names_ = std::move(names);
-  mesh.ranks_ = std::move(ranks);
+  mesh.ranks_ = std::make_shared<const std::vector<int64_t>>(std::move(ranks));
   for (int64_t d = 0; d < mesh.ndim(); ++d) mesh.root_dims_.push_back({d});
   return mesh;
 }
@@ -162,15 +172,15 @@ std::vector<int64_t> DeviceMesh::Strides() const {
   return strides;
 }
 
+int64_t DeviceMesh::PositionOf(int64_t rank) const {
+  if (default_order_) return rank >= 0 && rank < size() ? rank : -1;
+  auto it = std::lower_bound(positions_->begin(), positions_->end(), std::pair<int64_t, int64_t>{rank, INT64_MIN});
+  return it != positions_->end() && it->first == rank ? it->second : -1;
+}
+
 std::optional<std::vector<int64_t>> DeviceMesh::FindCoordinate(int64_t rank) const {
-  int64_t index = -1;
-  if (rank >= 0 && rank < size() && ranks_[rank] == rank) {
-    index = rank;  // the usual row-major 0..N-1 layout: no search
-  } else {
-    auto it = std::find(ranks_.begin(), ranks_.end(), rank);
-    if (it == ranks_.end()) return std::nullopt;
-    index = it - ranks_.begin();
-  }
+  int64_t index = PositionOf(rank);
+  if (index < 0) return std::nullopt;
   std::vector<int64_t> coordinate(shape_.size());
   for (int64_t d = ndim() - 1; d >= 0; --d) {
     coordinate[d] = index % shape_[d];
@@ -181,7 +191,8 @@ std::optional<std::vector<int64_t>> DeviceMesh::FindCoordinate(int64_t rank) con
 
 std::vector<int64_t> DeviceMesh::GetCoordinate(int64_t rank) const {
   if (auto c = FindCoordinate(rank)) return *c;
-  throw InputError("rank", StrCat("rank ", rank, " is not in ", ToString(), " (ranks ", IntListToString(ranks_), ")"));
+  throw InputError("rank", StrCat("rank ", rank, " is not in ", ToString(),
+                                  default_order_ ? "" : " (ranks " + IntListToString(*ranks_) + ")"));
 }
 
 int64_t DeviceMesh::RankAt(const std::vector<int64_t>& coordinate) const {
@@ -194,7 +205,7 @@ int64_t DeviceMesh::RankAt(const std::vector<int64_t>& coordinate) const {
                 " outside ", ToString());
     index += coordinate[d] * strides[d];
   }
-  return ranks_[index];
+  return (*ranks_)[index];
 }
 
 std::vector<int64_t> DeviceMesh::GroupAlong(int64_t dim, int64_t rank) const {
@@ -211,11 +222,21 @@ std::vector<int64_t> DeviceMesh::GroupAlong(int64_t dim, int64_t rank) const {
 
 std::vector<std::vector<int64_t>> DeviceMesh::GroupsAlong(int64_t dim) const {
   DTSIM_CHECK(dim >= 0 && dim < ndim(), "mesh dim ", dim, " of ", ToString());
+  // Positions with coordinate 0 on `dim`, in row-major order: (outer, inner) with outer over the dims before `dim`
+  // and inner over the dims after it; the group starting there steps by the stride of `dim`.
+  const int64_t n = shape_[dim];
+  const int64_t stride = Strides()[dim];
+  const int64_t outer = size() / (n * stride);
+  const std::vector<int64_t>& ranks = *ranks_;
   std::vector<std::vector<int64_t>> groups;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    std::vector<int64_t> c = *FindCoordinate(ranks_[i]);
-    if (c[dim] != 0) continue;
-    groups.push_back(GroupAlong(dim, ranks_[i]));
+  groups.reserve(outer * stride);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < stride; ++i) {
+      const int64_t base = o * n * stride + i;
+      std::vector<int64_t> group(n);
+      for (int64_t k = 0; k < n; ++k) group[k] = ranks[base + k * stride];
+      groups.push_back(std::move(group));
+    }
   }
   return groups;
 }
@@ -317,14 +338,13 @@ std::string DeviceMesh::ToString() const {
     out += std::to_string(shape_[d]);
   }
   out += "]";
-  bool default_order = true;
-  for (size_t i = 0; i < ranks_.size(); ++i) default_order &= ranks_[i] == static_cast<int64_t>(i);
-  if (!default_order) out += "(ranks=" + IntListToString(ranks_) + ")";
+  if (!default_order_) out += "(ranks=" + IntListToString(*ranks_) + ")";
   return out;
 }
 
 bool DeviceMesh::operator==(const DeviceMesh& other) const {
-  return shape_ == other.shape_ && names_ == other.names_ && ranks_ == other.ranks_;
+  return shape_ == other.shape_ && names_ == other.names_ &&
+         (ranks_ == other.ranks_ || (default_order_ && other.default_order_) || *ranks_ == *other.ranks_);
 }
 
 }  // namespace dtsim

@@ -189,12 +189,9 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
     step.bytes_received_per_rank[r] = out;
     step.peak_extra_bytes_per_rank[r] = out + (padded ? in : 0);
   }
-  // Position of each global rank, to look up the group members' messages.
-  std::map<int64_t, int64_t> position;
-  for (int64_t r = 0; r < num_ranks; ++r) position[mesh.ranks()[r]] = r;
   for (const auto& group : step.groups) {
     int64_t largest = 0;
-    for (int64_t rank : group) largest = std::max(largest, message[position[rank]]);
+    for (int64_t rank : group) largest = std::max(largest, message[mesh.PositionOf(rank)]);
     step.est_us = std::max(step.est_us, model.EstimateUs(step.collective, n, largest));
   }
   return step;

@@ -6,6 +6,7 @@
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/memory_meter.h"
 #include "dtsim/planner.h"
 
 namespace dtsim {
@@ -30,10 +31,13 @@ std::vector<int64_t> LogicalShape(const DTensorSpec& spec, int64_t mesh_dim, con
   return ComputeRankLayout(spec.shape(), spec.mesh().shape(), coordinate, before).local_shape;
 }
 
-// The global-to-local index list (relative to the current extent) of a shard-like placement, as a 1-D int64 tensor.
-at::Tensor IndexTensor(const std::vector<Interval>& intervals) {
+// The global-to-local index list (relative to the current extent) of a shard-like placement, as a 1-D int64 tensor on
+// `device` (a meta tensor of the right length in metadata-only runs). Scratch, not a shard: charged to no rank.
+at::Tensor IndexTensor(const std::vector<Interval>& intervals, const at::Device& device) {
   int64_t count = 0;
   for (const Interval& v : intervals) count += v.size();
+  RankScope scratch(-1);
+  if (device.is_meta()) return at::empty({count}, at::TensorOptions().dtype(at::kLong).device(device));
   at::Tensor index = at::empty({count}, at::kLong);
   int64_t* p = index.data_ptr<int64_t>();
   for (const Interval& v : intervals) {
@@ -118,7 +122,7 @@ class Executor {
         const Interval v = mine.empty() ? Interval{0, 0} : mine[0];
         return s.narrow(d, v.lo, v.size()).clone(at::MemoryFormat::Contiguous);
       }
-      return at::index_select(s, d, IndexTensor(mine)).contiguous();
+      return at::index_select(s, d, IndexTensor(mine, s.device())).contiguous();
     });
   }
 
@@ -159,12 +163,18 @@ class Executor {
       const int64_t length = Logical(rank, d);
       const int64_t largest = ShardSize(from, length, 0);
       // position in `g` of every global index: rank r's k-th element sits at r * largest + k.
-      at::Tensor select = at::empty({length}, at::kLong);
-      int64_t* p = select.data_ptr<int64_t>();
-      for (int64_t r = 0; r < n_; ++r) {
-        int64_t k = 0;
-        for (const Interval& v : ShardIndices(from, length, n_, r)) {
-          for (int64_t i = v.lo; i < v.hi; ++i) p[i] = r * largest + k++;
+      at::Tensor select;
+      {
+        RankScope scratch(-1);  // scratch, not a shard
+        select = at::empty({length}, at::TensorOptions().dtype(at::kLong).device(g.device()));
+        if (!g.is_meta()) {
+          int64_t* p = select.data_ptr<int64_t>();
+          for (int64_t r = 0; r < n_; ++r) {
+            int64_t k = 0;
+            for (const Interval& v : ShardIndices(from, length, n_, r)) {
+              for (int64_t i = v.lo; i < v.hi; ++i) p[i] = r * largest + k++;
+            }
+          }
         }
       }
       return at::index_select(g, d, select).contiguous();

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dtsim {
@@ -35,14 +36,19 @@ class DeviceMesh {
 
   int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
   // Number of ranks in the mesh.
-  int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
+  int64_t size() const { return static_cast<int64_t>(ranks_->size()); }
   // Size of mesh dim `dim` (0 <= dim < ndim).
   int64_t size(int64_t dim) const { return shape_.at(dim); }
   const std::vector<int64_t>& shape() const { return shape_; }
   // Empty when the mesh has no dim names.
   const std::vector<std::string>& names() const { return names_; }
   // The ranks in row-major order of the mesh coordinates.
-  const std::vector<int64_t>& ranks() const { return ranks_; }
+  const std::vector<int64_t>& ranks() const { return *ranks_; }
+  // True when the ranks are 0..N-1 in row-major order (rank r sits at position r).
+  bool default_order() const { return default_order_; }
+  // The position of `rank` in ranks() (row-major index of its coordinate), or -1 if the rank is not in the mesh. O(1)
+  // for the default order, O(log N) otherwise.
+  int64_t PositionOf(int64_t rank) const;
 
   // The name of mesh dim `dim`, or its index as text when the mesh is unnamed ("dp" or "0").
   std::string DimLabel(int64_t dim) const;
@@ -91,7 +97,11 @@ class DeviceMesh {
 
   std::vector<int64_t> shape_;
   std::vector<std::string> names_;
-  std::vector<int64_t> ranks_;
+  // Shared between copies (a mesh is immutable): copying a mesh of 2^20 ranks costs nothing.
+  std::shared_ptr<const std::vector<int64_t>> ranks_;
+  bool default_order_ = true;
+  // Non-default orders only: (rank, position) sorted by rank.
+  std::shared_ptr<const std::vector<std::pair<int64_t, int64_t>>> positions_;
   std::vector<std::vector<int64_t>> root_dims_;
   std::shared_ptr<const DeviceMesh> root_;
 };
