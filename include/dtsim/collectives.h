@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dtsim/collective_kind.h"
+#include "dtsim/fault.h"
 #include "dtsim/mesh.h"
 #include "dtsim/placement.h"
 
@@ -75,6 +76,7 @@ struct CallInfo {
   std::vector<int64_t> group;      // per held rank: index of its group in *groups, or -1
   std::vector<int64_t> position;   // per held rank: its index within that group
   int64_t sequence = 0;            // calls made on this object so far (the agreement check compares it)
+  bool wrong_op = false;           // a wrong-op fault strikes this rank in this call (backends reduce in order then)
 };
 
 class Collectives {
@@ -150,6 +152,11 @@ class Collectives {
   void SetObserver(CollectiveObserver* observer) { observer_ = observer; }
   CollectiveObserver* observer() const { return observer_; }
 
+  // Real backends: arms a fault (fault.h) from the next call on; it strikes on this process only if it is the
+  // fault's rank. InputError on the simulated backend (it computes every rank at once: nothing can misbehave).
+  void SetFault(const FaultSpec& fault);
+  const FaultSpec& fault() const { return fault_; }
+
  protected:
   // `rank` is nullopt for a simulated backend (the process holds every rank).
   Collectives(std::string backend, int64_t world_size, std::optional<int64_t> rank);
@@ -191,15 +198,26 @@ class Collectives {
   std::vector<at::Tensor> ShardsOf(const at::Tensor& local, const CallInfo& call) const;
   int64_t GroupSize(const CallInfo& call, size_t held_index) const;
   std::string Fingerprint(const CallInfo& call, const at::Tensor& input, const std::string& args) const;
-  // Runs `body` (the backend hook), timing it.
+  // Runs `body` (the backend hook) on the (possibly faulty) input, timing it; the agreement check first on real
+  // backends. A drop-rank fault returns a copy of the input without running anything.
   at::Tensor Run(const CallInfo& call, const at::Tensor& input, const std::string& args,
-                 const std::function<at::Tensor()>& body, double* micros);
+                 const std::function<at::Tensor(const at::Tensor&)>& body, double* micros, int64_t root = -1);
+  // True once, when the armed fault of `kind` strikes this rank at this call (`eligible`: the call is one the fault
+  // can affect here).
+  bool Strikes(FaultSpec::Kind kind, bool eligible);
+  // Whether this rank sends data in `call` (the wrong-offset fault strikes only such calls).
+  bool SendsData(const CallInfo& call, const at::Tensor& input, int64_t root) const;
+  // The reduce op this rank uses: `op`, or another when a wrong-op fault strikes (and marks call.wrong_op).
+  ReduceOp OpFor(CallInfo& call, ReduceOp op);
 
   std::string backend_;
   int64_t world_size_;
   std::optional<int64_t> rank_;
   int64_t sequence_ = 0;
   CollectiveObserver* observer_ = nullptr;
+  FaultSpec fault_;
+  int64_t fault_seen_ = 0;   // eligible calls seen since the fault was armed
+  bool fault_struck_ = false;
 };
 
 }  // namespace dtsim
