@@ -249,28 +249,32 @@ void CheckRoot(CollectiveKind kind, const GroupSet& groups, int64_t root, const 
 }  // namespace
 
 std::string Collectives::Fingerprint(const CallInfo& call, const at::Tensor& input, const std::string& args) const {
-  // This rank's view of the call; every member of its group must describe the same call.
+  // This rank's view of the call; every member of its group must describe the same call:
+  // "#2 all_gather on group [3, 7] (of 4 groups), input [3, 1] Float, dim 0".
   std::ostringstream out;
   out << "#" << call.sequence << " " << ToString(call.kind);
-  if (!call.group.empty() && call.group[0] >= 0) out << " group " << Ints(call.groups->groups[call.group[0]]);
-  out << " of " << call.groups->groups.size() << " groups";
-  if (call.kind == CollectiveKind::kAllToAllSingle) {
-    out << " rows x " << Ints(input.sizes().slice(std::min<int64_t>(1, input.dim())));
-  } else if (call.kind != CollectiveKind::kBarrier && call.kind != CollectiveKind::kSendRecv) {
-    out << " shape " << Ints(input.sizes());
+  if (!call.group.empty() && call.group[0] >= 0) {
+    out << " on group " << Ints(call.groups->groups[call.group[0]]) << " (of " << call.groups->groups.size()
+        << " group" << (call.groups->groups.size() == 1 ? "" : "s") << ")";
   }
-  out << " " << input.scalar_type() << (args.empty() ? "" : " ") << args;
+  if (call.kind == CollectiveKind::kAllToAllSingle) {
+    out << ", input [rows" << (input.dim() > 1 ? ", " : "")
+        << Ints(input.sizes().slice(std::min<int64_t>(1, input.dim()))).substr(1);
+  } else if (call.kind != CollectiveKind::kBarrier && call.kind != CollectiveKind::kSendRecv) {
+    out << ", input " << Ints(input.sizes());
+  }
+  out << " " << input.scalar_type() << (args.empty() ? "" : ", ") << args;
   return out.str();
 }
 
-namespace {
 // Rank's data one element off: rolled by one along the flattened data; a single element is shifted by one in value.
-at::Tensor Shifted(const at::Tensor& x) {
+static at::Tensor Shifted(const at::Tensor& x) {
   if (x.numel() > 1) return x.flatten().roll(1).reshape(x.sizes()).contiguous();
   if (x.scalar_type() == at::kBool) return x.logical_not();
   return (x + 1).to(x.scalar_type());
 }
-}  // namespace
+
+void Collectives::EndJob(const std::string& message, int, bool) { throw InternalError(message); }
 
 void Collectives::SetFault(const FaultSpec& fault) {
   if (simulated() && fault.active()) {
@@ -331,6 +335,7 @@ at::Tensor Collectives::Run(const CallInfo& call, const at::Tensor& input, const
       std::fprintf(stderr, "dtsim: fault injected: rank %lld skips collective #%lld (%s)\n",
                    static_cast<long long>(*rank_), static_cast<long long>(call.sequence),
                    std::string(ToString(call.kind)).c_str());
+      SkipCall(call, Fingerprint(call, input, args));
       return input.clone();
     }
     if (Strikes(FaultSpec::Kind::kStallRank, in_group)) {

@@ -65,6 +65,20 @@ at::Tensor Deserialize(const std::string& bytes) {
 
 bool IsReportingRank(const Collectives& collectives) { return collectives.simulated() || collectives.rank() == 0; }
 
+int64_t BroadcastFromRankZero(Collectives& collectives, int64_t value) {
+  if (collectives.simulated()) return value;
+  ObserverPause pause(collectives);
+  at::Tensor v = at::full({1}, value, at::kLong);
+  return collectives.Broadcast(v, GroupSet::Of(World(collectives)), /*src=*/0).item<int64_t>();
+}
+
+bool AnyRank(Collectives& collectives, bool mine) {
+  if (collectives.simulated()) return mine;
+  ObserverPause pause(collectives);
+  at::Tensor v = at::full({1}, static_cast<int64_t>(mine), at::kLong);
+  return collectives.AllReduce(v, GroupSet::Of(World(collectives)), ReduceOp::kMax).item<int64_t>() != 0;
+}
+
 std::vector<std::string> GatherToRankZero(Collectives& collectives, const std::string& mine) {
   if (collectives.simulated()) return {mine};
   ObserverPause pause(collectives);

@@ -152,10 +152,18 @@ class Collectives {
   void SetObserver(CollectiveObserver* observer) { observer_ = observer; }
   CollectiveObserver* observer() const { return observer_; }
 
+  // Real backends: ends every process of the job at once, after printing "dtsim: error: real run: rank R: <message>"
+  // on this rank's stderr (exit code `code` everywhere) — for failures that only this rank saw, which would leave the
+  // other ranks waiting. The simulated backend throws InternalError(message).
+  // `print` false: end without printing (the reporting rank printed the same message).
+  [[noreturn]] virtual void EndJob(const std::string& message, int code = 4, bool print = true);
+
   // Real backends: arms a fault (fault.h) from the next call on; it strikes on this process only if it is the
   // fault's rank. InputError on the simulated backend (it computes every rank at once: nothing can misbehave).
   void SetFault(const FaultSpec& fault);
   const FaultSpec& fault() const { return fault_; }
+  // True once the armed fault struck this rank.
+  bool fault_struck() const { return fault_struck_; }
 
  protected:
   // `rank` is nullopt for a simulated backend (the process holds every rank).
@@ -185,6 +193,9 @@ class Collectives {
   // `fingerprint` is this rank's description of the call. Default: nothing (simulation computes all ranks at once
   // and checks shapes directly).
   virtual void CheckAgreement(const CallInfo& call, const std::string& fingerprint) {}
+  // Real backends, drop-rank fault: this rank skips `call` and goes on as a rank whose program took another branch
+  // (the MPI backend waits at a collective nobody else makes until the stuck-job report ends the job).
+  virtual void SkipCall(const CallInfo& call, const std::string& fingerprint) {}
 
  private:
   // Validates the groups against the held ranks (simulated) or the world (real) and fills the CallInfo.

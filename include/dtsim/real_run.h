@@ -18,6 +18,12 @@ namespace dtsim {
 // True on the rank that reports: rank 0 of a real world, or the simulating process.
 bool IsReportingRank(const Collectives& collectives);
 
+// Rank 0's `value` on every rank (simulation: `value`).
+int64_t BroadcastFromRankZero(Collectives& collectives, int64_t value);
+
+// True on every rank when `mine` is true on any rank (simulation: `mine`).
+bool AnyRank(Collectives& collectives, bool mine);
+
 // Every rank's string, in rank order, on the reporting rank; an empty vector elsewhere. Simulation: {mine}.
 // Cost: one all_reduce of the longest length and one gather of padded bytes over the whole world.
 std::vector<std::string> GatherToRankZero(Collectives& collectives, const std::string& mine);

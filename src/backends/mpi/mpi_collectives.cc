@@ -96,15 +96,23 @@ class MpiCollectives : public Collectives {
     at::set_num_threads(static_cast<int>(std::max<int64_t>(1, cores / per_host)));
   }
 
+  [[noreturn]] void EndJob(const std::string& message, int code, bool print) override {
+    MpiWorld::Get().Abort(message, code, print);
+  }
+
  protected:
   void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
     if (call.kind == CollectiveKind::kSendRecv) {
       std::vector<int64_t> world(world_size());
       std::iota(world.begin(), world.end(), 0);
-      MpiWorld::Get().Agree(world, fingerprint, options_.timeout_s);
+      MpiWorld::Get().Agree(world, fingerprint, call.sequence, options_.timeout_s);
       return;
     }
-    if (const auto* group = MyGroup(call)) MpiWorld::Get().Agree(*group, fingerprint, options_.timeout_s);
+    if (const auto* group = MyGroup(call)) MpiWorld::Get().Agree(*group, fingerprint, call.sequence, options_.timeout_s);
+  }
+
+  void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
+    MpiWorld::Get().WaitAfterSkipping(fingerprint, call.sequence, options_.timeout_s);
   }
 
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {

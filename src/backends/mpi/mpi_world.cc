@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -52,6 +54,12 @@ bool WaitUntil(std::vector<MPI_Request>& requests, std::vector<int>& done,
     }
   }
   return true;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
 }
 
 void FinalizeAtExit() {
@@ -102,13 +110,17 @@ MPI_Comm MpiWorld::GroupComm(const std::vector<int64_t>& group) {
   return comm;
 }
 
-void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_in, double timeout_s) {
+double MpiWorld::WindowSeconds(double timeout_s) { return std::min(1.0, timeout_s / 4); }
+double MpiWorld::WaitSeconds(double timeout_s) { return timeout_s - WindowSeconds(timeout_s); }
+
+void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_in, int64_t sequence,
+                     double timeout_s) {
   if (group.size() <= 1) return;
   const std::string what = what_in.substr(0, kMaxWhat - 1);
   const int64_t root = group[0];
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    std::chrono::duration<double>(timeout_s));
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(WaitSeconds(timeout_s)));
   if (rank_ == root) {
     const size_t n = group.size() - 1;
     std::vector<std::vector<char>> bufs(n, std::vector<char>(kMaxWhat, 0));
@@ -119,13 +131,11 @@ void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_
     }
     std::vector<int> done;
     if (!WaitUntil(requests, done, deadline)) {
-      std::vector<int64_t> missing;
+      Status status{rank_, sequence, false, {}, what};
       for (size_t i = 0; i < n; ++i) {
-        if (!done[i]) missing.push_back(group[i + 1]);
+        if (!done[i]) status.awaited.push_back(group[i + 1]);
       }
-      Abort("collective " + what + " is stuck: rank" + (missing.size() == 1 ? " " : "s ") + Ranks(missing) +
-            " of group " + Ranks(group) + " did not arrive within " + std::to_string(timeout_s) + " s (--timeout); " +
-            "the other ranks of the group are waiting");
+      Stuck(status, timeout_s);
     }
     for (size_t i = 0; i < n; ++i) {
       const std::string theirs(bufs[i].data());
@@ -150,17 +160,134 @@ void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_
             &requests[0]);
   MPI_Irecv(&ack, 1, MPI_CHAR, static_cast<int>(root), kAckTag, check_comm_, &requests[1]);
   std::vector<int> done;
-  // A little longer than the group's first rank waits, so its message (naming every missing rank) comes first.
-  if (!WaitUntil(requests, done, deadline + std::chrono::seconds(2))) {
-    Abort("collective " + what + " is stuck: rank " + std::to_string(root) + " (the first rank of group " +
-          Ranks(group) + ") did not answer within " + std::to_string(timeout_s) + " s (--timeout): it is stalled, "
-          "or it runs another collective");
-  }
+  if (!WaitUntil(requests, done, deadline)) Stuck(Status{rank_, sequence, false, {root}, what}, timeout_s);
 }
 
-void MpiWorld::Abort(const std::string& message, int code) {
-  std::fprintf(stderr, "dtsim: error: real run: rank %lld: %s\n", static_cast<long long>(rank_), message.c_str());
-  std::fflush(stderr);
+void MpiWorld::WaitAfterSkipping(const std::string& what, int64_t sequence, double timeout_s) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(WaitSeconds(timeout_s)));
+  Status status{rank_, sequence, false, {}, what};
+  status.skipped = true;
+  Stuck(status, timeout_s);
+}
+
+namespace {
+
+constexpr int kStatusTag = 7303;
+
+// rank|sequence|skipped|awaited,...|what
+std::string Encode(const MpiWorld::Status& s) {
+  std::ostringstream out;
+  out << s.rank << "|" << s.sequence << "|" << (s.skipped ? 1 : 0) << "|";
+  for (size_t i = 0; i < s.awaited.size(); ++i) out << (i ? "," : "") << s.awaited[i];
+  out << "|" << s.what;
+  return out.str();
+}
+
+MpiWorld::Status Decode(const std::string& text) {
+  MpiWorld::Status s;
+  std::istringstream in(text);
+  std::string field;
+  std::getline(in, field, '|');
+  s.rank = std::atoll(field.c_str());
+  std::getline(in, field, '|');
+  s.sequence = std::atoll(field.c_str());
+  std::getline(in, field, '|');
+  s.skipped = field == "1";
+  std::getline(in, field, '|');
+  std::istringstream awaited(field);
+  for (std::string r; std::getline(awaited, r, ',');) s.awaited.push_back(std::atoll(r.c_str()));
+  std::getline(in, s.what);
+  return s;
+}
+
+std::string RankWord(const std::vector<int64_t>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  std::string out = "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+std::string MpiWorld::Report(const std::map<int64_t, Status>& statuses, double timeout_s) {
+  // The earliest stuck call, the ranks its waiters wait for, and where those ranks are instead.
+  int64_t earliest = INT64_MAX;
+  for (const auto& [rank, s] : statuses) {
+    if (!s.awaited.empty()) earliest = std::min(earliest, s.sequence);
+  }
+  if (earliest == INT64_MAX) {
+    for (const auto& [rank, s] : statuses) {
+      if (s.skipped) return "rank " + std::to_string(rank) + " skipped collective " + s.what + " and waits elsewhere";
+    }
+    return "the job is stuck";
+  }
+  std::string what;
+  std::set<int64_t> awaited;
+  std::vector<int64_t> waiting;
+  for (const auto& [rank, s] : statuses) {
+    if (s.sequence != earliest || s.awaited.empty()) continue;
+    if (what.empty()) what = s.what;
+    waiting.push_back(rank);
+    awaited.insert(s.awaited.begin(), s.awaited.end());
+  }
+  std::vector<int64_t> missing;
+  std::string elsewhere;
+  for (int64_t r : awaited) {
+    auto it = statuses.find(r);
+    if (it != statuses.end() && it->second.sequence == earliest && !it->second.skipped) continue;  // there, waiting
+    missing.push_back(r);
+    if (it == statuses.end()) continue;
+    elsewhere += it->second.skipped ? "; rank " + std::to_string(r) + " skipped this collective and went on"
+                                    : "; rank " + std::to_string(r) + " is at collective " + it->second.what;
+  }
+  return "collective " + what + " is stuck: " + RankWord(missing) + " did not arrive within " + Seconds(timeout_s) +
+         " (--timeout); " + RankWord(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " for " +
+         (missing.size() == 1 ? "it" : "them") + elsewhere;
+}
+
+void MpiWorld::Stuck(const Status& mine, double timeout_s) {
+  const double window = WindowSeconds(timeout_s);
+  std::map<int64_t, Status> statuses;
+  statuses[mine.rank] = mine;
+  // Every waiting rank tells the two reporting ranks (0, and 1 in case 0 is the stuck one) where it is.
+  const std::string encoded = Encode(mine);
+  std::vector<MPI_Request> sends;
+  for (int64_t to : {int64_t{0}, int64_t{1}}) {
+    if (to == rank_ || to >= size_) continue;
+    sends.emplace_back();
+    MPI_Isend(encoded.c_str(), static_cast<int>(encoded.size() + 1), MPI_CHAR, static_cast<int>(to), kStatusTag,
+              check_comm_, &sends.back());
+  }
+  if (rank_ > 1) {
+    // A reporting rank prints one message for the whole job and ends it; if neither can, this rank's view ends it.
+    std::this_thread::sleep_for(std::chrono::duration<double>(window * 2 + 0.05 * std::min<int64_t>(rank_, 40)));
+    Abort(Report(statuses, timeout_s));
+  }
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(window * (rank_ == 0 ? 1.0 : 1.5)));
+  std::vector<char> buf(kMaxWhat + 256);
+  while (std::chrono::steady_clock::now() < until) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kStatusTag, check_comm_, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, st.MPI_SOURCE, kStatusTag, check_comm_,
+             MPI_STATUS_IGNORE);
+    Status s = Decode(std::string(buf.data()));
+    statuses[s.rank] = s;
+  }
+  Abort(Report(statuses, timeout_s));
+}
+
+void MpiWorld::Abort(const std::string& message, int code, bool print) {
+  if (print) {
+    std::fprintf(stderr, "dtsim: error: real run: rank %lld: %s\n", static_cast<long long>(rank_), message.c_str());
+    std::fflush(stderr);
+  }
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

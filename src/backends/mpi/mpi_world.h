@@ -26,18 +26,44 @@ class MpiWorld {
   // use with MPI_Comm_create_group (collective over the group's members only) and cached.
   MPI_Comm GroupComm(const std::vector<int64_t>& group);
 
-  // The collective-order check: every rank of `group` calls it with its own description of the call. The group's
-  // first rank collects the others' descriptions and answers; any difference, or a rank that does not arrive within
-  // `timeout_s`, ends the whole job with a message naming the call, the group and the ranks that differ or are
-  // missing (exit code 4 on every rank). `what` is this rank's description.
-  void Agree(const std::vector<int64_t>& group, const std::string& what, double timeout_s);
+  // The collective-order check: every rank of `group` calls it with its own description `what` of call number
+  // `sequence`. The group's first rank collects the others' descriptions and answers; a difference ends the whole job
+  // at once with a message naming the group and the two descriptions. A rank that waits longer than `timeout_s`
+  // starts the stuck-job report (Stuck).
+  void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence, double timeout_s);
 
-  // Ends every process of the job: prints "dtsim: error: real run: <message>" on this rank's stderr, then
-  // MPI_Abort(MPI_COMM_WORLD, code).
-  [[noreturn]] void Abort(const std::string& message, int code = 4);
+  // A drop-rank fault: this rank skips call `sequence` and, like a rank whose program took another branch, waits at a
+  // collective no other rank makes — until the stuck-job report ends the job.
+  [[noreturn]] void WaitAfterSkipping(const std::string& what, int64_t sequence, double timeout_s);
+
+  // Ends every process of the job: prints "dtsim: error: real run: rank R: <message>" on this rank's stderr (unless
+  // `print` is false), then MPI_Abort(MPI_COMM_WORLD, code).
+  [[noreturn]] void Abort(const std::string& message, int code = 4, bool print = true);
 
  private:
   MpiWorld();
+
+ public:
+  // What a waiting rank reports when its time is up.
+  struct Status {
+    int64_t rank = 0;
+    int64_t sequence = 0;
+    bool skipped = false;          // a drop-rank fault made it skip call `sequence`
+    std::vector<int64_t> awaited;  // the ranks it waits for
+    std::string what;              // its description of the call
+  };
+  // The one message of a stuck job from the waiting ranks' statuses (each rank's own view when it is alone).
+  static std::string Report(const std::map<int64_t, Status>& statuses, double timeout_s);
+  // The stuck-job report: every rank whose wait timed out sends its Status to rank 0, which collects them for a
+  // short window and prints one message naming the earliest stuck call, its group, the ranks that did not arrive
+  // (and where they are instead, if they answered); if rank 0 cannot (it is the stuck one), each rank prints its own
+  // view after the window. Ends the job.
+  [[noreturn]] void Stuck(const Status& mine, double timeout_s);
+
+ private:
+  // The time a rank waits before reporting: the timeout less the report's window, so the job ends within it.
+  static double WaitSeconds(double timeout_s);
+  static double WindowSeconds(double timeout_s);
   ~MpiWorld() = default;
 
   int64_t rank_ = 0;
