@@ -42,7 +42,7 @@ void AddBackendOptions(po::options_description& desc, BackendCliOptions& o) {
        "real backends: wrong-offset:R, wrong-op:R, drop-rank:R or stall-rank:R:SECONDS (optionally @K)");
 }
 
-std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault) {
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault) {
   if (!(o.timeout > 0) || o.timeout > 86400) {
     throw InputError("timeout", StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
   }
@@ -50,10 +50,6 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const Devic
   if (fault->active() && o.backend == "local") {
     throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' needs a real backend (--backend mpi or nccl); "
                                             "the simulated world computes every rank at once"));
-  }
-  if (fault->active() && fault->rank >= mesh.size()) {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault->rank, " but ",
-                                            mesh.ToString(), " has ranks 0..", mesh.size() - 1));
   }
   BackendOptions options;
   options.name = o.backend;
@@ -66,9 +62,18 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const Devic
     std::cout.rdbuf(&null);
     g_silenced = true;
   }
-  if (backend->world_size() != mesh.size()) {
-    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks but the ", o.backend, " world has ",
-                                    backend->world_size(), ": launch with mpirun -np ", mesh.size()));
+  if (fault->active() && fault->rank >= backend->world_size()) {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault->rank, " but the ",
+                                            o.backend, " world has ranks 0..", backend->world_size() - 1));
+  }
+  return backend;
+}
+
+void CheckMeshFitsWorld(const Collectives& backend, const DeviceMesh& mesh) {
+  if (backend.simulated()) return;
+  if (backend.world_size() != mesh.size()) {
+    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks but the ", backend.backend(),
+                                    " world has ", backend.world_size(), ": launch with mpirun -np ", mesh.size()));
   }
   std::vector<int64_t> sorted = mesh.ranks();
   std::sort(sorted.begin(), sorted.end());
@@ -78,6 +83,16 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const Devic
                                       " on a real backend"));
     }
   }
+}
+
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault) {
+  FaultSpec parsed = ParseFault(o.fault);
+  if (parsed.active() && o.backend != "local" && parsed.rank >= mesh.size()) {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", parsed.rank, " but ",
+                                            mesh.ToString(), " has ranks 0..", mesh.size() - 1));
+  }
+  std::shared_ptr<Collectives> backend = MakeBackend(o, fault);
+  CheckMeshFitsWorld(*backend, mesh);
   return backend;
 }
 

@@ -41,6 +41,11 @@ void AddBackendOptions(boost::program_options::options_description& desc, Backen
 // from the mesh's rank count ("launch with mpirun -np 8"). On a real backend, ranks other than 0 print nothing from
 // here on (rank 0 reports; see ReportingRankOnly).
 std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault);
+// The same without a mesh yet (batch mode: each line's mesh is checked with CheckMeshFitsWorld).
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault);
+// InputError("mesh") when a real world's size differs from the mesh's rank count, or the mesh does not hold the
+// world's ranks 0..N-1. Nothing for the simulated backend.
+void CheckMeshFitsWorld(const Collectives& backend, const DeviceMesh& mesh);
 
 // True while this process must not print (a real rank other than 0): main's error printer checks it.
 bool Silenced();

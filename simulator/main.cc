@@ -24,6 +24,7 @@ const std::map<std::string, Command>& Commands() {
       {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
       {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
+      {"compare", {&dtsim::cli::RunCompare, "run a redistribution simulated and on real ranks (mpirun), diff them"}},
   };
   return commands;
 }

@@ -26,6 +26,7 @@
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/plan.h"
@@ -157,16 +158,38 @@ int RunRedistribute(const Args& args) {
     return 0;
   }
   if (!o.batch.empty()) {
-    if (o.backend != "local") {
-      throw InputError("batch", "--batch runs on the simulated world only (use --backend local)");
+    // One backend for every line; on real ranks each line's mesh must match the world, and each line may name a
+    // trace file ("trace": path) that rank 0 writes.
+    FaultSpec fault;
+    std::shared_ptr<Collectives> real = o.backend == "local" ? nullptr : MakeBackend(o, &fault);
+    if (real && o.batch == "-") {
+      throw InputError("batch", "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
     }
-    return RunJsonLines(o.batch, [](const nlohmann::json& j) {
+    if (fault.active()) throw InputError("inject-fault", "--inject-fault runs a single case; not with --batch");
+    return RunJsonLines(o.batch, [&](const nlohmann::json& j) {
       Case c = CaseFromJson(j);
       if (j.contains("values") && !j["values"].is_boolean()) {
         throw InputError("values", StrCat("expected true or false, got ", j["values"].dump()));
       }
+      if (j.contains("trace") && (!j["trace"].is_string() || j["trace"].get<std::string>().empty())) {
+        throw InputError("trace", StrCat("expected a file path, got ", Excerpt(j["trace"])));
+      }
       bool values = !j.contains("values") || j["values"].get<bool>();
-      return OutcomeToJson(c, RunCase(c, MakeLocalCollectives(), {}), values);
+      std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
+      CheckMeshFitsWorld(*comm, c.src.mesh());
+      RunCaseOptions options;
+      if (j.contains("trace")) {
+        TraceMeta meta;
+        meta.command = "redistribute";
+        meta.argv = "dtsim redistribute --batch " + o.batch;
+        meta.backend = comm->backend();
+        meta.world_size = c.src.mesh().size();
+        meta.planner = ToString(c.planner);
+        options.trace_meta = meta;
+      }
+      Outcome out = RunCase(c, comm, options);
+      if (out.trace) WriteJsonFileAtomically(j["trace"].get<std::string>(), ToJson(*out.trace));
+      return IsReportingRank(*comm) ? OutcomeToJson(c, out, values) : nlohmann::json();
     });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
