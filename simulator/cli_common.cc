@@ -179,9 +179,23 @@ std::optional<int64_t> AvailableMemory() {
   return std::nullopt;
 }
 
+// Measured peak RSS per rank of a metadata-only redistribute (see docs/performance.md), with a margin.
+constexpr int64_t kMetaBytesPerRank = 8 << 10;
+
 }  // namespace
 
-void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size) {
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta) {
+  if (meta) {
+    // Metadata only: no data, a few meta tensors per rank (the mesh itself caps the rank count at kMaxMeshRanks).
+    const auto available = AvailableMemory();
+    const long double need = static_cast<long double>(world_size) * kMetaBytesPerRank;
+    if (available && need > *available) {
+      throw InputError("mesh", StrCat(spec.mesh().ToString(), ": a metadata-only run of ", world_size,
+                                      " ranks needs about ", static_cast<int64_t>(need / (1 << 20)), " MiB, but ",
+                                      *available / (1 << 20), " MiB are available"));
+    }
+    return;
+  }
   constexpr int64_t kMaxSimulatedRanks = 65536;
   if (world_size > kMaxSimulatedRanks) {
     throw InputError("mesh", StrCat(spec.mesh().ToString(), " has ", world_size, " ranks; one process simulates at most ",

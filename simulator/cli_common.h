@@ -77,7 +77,7 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
 // (InputError("shape")) one whose tensors would not fit in memory: every one of the mesh's ranks
 // may hold a whole replica (S -> R), and a step holds its input and output, so it needs about
 // numel * itemsize * (ranks + 2) bytes; this is compared with the memory available now.
-void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size);
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta = false);
 
 // Reads JSON cases one per line from `path` ("-" = stdin) and prints `run(case)` per line; a line that is not JSON or
 // whose case throws InputError prints {"error": "<field>: <message>", "field": <field>} instead; any other exception

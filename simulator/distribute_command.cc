@@ -2,7 +2,10 @@
 // TP + FSDP code shards a TP DTensor further over the data-parallel dim (beyond upstream: pytorch#116101).
 //
 //   dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step "tp:S(0)" --step "dp:S(0)" [--dtype float32]
-//                    [--json] [--values]
+//                    [--json] [--values] [--meta] [--ranks auto|all|summary|0,5,8-15]
+//
+// --meta distributes a meta tensor (shapes, no data) through the same code; the verdict then checks every rank's
+// shard shape against the result's layout.
 //
 // A step is "<dims>:<placements>": mesh dim names (comma-separated, or indices for an unnamed mesh) and one placement
 // per named dim. The first step distributes the global tensor over its submesh; each later step shards the result
@@ -22,7 +25,10 @@
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
 #include "dtsim/layout_report.h"
+#include "dtsim/aten_dtype.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/meta.h"
+#include "dtsim/rank_selection.h"
 #include "tensor_report.h"
 
 namespace po = boost::program_options;
@@ -35,6 +41,8 @@ struct DistributeOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::vector<std::string> steps;  // required, in order: "tp:S(0)"
   bool json = false;               // one JSON object instead of text
   bool values = false;             // include every rank's values
+  bool meta = false;               // metadata-only: a meta tensor, no data
+  std::string ranks = "auto";      // which ranks to list: auto (all up to 256 ranks, else a summary), all, ...
 };
 
 struct Step {
@@ -69,11 +77,14 @@ int RunDistribute(const Args& args) {
   desc.add_options()
       ("step", po::value(&o.steps)->composing(), "a step <dims>:<placements>, e.g. tp:S(0); repeat, in order")
       ("json", po::bool_switch(&o.json), "print one JSON object")
-      ("values", po::bool_switch(&o.values), "include every rank's values (row-major)");
+      ("values", po::bool_switch(&o.values), "include every rank's values (row-major)")
+      ("meta", po::bool_switch(&o.meta), "metadata-only: distribute a meta tensor (shapes, no data)")
+      ("ranks", po::value(&o.ranks)->default_value(o.ranks),
+       "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15");
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step \"tp:S(0)\" --step \"dp:S(0)\" "
-                 "[--json] [--values]\n"
+                 "[--json] [--values] [--meta] [--ranks ...]\n"
               << desc;
     return 0;
   }
@@ -84,8 +95,14 @@ int RunDistribute(const Args& args) {
   const DTensorSpec global_spec =
       DTensorSpec::Create(root, Placements(root.ndim(), Placement::Replicate()), ParseIntList(o.shape, "shape"),
                           ParseDType(o.dtype));
-  CheckSimulationFits(global_spec, root.size());
-  const at::Tensor global = ArangeGlobal(global_spec);
+  const RankSelection selection = RankSelection::Parse(o.ranks);
+  selection.CheckAgainst(root.ranks(), root.ToString());
+  if (o.meta && o.values) throw InputError("values", "--values needs data; a --meta run holds shapes only");
+  CheckSimulationFits(global_spec, root.size(), o.meta);
+  const at::Tensor global =
+      o.meta ? at::empty(global_spec.shape(),
+                         at::TensorOptions().dtype(ToScalarType(global_spec.dtype())).device(at::kMeta))
+             : ArangeGlobal(global_spec);
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
   nlohmann::json step_json = nlohmann::json::array();
@@ -97,19 +114,32 @@ int RunDistribute(const Args& args) {
                          {"result_mesh", dt.mesh().ToString()}, {"result_placements", ToString(dt.placements())}});
   }
   // Verdict: the shards put back together give the global tensor, and each rank holds exactly its layout's part.
-  Assembled assembled = AssembleGlobal(dt.spec(), dt.to_local());
-  bool ok = assembled.global && SameValues(*assembled.global, global);
-  std::string problem = assembled.global ? (ok ? "" : "the shards put together differ from the global tensor")
-                                         : assembled.problem;
+  // (Metadata only: each rank holds exactly its layout's shape.)
+  bool ok = false;
+  std::string problem;
+  if (o.meta) {
+    std::optional<std::string> mismatch = FindShapeMismatch(dt.spec(), dt.to_local(), *collectives);
+    ok = !mismatch;
+    problem = mismatch.value_or("");
+  } else {
+    Assembled assembled = AssembleGlobal(dt.spec(), dt.to_local());
+    ok = assembled.global && SameValues(*assembled.global, global);
+    problem = assembled.global ? (ok ? "" : "the shards put together differ from the global tensor")
+                               : assembled.problem;
+  }
+  const bool list_mesh_ranks = selection.Lists(static_cast<int64_t>(MeshView(dt.mesh()).ranks().size())) ||
+                               !dt.mesh().root().default_order();
   if (o.json) {
+    nlohmann::json mesh = {{"shape", dt.mesh().shape()}, {"names", dt.mesh().names()}};
+    if (list_mesh_ranks) mesh["ranks"] = MeshView(dt.mesh()).ranks();
     nlohmann::json out = {{"ok", ok},
-                          {"mesh", {{"shape", dt.mesh().shape()}, {"names", dt.mesh().names()},
-                                    {"ranks", MeshView(dt.mesh()).ranks()}}},
+                          {"mesh", mesh},
                           {"placements", ToString(dt.placements())},
                           {"shape", dt.shape()},
                           {"dtype", ToString(dt.spec().dtype())},
-                          {"steps", step_json},
-                          {"ranks", RanksToJson(dt.spec(), dt.to_local(), o.values)}};
+                          {"steps", step_json}};
+    AddRanksJson(out, dt.spec(), dt.to_local(), o.values, selection);
+    if (o.meta) out["meta"] = true;
     if (!ok) out["problem"] = problem;
     std::cout << out.dump() << "\n";
   } else {
@@ -118,10 +148,11 @@ int RunDistribute(const Args& args) {
                 << "  →  DTensor on " << s["result_mesh"].get<std::string>() << " with "
                 << s["result_placements"].get<std::string>() << "\n";
     }
-    std::cout << "\n" << RenderLayout(dt.spec());
+    std::cout << "\n" << RenderLayout(dt.spec(), selection);
     if (o.values) std::cout << "\nvalues:\n" << RenderValues(dt.spec(), dt.to_local());
-    std::cout << "\nverdict: " << (ok ? "OK — every rank's shard is its part of the global tensor" : "MISMATCH — " + problem)
-              << "\n";
+    const std::string ok_text = o.meta ? "OK — every rank's shard has its layout's shape (metadata only, no values)"
+                                       : "OK — every rank's shard is its part of the global tensor";
+    std::cout << "\nverdict: " << (ok ? ok_text : "MISMATCH — " + problem) << "\n";
   }
   return ok ? 0 : 1;
 }

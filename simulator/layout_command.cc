@@ -1,15 +1,23 @@
 // dtsim layout: prints which part of the global tensor every rank holds.
 //
 //   dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements "S(0),S(1)" [--dtype float32] [--json]
+//                [--ranks auto|all|summary|0,5,8-15] [--meta]
 //   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+
 #include "cli_common.h"
 #include "commands.h"
+#include "dtsim/aten_dtype.h"
+#include "dtsim/backends/local_collectives.h"
+#include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/layout_report.h"
+#include "dtsim/meta.h"
+#include "dtsim/rank_selection.h"
 #include "dtsim/spec.h"
 
 namespace po = boost::program_options;
@@ -22,7 +30,24 @@ struct LayoutOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string placements;  // required: "S(0),S(1)"
   bool json = false;       // print one JSON object instead of text
   std::string batch;       // "" = single case; a path or "-" for stdin
+  std::string ranks = "auto";  // which ranks to list: auto (all up to 256 ranks, else a summary), all, summary, list
+  bool meta = false;       // also distribute a meta tensor on the simulated world and check every shard's shape
 };
+
+// --meta: distribute_tensor of a meta tensor of the global shape (the code path of a data run, no data) and the
+// check that every rank's shard has its layout's shape; nullopt when it does, else the mismatch.
+std::optional<std::string> DistributeMeta(const DTensorSpec& spec) {
+  CheckSimulationFits(spec, spec.mesh().size(), /*meta=*/true);
+  std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
+  const at::Tensor global =
+      at::empty(spec.shape(), at::TensorOptions().dtype(ToScalarType(spec.dtype())).device(at::kMeta));
+  Placements placements = spec.placements();
+  for (Placement& p : placements) {
+    if (p.is_partial()) p = Placement::Replicate();  // distribute_tensor refuses Partial; the layout is R's
+  }
+  DTensor dt = DistributeTensor(global, spec.mesh(), placements, 0, collectives);
+  return FindShapeMismatch(dt.spec(), dt.to_local(), *collectives);
+}
 
 DTensorSpec SpecFromJson(const nlohmann::json& c) {
   for (const char* key : {"mesh", "shape", "placements"}) {
@@ -42,7 +67,11 @@ int RunLayout(const Args& args) {
   desc.add_options()
       ("placements", po::value(&o.placements), "one placement per mesh dim, e.g. S(0),S(1) or [_S(0,2), R]")
       ("json", po::bool_switch(&o.json), "print one JSON object")
-      ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines");
+      ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines")
+      ("ranks", po::value(&o.ranks)->default_value(o.ranks),
+       "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15")
+      ("meta", po::bool_switch(&o.meta),
+       "also run distribute_tensor on meta tensors (no data) and check every rank's shard against the layout");
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements \"S(0),S(1)\" [--json]\n"
@@ -50,17 +79,37 @@ int RunLayout(const Args& args) {
     return 0;
   }
   if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutToJson(SpecFromJson(c)); });
+    return RunJsonLines(o.batch, [&](const nlohmann::json& c) {
+      const RankSelection selection = RankSelection::Parse(c.contains("ranks") ? StringFromJson(c, "ranks") : o.ranks);
+      return LayoutToJson(SpecFromJson(c), selection);
+    });
   }
   RequireOptions(vm, {"mesh", "shape", "placements"});
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.placements),
                                          ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
+  const RankSelection selection = RankSelection::Parse(o.ranks);
+  selection.CheckAgainst(spec.mesh().ranks(), spec.mesh().ToString());
+  std::optional<std::string> mismatch;
+  if (o.meta) mismatch = DistributeMeta(spec);
   if (o.json) {
-    std::cout << LayoutToJson(spec).dump() << "\n";
+    if (o.meta) {
+      nlohmann::json j = LayoutToJson(spec, selection);
+      j["meta"] = true;
+      j["ok"] = !mismatch;
+      if (mismatch) j["problem"] = *mismatch;
+      std::cout << j.dump() << "\n";
+    } else {
+      WriteLayoutJson(std::cout, spec, selection);  // streamed: constant memory for --ranks all on 2^20 ranks
+      std::cout << "\n";
+    }
   } else {
-    std::cout << RenderLayout(spec);
+    std::cout << RenderLayout(spec, selection);
+    if (o.meta) {
+      std::cout << "\nmetadata-only distribute_tensor on the simulated world: "
+                << (mismatch ? "MISMATCH — " + *mismatch : "OK — every rank's shard has its layout's shape") << "\n";
+    }
   }
-  return 0;
+  return mismatch ? 1 : 0;
 }
 
 }  // namespace dtsim::cli

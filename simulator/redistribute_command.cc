@@ -29,6 +29,8 @@
 #include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/memory_meter.h"
+#include "dtsim/meta.h"
 #include "dtsim/plan.h"
 #include "dtsim/planner.h"
 #include "dtsim/real_run.h"
@@ -49,7 +51,17 @@ struct RedistributeCliOptions : TensorOptions, BackendCliOptions {  // --mesh, -
   bool values = false;             // include every rank's values
   std::string trace;               // "" = no trace; else the path of the JSON trace to write
   std::string batch;               // "" = single case; a path or "-" for stdin
+  bool meta = false;               // metadata-only run: meta tensors, no data (simulated backend)
+  bool memory = false;             // per-step peak memory of every rank (simulated backend)
+  std::string ranks = "auto";      // which ranks the report lists: auto, all, summary or "0,5,8-15"
 };
+
+// The batch keys of the flags above: "meta" and "memory" (booleans), "ranks" (text).
+bool BoolFromJson(const nlohmann::json& j, const char* key, bool fallback) {
+  if (!j.contains(key)) return fallback;
+  if (!j[key].is_boolean()) throw InputError(key, StrCat("expected true or false, got ", j[key].dump()));
+  return j[key].get<bool>();
+}
 
 Case CaseFromJson(const nlohmann::json& j) {
   for (const char* key : {"mesh", "shape", "from", "to"}) {
@@ -67,11 +79,23 @@ Case CaseFromJson(const nlohmann::json& j) {
 
 Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options) {
   Collectives& comm = *collectives;
-  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size());
-  DTensor source = MakeArangeSource(c.src, collectives);
+  if (!comm.simulated() && options.meta) {
+    throw InputError("meta", StrCat("--meta simulates every rank in this process (the local backend), not on the ",
+                                    comm.backend(), " backend"));
+  }
+  if (!comm.simulated() && options.memory) {
+    throw InputError("memory", StrCat("--memory measures the simulated world (the local backend), not the ",
+                                      comm.backend(), " backend"));
+  }
+  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size(), options.meta);
+  // The meter exists before the source, so every rank's shards count from the start.
+  std::optional<MemoryMeter> meter;
+  if (options.memory) meter.emplace();
+  DTensor source = options.meta ? MakeMetaDTensor(c.src, collectives) : MakeArangeSource(c.src, collectives);
   std::optional<TraceRecorder> recorder;
   if (options.trace_meta) {
-    recorder.emplace(*options.trace_meta);
+    TraceMeta meta = *options.trace_meta;
+    recorder.emplace(meta, /*hashes=*/!options.meta);
     recorder->SetInitial(source.spec(), source.to_local(), comm);
     comm.SetObserver(&*recorder);
   }
@@ -79,9 +103,26 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, 
   redistribute.planner = ToString(c.planner);
   Outcome out;
   redistribute.plan_out = &out.plan;
-  if (recorder) {
+  const std::vector<int64_t> world = MeshView(c.src.mesh()).ranks();
+  if (meter) {
+    MemoryRow start{"start", 0, world, {}};
+    for (int64_t rank : world) start.bytes.push_back(meter->Live(rank));
+    out.memory.push_back(std::move(start));
+    meter->BeginWindow();
+  }
+  if (recorder || meter) {
     redistribute.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
-      recorder->EndStep(step, spec, local, comm);
+      if (meter) {
+        const int64_t n = static_cast<int64_t>(out.memory.size());
+        const std::string dim = spec.mesh().names().empty()
+                                    ? StrCat("dim ", step.mesh_dim)
+                                    : StrCat(spec.mesh().DimLabel(step.mesh_dim), "(", step.mesh_dim, ")");
+        out.memory.push_back({StrCat("step ", n, "  ", dim, ": ", step.from.ToString(), " → ", step.to.ToString(), "  ",
+                                     ToString(step.collective), step.then_local_split ? "+local_split" : ""),
+                              n, world, meter->Peaks(world)});
+        meter->BeginWindow();
+      }
+      if (recorder) recorder->EndStep(step, spec, local, comm);
     };
   }
   // Faults strike the traced redistribution only (not the distribution of the source, nor the gathers below).
@@ -103,7 +144,12 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, 
   out.result = GatherShards(comm, result.to_local());
   if (options.gather_source) out.source = GatherShards(comm, source.to_local());
   int64_t ok = 0;
-  if (out.result) {
+  if (options.meta) {
+    // No values: the verdict is that every rank holds exactly its target layout's shape.
+    std::optional<std::string> mismatch = FindShapeMismatch(result.spec(), result.to_local(), comm);
+    ok = !mismatch;
+    out.problem = mismatch.value_or("");
+  } else if (out.result) {
     Assembled assembled = AssembleGlobal(result.spec(), *out.result);
     out.problem = assembled.problem;
     if (assembled.global) {
@@ -120,7 +166,8 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, 
   return out;
 }
 
-nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
+nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values, const RankSelection& selection = {},
+                             bool meta = false) {
   nlohmann::json plan = ToJson(o.plan);
   nlohmann::json out = {{"ok", o.ok},
                         {"plan", plan["plan"]},
@@ -130,8 +177,12 @@ nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
                         {"shape", c.src.shape()},
                         {"dtype", ToString(c.src.dtype())},
                         {"from", ToString(c.src.placements())},
-                        {"to", ToString(o.result_spec.placements())},
-                        {"ranks", RanksToJson(o.result_spec, *o.result, values)}};
+                        {"to", ToString(o.result_spec.placements())}};
+  AddRanksJson(out, o.result_spec, *o.result, values && !meta, selection);
+  if (meta) out["meta"] = true;
+  if (!o.memory.empty()) {
+    out["memory"] = MemoryToJson(o.memory, selection.Lists(static_cast<int64_t>(o.memory[0].ranks.size())));
+  }
   if (!o.ok) out["problem"] = o.problem;
   return out;
 }
@@ -147,7 +198,11 @@ int RunRedistribute(const Args& args) {
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)")
       ("trace", po::value(&o.trace), "write a JSON trace of the run to this path")
-      ("batch", po::value(&o.batch), "JSON cases, one per line, from a file or - (stdin); JSON results out");
+      ("batch", po::value(&o.batch), "JSON cases, one per line, from a file or - (stdin); JSON results out")
+      ("meta", po::bool_switch(&o.meta), "metadata-only: shapes, collectives, bytes and memory, no data")
+      ("memory", po::bool_switch(&o.memory), "print every rank's peak memory per step (min/median/max)")
+      ("ranks", po::value(&o.ranks)->default_value(o.ranks),
+       "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15");
   AddBackendOptions(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
@@ -178,6 +233,10 @@ int RunRedistribute(const Args& args) {
       std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
       CheckMeshFitsWorld(*comm, c.src.mesh());
       RunCaseOptions options;
+      options.meta = BoolFromJson(j, "meta", o.meta);
+      options.memory = BoolFromJson(j, "memory", o.memory);
+      const RankSelection selection =
+          RankSelection::Parse(j.contains("ranks") ? StringFromJson(j, "ranks") : o.ranks);
       if (j.contains("trace")) {
         TraceMeta meta;
         meta.command = "redistribute";
@@ -189,7 +248,7 @@ int RunRedistribute(const Args& args) {
       }
       Outcome out = RunCase(c, comm, options);
       if (out.trace) WriteJsonFileAtomically(j["trace"].get<std::string>(), ToJson(*out.trace));
-      return IsReportingRank(*comm) ? OutcomeToJson(c, out, values) : nlohmann::json();
+      return IsReportingRank(*comm) ? OutcomeToJson(c, out, values, selection, options.meta) : nlohmann::json();
     });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
@@ -198,6 +257,11 @@ int RunRedistribute(const Args& args) {
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   Case c{src, ValidateRedistribute(src, ParsePlacements(o.to, "to")), kind};
   RunCaseOptions options;
+  const RankSelection selection = RankSelection::Parse(o.ranks);
+  selection.CheckAgainst(MeshView(src.mesh()).ranks(), src.mesh().ToString());
+  if (o.meta && o.values) throw InputError("values", "--values needs data; a --meta run holds shapes only");
+  options.meta = o.meta;
+  options.memory = o.memory;
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
   if (!o.trace.empty()) {
     TraceMeta meta;
@@ -214,21 +278,21 @@ int RunRedistribute(const Args& args) {
   if (!IsReportingRank(*comm)) return out.ok ? 0 : 1;
   if (out.trace) WriteJsonFileAtomically(o.trace, ToJson(*out.trace));
   if (o.json) {
-    std::cout << OutcomeToJson(c, out, o.values).dump() << "\n";
+    std::cout << OutcomeToJson(c, out, o.values, selection, o.meta).dump() << "\n";
   } else {
-    std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src);
+    std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src, selection);
     if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source_spec, *out.source);
-    std::cout << "\n== after\n" << RenderLayout(out.result_spec);
+    std::cout << "\n== after\n" << RenderLayout(out.result_spec, selection);
     if (o.values) std::cout << "\nvalues after:\n" << RenderValues(out.result_spec, *out.result);
     if (!comm->simulated()) {
       std::cout << "\nran on " << comm->world_size() << " " << comm->backend() << " ranks";
       if (options.fault.active()) std::cout << " with the fault " << options.fault.ToString() << " injected";
       std::cout << "\n";
     }
-    std::cout << "\nverdict: "
-              << (out.ok ? "OK — the global tensor after redistribution equals the expected one"
-                         : "MISMATCH — " + out.problem)
-              << "\n";
+    if (!out.memory.empty()) std::cout << "\n" << RenderMemory(out.memory);
+    const std::string ok_text = o.meta ? "OK — every rank holds its target layout's shape (metadata only, no values)"
+                                       : "OK — the global tensor after redistribution equals the expected one";
+    std::cout << "\nverdict: " << (out.ok ? ok_text : "MISMATCH — " + out.problem) << "\n";
     if (!o.trace.empty()) std::cout << "trace written to " << o.trace << "\n";
   }
   return out.ok ? 0 : 1;

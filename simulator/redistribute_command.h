@@ -14,6 +14,7 @@
 #include "dtsim/planner.h"
 #include "dtsim/spec.h"
 #include "dtsim/trace.h"
+#include "memory_report.h"
 
 namespace dtsim::cli {
 
@@ -29,6 +30,8 @@ struct RunCaseOptions {
   std::optional<TraceMeta> trace_meta;  // record a trace with this meta (none: no trace)
   FaultSpec fault;                      // real backends: armed for the redistribution only
   bool gather_source = false;           // also gather the source's shards to the reporting rank (for --values)
+  bool meta = false;                    // metadata-only: meta tensors (shapes, no data; simulated backend only)
+  bool memory = false;                  // measure every rank's peak memory per step (simulated backend only)
 };
 
 // What a run gives; the tensors and the trace are on the reporting rank (rank 0 of a real run) only.
@@ -41,10 +44,13 @@ struct Outcome {
   bool ok = false;                   // the verdict, on every rank
   std::string problem;
   std::optional<Trace> trace;
+  std::vector<MemoryRow> memory;     // with RunCaseOptions::memory: the start, then one row per step
 };
 
 // Runs `c` on `collectives` (simulated or real): the arange source, the redistribution, the verdict against the
-// global tensor, and the trace when asked for.
+// global tensor, and the trace when asked for. Metadata-only (options.meta): the source's shards are meta tensors of
+// the layout's shapes (meta.h), the verdict checks every rank's shape against the target layout, the trace has no
+// hashes (meta.data false). InputError("meta" / "memory") for those options on a real backend.
 Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options);
 
 }  // namespace dtsim::cli

@@ -28,20 +28,38 @@ nlohmann::json ValuesToJson(const at::Tensor& shard) {
   return out;
 }
 
-nlohmann::json RanksToJson(const DTensorSpec& spec, const at::Tensor& local, bool values) {
+nlohmann::json RanksToJson(const DTensorSpec& spec, const at::Tensor& local, bool values,
+                           const RankSelection& selection) {
   nlohmann::json ranks = nlohmann::json::array();
   MeshView view(spec.mesh());
   for (int64_t rank : view.ranks()) {
+    if (!selection.Includes(rank)) continue;
     RankLayout l = ComputeRankLayout(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements(), rank);
     at::Tensor shard = LocalShard(local, rank);
     nlohmann::json r = {{"rank", rank},
                         {"coordinate", l.coordinate},
                         {"local_shape", shard.sizes().vec()},
                         {"global_offset", l.global_offset}};
-    if (values) r["values"] = ValuesToJson(shard);
+    if (values && !shard.is_meta()) r["values"] = ValuesToJson(shard);
     ranks.push_back(std::move(r));
   }
   return ranks;
+}
+
+void AddRanksJson(nlohmann::json& out, const DTensorSpec& spec, const at::Tensor& local, bool values,
+                  const RankSelection& selection) {
+  MeshView view(spec.mesh());
+  selection.CheckAgainst(view.ranks(), spec.mesh().ToString());
+  const int64_t world = static_cast<int64_t>(view.ranks().size());
+  if (selection.Lists(world)) {
+    out["ranks"] = RanksToJson(spec, local, values, selection);
+    if (selection.mode == RankSelection::Mode::kList) out["num_ranks"] = world;
+    return;
+  }
+  ShapeSummary summary;
+  for (int64_t rank : view.ranks()) summary.Add(rank, LocalShard(local, rank).sizes().vec());
+  out["num_ranks"] = world;
+  out["rank_summary"] = summary.ToJson();
 }
 
 namespace {

@@ -872,8 +872,10 @@ at::Tensor ShareReplica(const at::Tensor& shard) {
                          (c10::impl::cow::has_simple_data_ptr(*shard.storage().unsafeGetStorageImpl()) ||
                           c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr()));
   if (!shareable) return shard.clone(at::MemoryFormat::Preserve);
+  MemoryMeter* meter = MemoryMeter::Current();
+  if (meter) meter->ChargeAsShared(shard);
   at::Tensor replica = at::_lazy_clone(shard);
-  if (MemoryMeter* meter = MemoryMeter::Current()) meter->ChargeReplica(CurrentRankScope(), replica);
+  if (meter) meter->ChargeReplica(CurrentRankScope(), replica);
   return replica;
 }
 

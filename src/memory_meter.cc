@@ -102,6 +102,17 @@ class MeteredCpuAllocator final : public c10::Allocator {
   void set_inner(c10::Allocator* inner) { inner_ = inner; }
   c10::Allocator* inner() const { return inner_; }
 
+  // Takes the allocation at `p` off its rank (returns the rank and bytes it had, or {-1, 0}).
+  std::pair<int64_t, size_t> Detach(const void* p, uint64_t generation) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(const_cast<void*>(p));
+    if (it == records_.end() || it->second.generation != generation || it->second.rank < 0) return {-1, 0};
+    const std::pair<int64_t, size_t> was{it->second.rank, it->second.bytes};
+    it->second.rank = -1;
+    it->second.generation = 0;
+    return was;
+  }
+
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = inner_->allocate(n);
     void* p = inner.get();
@@ -232,6 +243,14 @@ std::vector<int64_t> MemoryMeter::Peaks(const std::vector<int64_t>& ranks) const
   out.reserve(ranks.size());
   for (int64_t r : ranks) out.push_back(Peak(r));
   return out;
+}
+
+void MemoryMeter::ChargeAsShared(const at::Tensor& source) {
+  if (!source.has_storage() || source.is_meta()) return;
+  const auto [rank, bytes] = g_cpu->Detach(source.storage().data(), state_->generation);
+  if (rank < 0) return;
+  state_->Sub(rank, static_cast<int64_t>(bytes));
+  ChargeReplica(rank, source);
 }
 
 void MemoryMeter::ChargeReplica(int64_t rank, const at::Tensor& replica) {

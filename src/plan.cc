@@ -33,6 +33,14 @@ std::string RangeText(const std::vector<int64_t>& values) {
   return std::to_string(*lo) + ".." + std::to_string(*hi);
 }
 
+// "[0, 1, 2]"; a group of more than 16 ranks prints its first 4 and last one: "[0, 1, 2, 3, …, 4095 (4096 ranks)]".
+std::string GroupText(const std::vector<int64_t>& group) {
+  if (group.size() <= 16) return IntListToString(group);
+  std::string out = "[";
+  for (size_t i = 0; i < 4; ++i) out += std::to_string(group[i]) + ", ";
+  return out + "…, " + std::to_string(group.back()) + " (" + std::to_string(group.size()) + " ranks)]";
+}
+
 // "[[0, 1], [2, 3]]"; more than 4 groups print the first two and a count: "[[0, 4], [1, 5], … 16 groups]".
 std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
   if (groups.empty()) return "-";
@@ -40,7 +48,7 @@ std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
   std::string out = "[";
   for (size_t i = 0; i < shown; ++i) {
     if (i) out += ", ";
-    out += IntListToString(groups[i]);
+    out += GroupText(groups[i]);
   }
   if (shown < groups.size()) out += ", … " + std::to_string(groups.size()) + " groups";
   return out + "]";

@@ -63,6 +63,10 @@ class MemoryMeter {
   // Charges `rank` with the bytes of `replica`'s storage until that storage is freed (ShareReplica calls it for
   // every copy-on-write replica it makes).
   void ChargeReplica(int64_t rank, const at::Tensor& replica);
+  // Called by ShareReplica before `source`'s storage becomes shared: the buffer a rank allocated is from now on
+  // charged to it through `source`'s storage (until that is freed), not through the buffer, which other ranks'
+  // replicas may keep alive longer.
+  void ChargeAsShared(const at::Tensor& source);
 
   struct State;  // internal
 
