@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "dtsim/arange_case.h"
@@ -28,8 +30,10 @@ void RunCase(benchmark::State& state, const nlohmann::json& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the dtsim command line runs: freed large blocks are reused (include/dtsim/caching_allocator.h).
-  dtsim::EnableCachingCpuAllocator();
+  // As the dtsim command line runs: freed large blocks are reused (include/dtsim/caching_allocator.h); with
+  // DTSIM_BENCH_CACHE=0 in the environment, c10's default allocator (the "_nocache" lines of scripts/bench.sh).
+  const char* cache = std::getenv("DTSIM_BENCH_CACHE");
+  if (cache == nullptr || std::string(cache) != "0") dtsim::EnableCachingCpuAllocator();
   std::ifstream in(DTSIM_BENCH_CASES);
   const nlohmann::json cases = nlohmann::json::parse(in);
   for (const auto& c : cases) {

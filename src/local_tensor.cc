@@ -442,6 +442,13 @@ std::string IValueText(const c10::IValue& v) {
 
 void FlushPending();
 
+// Gives a copy-on-write storage its own data (a copy if still shared; nothing to copy for the last holder).
+void MakeOwnStorage(const at::Tensor& shard) {
+  if (shard.defined() && shard.has_storage() && c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr())) {
+    shard.storage().mutable_data();
+  }
+}
+
 void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   FlushPending();
   const c10::FunctionSchema& schema = op.schema();
@@ -573,6 +580,16 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     }
     {
       RankScope scope(rank);  // what the op allocates is this rank's (MemoryMeter)
+      // Copy-on-write: a written shard that shares its storage with other ranks' replicas gets its own copy first
+      // (the other ranks keep theirs). c10 would copy on the first write too, but not on every path (an out= op that
+      // resizes a shared storage trips an internal assert), so the kernel does it before the op runs.
+      for (int a : info.write_args) {
+        if (kinds[a] == ArgKind::kLocal) {
+          MakeOwnStorage(s[a].toTensor());
+        } else if (kinds[a] == ArgKind::kList && s[a].isTensorList()) {
+          for (const at::Tensor& t : s[a].toTensorList()) MakeOwnStorage(t);
+        }
+      }
       op.callBoxed(s);
     }
     if (rng) {

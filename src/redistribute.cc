@@ -3,10 +3,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
-#include "dtsim/memory_meter.h"
 #include "dtsim/planner.h"
 
 namespace dtsim {
@@ -31,19 +32,15 @@ std::vector<int64_t> LogicalShape(const DTensorSpec& spec, int64_t mesh_dim, con
   return ComputeRankLayout(spec.shape(), spec.mesh().shape(), coordinate, before).local_shape;
 }
 
-// The global-to-local index list (relative to the current extent) of a shard-like placement, as a 1-D int64 tensor on
-// `device` (a meta tensor of the right length in metadata-only runs). Scratch, not a shard: charged to no rank.
-at::Tensor IndexTensor(const std::vector<Interval>& intervals, const at::Device& device) {
-  int64_t count = 0;
-  for (const Interval& v : intervals) count += v.size();
-  RankScope scratch(-1);
-  if (device.is_meta()) return at::empty({count}, at::TensorOptions().dtype(at::kLong).device(device));
-  at::Tensor index = at::empty({count}, at::kLong);
-  int64_t* p = index.data_ptr<int64_t>();
-  for (const Interval& v : intervals) {
-    for (int64_t i = v.lo; i < v.hi; ++i) *p++ = i;
-  }
-  return index;
+// The pieces of `t` along `dim` at `intervals` (in order), concatenated into a new contiguous tensor: what an index
+// select of those indices gives, built from narrow views so that it runs on meta tensors too.
+at::Tensor GatherIntervals(const at::Tensor& t, int64_t dim, const std::vector<Interval>& intervals) {
+  if (intervals.size() == 1) return t.narrow(dim, intervals[0].lo, intervals[0].size()).clone(at::MemoryFormat::Contiguous);
+  if (intervals.empty()) return t.narrow(dim, 0, 0).clone(at::MemoryFormat::Contiguous);
+  std::vector<at::Tensor> pieces;
+  pieces.reserve(intervals.size());
+  for (const Interval& v : intervals) pieces.push_back(t.narrow(dim, v.lo, v.size()));
+  return at::cat(pieces, dim);
 }
 
 class Executor {
@@ -117,12 +114,7 @@ class Executor {
   at::Tensor ReplicateToShardLike(const at::Tensor& x, const Placement& to) {
     return MapShards(x, [&](int64_t rank, const at::Tensor& s) {
       const int64_t d = to.dim();
-      std::vector<Interval> mine = ShardIndices(to, s.size(d), n_, MyChunk(rank));
-      if (mine.size() == 1 || mine.empty()) {
-        const Interval v = mine.empty() ? Interval{0, 0} : mine[0];
-        return s.narrow(d, v.lo, v.size()).clone(at::MemoryFormat::Contiguous);
-      }
-      return at::index_select(s, d, IndexTensor(mine, s.device())).contiguous();
+      return GatherIntervals(s, d, ShardIndices(to, s.size(d), n_, MyChunk(rank)));
     });
   }
 
@@ -162,22 +154,26 @@ class Executor {
     return MapShards(gathered, [&](int64_t rank, const at::Tensor& g) {
       const int64_t length = Logical(rank, d);
       const int64_t largest = ShardSize(from, length, 0);
-      // position in `g` of every global index: rank r's k-th element sits at r * largest + k.
-      at::Tensor select;
-      {
-        RankScope scratch(-1);  // scratch, not a shard
-        select = at::empty({length}, at::TensorOptions().dtype(at::kLong).device(g.device()));
-        if (!g.is_meta()) {
-          int64_t* p = select.data_ptr<int64_t>();
-          for (int64_t r = 0; r < n_; ++r) {
-            int64_t k = 0;
-            for (const Interval& v : ShardIndices(from, length, n_, r)) {
-              for (int64_t i = v.lo; i < v.hi; ++i) p[i] = r * largest + k++;
-            }
-          }
+      // Rank r's k-th element sits at r * largest + k of `g`; walk the global indices in order, one run of
+      // consecutive indices held by one rank at a time.
+      std::vector<std::pair<int64_t, Interval>> runs;  // (global start, the run's positions in g)
+      for (int64_t r = 0; r < n_; ++r) {
+        int64_t k = 0;
+        for (const Interval& v : ShardIndices(from, length, n_, r)) {
+          runs.push_back({v.lo, Interval{r * largest + k, r * largest + k + v.size()}});
+          k += v.size();
         }
       }
-      return at::index_select(g, d, select).contiguous();
+      std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<Interval> in_g;
+      for (const auto& [start, run] : runs) {
+        if (!in_g.empty() && in_g.back().hi == run.lo) {
+          in_g.back().hi = run.hi;
+        } else {
+          in_g.push_back(run);
+        }
+      }
+      return GatherIntervals(g, d, in_g);
     });
   }
 

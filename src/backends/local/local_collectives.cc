@@ -192,7 +192,8 @@ class LocalCollectives : public Collectives {
 
 at::Tensor ReduceInOrder(const std::vector<at::Tensor>& xs, ReduceOp op) {
   DTSIM_CHECK(!xs.empty(), "ReduceInOrder of nothing");
-  at::Tensor acc = xs[0].clone(at::MemoryFormat::Contiguous);
+  at::Tensor acc = xs[0].clone(at::MemoryFormat::Contiguous);  // the result: the caller's rank's
+  RankScope scratch(-1);  // what the in-place ops allocate for a moment (a wrapped scalar) belongs to no rank
   for (size_t i = 1; i < xs.size(); ++i) {
     switch (op) {
       case ReduceOp::kSum:
