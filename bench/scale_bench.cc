@@ -8,17 +8,20 @@
 //   BM_LayoutJson/<ranks>          the JSON of `dtsim layout --placements R --ranks all`, streamed to nowhere.
 //   BM_RedistributeLargeMemory     8 ranks x 16 MiB, S(0) -> R on data: peak RSS growth (from before the source
 //                                  shards exist to the end of the redistribution), reported as counters; run alone in
-//                                  a process of its own (scripts/bench.sh), with c10's default allocator.
+//                                  a process of its own (scripts/bench.sh) with DTSIM_BENCH_CACHE=0 (c10's default
+//                                  allocator). The others run as the command line does (caching allocator on).
 // scripts/bench.sh prints the ratios; docs/performance.md has the numbers.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <ostream>
 #include <streambuf>
 #include <string>
 
 #include "dtsim/arange_case.h"
+#include "dtsim/caching_allocator.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
@@ -122,4 +125,14 @@ BENCHMARK(BM_RedistributeLargeMemory)->Iterations(1)->Unit(benchmark::kMilliseco
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // As the dtsim command line runs (caching allocator and heap tuning), unless DTSIM_BENCH_CACHE=0: the peak-memory
+  // case runs that way, with c10's default allocator, in a process of its own.
+  const char* cache = std::getenv("DTSIM_BENCH_CACHE");
+  if (cache == nullptr || std::string(cache) != "0") dtsim::EnableCachingCpuAllocator();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -4,6 +4,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -128,6 +129,13 @@ void CachingCpuAllocator::Release(void* p) { g_allocator->GiveLive(p); }
 
 void EnableCachingCpuAllocator(int64_t max_cached_bytes) {
   std::call_once(g_once, [max_cached_bytes] {
+    // The small objects of a simulation (tensor headers, per-rank vectors: megabytes per step in a world of 4,096
+    // ranks) are freed and allocated again step after step: keep freed heap memory instead of giving the top of the
+    // heap back to the system and page-faulting it in again (10% of a metadata-only run of 4,096 ranks). Blocks of
+    // 1 MiB and more still come from mmap (and large tensors from the cache below), so little is kept this way.
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_TOP_PAD, 16 << 20);
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     int64_t limit = max_cached_bytes;
     if (limit <= 0) limit = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4;
     g_allocator = new CachingCpuAllocator(c10::GetDefaultCPUAllocator(), limit);

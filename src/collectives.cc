@@ -117,7 +117,7 @@ at::Tensor Collectives::Shard(const at::Tensor& local, int64_t rank) const {
 
 at::Tensor Collectives::MapShards(const at::Tensor& local, const ShardFn& fn) const {
   if (simulated()) {
-    HeldRanks(local);
+    if (!IsLocalTensor(local)) HeldRanks(local);  // throws the InputError
     return dtsim::MapShards(local, fn);
   }
   HeldRanks(local);
@@ -155,16 +155,14 @@ CallInfo Collectives::Begin(CollectiveKind kind, const at::Tensor& input, const 
   call.position.assign(call.held.size(), -1);
   call.sequence = sequence_++;
   if (groups.groups.empty()) throw InputError("groups", OpName(kind) + ": no groups given");
-  std::set<int64_t> seen;
   const bool pairs = kind == CollectiveKind::kSendRecv;  // pairs may share a sender
+  // Ranks seen so far, marked by held slot (simulation) or by rank (a real world's 0..N-1): linear in the ranks.
+  std::vector<char> seen(simulated() ? call.held.size() : static_cast<size_t>(std::max<int64_t>(world_size_, 0)), 0);
   for (size_t g = 0; g < groups.groups.size(); ++g) {
     const auto& group = groups.groups[g];
     if (group.empty()) throw InputError("groups", StrCat(OpName(kind), ": an empty group in ", groups.ToString()));
     for (size_t i = 0; i < group.size(); ++i) {
       const int64_t rank = group[i];
-      if (!pairs && !seen.insert(rank).second) {
-        throw InputError("groups", StrCat(OpName(kind), ": rank ", rank, " appears twice in ", groups.ToString()));
-      }
       auto it = std::lower_bound(call.held.begin(), call.held.end(), rank);
       const bool held = it != call.held.end() && *it == rank;
       if (simulated() && !held) {
@@ -174,6 +172,10 @@ CallInfo Collectives::Begin(CollectiveKind kind, const at::Tensor& input, const 
       if (!simulated() && (rank < 0 || rank >= world_size_)) {
         throw InputError("groups", StrCat(OpName(kind), ": rank ", rank, " is outside the ", backend_, " world of ",
                                           world_size_, " ranks"));
+      }
+      const size_t mark = simulated() ? static_cast<size_t>(it - call.held.begin()) : static_cast<size_t>(rank);
+      if (!pairs && seen[mark]++) {
+        throw InputError("groups", StrCat(OpName(kind), ": rank ", rank, " appears twice in ", groups.ToString()));
       }
       if (held && !pairs) {
         call.group[it - call.held.begin()] = static_cast<int64_t>(g);

@@ -50,6 +50,17 @@ std::vector<int64_t> MeshView::Coordinate(int64_t rank) const {
   return out;
 }
 
+int64_t MeshView::CoordinateAlong(int64_t rank, int64_t dim) const {
+  const bool family = IsFamilySubmesh(*mesh_);
+  const DeviceMesh& mesh = family ? mesh_->root() : *mesh_;
+  const int64_t d = family ? mesh_->root_dims().at(dim)[0] : dim;
+  const int64_t position = mesh.PositionOf(rank);
+  if (position < 0) return Coordinate(rank).at(dim);  // throws InputError naming the rank
+  int64_t stride = 1;
+  for (int64_t k = mesh.ndim() - 1; k > d; --k) stride *= mesh.size(k);
+  return (position / stride) % mesh.size(d);
+}
+
 GroupSet MeshView::Groups(int64_t dim) const {
   if (!IsFamilySubmesh(*mesh_)) return GroupSet::AlongMeshDim(*mesh_, dim);
   return GroupSet::AlongMeshDim(mesh_->root(), mesh_->root_dims()[dim][0]);
@@ -118,11 +129,11 @@ DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh, cons
   const at::Tensor first = comm.Shard(local, ranks.front());
   DTensorSpec spec = DTensorSpec::Create(mesh, placements, *shape, FromScalarType(first.scalar_type()));
   for (int64_t rank : ranks) {
-    RankLayout layout = ComputeRankLayout(spec.shape(), mesh.shape(), view.Coordinate(rank), spec.placements(), rank);
-    std::vector<int64_t> have = ShardShape(local, rank);
-    if (have != layout.local_shape) {
-      throw InputError("from_local", StrCat("rank ", rank, " holds a shard of shape ", IntListToString(have),
-                                            " but ", spec.ToString(), " gives it ", IntListToString(layout.local_shape)));
+    const std::vector<int64_t> want = LocalShapeAt(spec.shape(), mesh.shape(), view.Coordinate(rank), spec.placements());
+    const at::Tensor shard = comm.Shard(local, rank);
+    if (shard.sizes() != c10::IntArrayRef(want)) {
+      throw InputError("from_local", StrCat("rank ", rank, " holds a shard of shape ", IntListToString(ShapeOf(shard)),
+                                            " but ", spec.ToString(), " gives it ", IntListToString(want)));
     }
   }
   if (stride) {

@@ -185,20 +185,25 @@ constexpr c10::DispatchKeySet kLocalKeys = c10::DispatchKeySet({c10::DispatchKey
                                                                 c10::DispatchKey::AutocastPrivateUse1});
 }  // namespace
 
-LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards)
+LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                                 std::optional<bool> uneven)
     : c10::TensorImpl(kLocalKeys, shards.at(0).dtype(), shards.at(0).device()) {
-  Init(std::move(ranks), std::move(shards));
+  Init(std::move(ranks), std::move(shards), uneven);
 }
 
-void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards) {
+void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards, std::optional<bool> uneven) {
   ranks_ = std::move(ranks);
   shards_ = std::move(shards);
   const at::Tensor& first = shards_[0];
   dim_ = first.dim();
   uneven_ = false;
-  for (size_t i = 1; i < shards_.size() && !uneven_; ++i) {
-    const at::Tensor& s = shards_[i];
-    uneven_ = s.dim() != dim_ || s.sizes() != first.sizes() || s.strides() != first.strides();
+  if (uneven) {
+    uneven_ = *uneven;
+  } else {
+    for (size_t i = 1; i < shards_.size() && !uneven_; ++i) {
+      const at::Tensor& s = shards_[i];
+      uneven_ = s.dim() != dim_ || s.sizes() != first.sizes() || s.strides() != first.strides();
+    }
   }
   bool allow = allow_tensor_metadata_change();
   set_allow_tensor_metadata_change(true);
@@ -311,9 +316,9 @@ LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {
   return typeid(*impl) == typeid(LocalTensorImpl) ? static_cast<LocalTensorImpl*>(impl) : nullptr;
 }
 
-at::Tensor WrapShards(const std::vector<int64_t>& ranks, std::vector<at::Tensor> shards) {
+at::Tensor WrapShards(std::vector<int64_t> ranks, std::vector<at::Tensor> shards, std::optional<bool> uneven) {
   EnsureLocalTensorDispatch();
-  return at::Tensor(c10::make_intrusive<LocalTensorImpl>(ranks, std::move(shards)));
+  return at::Tensor(c10::make_intrusive<LocalTensorImpl>(std::move(ranks), std::move(shards), uneven));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -773,6 +778,7 @@ at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> s
     throw InputError("shards", StrCat("got ", shards.size(), " shards for ", ranks.size(), " ranks ",
                                       internal::JoinInts(ranks)));
   }
+  bool uneven = false;  // computed here, in the one pass over the shards
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
     if (i > 0 && ranks[i] <= ranks[i - 1]) {
@@ -798,8 +804,9 @@ at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> s
       throw InputError("shards", StrCat("the shard of rank ", ranks[i], " requires grad; call requires_grad_() on "
                                         "the LocalTensor instead"));
     }
+    uneven = uneven || shards[i].sizes() != shards[0].sizes() || shards[i].strides() != shards[0].strides();
   }
-  return internal::WrapShards(ranks, std::move(shards));
+  return internal::WrapShards(std::move(ranks), std::move(shards), uneven);
 }
 
 at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks, const std::function<at::Tensor(int64_t)>& fn) {
@@ -832,10 +839,13 @@ at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t
   LocalTensorImpl* impl = GetLocalImpl(t, "MapShards");
   std::vector<at::Tensor> out;
   out.reserve(impl->ranks().size());
+  bool same = true;  // fn returned every shard itself (a pad or unpad with nothing to do): the input as is
   for (size_t i = 0; i < impl->ranks().size(); ++i) {
     RankScope scope(impl->ranks()[i]);
     out.push_back(fn(impl->ranks()[i], impl->shards()[i]));
+    same = same && out.back().is_same(impl->shards()[i]);
   }
+  if (same) return t;
   return MakeLocalTensor(impl->ranks(), std::move(out));
 }
 

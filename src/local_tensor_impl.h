@@ -7,6 +7,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,7 +93,8 @@ class LocalIntNode : public c10::SymNodeImpl {
 class LocalTensorImpl final : public c10::TensorImpl {
  public:
   // `ranks` ascending and distinct, one shard each; shards share dtype and device (checked by the caller).
-  LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards);
+  // `uneven`, when known (the caller compared the shards already), saves a pass over them.
+  LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards, std::optional<bool> uneven = std::nullopt);
 
   const std::vector<int64_t>& ranks() const { return ranks_; }
   const std::vector<at::Tensor>& shards() const { return shards_; }
@@ -125,7 +127,7 @@ class LocalTensorImpl final : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override { return "dtsim::LocalTensorImpl"; }
   [[noreturn]] void ThrowUneven(const char* what) const;
   // Sets shards, ranks and the size metadata (plain ints when even, CustomSizes with LocalIntNode when uneven).
-  void Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards);
+  void Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards, std::optional<bool> uneven = std::nullopt);
 
   std::vector<int64_t> ranks_;
   std::vector<at::Tensor> shards_;
@@ -139,7 +141,8 @@ class LocalTensorImpl final : public c10::TensorImpl {
 // The impl of `t` if it is a LocalTensor, else nullptr.
 LocalTensorImpl* FindLocalImpl(const at::Tensor& t);
 // Wraps shards without the public checks (ranks sorted and distinct, same dtype); used by the kernel and collectives.
-at::Tensor WrapShards(const std::vector<int64_t>& ranks, std::vector<at::Tensor> shards);
+at::Tensor WrapShards(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                      std::optional<bool> uneven = std::nullopt);
 // Registers the per-rank kernel with the dispatcher once; idempotent and thread-safe.
 void EnsureLocalTensorDispatch();
 

@@ -15,9 +15,8 @@ DTensor MakeMetaDTensor(const DTensorSpec& spec, std::shared_ptr<Collectives> co
   const at::TensorOptions options = at::TensorOptions().dtype(ToScalarType(spec.dtype())).device(at::kMeta);
   MeshView view(spec.mesh());
   at::Tensor local = collectives->FromRankFn(view.ranks(), [&](int64_t rank) {
-    RankLayout layout = ComputeRankLayout(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements(),
-                                          rank);
-    return at::empty(layout.local_shape, options);
+    return at::empty(LocalShapeAt(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements()),
+                     options);
   });
   return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), std::nullopt, std::move(collectives));
 }
@@ -34,11 +33,11 @@ std::optional<std::string> FindShapeMismatch(const DTensorSpec& spec, const at::
   const at::ScalarType dtype = ToScalarType(spec.dtype());
   for (int64_t rank : collectives.HeldRanks(local)) {
     const at::Tensor shard = collectives.Shard(local, rank);
-    RankLayout layout = ComputeRankLayout(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements(),
-                                          rank);
-    if (shard.sizes().vec() != layout.local_shape) {
+    const std::vector<int64_t> want =
+        LocalShapeAt(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements());
+    if (shard.sizes() != c10::IntArrayRef(want)) {
       return StrCat("rank ", rank, " holds ", IntListToString(shard.sizes().vec()), " but the layout gives ",
-                    IntListToString(layout.local_shape));
+                    IntListToString(want));
     }
     if (shard.scalar_type() != dtype) {
       return StrCat("rank ", rank, " holds ", shard.scalar_type(), " but the spec is ", ToString(spec.dtype()));

@@ -32,14 +32,7 @@ int64_t Product(const std::vector<int64_t>& v) {
 }
 
 // Size along its dim of the piece that shard-like `p` gives rank `r` of `n` of a dim of length `length`.
-int64_t ShardSize(const Placement& p, int64_t length, int64_t n, int64_t r) {
-  if (p.is_shard()) return ChunkRange(length, n, r).size();
-  int64_t total = 0;
-  for (int64_t j = 0; j < p.split_factor(); ++j) {
-    total += ChunkRange(ChunkRange(length, p.split_factor(), j).size(), n, r).size();
-  }
-  return total;
-}
+int64_t ShardSize(const Placement& p, int64_t length, int64_t n, int64_t r) { return ShardLength(p, length, n, r); }
 
 // Refuses a placement list that mixes Partial reduce ops other than sum with avg (upstream's
 // assert_no_mixed_partial_types).
@@ -71,7 +64,7 @@ std::vector<std::vector<int64_t>> LocalShapes(const DTensorSpec& spec, const Pla
   std::vector<std::vector<int64_t>> out;
   out.reserve(coords.size());
   for (const auto& c : coords) {
-    out.push_back(ComputeRankLayout(spec.shape(), spec.mesh().shape(), c, placements).local_shape);
+    out.push_back(LocalShapeAt(spec.shape(), spec.mesh().shape(), c, placements));
   }
   return out;
 }

@@ -25,13 +25,6 @@ at::Tensor PadTo(const at::Tensor& t, int64_t dim, int64_t size) {
   return at::constant_pad_nd(t, pad, 0);
 }
 
-// The rank's local shape at `mesh_dim`: the shape left by the shard-like placements of the mesh dims before it.
-std::vector<int64_t> LogicalShape(const DTensorSpec& spec, int64_t mesh_dim, const std::vector<int64_t>& coordinate) {
-  Placements before = spec.placements();
-  for (size_t m = mesh_dim; m < before.size(); ++m) before[m] = Placement::Replicate();
-  return ComputeRankLayout(spec.shape(), spec.mesh().shape(), coordinate, before).local_shape;
-}
-
 // The pieces of `t` along `dim` at `intervals` (in order), concatenated into a new contiguous tensor: what an index
 // select of those indices gives, built from narrow views so that it runs on meta tensors too.
 at::Tensor GatherIntervals(const at::Tensor& t, int64_t dim, const std::vector<Interval>& intervals) {
@@ -82,11 +75,19 @@ class Executor {
     return collectives_.MapShards(t, std::forward<F>(fn));
   }
   GroupSet Groups() const { return view_.Groups(step_.mesh_dim); }
-  std::vector<int64_t> Coordinate(int64_t rank) const { return view_.Coordinate(rank); }
+  // The rank's logical size of tensor dim `dim` at this step: its size after the shard-like placements of the mesh
+  // dims before this one (per rank, in O(mesh dims), no allocation: this runs for every rank of big worlds).
   int64_t Logical(int64_t rank, int64_t dim) const {
-    return LogicalShape(spec_, step_.mesh_dim, Coordinate(rank))[dim];
+    int64_t size = spec_.shape()[dim];
+    for (int64_t m = 0; m < step_.mesh_dim; ++m) {
+      const Placement& p = spec_.placements()[m];
+      if (p.is_shard_like() && p.dim() == dim) {
+        size = ShardLength(p, size, spec_.mesh().size(m), view_.CoordinateAlong(rank, m));
+      }
+    }
+    return size;
   }
-  int64_t MyChunk(int64_t rank) const { return Coordinate(rank)[step_.mesh_dim]; }
+  int64_t MyChunk(int64_t rank) const { return view_.CoordinateAlong(rank, step_.mesh_dim); }
 
   at::Tensor ShardToReplicate(const at::Tensor& x, int64_t d) {
     at::Tensor padded = MapShards(x, [&](int64_t rank, const at::Tensor& s) {
@@ -94,7 +95,8 @@ class Executor {
     });
     at::Tensor gathered = collectives_.AllGather(padded, Groups(), d);
     return MapShards(gathered, [&](int64_t rank, const at::Tensor& g) {
-      return g.narrow(d, 0, Logical(rank, d)).contiguous();
+      const int64_t length = Logical(rank, d);
+      return length == g.size(d) ? g : g.narrow(d, 0, length).contiguous();  // unpad (nothing to cut: as is)
     });
   }
 
@@ -114,6 +116,10 @@ class Executor {
   at::Tensor ReplicateToShardLike(const at::Tensor& x, const Placement& to) {
     return MapShards(x, [&](int64_t rank, const at::Tensor& s) {
       const int64_t d = to.dim();
+      if (to.is_shard()) {  // one interval: no list to build
+        const Interval v = ChunkRange(s.size(d), n_, MyChunk(rank));
+        return s.narrow(d, v.lo, v.size()).clone(at::MemoryFormat::Contiguous);
+      }
       return GatherIntervals(s, d, ShardIndices(to, s.size(d), n_, MyChunk(rank)));
     });
   }
@@ -177,11 +183,7 @@ class Executor {
     });
   }
 
-  int64_t ShardSize(const Placement& p, int64_t length, int64_t r) const {
-    int64_t size = 0;
-    for (const Interval& v : ShardIndices(p, length, n_, r)) size += v.size();
-    return size;
-  }
+  int64_t ShardSize(const Placement& p, int64_t length, int64_t r) const { return ShardLength(p, length, n_, r); }
 
   const DTensorSpec& spec_;
   const PlanStep& step_;

@@ -37,6 +37,31 @@ std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n
   return out;
 }
 
+int64_t ShardLength(const Placement& p, int64_t length, int64_t n, int64_t r) {
+  DTSIM_CHECK(p.is_shard_like(), "ShardLength of ", p.ToString());
+  if (p.is_shard()) return ChunkRange(length, n, r).size();
+  // Every piece but the last has the chunk size c; the last has what is left (see ShardIndices).
+  const int64_t k = p.split_factor();
+  const int64_t c = (length + k - 1) / k;
+  if (c == 0) return 0;
+  const int64_t pieces = std::min(k, (length + c - 1) / c);
+  return (pieces - 1) * ChunkRange(c, n, r).size() + ChunkRange(length - (pieces - 1) * c, n, r).size();
+}
+
+std::vector<int64_t> LocalShapeAt(const std::vector<int64_t>& global_shape, const std::vector<int64_t>& mesh_shape,
+                                  const std::vector<int64_t>& coordinate, const Placements& placements) {
+  DTSIM_CHECK(placements.size() == mesh_shape.size() && coordinate.size() == mesh_shape.size(),
+              "placements/coordinate do not match the mesh");
+  std::vector<int64_t> shape = global_shape;
+  for (size_t m = 0; m < placements.size(); ++m) {
+    const Placement& p = placements[m];
+    if (!p.is_shard_like()) continue;
+    int64_t& size = shape.at(p.dim());
+    size = ShardLength(p, size, mesh_shape[m], coordinate[m]);
+  }
+  return shape;
+}
+
 namespace {
 
 // Maps local index intervals through `owned` (the global indices of local positions 0, 1, ...).

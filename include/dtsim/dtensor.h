@@ -41,6 +41,8 @@ class MeshView {
   const std::vector<int64_t>& ranks() const;
   // The coordinate of a world rank in this mesh (its own submesh of the family).
   std::vector<int64_t> Coordinate(int64_t rank) const;
+  // Coordinate(rank)[dim] in O(mesh dims) without allocating (per-rank loops of big worlds).
+  int64_t CoordinateAlong(int64_t rank, int64_t dim) const;
   // The groups that run a collective along mesh dim `dim`, in every submesh of the family at once.
   GroupSet Groups(int64_t dim) const;
 

@@ -39,7 +39,8 @@ std::vector<int64_t> LocalRanks(const at::Tensor& t);
 // The shard of `rank`. InputError if `t` is not a LocalTensor or does not hold `rank`.
 at::Tensor LocalShard(const at::Tensor& t, int64_t rank);
 
-// Runs `fn(rank, shard)` for every rank `t` holds and wraps the results (InputError for a plain tensor).
+// Runs `fn(rank, shard)` for every rank `t` holds and wraps the results (InputError for a plain tensor); when fn
+// returns every rank's own shard object unchanged, the result is `t` itself.
 at::Tensor MapShards(const at::Tensor& t, const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn);
 
 // The shards of `t` in LocalRanks(t) order (InputError for a plain tensor).

@@ -23,13 +23,12 @@
 namespace dtsim {
 namespace {
 
-// Members of each group: slots in group order.
+// Members of each group: slots in group order (from the front's group and position of every slot).
 std::vector<std::vector<size_t>> Members(const CallInfo& call) {
-  std::vector<std::vector<size_t>> out;
-  for (const auto& group : call.groups->groups) {
-    std::vector<size_t> m;
-    for (int64_t rank : group) m.push_back(std::lower_bound(call.held.begin(), call.held.end(), rank) - call.held.begin());
-    out.push_back(std::move(m));
+  std::vector<std::vector<size_t>> out(call.groups->groups.size());
+  for (size_t g = 0; g < out.size(); ++g) out[g].resize(call.groups->groups[g].size());
+  for (size_t slot = 0; slot < call.held.size(); ++slot) {
+    if (call.group[slot] >= 0) out[call.group[slot]][call.position[slot]] = slot;
   }
   return out;
 }
@@ -49,7 +48,8 @@ class LocalCollectives : public Collectives {
 
  protected:
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const at::Tensor& first = in[m[0]];
       const int64_t piece = first.size(dim);
@@ -64,7 +64,8 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dim) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const int64_t chunk = in[m[0]].size(dim) / static_cast<int64_t>(m.size());
       for (size_t i = 0; i < m.size(); ++i) {
@@ -78,7 +79,8 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoAllReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
@@ -88,7 +90,8 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dst) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
@@ -99,7 +102,8 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoAllToAll(const at::Tensor& input, const CallInfo& call, int64_t split_dim, int64_t concat_dim) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const int64_t chunk = in[m[0]].size(split_dim) / static_cast<int64_t>(m.size());
       for (size_t j = 0; j < m.size(); ++j) {
@@ -114,7 +118,8 @@ class LocalCollectives : public Collectives {
 
   at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call, const SplitSizes& splits,
                               const SplitSizes&) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       for (size_t j = 0; j < m.size(); ++j) {
         std::vector<at::Tensor> pieces;
@@ -131,13 +136,15 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) GiveReplicas(in[m[src]], m, call, out);
     return Wrap(call, in, std::move(out));
   }
 
   at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src, int64_t dim) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const at::Tensor& x = in[m[src]];
       const int64_t chunk = x.size(dim) / static_cast<int64_t>(m.size());
@@ -150,7 +157,8 @@ class LocalCollectives : public Collectives {
   }
 
   at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst, int64_t dim) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
@@ -162,7 +170,8 @@ class LocalCollectives : public Collectives {
 
   at::Tensor DoSendRecv(const at::Tensor& input, const CallInfo& call,
                         const std::vector<std::pair<int64_t, int64_t>>& pairs) override {
-    std::vector<at::Tensor> in = LocalShards(input), out(in.size());
+    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    std::vector<at::Tensor> out(in.size());
     auto slot = [&](int64_t rank) {
       return static_cast<size_t>(std::lower_bound(call.held.begin(), call.held.end(), rank) - call.held.begin());
     };
