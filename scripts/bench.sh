@@ -7,10 +7,23 @@
 #                                      fresh destination memory for both; all_gather_warm: with reused pages
 #   bench all_gather_peak_memory ratio <x>   peak resident memory growth of one all_gather / (inputs + outputs)
 #   bench redistribute_<case> ratio <x>      upstream DTensor.redistribute / dtsim's (bench/redistribute_cases.json)
+# Issue 11 (world-size scaling and replicas; bench/scale_bench.cc, bench/upstream_memory_bench.py):
+#   bench meta_4096 ratio <x>          1 s / time of planning and simulating 16x16x16 ranks [S(0),S(1),R] -> [R,S(0),S(1)]
+#                                      on meta tensors (target >= 1)
+#   bench meta_scaling ratio <x>       64 * t(64 ranks) / t(4096 ranks) of the same (1 = linear; target >= 1)
+#   bench data_scaling ratio <x>       64 * t(1024) / t(65536) of S(0) -> R of a [4] tensor on data (1 = linear,
+#                                      1/64 = quadratic, as before issue 11)
+#   bench layout_scaling ratio <x>     64 * t(16384) / t(2^20) of the layout JSON of R with every rank listed
+#   bench layout_1M_json_memory ratio <x>    2.15 GB (the peak before issue 11) / peak RSS of
+#                                      `dtsim layout --mesh 1048576 --shape 4 --placements R --json --ranks all`
+#   bench redistribute_large_S0_to_R_memory ratio <x>  upstream's peak RSS growth / dtsim's, 8 ranks x 16 MiB S(0)->R
+#                                      (target >= 4; dtsim's own growth / (source shards + one global copy) in the note)
+#   bench redistribute_large_S0_to_R_nocache ratio <x> upstream's time / dtsim's without the caching allocator
+#                                      (target >= 5)
 # dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
 # the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-configure_and_build --target dtsim_bench dtsim_redistribute_bench >&2
+configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim >&2
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 bench="$DTSIM_BUILD/bench/dtsim_bench"
@@ -30,6 +43,29 @@ for thp in 0 1; do
   THP_MEM_ALLOC_ENABLE=$thp "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" \
     > "$out/upstream_redistribute_thp$thp.json"
 done
+# Issue 11. Scaling: 5 rounds, each running every size (64, 512, 4096 ranks ...) once; the best round of each counts.
+scale="$DTSIM_BUILD/bench/dtsim_scale_bench"
+for i in 1 2 3 4 5; do
+  "$scale" --benchmark_filter='BM_MetaRedistribute|BM_DataRedistribute|BM_LayoutJson' \
+    --benchmark_out="$out/scale_$i.json" --benchmark_out_format=json >&2
+done
+# Peak memory of S(0) -> R, 8 ranks x 16 MiB: each side in a process of its own, c10's default allocator (3 runs of
+# dtsim, the lowest peak; upstream peaks above 10 GB, once).
+for i in 1 2 3; do
+  DTSIM_BENCH_CACHE=0 "$scale" --benchmark_filter=BM_RedistributeLargeMemory \
+    --benchmark_out="$out/memory_$i.json" --benchmark_out_format=json >&2
+done
+"$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_memory_bench.py" > "$out/upstream_memory.json"
+# The large S(0) -> R without the caching allocator (upstream's default-allocator time is from the loop above).
+DTSIM_BENCH_CACHE=0 "$DTSIM_BUILD/bench/dtsim_redistribute_bench" --benchmark_filter='large_8x16MiB_S0_to_R/' \
+  --benchmark_repetitions=5 --benchmark_out="$out/nocache.json" --benchmark_out_format=json >&2
+# The command line on the cases issue 11 names (wall time and peak RSS, process start included).
+/usr/bin/time -f "%e %M" -o "$out/cli_layout_1M" "$DTSIM_BUILD/dtsim" layout --mesh 1048576 --shape 4 \
+  --placements R --json --ranks all > /dev/null
+/usr/bin/time -f "%e %M" -o "$out/cli_redistribute_65536" "$DTSIM_BUILD/dtsim" redistribute --mesh 65536 --shape 4 \
+  --from 'S(0)' --to R > /dev/null
+/usr/bin/time -f "%e %M" -o "$out/cli_meta_4096" "$DTSIM_BUILD/dtsim" redistribute --mesh 16x16x16 \
+  --shape 4096,4096 --from 'S(0),S(1),R' --to 'R,S(0),S(1)' --meta --memory > /dev/null
 "$DTSIM_PY" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -69,4 +105,54 @@ for thp in (0, 1):
                   f"dtsim {t:.1f} us{', both with THP_MEM_ALLOC_ENABLE=1' if thp else ''})")
 print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
       f"(peak RSS growth / (inputs + outputs))")
+
+# ---- issue 11 ----
+def best_times(prefix):
+    """{arg: best real time in ms} over the rounds of the scaling runs."""
+    best = {}
+    for i in range(1, 6):
+        for b in json.load(open(os.path.join(out, f"scale_{i}.json")))["benchmarks"]:
+            name = b["name"]
+            if not name.startswith(prefix + "/"):
+                continue
+            arg = int(name.split("/")[1])
+            t = b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+            best[arg] = min(best.get(arg, t), t)
+    return best
+
+def cli(name):
+    wall, kb = open(os.path.join(out, name)).read().split()[-2:]
+    return float(wall), int(kb) * 1024
+
+meta = best_times("BM_MetaRedistribute")  # keyed by the mesh side: 4 -> 64 ranks, 16 -> 4096 ranks
+wall, rss = cli("cli_meta_4096")
+print(f"bench meta_4096 ratio {1000 / meta[16]:.1f}   (16x16x16 ranks planned and simulated on meta tensors in "
+      f"{meta[16]:.1f} ms; the command line with --memory, process start included: {wall:.2f} s, {rss / 2**20:.0f} MiB)")
+print(f"bench meta_scaling ratio {64 * meta[4] / meta[16]:.2f}   (64 ranks {meta[4]:.3f} ms, 512 ranks {meta[8]:.2f} ms, "
+      f"4096 ranks {meta[16]:.1f} ms)")
+data = best_times("BM_DataRedistribute")
+wall, rss = cli("cli_redistribute_65536")
+print(f"bench data_scaling ratio {64 * data[1024] / data[65536]:.2f}   (S(0) -> R of [4] on data: 1024 ranks "
+      f"{data[1024]:.2f} ms, 65536 ranks {data[65536]:.0f} ms; `dtsim redistribute --mesh 65536` {wall:.2f} s, "
+      f"{rss / 2**20:.0f} MiB)")
+layout = best_times("BM_LayoutJson")
+wall, rss = cli("cli_layout_1M")
+print(f"bench layout_scaling ratio {64 * layout[16384] / layout[1 << 20]:.2f}   (layout JSON of every rank: 16384 ranks "
+      f"{layout[16384]:.1f} ms, 2^20 ranks {layout[1 << 20]:.0f} ms)")
+print(f"bench layout_1M_json_memory ratio {2.15e9 / rss:.1f}   (`dtsim layout --mesh 1048576 --json --ranks all`: "
+      f"peak RSS {rss / 2**20:.0f} MiB, {wall:.2f} s; 2.15 GB and 12 s before issue 11)")
+mem = [json.load(open(os.path.join(out, f"memory_{i}.json")))["benchmarks"][0] for i in (1, 2, 3)]
+mine = min(m["peak_growth_bytes"] for m in mem)
+reference = mem[0]["source_plus_global_bytes"]
+up_mem = json.load(open(os.path.join(out, "upstream_memory.json")))
+assert all(m["ok"] == 1 for m in mem) and up_mem["ok"], "S(0) -> R gave a wrong result"
+print(f"bench redistribute_large_S0_to_R_memory ratio {up_mem['peak_growth_bytes'] / mine:.1f}   (peak RSS growth: "
+      f"upstream {up_mem['peak_growth_bytes'] / 2**20:.0f} MiB, dtsim {mine / 2**20:.0f} MiB = "
+      f"{mine / reference:.2f} x (source shards + one global copy), target <= 1.25)")
+nocache = min(b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+              for b in json.load(open(os.path.join(out, "nocache.json")))["benchmarks"]
+              if b.get("run_type", "iteration") == "iteration")
+up_large = json.load(open(os.path.join(out, "upstream_redistribute_thp0.json")))["large_8x16MiB_S0_to_R"]
+print(f"bench redistribute_large_S0_to_R_nocache ratio {up_large / nocache:.1f}   (upstream {up_large / 1e3:.0f} ms, "
+      f"dtsim {nocache / 1e3:.1f} ms, both with c10's default allocator)")
 PY

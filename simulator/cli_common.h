@@ -73,10 +73,10 @@ DeviceMesh MeshFromJson(const nlohmann::json& c);
 // typed): "from: '[S(0)]' has 1 placement for mesh[2, 4] of 2 dims".
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype);
 
-// Refuses a simulation of more than 65536 ranks (InputError("mesh"): its collectives would run for hours), and
-// (InputError("shape")) one whose tensors would not fit in memory: every one of the mesh's ranks
-// may hold a whole replica (S -> R), and a step holds its input and output, so it needs about
-// numel * itemsize * (ranks + 2) bytes; this is compared with the memory available now.
+// Refuses a simulation whose estimated memory exceeds the memory available now, naming the estimate: about 8 KiB per
+// simulated rank (tensor headers, per-rank tables) plus, in a data run (`meta` false), numel * itemsize * (ranks + 2)
+// bytes (every rank may hold a whole copy, and a step holds its input and output). InputError("shape") when the data
+// dominates, InputError("mesh") otherwise. The rank count itself is capped by the mesh (kMaxMeshRanks).
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta = false);
 
 // Reads JSON cases one per line from `path` ("-" = stdin) and prints `run(case)` per line; a line that is not JSON or
