@@ -23,4 +23,7 @@ int RunDistribute(const Args& args);
 // dtsim trace-diff: where two traces part.
 int RunTraceDiff(const Args& args);
 
+// dtsim export: a trace as Chrome / Perfetto trace-event JSON.
+int RunExport(const Args& args);
+
 }  // namespace dtsim::cli

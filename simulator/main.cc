@@ -23,6 +23,7 @@ const std::map<std::string, Command>& Commands() {
       {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
       {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
+      {"export", {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
   };
   return commands;
 }
