@@ -218,7 +218,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
       DrawRect r;
       r.rect = inner;
       r.border = color;
-      r.border_width = std::min(width, std::max(1.0f, inner.width() / 3));
+      r.border_width = std::min(width, std::max(1.0f, std::floor(inner.width() / 3)));
       r.role = role;
       r.rank = rank;
       out.draw.rects.push_back(r);

@@ -80,7 +80,7 @@ std::vector<std::string> RankDetails(const TraceModel& model, int64_t frame_inde
   if (diff != nullptr) {
     for (const TraceDifference* d : diff->At(frame_index, model.num_frames())) {
       if (std::find(d->ranks.begin(), d->ranks.end(), rank) != d->ranks.end()) {
-        out.push_back(StrCat("differs: ", d->where, ": ", d->what));
+        out.push_back(StrCat("differs: ", Where(model, *d), ": ", d->what));
       }
     }
   }

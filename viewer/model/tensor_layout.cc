@@ -159,7 +159,7 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   if (view.row_dim < 0) out.tensor.y1 = std::round(oy + std::min(avail_h, std::max(3 * line, out.tensor.width() / 8)));
 
   // The tensor's frame (visible also where nothing is owned, e.g. a dim of size 0).
-  out.draw.rects.push_back({out.tensor, Rgba{45, 45, 52, 255}, kGridColor, 1, Role::kBackground});
+  out.draw.rects.push_back({out.tensor, Rgba{}, kGridColor, 1, Role::kBackground});
   if (lx == 0 || ly == 0) {
     const std::string t = "empty tensor (a dim of size 0)";
     out.draw.texts.push_back({ox + 4, oy + 4, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
@@ -225,12 +225,12 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     DrawRect whole_rect;
     whole_rect.rect = b.rect;
     whole_rect.border = partial_ways > 1 ? kPartialColor : kCellBorderColor;
-    whole_rect.border_width = partial_ways > 1 ? std::max(1.0f, std::min(2.0f, extent / 4)) : (extent >= 4 ? 1 : 0);
+    whole_rect.border_width = partial_ways > 1 ? std::max(1.0f, std::min(2.0f, std::floor(extent / 4))) : (extent >= 4 ? 1 : 0);
     whole_rect.role = Role::kTensorBlock;
     whole_rect.block = static_cast<int32_t>(bi);
     out.draw.rects.push_back(whole_rect);
     // Marks for diff, anomalies and emphasis: around the whole block, and around the owner's chip.
-    const float room = std::max(1.0f, extent / 4);
+    const float room = std::max(1.0f, std::floor(extent / 4));
     auto mark = [&](const Rect& r, Rgba color, float width, int64_t rank) {
       DrawRect m;
       m.rect = r;

@@ -82,14 +82,19 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
     max_bytes = std::max({max_bytes, frame.bytes_sent[p], frame.bytes_received[p]});
   }
   out.max_bytes = max_bytes;
-  const float label_w = tm.Width("received 000.0 MiB") + 6;
+  const float label_w = tm.Width("recv <= 000.0 MiB") + 6;
   const Rect plot{area.x0 + label_w, area.y0, area.x1, area.y1};
   const float mid = std::round((plot.y0 + plot.y1) / 2);
   const float half = std::max(1.0f, mid - plot.y0 - 1);
-  out.draw.rects.push_back({plot, Rgba{40, 40, 46, 255}, kGridColor, 1, Role::kBackground});
+  out.draw.rects.push_back({plot, Rgba{}, kGridColor, 1, Role::kBackground});
   out.draw.lines.push_back({plot.x0, mid, plot.x1, mid, kGridColor, 1, Role::kDecoration});
-  const std::string sent = StrCat("sent ", BytesText(max_bytes));
-  const std::string received = StrCat("received ", BytesText(max_bytes));
+  int64_t max_sent = 0, max_received = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    max_sent = std::max(max_sent, frame.bytes_sent[p]);
+    max_received = std::max(max_received, frame.bytes_received[p]);
+  }
+  const std::string sent = StrCat("sent <= ", BytesText(max_sent));
+  const std::string received = StrCat("recv <= ", BytesText(max_received));
   out.draw.texts.push_back({area.x0, plot.y0, tm.Width(sent), line, sent, kDimTextColor, Role::kDecoration});
   out.draw.texts.push_back({area.x0, plot.y1 - line, tm.Width(received), line, received, kDimTextColor,
                             Role::kDecoration});

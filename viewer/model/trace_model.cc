@@ -15,10 +15,15 @@ constexpr int64_t kDenseRankFactor = 4;
 
 std::string PlacementText(const Placements& p) { return ToString(p); }
 
-std::string StepTitle(const TraceStep& step, size_t index, const DeviceMesh& mesh) {
+// "dp(0) S(0) -> R  all_gather"
+std::string StepText(const TraceStep& step, const DeviceMesh& mesh) {
   const std::string dim = step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
-  return StrCat("step ", index + 1, ": ", dim, "(", step.plan.mesh_dim, ") ", step.plan.from.ToString(), " -> ",
-                step.plan.to.ToString(), "  ", ToString(step.plan.collective));
+  return StrCat(dim, "(", step.plan.mesh_dim, ") ", step.plan.from.ToString(), " -> ", step.plan.to.ToString(), "  ",
+                ToString(step.plan.collective));
+}
+
+std::string StepTitle(const TraceStep& step, size_t index, const DeviceMesh& mesh) {
+  return StrCat("step ", index + 1, ": ", StepText(step, mesh));
 }
 
 }  // namespace
@@ -264,6 +269,25 @@ int64_t FrameOf(const TraceDifference& d, int64_t num_frames) {
   return 0;
 }
 
+std::string Where(const TraceModel& model, const TraceDifference& d) {
+  switch (d.phase) {
+    case TraceDifference::Phase::kInitial:
+      return "initial";
+    case TraceDifference::Phase::kFinal:
+      return "final";
+    case TraceDifference::Phase::kStep:
+      break;
+  }
+  const auto& steps = model.trace().steps;
+  if (d.step < 0 || d.step >= static_cast<int64_t>(steps.size())) return StrCat("after step ", d.step);
+  const TraceStep& step = steps[d.step];
+  std::string out = StrCat("step ", d.step + 1, " (", StepText(step, model.mesh()), ")");
+  if (d.collective >= 0 && d.collective < static_cast<int64_t>(step.collectives.size())) {
+    out += StrCat(", collective ", d.collective, " (", ToString(step.collectives[d.collective].kind), ")");
+  }
+  return out;
+}
+
 std::vector<const TraceDifference*> TraceDiff::At(int64_t frame, int64_t num_frames) const {
   std::vector<const TraceDifference*> out;
   for (const TraceDifference& d : differences) {
@@ -302,7 +326,7 @@ TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
                          a.trace().steps.size(), " steps, final)");
   } else {
     const TraceDifference& first = out.differences.front();
-    out.summary = StrCat("differ: first at ", first.where, ": ", first.what, "; ", out.num_ranks_differing, " of ", n,
+    out.summary = StrCat("differ: first at ", Where(a, first), ": ", first.what, "; ", out.num_ranks_differing, " of ", n,
                          " ranks differ; ", out.differences.size(), " difference",
                          out.differences.size() == 1 ? "" : "s", " in all",
                          out.hashes_compared ? "" : " (no hashes compared: a metadata-only trace has none)");

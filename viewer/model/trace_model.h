@@ -128,4 +128,8 @@ TraceDiff DiffModels(const TraceModel& a, const TraceModel& b);
 // The frame of `model` that a difference belongs to (initial → 0, step s → s + 1, final → last; clamped).
 int64_t FrameOf(const TraceDifference& difference, int64_t num_frames);
 
+// Where a difference is, in the viewer's words (steps numbered from 1, as the timeline and `dtsim plan` show them):
+// "initial", "step 2 (dp(0) S(0) -> R  all_gather)", "step 2 (...), collective 0 (all_gather)", "final".
+std::string Where(const TraceModel& model, const TraceDifference& difference);
+
 }  // namespace dtsim::viewer

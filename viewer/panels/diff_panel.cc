@@ -22,7 +22,7 @@ void DrawDiffPanel(App& app, const Rect& area) {
       ImGui::Text("%zu at this frame, %zu in all", here.size(), diff->differences.size());
       for (const TraceDifference* d : here) {
         ImGui::PushStyleColor(ImGuiCol_Text, red);
-        ImGui::TextWrapped("%s: %s", d->where.c_str(), d->what.c_str());
+        ImGui::TextWrapped("%s: %s", Where(model, *d).c_str(), d->what.c_str());
         ImGui::PopStyleColor();
       }
     }
