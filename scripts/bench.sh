@@ -70,3 +70,5 @@ for thp in (0, 1):
 print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
       f"(peak RSS growth / (inputs + outputs))")
 PY
+# The viewer: frames per second while scrubbing a 4,096-rank trace under Xvfb (bench viewer_fps_4096).
+"$DTSIM_ROOT/scripts/bench_viewer.sh"

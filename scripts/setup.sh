@@ -10,6 +10,9 @@ DTSIM_PY="${DTSIM_PY:-$DTSIM_ROOT/.venv/bin/python}"  # override to use a venv e
 TORCH_VERSION="2.13.0"
 APT_PACKAGES=(cmake ninja-build ccache g++ python3-venv pkg-config nlohmann-json3-dev libgtest-dev
               libgmock-dev libboost-program-options-dev libbenchmark-dev libxxhash-dev)
+# The viewer: Dear ImGui (Debian's libimgui.a ships its GLFW and OpenGL3 backends), GLFW, stb_image_write; headless
+# screenshots and pixel tests run under xvfb-run (xauth) on Mesa's software OpenGL (llvmpipe, in libgl1-mesa-dri).
+APT_PACKAGES+=(libimgui-dev libglfw3-dev libstb-dev libgl1-mesa-dri xvfb xauth)  # viewer
 
 log() { echo "[setup] $*" >&2; }
 

@@ -226,7 +226,19 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     if (!hl.anomalies.empty() && hl.anomalies[p]) outline(kAnomalyColor, thick, Role::kHighlight);
     if (hl.in_group[p]) outline(kGroupColor, thick, Role::kMeshGroup);
     if (hl.emphasis[p] == 1) outline(kHighlightColor, std::max(1.0f, thick - 1), Role::kHighlight);
-    if (hl.emphasis[p] == 2) outline(kHighlightColor, thick, Role::kHighlight);
+    if (hl.emphasis[p] == 2) {
+      outline(kHighlightColor, thick, Role::kHighlight);
+      if (pitch < 10) {
+        // Small cells: a ring around the cell as well, so the selected rank can be found at a glance.
+        DrawRect ring;
+        ring.rect = Rect{c.x0 - 3, c.y0 - 3, c.x1 + 3, c.y1 + 3};
+        ring.border = kHighlightColor;
+        ring.border_width = 2;
+        ring.role = Role::kHighlight;
+        ring.rank = rank;
+        out.draw.rects.push_back(ring);
+      }
+    }
   }
   return out;
 }

@@ -43,18 +43,31 @@ void DrawToolbar(App& app) {
     return;
   }
   const ImVec4 dim = ToVec4(kDimTextColor);
+  // File names (the full path on hover) and what each trace is.
+  auto name = [](const TraceModel& m) {
+    const std::string& p = m.source();
+    const size_t slash = p.find_last_of('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+  };
+  auto path_tooltip = [](const TraceModel& m) {
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
+  };
   if (!app.second) {
-    ImGui::TextUnformatted(app.first->source().c_str());
+    ImGui::TextUnformatted(name(*app.first).c_str());
+    path_tooltip(*app.first);
     ImGui::SameLine();
     ImGui::TextColored(dim, "%s", Describe(*app.first).c_str());
     return;
   }
   int which = app.view.show_second ? 1 : 0;
-  if (ImGui::RadioButton(("first: " + app.first->source()).c_str(), &which, 0)) app.view.show_second = false;
+  if (ImGui::RadioButton(("first: " + name(*app.first)).c_str(), &which, 0)) app.view.show_second = false;
+  path_tooltip(*app.first);
   ImGui::SameLine();
   ImGui::TextColored(dim, "%s", Describe(*app.first).c_str());
   ImGui::SameLine();
-  if (ImGui::RadioButton(("second: " + app.second->source()).c_str(), &which, 1)) app.view.show_second = true;
+  ImGui::TextColored(dim, "  (Tab switches)");
+  if (ImGui::RadioButton(("second: " + name(*app.second)).c_str(), &which, 1)) app.view.show_second = true;
+  path_tooltip(*app.second);
   ImGui::SameLine();
   ImGui::TextColored(dim, "%s", Describe(*app.second).c_str());
   const bool agree = app.diff->differences.empty();
