@@ -74,6 +74,21 @@ TEST(MpiCollectivesTest, HalfAndBoolReductionsAreBitwiseTheSimulation) {
   EXPECT_TRUE(at::equal(band, want_band));
 }
 
+// Run on purpose by tests/backends/test_mpi_faults.py (the job must end with a report, so it is disabled here):
+// rank 1 runs an all_reduce where the others run an all_gather.
+TEST(MpiCollectivesTest, DISABLED_DivergingRanksAreReported) {
+  auto c = MakeMpiCollectives();
+  std::vector<int64_t> world(WorldSize());
+  std::iota(world.begin(), world.end(), 0);
+  at::Tensor x = at::ones({2});
+  if (c->rank() == 1) {
+    c->AllReduce(x, GroupSet::Of(world), ReduceOp::kSum);
+  } else {
+    c->AllGather(x, GroupSet::Of(world), 0);
+  }
+  ADD_FAILURE() << "the diverging collectives were not reported";
+}
+
 }  // namespace testing_internal
 }  // namespace dtsim
 
