@@ -23,6 +23,9 @@ int RunDistribute(const Args& args);
 // dtsim trace-diff: where two traces part.
 int RunTraceDiff(const Args& args);
 
+// dtsim compare: a redistribution simulated and on real ranks (launched with mpirun), diffed.
+int RunCompare(const Args& args);
+
 // dtsim export: a trace as Chrome / Perfetto trace-event JSON.
 int RunExport(const Args& args);
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "dtsim/caching_allocator.h"
 #include "dtsim/error.h"
@@ -23,6 +24,7 @@ const std::map<std::string, Command>& Commands() {
       {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
       {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
+      {"compare", {&dtsim::cli::RunCompare, "run a redistribution simulated and on real ranks (mpirun), diff them"}},
       {"export", {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
   };
   return commands;
@@ -54,19 +56,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   dtsim::cli::Args args(argv + 2, argv + argc);
+  // On a real run every rank meets the same input errors: rank 0 reports them (the others are Silenced()).
+  auto report = [](const std::string& text) {
+    if (!dtsim::cli::Silenced()) std::cerr << text << "\n";
+  };
   try {
     return it->second.run(args);
   } catch (const dtsim::InputError& e) {
-    std::cerr << "dtsim: error: " << e.what() << "\n";
+    report(std::string("dtsim: error: ") + e.what());
     return 2;
   } catch (const boost::program_options::error& e) {
-    std::cerr << "dtsim: error: options: " << e.what() << "\n";
+    report(std::string("dtsim: error: options: ") + e.what());
     return 2;
   } catch (const dtsim::InternalError& e) {
+    dtsim::cli::EndRealJob(std::string("internal error: ") + e.what(), 3);  // returns when no real run is on
     std::cerr << "dtsim: " << e.what() << "\n";
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << "dtsim: internal error: " << e.what() << "\n";
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));  // LibTorch appends a C++ stack trace
+    dtsim::cli::EndRealJob("internal error: " + what, 3);
+    std::cerr << "dtsim: internal error: " << what << "\n";
     return 3;
   }
 }

@@ -1,12 +1,17 @@
-// dtsim redistribute: debugs one redistribution on the simulated world — the plan, the layouts before and after,
-// every rank's shard, and a verdict against the global tensor; optionally a JSON trace of the run.
+// dtsim redistribute: debugs one redistribution — the plan, the layouts before and after, every rank's shard, and a
+// verdict against the global tensor; optionally a JSON trace of the run. The same code runs on the simulated world
+// (every rank in this process) and on real ranks (`mpirun -np N dtsim redistribute --backend mpi ...`), where every
+// rank holds only its own shard and rank 0 gathers what the report and the trace need.
 //
 //   dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype float32]
-//                      [--planner greedy|min-cost] [--json] [--values] [--trace out.json]
+//                      [--planner greedy|min-cost|graph] [--json] [--values] [--trace out.json]
+//                      [--backend local|mpi|nccl] [--timeout 60] [--inject-fault SPEC]
 //   dtsim redistribute --batch FILE|-    JSON cases in, one JSON result (with values) per line out
 //
 // The inputs are arange cases (include/dtsim/arange_case.h): the global tensor is arange(numel) in the dtype; a
 // --from with Partial placements is built with from_local from scaled shards, as upstream's tests do.
+#include "redistribute_command.h"
+
 #include <ATen/ATen.h>
 
 #include <boost/program_options.hpp>
@@ -17,14 +22,16 @@
 #include "commands.h"
 #include "tensor_report.h"
 #include "dtsim/arange_case.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/global_view.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/plan.h"
 #include "dtsim/planner.h"
-#include "dtsim/backends/local_collectives.h"
+#include "dtsim/real_run.h"
 #include "dtsim/trace.h"
 #include "dtsim/trace_recorder.h"
 
@@ -33,75 +40,16 @@ namespace po = boost::program_options;
 namespace dtsim::cli {
 namespace {
 
-// Options of `dtsim redistribute` (and `dtsim plan`'s shared part); defaults in comments.
-struct RedistributeCliOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
-  std::string from;               // required: "S(0),R"
-  std::string to;                 // required: "R,S(1)"
-  std::string planner = "greedy";  // greedy (upstream's sequence) or min-cost
-  bool json = false;              // one JSON object instead of text
-  bool values = false;            // include every rank's values
-  std::string trace;              // "" = no trace; else the path of the JSON trace to write
-  std::string batch;              // "" = single case; a path or "-" for stdin
+// Options of `dtsim redistribute`; defaults in comments.
+struct RedistributeCliOptions : TensorOptions, BackendCliOptions {  // --mesh, --names, --shape, --dtype, --backend...
+  std::string from;                // required: "S(0),R"
+  std::string to;                  // required: "R,S(1)"
+  std::string planner = "greedy";  // greedy (upstream's sequence), min-cost or graph
+  bool json = false;               // one JSON object instead of text
+  bool values = false;             // include every rank's values
+  std::string trace;               // "" = no trace; else the path of the JSON trace to write
+  std::string batch;               // "" = single case; a path or "-" for stdin
 };
-
-struct Case {
-  DTensorSpec src;
-  Placements to;
-  PlannerKind planner;
-};
-
-struct Outcome {
-  Plan plan;
-  DTensor source;
-  DTensor result;
-  bool ok;
-  std::string problem;
-};
-
-Outcome RunCase(const Case& c, TraceRecorder* recorder) {
-  CheckSimulationFits(c.src, c.src.mesh().size());
-  std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
-  DTensor source = MakeArangeSource(c.src, collectives);
-  if (recorder) {
-    recorder->SetInitial(source.spec(), source.to_local(), *collectives);
-    collectives->SetObserver(recorder);
-  }
-  RedistributeOptions options;
-  options.planner = ToString(c.planner);
-  Plan plan;
-  options.plan_out = &plan;
-  if (recorder) {
-    options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
-      recorder->EndStep(step, spec, local, *collectives);
-    };
-  }
-  DTensor result = source.Redistribute(source.mesh(), c.to, options);
-  collectives->SetObserver(nullptr);
-  Assembled assembled = AssembleGlobal(result.spec(), result.to_local());
-  Outcome out{plan, source, result, false, assembled.problem};
-  if (assembled.global) {
-    out.ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
-    if (!out.ok) out.problem = "the global tensor after redistribution differs from the expected one";
-  }
-  if (recorder) recorder->SetFinal(result.spec(), result.to_local(), *collectives, out.ok);
-  return out;
-}
-
-nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
-  nlohmann::json plan = ToJson(o.plan);
-  nlohmann::json out = {{"ok", o.ok},
-                        {"plan", plan["plan"]},
-                        {"planner", o.plan.planner},
-                        {"total_est_us", o.plan.total_est_us},
-                        {"mesh", {{"shape", c.src.mesh().shape()}, {"names", c.src.mesh().names()}}},
-                        {"shape", c.src.shape()},
-                        {"dtype", ToString(c.src.dtype())},
-                        {"from", ToString(c.src.placements())},
-                        {"to", ToString(o.result.placements())},
-                        {"ranks", RanksToJson(o.result.spec(), o.result.to_local(), values)}};
-  if (!o.ok) out["problem"] = o.problem;
-  return out;
-}
 
 Case CaseFromJson(const nlohmann::json& j) {
   for (const char* key : {"mesh", "shape", "from", "to"}) {
@@ -117,6 +65,77 @@ Case CaseFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
+Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options) {
+  Collectives& comm = *collectives;
+  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size());
+  DTensor source = MakeArangeSource(c.src, collectives);
+  std::optional<TraceRecorder> recorder;
+  if (options.trace_meta) {
+    recorder.emplace(*options.trace_meta);
+    recorder->SetInitial(source.spec(), source.to_local(), comm);
+    comm.SetObserver(&*recorder);
+  }
+  RedistributeOptions redistribute;
+  redistribute.planner = ToString(c.planner);
+  Outcome out;
+  redistribute.plan_out = &out.plan;
+  if (recorder) {
+    redistribute.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+      recorder->EndStep(step, spec, local, comm);
+    };
+  }
+  // Faults strike the traced redistribution only (not the distribution of the source, nor the gathers below).
+  if (!comm.simulated()) comm.SetFault(options.fault);
+  DTensor result = source.Redistribute(source.mesh(), c.to, redistribute);
+  comm.SetObserver(nullptr);
+  if (!comm.simulated() && options.fault.active()) {
+    const bool struck = AnyRank(comm, comm.fault_struck());
+    comm.SetFault(FaultSpec{});
+    if (!struck && IsReportingRank(comm)) {
+      std::cerr << "dtsim: warning: the fault " << options.fault.ToString() << " did not strike: no collective of this "
+                << "redistribution on rank " << options.fault.rank << " is one it can affect (wrong-offset needs one "
+                << "where the rank sends data, wrong-op a reduction)\n";
+    }
+  }
+  out.source_spec = source.spec();
+  out.result_spec = result.spec();
+  // The verdict: every rank's shard put back together (on rank 0 of a real run) against the expected global tensor.
+  out.result = GatherShards(comm, result.to_local());
+  if (options.gather_source) out.source = GatherShards(comm, source.to_local());
+  int64_t ok = 0;
+  if (out.result) {
+    Assembled assembled = AssembleGlobal(result.spec(), *out.result);
+    out.problem = assembled.problem;
+    if (assembled.global) {
+      ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
+      if (!ok) out.problem = "the global tensor after redistribution differs from the expected one";
+    }
+  }
+  out.ok = BroadcastFromRankZero(comm, ok) != 0;
+  if (recorder) {
+    recorder->SetFinal(result.spec(), result.to_local(), comm,
+                       IsReportingRank(comm) ? std::optional<bool>(out.ok) : std::nullopt);
+    out.trace = GatherTrace(comm, recorder->trace());
+  }
+  return out;
+}
+
+nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
+  nlohmann::json plan = ToJson(o.plan);
+  nlohmann::json out = {{"ok", o.ok},
+                        {"plan", plan["plan"]},
+                        {"planner", o.plan.planner},
+                        {"total_est_us", o.plan.total_est_us},
+                        {"mesh", {{"shape", c.src.mesh().shape()}, {"names", c.src.mesh().names()}}},
+                        {"shape", c.src.shape()},
+                        {"dtype", ToString(c.src.dtype())},
+                        {"from", ToString(c.src.placements())},
+                        {"to", ToString(o.result_spec.placements())},
+                        {"ranks", RanksToJson(o.result_spec, *o.result, values)}};
+  if (!o.ok) out["problem"] = o.problem;
+  return out;
+}
+
 int RunRedistribute(const Args& args) {
   RedistributeCliOptions o;
   po::options_description desc("dtsim redistribute options");
@@ -124,26 +143,53 @@ int RunRedistribute(const Args& args) {
   desc.add_options()
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R (Partial allowed)")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
-      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's sequence) or min-cost")
+      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's sequence), min-cost or graph")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)")
       ("trace", po::value(&o.trace), "write a JSON trace of the run to this path")
       ("batch", po::value(&o.batch), "JSON cases, one per line, from a file or - (stdin); JSON results out");
+  AddBackendOptions(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" "
-                 "--to \"R,S(1)\" [--planner greedy|min-cost] [--json] [--values] [--trace out.json]\n"
+                 "--to \"R,S(1)\" [--planner greedy|min-cost|graph] [--json] [--values] [--trace out.json]\n"
+                 "       mpirun -np 8 dtsim redistribute --backend mpi <the same flags>   (real ranks)\n"
               << desc;
     return 0;
   }
   if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [](const nlohmann::json& j) {
+    // One backend for every line; on real ranks each line's mesh must match the world, and each line may name a
+    // trace file ("trace": path) that rank 0 writes.
+    FaultSpec fault;
+    std::shared_ptr<Collectives> real = o.backend == "local" ? nullptr : MakeBackend(o, &fault);
+    if (real && o.batch == "-") {
+      throw InputError("batch", "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
+    }
+    if (fault.active()) throw InputError("inject-fault", "--inject-fault runs a single case; not with --batch");
+    return RunJsonLines(o.batch, [&](const nlohmann::json& j) {
       Case c = CaseFromJson(j);
       if (j.contains("values") && !j["values"].is_boolean()) {
         throw InputError("values", StrCat("expected true or false, got ", j["values"].dump()));
       }
+      if (j.contains("trace") && (!j["trace"].is_string() || j["trace"].get<std::string>().empty())) {
+        throw InputError("trace", StrCat("expected a file path, got ", Excerpt(j["trace"])));
+      }
       bool values = !j.contains("values") || j["values"].get<bool>();
-      return OutcomeToJson(c, RunCase(c, nullptr), values);
+      std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
+      CheckMeshFitsWorld(*comm, c.src.mesh());
+      RunCaseOptions options;
+      if (j.contains("trace")) {
+        TraceMeta meta;
+        meta.command = "redistribute";
+        meta.argv = "dtsim redistribute --batch " + o.batch;
+        meta.backend = comm->backend();
+        meta.world_size = c.src.mesh().size();
+        meta.planner = ToString(c.planner);
+        options.trace_meta = meta;
+      }
+      Outcome out = RunCase(c, comm, options);
+      if (out.trace) WriteJsonFileAtomically(j["trace"].get<std::string>(), ToJson(*out.trace));
+      return IsReportingRank(*comm) ? OutcomeToJson(c, out, values) : nlohmann::json();
     });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
@@ -151,27 +197,34 @@ int RunRedistribute(const Args& args) {
   DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   Case c{src, ValidateRedistribute(src, ParsePlacements(o.to, "to")), kind};
-  std::unique_ptr<TraceRecorder> recorder;
+  RunCaseOptions options;
+  std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
   if (!o.trace.empty()) {
-    std::string argv = "dtsim redistribute";
-    for (const std::string& a : args) argv += " " + a;
     TraceMeta meta;
     meta.command = "redistribute";
-    meta.argv = argv;
-    meta.backend = "local";
+    meta.argv = "dtsim redistribute";
+    for (const std::string& a : args) meta.argv += " " + a;
+    meta.backend = comm->backend();
     meta.world_size = src.mesh().size();
     meta.planner = ToString(kind);
-    recorder = std::make_unique<TraceRecorder>(meta);
+    options.trace_meta = meta;
   }
-  Outcome out = RunCase(c, recorder.get());
-  if (recorder) WriteJsonFileAtomically(o.trace, ToJson(recorder->trace()));
+  options.gather_source = o.values;
+  Outcome out = RunCase(c, comm, options);
+  if (!IsReportingRank(*comm)) return out.ok ? 0 : 1;
+  if (out.trace) WriteJsonFileAtomically(o.trace, ToJson(*out.trace));
   if (o.json) {
     std::cout << OutcomeToJson(c, out, o.values).dump() << "\n";
   } else {
     std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src);
-    if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source.spec(), out.source.to_local());
-    std::cout << "\n== after\n" << RenderLayout(out.result.spec());
-    if (o.values) std::cout << "\nvalues after:\n" << RenderValues(out.result.spec(), out.result.to_local());
+    if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source_spec, *out.source);
+    std::cout << "\n== after\n" << RenderLayout(out.result_spec);
+    if (o.values) std::cout << "\nvalues after:\n" << RenderValues(out.result_spec, *out.result);
+    if (!comm->simulated()) {
+      std::cout << "\nran on " << comm->world_size() << " " << comm->backend() << " ranks";
+      if (options.fault.active()) std::cout << " with the fault " << options.fault.ToString() << " injected";
+      std::cout << "\n";
+    }
     std::cout << "\nverdict: "
               << (out.ok ? "OK — the global tensor after redistribution equals the expected one"
                          : "MISMATCH — " + out.problem)
