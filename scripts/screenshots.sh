@@ -23,6 +23,8 @@ shot() {  # shot NAME ARGS...: one screenshot into docs/images/NAME.png
 # shards with an empty shard, strided shards, and Partial values.
 shot viewer-uneven "$T/uneven_2x4_S0R_to_RS1.json" --step 2 --select-rank 3
 shot viewer-nested "$T/nested_4x2_S0S0_to_S1S1.json" --step initial
+# The mouse over a block of the tensor: its owners light up in the mesh and the chart, the tooltip says who holds it.
+shot viewer-hover "$T/nested_4x2_S0S0_to_S1S1.json" --step 2 --mouse 900,300
 shot viewer-strided "$T/strided_2x2_fsdp_tp.json" --step 1
 shot viewer-partial "$T/partial_2x2_Psum_to_S0.json" --step initial --select-rank 2
 

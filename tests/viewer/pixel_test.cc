@@ -261,6 +261,40 @@ TEST_F(ViewerPixelTest, SelectedRankAndItsGroupAreOutlined) {
             kGroupColor);
 }
 
+TEST_F(ViewerPixelTest, HoverLinksTheMeshAndTheTensor) {
+  const std::string args = Golden(kUneven) + " --step final --size 1200x800";
+  const Shot base = Screenshot("hover_base", args);
+  // The mouse over rank 3's block (columns 9:10, held by ranks 3 and 7): both light up on the mesh.
+  const auto block = Find(base.panel("tensor"), "tensor_owner", 3).at(0).second;
+  const int bx = static_cast<int>((block["x0"].get<float>() + block["x1"].get<float>()) / 2);
+  const int by = static_cast<int>((block["y0"].get<float>() + block["y1"].get<float>()) / 2);
+  const Shot over_block = Screenshot("hover_block", args + " --mouse " + std::to_string(bx) + "," + std::to_string(by));
+  for (int64_t rank : {3, 7}) {
+    const auto mark = Find(over_block.panel("mesh"), "highlight", rank);
+    ASSERT_EQ(mark.size(), 1u) << "rank " << rank;
+    const auto& m = mark[0].second;
+    EXPECT_EQ(ColorOf(m["border"]), kHighlightColor);
+    EXPECT_EQ(over_block.image.At(static_cast<int>(m["x0"].get<float>()),
+                                  static_cast<int>((m["y0"].get<float>() + m["y1"].get<float>()) / 2)),
+              kHighlightColor);
+  }
+  EXPECT_EQ(Find(over_block.panel("mesh"), "highlight").size(), 2u);
+  // The mouse over rank 6's mesh cell: its block (columns 6:9, with rank 2) is outlined in the tensor panel.
+  const auto cell = Find(base.panel("mesh"), "mesh_cell", 6).at(0).second;
+  const int mx = static_cast<int>(cell["x0"].get<float>()) + 6, my = static_cast<int>(cell["y0"].get<float>()) + 6;
+  const Shot over_cell = Screenshot("hover_cell", args + " --mouse " + std::to_string(mx) + "," + std::to_string(my));
+  bool outlined = false;
+  const auto owner = Find(over_cell.panel("tensor"), "tensor_owner", 2).at(0).second;  // the block's fill
+  for (const auto& [i, r] : Find(over_cell.panel("tensor"), "highlight")) {
+    if (ColorOf(r["border"]) != kHighlightColor || r["block"] != owner["block"] || r["rank"] != -1) continue;
+    outlined = true;
+    EXPECT_EQ(over_cell.image.At(static_cast<int>(r["x0"].get<float>()) + 1,
+                                 static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2)),
+              kHighlightColor);
+  }
+  EXPECT_TRUE(outlined);
+}
+
 TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
   const std::string big = TempPath("trace_4096.json");
   const RunResult made = RunCommand(std::string(DTSIM_META_TRACE_BIN) +
@@ -319,6 +353,7 @@ TEST(ViewerBadInputTest, BadOptions) {
   ExpectInputError(Golden(kUneven) + " --mesh-grid dp,pp", "dtsim-viewer: error: mesh-grid:");
   ExpectInputError(Golden(kUneven) + " --tensor-grid 0,2", "dtsim-viewer: error: tensor-grid: column dim 2 is not");
   ExpectInputError(Golden(kUneven) + " --show-second", "dtsim-viewer: error: show-second: needs two traces");
+  ExpectInputError(Golden(kUneven) + " --mouse 5000,1", "dtsim-viewer: error: mouse: '5000,1' must be X,Y inside");
   ExpectInputError(Golden(kUneven) + " --frobnicate", "dtsim-viewer: error: options: ");
   ExpectInputError("", "dtsim-viewer: error: traces: give one trace");
 }

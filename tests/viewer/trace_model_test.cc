@@ -131,6 +131,22 @@ TEST(TraceModelTest, MetadataOnlyAndMeasuredTraces) {
   EXPECT_THAT(RankDetails(m, 1, 5), ::testing::Contains(HasSubstr("us measured (estimate")));
 }
 
+TEST(TraceModelTest, RanksWithoutRowsAreStillDrawn) {
+  // A trace of one real rank (not merged) holds only its own rows.
+  const std::string path = EditedTrace(kUneven, "one_rank.json", [](nlohmann::json& j) {
+    for (nlohmann::json* rows : {&j["initial"]["ranks"], &j["steps"][0]["ranks_after"], &j["steps"][1]["ranks_after"],
+                                 &j["final"]["ranks"]}) {
+      *rows = nlohmann::json::array({(*rows)[2]});
+    }
+  });
+  const TraceModel m = TraceModel::Load(path);
+  EXPECT_EQ(m.RowAt(3, 2)->rank, 2);
+  EXPECT_EQ(m.RowAt(3, 5), nullptr);
+  EXPECT_EQ(m.frame(3).layouts.size(), 8u);
+  EXPECT_THAT(RankDetails(m, 3, 5), ::testing::Contains(StartsWith("no row for this rank in the trace; the layout "
+                                                                   "rule gives local shape [5, 3]")));
+}
+
 TEST(TraceModelTest, FromSpecIsOneFrame) {
   const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse("2x4", "dp,tp"), ParsePlacements("S(0),S(1)"), {5, 10});
   const TraceModel m = TraceModel::FromSpec(spec);
@@ -158,7 +174,7 @@ TEST(TraceModelTest, BadFilesAreInputErrors) {
             "keeps its mesh)");
 }
 
-TEST(TraceDiffTest, IdenticalTracesAgree) {
+TEST(ModelDiffTest, IdenticalTracesAgree) {
   const TraceModel a = TraceModel::Load(Golden(kUneven));
   const TraceModel b = TraceModel::Load(Golden(kUneven));
   const TraceDiff d = DiffModels(a, b);
@@ -169,7 +185,7 @@ TEST(TraceDiffTest, IdenticalTracesAgree) {
             "agree: same plan, collectives and shard hashes on all 8 ranks at every step (initial, 2 steps, final)");
 }
 
-TEST(TraceDiffTest, ADifferingRankIsMarkedAtItsFrames) {
+TEST(ModelDiffTest, ADifferingRankIsMarkedAtItsFrames) {
   // Rank 5's shard differs after step 2 and at the end (as a real run with a bad all_gather would).
   const std::string other = EditedTrace(kUneven, "rank5.json", [](nlohmann::json& j) {
     for (nlohmann::json* rows : {&j["steps"][1]["ranks_after"], &j["final"]["ranks"]}) {
@@ -201,7 +217,7 @@ TEST(TraceDiffTest, ADifferingRankIsMarkedAtItsFrames) {
               ::testing::Contains(StartsWith("differs: step 2 (dp(0) S(0) -> R  all_gather): hash differs on rank 5")));
 }
 
-TEST(TraceDiffTest, ADifferentStepCountIsADifferenceNotAMismatch) {
+TEST(ModelDiffTest, ADifferentStepCountIsADifferenceNotAMismatch) {
   const std::string other = EditedTrace(kUneven, "one_step.json", [](nlohmann::json& j) {
     j["steps"].erase(0);
     j["steps"][0]["index"] = 0;
@@ -214,7 +230,7 @@ TEST(TraceDiffTest, ADifferentStepCountIsADifferenceNotAMismatch) {
   EXPECT_EQ(d.frame_differs.size(), 4u);
 }
 
-TEST(TraceDiffTest, TracesOfDifferentRedistributionsAreRefused) {
+TEST(ModelDiffTest, TracesOfDifferentRedistributionsAreRefused) {
   const TraceModel a = TraceModel::Load(Golden(kUneven));
   const TraceModel nested = TraceModel::Load(Golden("nested_4x2_S0S0_to_S1S1.json"));
   EXPECT_THAT(ErrorOf([&] { CheckSameRedistribution(a, nested); }),

@@ -40,6 +40,7 @@ struct ViewerOptions {
   std::vector<std::string> slice;   // "2=3": show index 3 of tensor dim 2
   bool show_second = false;         // two traces: draw the second one
   std::string size = "1600x1000";   // window / screenshot size in pixels
+  std::string mouse;                // headless: "X,Y" puts the mouse there (hover, tooltips); "": no mouse
   int bench_frames = 0;             // > 0: render this many frames offscreen while scrubbing, print frames/second
 };
 
@@ -49,6 +50,17 @@ std::pair<int, int> ParseSize(const std::string& text) {
     throw InputError("size", "'" + text + "' must be WIDTHxHEIGHT with 200..8192 x 150..8192 pixels, e.g. 1600x1000");
   }
   return {static_cast<int>(v[0]), static_cast<int>(v[1])};
+}
+
+// "X,Y" inside the picture, or (-1, -1) for "" (no mouse).
+std::pair<float, float> ParseMouse(const std::string& text, int width, int height) {
+  if (text.empty()) return {-1.0f, -1.0f};
+  const std::vector<int64_t> xy = ParseIntList(text, "mouse");
+  if (xy.size() != 2 || xy[0] < 0 || xy[1] < 0 || xy[0] >= width || xy[1] >= height) {
+    throw InputError("mouse", "'" + text + "' must be X,Y inside the " + std::to_string(width) + "x" +
+                                  std::to_string(height) + " picture");
+  }
+  return {static_cast<float>(xy[0]), static_cast<float>(xy[1])};
 }
 
 // Applies the view options to a loaded app (InputError naming the option).
@@ -118,10 +130,12 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
                 o.bench_frames, seconds, width, height, static_cast<long long>(app.shown().world_size()));
   }
   if (!o.screenshot.empty()) {
-    // A few frames so that ImGui's windows and columns settle; the last one is the picture.
+    // A few frames so that ImGui's windows and columns settle (and a hover found in one frame is highlighted in the
+    // next); the last one is the picture.
+    const auto [mx, my] = ParseMouse(o.mouse, width, height);
     app.record = !o.dump_records.empty();
     for (int i = 0; i < 3; ++i) {
-      window->BeginFrame();
+      window->BeginFrame(mx, my);
       DrawViewer(app, window->width(), window->height(), window->Now());
       window->EndFrame();
     }
@@ -161,6 +175,7 @@ int Run(int argc, char** argv) {
       ("slice", po::value(&o.slice)->composing(), "index of a tensor dim that is not shown, e.g. 2=3 (repeatable)")
       ("show-second", po::bool_switch(&o.show_second), "two traces: draw the second one")
       ("size", po::value(&o.size), "window / screenshot size WIDTHxHEIGHT (default 1600x1000)")
+      ("mouse", po::value(&o.mouse), "with --screenshot: put the mouse at X,Y (hover highlights and tooltips)")
       ("bench-frames", po::value(&o.bench_frames), "render N frames offscreen while scrubbing; print frames/second");
   po::options_description hidden;
   hidden.add_options()("trace", po::value(&o.traces)->composing());
@@ -182,7 +197,9 @@ int Run(int argc, char** argv) {
                                    std::to_string(o.traces.size()) + ")");
   }
   if (!o.dump_records.empty() && o.screenshot.empty()) throw InputError("dump-records", "needs --screenshot");
+  if (!o.mouse.empty() && o.screenshot.empty()) throw InputError("mouse", "needs --screenshot");
   const auto [width, height] = ParseSize(o.size);
+  ParseMouse(o.mouse, width, height);
   App app;
   LoadTraces(app, o.traces);
   const bool headless = !o.screenshot.empty() || o.bench_frames > 0;

@@ -81,6 +81,7 @@ void DrawTensorPanel(App& app, const Rect& area) {
       app.pending_hovered_block_ranks = b.ranks;
       auto owner = HitTest(layout.draw, x, y, Role::kTensorOwner);
       const int64_t owner_rank = owner ? layout.draw.rects[*owner].rank : -1;
+      if (owner_rank >= 0) app.pending_hovered_rank = owner_rank;
       ImGui::BeginTooltip();
       std::string where;
       if (tv.row_dim >= 0) where += "rows " + std::to_string(b.rows.lo) + ":" + std::to_string(b.rows.hi) + "  ";
