@@ -359,3 +359,86 @@ TEST(RankDetailsTest, SaysWhatTheRankHoldsAndMoves) {
 
 }  // namespace
 }  // namespace dtsim::viewer
+
+namespace dtsim::viewer {
+namespace {
+
+// Every frame of many odd cases laid out at sizes down to a few pixels: no exception, every cell and block inside
+// its area, every rank drawn on the mesh once.
+TEST(LayoutSweepTest, OddCasesNeverBreakTheLayout) {
+  struct Case {
+    const char* mesh;
+    const char* names;
+    std::vector<int64_t> shape;
+    const char* from;
+    const char* to;
+  };
+  const std::vector<Case> cases = {
+      {"8", "", {0, 5}, "S(0)", "R"},                                   // a dim of size 0
+      {"4", "", {}, "R", "R"},                                          // 0-d tensor
+      {"3", "", {7}, "S(0)", "R"},                                      // 1-D, uneven
+      {"2x3", "a,b", {int64_t{1} << 40, 3}, "S(0),S(1)", "S(1),R"},     // huge dim
+      {"2x2", "dp,tp", {8, 4}, "_S(0,2),S(0)", "R,S(1)"},               // strided
+      {"2x2", "dp,tp", {6, 4}, "P(sum),S(1)", "S(0),S(1)"},             // partial
+      {"2x2x2x2", "a,b,c,d", {4, 4, 4, 4}, "S(0),S(1),S(2),S(3)", "R,R,S(0),S(1)"},  // 4-D mesh and tensor
+      {"1x1", "", {3, 3}, "S(0),R", "R,S(1)"},                          // size-1 mesh dims
+      {"5x3", "", {2, 1}, "S(0),S(1)", "S(1),S(0)"},                    // more ranks than elements
+  };
+  const std::vector<Rect> areas = {Rect{0, 0, 800, 500}, Rect{10, 20, 210, 120}, Rect{0, 0, 40, 30}};
+  for (const Case& c : cases) {
+    const DTensorSpec spec =
+        DTensorSpec::Create(DeviceMesh::Parse(c.mesh, c.names), ParsePlacements(c.from), c.shape);
+    const TraceModel m = TraceModel::FromTrace(TraceFromJson(ToJson(MakeMetaTrace(spec, ParsePlacements(c.to)))));
+    for (int64_t f = 0; f < m.num_frames(); ++f) {
+      ViewState v;
+      v.frame = f;
+      v.selected_rank = m.RankAt(m.world_size() - 1);
+      const Highlight h = ComputeHighlight(m, nullptr, v);
+      for (const Rect& area : areas) {
+        SCOPED_TRACE(StrCat(c.mesh, " ", IntListToString(c.shape), " ", c.from, " frame ", f, " area ", area.width(),
+                            "x", area.height()));
+        const MeshLayout mesh = LayoutMesh(m, m.frame(f), h, ResolveMeshGrid(m.mesh(), v), area, kMetrics);
+        std::set<int64_t> ranks;
+        for (const DrawRect* r : Rects(mesh.draw, Role::kMeshCell)) ranks.insert(r->rank);
+        if (mesh.aggregate == 1) EXPECT_EQ(static_cast<int64_t>(ranks.size()), m.world_size());
+        const TensorLayout tensor =
+            LayoutTensor(m, m.frame(f), h, ResolveTensorView(m.frame(f).spec, v), area, kMetrics);
+        for (const TensorBlock& b : tensor.blocks) {
+          EXPECT_FALSE(b.ranks.empty());
+          EXPECT_GE(b.rect.x0, area.x0);
+          EXPECT_GE(b.rect.width(), 1);
+        }
+        if (area.width() >= 200) {
+          for (const TensorBlock& b : tensor.blocks) EXPECT_LE(b.rect.x1, area.x1 + 1);
+          for (const DrawRect* r : Rects(mesh.draw, Role::kMeshCell)) EXPECT_LE(r->rect.x1, area.x1 + 1);
+        }
+        LayoutBytesChart(m, m.frame(f), h, area, kMetrics);
+        LayoutFrameStrip(m, {}, f, area, kMetrics);
+        for (int64_t p = 0; p < m.world_size(); ++p) RankDetails(m, f, p);
+      }
+    }
+  }
+}
+
+TEST(LayoutSweepTest, MeshesWithAnotherRankOrder) {
+  // Ranks laid out column-major over a 2 x 2 mesh: rank 1 sits at coordinate (1, 0).
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Create({2, 2}, {"dp", "tp"}, {0, 2, 1, 3}), ParsePlacements("S(0),S(1)"), {4, 4});
+  const TraceModel m = TraceModel::FromSpec(spec);
+  EXPECT_EQ(m.GetPosition(1), 2);
+  EXPECT_THAT(m.CoordinateAt(m.GetPosition(1)), ElementsAre(1, 0));
+  const MeshLayout l = LayoutMesh(m, m.frame(0), NoHighlight(m), ResolveMeshGrid(m.mesh(), {}), Rect{0, 0, 200, 200},
+                                  kMetrics);
+  const DrawRect* r1 = Rects(l.draw, Role::kMeshCell, 1).at(0);
+  const DrawRect* r2 = Rects(l.draw, Role::kMeshCell, 2).at(0);
+  EXPECT_GT(r1->rect.y0, r2->rect.y0);  // rank 1 on the second row
+  EXPECT_LT(r1->rect.x0, r2->rect.x0);  // rank 2 in the second column
+  const TensorLayout t = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(spec, {}), Rect{0, 0, 200, 200},
+                                      kMetrics);
+  for (const TensorBlock& b : t.blocks) {
+    if (b.ranks == std::vector<int64_t>{1}) EXPECT_EQ(b.rows, (Interval{2, 4}));  // dp=1
+  }
+}
+
+}  // namespace
+}  // namespace dtsim::viewer

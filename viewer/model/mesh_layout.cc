@@ -11,7 +11,8 @@
 namespace dtsim::viewer {
 namespace {
 
-constexpr float kMinPitch = 2;  // below this many pixels per cell, cells are aggregated
+constexpr float kMinPitch = 2;    // below this many pixels per cell, cells are aggregated
+constexpr float kSliceGap = 10;   // pixels between the slices of a 3-D+ mesh
 
 Rect R(float x0, float y0, float x1, float y1) { return Rect{x0, y0, x1, y1}; }
 
@@ -88,7 +89,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   int64_t slice_cols = 1;
   for (int64_t sc = 1; sc <= slices; ++sc) {
     const int64_t sr = (slices + sc - 1) / sc;
-    const float gap = 8;
+    const float gap = kSliceGap;
     const float w = (avail_w - gap * (sc - 1)) / static_cast<float>(sc * cols);
     const float h = (avail_h - sr * (titled ? line + 2 : 0) - gap * (sr - 1)) / static_cast<float>(sr * rows);
     const float cell = std::min(w, h);
@@ -109,7 +110,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   out.aggregate = aggregate;
   const int64_t agg_rows = (rows + aggregate - 1) / aggregate;
   const int64_t agg_cols = (cols + aggregate - 1) / aggregate;
-  const float gap = pitch >= 6 ? std::max(8.0f, pitch * 0.5f) : 8.0f;
+  const float gap = kSliceGap;
   const float slice_w = static_cast<float>(agg_cols * pitch);
   const float slice_h = static_cast<float>(agg_rows * pitch) + (titled ? line + 2 : 0);
 
