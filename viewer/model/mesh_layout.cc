@@ -102,12 +102,20 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   float pitch_f = std::max(0.0f, best);
   int aggregate = 1;
   if (pitch_f < kMinPitch) {
-    aggregate = static_cast<int>(std::ceil(kMinPitch / std::max(pitch_f, 1e-3f)));
-    pitch_f = kMinPitch;
+    // k x k cells per record of floor(k * cell) whole pixels: the smallest k that reaches kMinPitch and loses at most
+    // a fifth of the space to rounding.
+    const float cell = std::max(pitch_f, 1e-3f);
+    aggregate = static_cast<int>(std::ceil(kMinPitch / cell));
+    while (std::floor(cell * aggregate) < 0.8f * cell * aggregate && aggregate < 64) ++aggregate;
+    pitch_f = std::max(kMinPitch, std::floor(cell * aggregate));
   }
   const int pitch = std::max(1, static_cast<int>(std::floor(pitch_f)));
   out.pitch = pitch;
   out.aggregate = aggregate;
+  if (aggregate > 1) {
+    out.draw.texts.front().text += StrCat("  (each square: ", aggregate, "x", aggregate, " ranks)");
+    out.draw.texts.front().w = tm.Width(out.draw.texts.front().text);
+  }
   const int64_t agg_rows = (rows + aggregate - 1) / aggregate;
   const int64_t agg_cols = (cols + aggregate - 1) / aggregate;
   const float gap = kSliceGap;
@@ -145,7 +153,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   }
 
   // Cells (or aggregates).
-  const bool bordered = pitch >= 6;
+  const bool bordered = pitch >= 6 && aggregate == 1;
   const float inset = bordered ? 1 : 0;
   std::vector<int64_t> positions_drawn;
   for (int64_t p = 0; p < n; ++p) {

@@ -142,8 +142,8 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
       }
       out.draw.rects.push_back(rect);
     };
-    const float hs = std::round(half * static_cast<float>(s) / static_cast<float>(max_bytes));
-    const float hr = std::round(half * static_cast<float>(r) / static_cast<float>(max_bytes));
+    const float hs = max_sent ? std::round(half * static_cast<float>(s) / static_cast<float>(max_sent)) : 0;
+    const float hr = max_received ? std::round(half * static_cast<float>(r) / static_cast<float>(max_received)) : 0;
     bar(mid - std::max(hs, s > 0 ? 1.0f : 0.0f), mid);
     bar(mid + 1, mid + 1 + std::max(hr, r > 0 ? 1.0f : 0.0f));
   }
