@@ -266,7 +266,8 @@ TEST(TensorLayoutTest, HigherRanksAreSliced) {
 }
 
 TEST(TensorLayoutTest, OneAndZeroDimTensors) {
-  const TraceModel one = TraceModel::FromSpec(DTensorSpec::Create(DeviceMesh::Create({4}), ParsePlacements("S(0)"), {10}));
+  const TraceModel one =
+      TraceModel::FromSpec(DTensorSpec::Create(DeviceMesh::Create({4}), ParsePlacements("S(0)"), {10}));
   TensorLayout l = LayoutTensor(one, one.frame(0), NoHighlight(one), ResolveTensorView(one.frame(0).spec, {}),
                                 Rect{0, 0, 600, 200}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 4u);

@@ -76,7 +76,8 @@ TEST(SvgTest, RectsCarryColoursAndRanks) {
 
 TEST(PictureTest, LayoutPictureShowsEveryRankInItsColour) {
   // mesh[dp=2, tp=4], shape [5, 10], [S(0), S(1)]: rank 3 owns rows 0:3, columns 9:10.
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse("2x4", "dp,tp"), ParsePlacements("S(0),S(1)"), {5, 10});
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Parse("2x4", "dp,tp"), ParsePlacements("S(0),S(1)"), {5, 10});
   const TraceModel m = TraceModel::FromSpec(spec);
   const auto [w, h] = PictureSize(m);
   const DrawList list = LayoutPicture(m, 0, ViewState{}, w, h, kRasterTextMetrics);

@@ -313,7 +313,9 @@ TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
   // Another grid: rows tp, columns pp, slices over dp.
   const Shot t = Screenshot("big_grid", big + " --mesh-grid tp,pp --size 1000x700");
   bool header = false;
-  for (const auto& text : t.panel("mesh")["texts"]) header = header || text["text"] == "rows tp=16  cols pp=16  slices dp=16";
+  for (const auto& text : t.panel("mesh")["texts"]) {
+    header = header || text["text"] == "rows tp=16  cols pp=16  slices dp=16";
+  }
   EXPECT_TRUE(header);
 }
 
@@ -360,8 +362,8 @@ TEST(ViewerBadInputTest, BadOptions) {
 
 TEST(ViewerBadInputTest, NoDisplayIsExitCode4WithAHint) {
   const std::string png = TempPath("nodisplay.png");
-  const RunResult r = RunCommand("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(DTSIM_VIEWER_BIN) + " " + Golden(kUneven) +
-                           " --screenshot " + png);
+  const RunResult r = RunCommand("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(DTSIM_VIEWER_BIN) + " " +
+                                 Golden(kUneven) + " --screenshot " + png);
   EXPECT_EQ(r.code, 4) << r.err;
   EXPECT_THAT(r.err, StartsWith("dtsim-viewer: error: display: cannot open a window"));
   EXPECT_THAT(r.err, HasSubstr("xvfb-run"));

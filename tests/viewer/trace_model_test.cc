@@ -95,7 +95,8 @@ TEST(TraceModelTest, ParseFrame) {
             "step: step 4 does not exist: the trace has 2 steps (0 = initial, 1..2 = after that step, 3 = final)");
   EXPECT_THAT(ErrorOf([&] { m.ParseFrame("two"); }), StartsWith("step: 'two' is not a step number"));
   EXPECT_THAT(ErrorOf([&] { m.ParseFrame("-1"); }), HasSubstr("step -1 does not exist"));
-  EXPECT_EQ(ErrorOf([&] { m.GetPosition(8, "select-rank"); }), "select-rank: rank 8 is not in mesh[dp=2, tp=4] (8 ranks)");
+  EXPECT_EQ(ErrorOf([&] { m.GetPosition(8, "select-rank"); }),
+            "select-rank: rank 8 is not in mesh[dp=2, tp=4] (8 ranks)");
 }
 
 TEST(TraceModelTest, RowsThatDisagreeWithTheLayoutRuleAreAnomalies) {
@@ -148,7 +149,8 @@ TEST(TraceModelTest, RanksWithoutRowsAreStillDrawn) {
 }
 
 TEST(TraceModelTest, FromSpecIsOneFrame) {
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse("2x4", "dp,tp"), ParsePlacements("S(0),S(1)"), {5, 10});
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Parse("2x4", "dp,tp"), ParsePlacements("S(0),S(1)"), {5, 10});
   const TraceModel m = TraceModel::FromSpec(spec);
   ASSERT_EQ(m.num_frames(), 1);
   EXPECT_EQ(m.frame(0).label, "layout");

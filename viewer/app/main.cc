@@ -86,7 +86,9 @@ void ApplyView(App& app, const ViewerOptions& o) {
   const DTensorSpec& spec = m.frame(v.frame).spec;
   if (!o.tensor_grid.empty()) {
     const std::vector<int64_t> dims = ParseIntList(o.tensor_grid, "tensor-grid");
-    if (dims.size() != 2) throw InputError("tensor-grid", "'" + o.tensor_grid + "' must name two tensor dims, e.g. 0,2");
+    if (dims.size() != 2) {
+      throw InputError("tensor-grid", "'" + o.tensor_grid + "' must name two tensor dims, e.g. 0,2");
+    }
     v.tensor_row_dim = static_cast<int>(dims[0]);
     v.tensor_col_dim = static_cast<int>(dims[1]);
   }

@@ -18,7 +18,9 @@ namespace {
 
 std::string g_glfw_error;
 
-void OnGlfwError(int code, const char* text) { g_glfw_error = std::string(text) + " (GLFW error " + std::to_string(code) + ")"; }
+void OnGlfwError(int code, const char* text) {
+  g_glfw_error = std::string(text) + " (GLFW error " + std::to_string(code) + ")";
+}
 
 }  // namespace
 
@@ -26,7 +28,8 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
   glfwSetErrorCallback(OnGlfwError);
   if (!glfwInit()) {
     const char* display = std::getenv("DISPLAY");
-    throw DisplayError("cannot open a window: " + (g_glfw_error.empty() ? std::string("glfwInit failed") : g_glfw_error) +
+    const std::string why = g_glfw_error.empty() ? std::string("glfwInit failed") : g_glfw_error;
+    throw DisplayError("cannot open a window: " + why +
                        (display == nullptr || *display == '\0'
                             ? "; DISPLAY is not set (for screenshots without a screen, run under xvfb-run -a)"
                             : ""));

@@ -23,7 +23,8 @@ MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   MeshGrid g;
   auto check = [&](int d, const char* what) {
     if (d < 0 || d >= nd) {
-      throw InputError("mesh-grid", StrCat(what, " dim ", d, " is not a dim of ", mesh.ToString(), " (0..", nd - 1, ")"));
+      throw InputError("mesh-grid",
+                       StrCat(what, " dim ", d, " is not a dim of ", mesh.ToString(), " (0..", nd - 1, ")"));
     }
   };
   if (nd == 1) {

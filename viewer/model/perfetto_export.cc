@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dtsim/error.h"
+#include "rank_details.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -13,12 +14,6 @@ namespace {
 constexpr const char* kCategory = "dtsim";
 constexpr int64_t kStepsTid = 1;        // the thread of step slices
 constexpr int64_t kCollectivesTid = 2;  // the thread of collective slices
-
-std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
-  std::string out = "[";
-  for (size_t d = 0; d < c.size(); ++d) out += StrCat(d ? ", " : "", mesh.DimLabel(d), "=", c[d]);
-  return out + "]";
-}
 
 }  // namespace
 

@@ -29,7 +29,8 @@ DrawList LayoutPicture(const TraceModel& model, int64_t frame_index, const ViewS
   const float top = pad + line + 8;
   const float mesh_w = std::round(std::min(0.42f * width, std::max(200.0f, 0.35f * width)));
   const Rect mesh_area{pad, top, pad + mesh_w, static_cast<float>(height) - pad};
-  const Rect tensor_area{pad + mesh_w + 2 * pad, top, static_cast<float>(width) - pad, static_cast<float>(height) - pad};
+  const float right = static_cast<float>(width) - pad, bottom = static_cast<float>(height) - pad;
+  const Rect tensor_area{pad + mesh_w + 2 * pad, top, right, bottom};
   MeshLayout mesh = LayoutMesh(model, frame, hl, ResolveMeshGrid(model.mesh(), view), mesh_area, tm);
   TensorLayout tensor = LayoutTensor(model, frame, hl, ResolveTensorView(frame.spec, view), tensor_area, tm);
   out.Append(mesh.draw);

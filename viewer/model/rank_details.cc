@@ -72,7 +72,8 @@ std::vector<std::string> RankDetails(const TraceModel& model, int64_t frame_inde
     const int64_t of = std::min(frame_index, other->num_frames() - 1);
     const RankState* orow = other->RowAt(of, op);
     if (orow != nullptr) {
-      out.push_back(StrCat("other trace (", other->frame(of).label, "): local shape ", IntListToString(orow->local_shape),
+      out.push_back(StrCat("other trace (", other->frame(of).label,
+                           "): local shape ", IntListToString(orow->local_shape),
                            "  offset ", IntListToString(orow->global_offset),
                            orow->hash ? "  hash " + *orow->hash : std::string()));
     }

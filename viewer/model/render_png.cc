@@ -61,8 +61,10 @@ class Canvas {
       return;
     }
     // Distance to the segment, one pass over its bounding box (no pixel painted twice, so alpha stays right).
-    const int x0 = static_cast<int>(std::floor(std::min(l.x0, l.x1) - h)), x1 = static_cast<int>(std::ceil(std::max(l.x0, l.x1) + h));
-    const int y0 = static_cast<int>(std::floor(std::min(l.y0, l.y1) - h)), y1 = static_cast<int>(std::ceil(std::max(l.y0, l.y1) + h));
+    const int x0 = static_cast<int>(std::floor(std::min(l.x0, l.x1) - h));
+    const int x1 = static_cast<int>(std::ceil(std::max(l.x0, l.x1) + h));
+    const int y0 = static_cast<int>(std::floor(std::min(l.y0, l.y1) - h));
+    const int y1 = static_cast<int>(std::ceil(std::max(l.y0, l.y1) + h));
     for (int y = std::max(0, y0); y <= std::min(img_.height - 1, y1); ++y) {
       for (int x = std::max(0, x0); x <= std::min(img_.width - 1, x1); ++x) {
         const float px = x + 0.5f - l.x0, py = y + 0.5f - l.y0;

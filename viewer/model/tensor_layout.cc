@@ -215,8 +215,9 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
         if (!rest) chips.push_back({r, b.ranks[i]});
         const std::string t = rest ? StrCat("+", owners - i) : std::to_string(b.ranks[i]);
         if (tm.Width(t) + 2 <= r.width() && line <= r.height() + 1) {
-          out.draw.texts.push_back({std::round(r.x0 + (r.width() - tm.Width(t)) / 2), std::round(r.y0 + (r.height() - line) / 2),
-                                    tm.Width(t), line, t, TextColorOn(c.fill), Role::kTensorOwner});
+          const float tx = std::round(r.x0 + (r.width() - tm.Width(t)) / 2);
+          const float ty = std::round(r.y0 + (r.height() - line) / 2);
+          out.draw.texts.push_back({tx, ty, tm.Width(t), line, t, TextColorOn(c.fill), Role::kTensorOwner});
         }
       }
     }
@@ -225,7 +226,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     DrawRect whole_rect;
     whole_rect.rect = b.rect;
     whole_rect.border = partial_ways > 1 ? kPartialColor : kCellBorderColor;
-    whole_rect.border_width = partial_ways > 1 ? std::max(1.0f, std::min(2.0f, std::floor(extent / 4))) : (extent >= 4 ? 1 : 0);
+    whole_rect.border_width =
+        partial_ways > 1 ? std::max(1.0f, std::min(2.0f, std::floor(extent / 4))) : (extent >= 4 ? 1 : 0);
     whole_rect.role = Role::kTensorBlock;
     whole_rect.block = static_cast<int32_t>(bi);
     out.draw.rects.push_back(whole_rect);

@@ -99,7 +99,8 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
   out.draw.texts.push_back({area.x0, plot.y1 - line, tm.Width(received), line, received, kDimTextColor,
                             Role::kDecoration});
   if (frame.kind != Frame::Kind::kAfterStep || max_bytes == 0) {
-    const std::string t = frame.kind != Frame::Kind::kAfterStep ? "no step: nothing moves" : "no bytes move in this step";
+    const std::string t =
+        frame.kind != Frame::Kind::kAfterStep ? "no step: nothing moves" : "no bytes move in this step";
     out.draw.texts.push_back({plot.x0 + 6, mid - line - 2, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
     return out;
   }

@@ -141,7 +141,9 @@ void TraceModel::Index() {
     } else {
       // No collective rows (a local step, or a trace written without them): the plan's numbers.
       for (int64_t p = 0; p < n; ++p) {
-        if (p < static_cast<int64_t>(step.plan.bytes_sent_per_rank.size())) f.bytes_sent[p] = step.plan.bytes_sent_per_rank[p];
+        if (p < static_cast<int64_t>(step.plan.bytes_sent_per_rank.size())) {
+          f.bytes_sent[p] = step.plan.bytes_sent_per_rank[p];
+        }
         if (p < static_cast<int64_t>(step.plan.bytes_received_per_rank.size())) {
           f.bytes_received[p] = step.plan.bytes_received_per_rank[p];
         }
@@ -326,7 +328,8 @@ TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
                          a.trace().steps.size(), " steps, final)");
   } else {
     const TraceDifference& first = out.differences.front();
-    out.summary = StrCat("differ: first at ", Where(a, first), ": ", first.what, "; ", out.num_ranks_differing, " of ", n,
+    out.summary = StrCat("differ: first at ", Where(a, first), ": ", first.what, "; ", out.num_ranks_differing,
+                         " of ", n,
                          " ranks differ; ", out.differences.size(), " difference",
                          out.differences.size() == 1 ? "" : "s", " in all",
                          out.hashes_compared ? "" : " (no hashes compared: a metadata-only trace has none)");

@@ -5,8 +5,8 @@
 // by rank. No GUI code (Tracy's split): the panels, `dtsim layout --svg/--png` and `dtsim export` read it.
 //
 // Example: TraceModel m = TraceModel::Load("traces/uneven_2x4_S0R_to_RS1.json");
-//   m.num_frames() == 4 (initial, step 1, step 2, final); m.frame(2).bytes_sent[m.GetPosition(4)] == 80 (rank 4 sends
-//   its padded 2x10 float32 chunk in the all_gather of step 2); m.frame(3).layouts[3].intervals[1] == {9:10}.
+//   m.num_frames() == 4 (initial, step 1, step 2, final); m.frame(2).bytes_sent[m.GetPosition(4)] == 36 (rank 4 sends
+//   its 2x3 shard padded to 3x3 float32 in the all_gather of step 2); m.frame(3).layouts[3].intervals[1] == {9:10}.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,9 @@ namespace {
 
 std::vector<RankState> States(const DTensorSpec& spec) {
   std::vector<RankState> out;
-  for (const RankLayout& l : spec.AllLayouts()) out.push_back({l.rank, l.coordinate, l.local_shape, l.global_offset, {}});
+  for (const RankLayout& l : spec.AllLayouts()) {
+    out.push_back({l.rank, l.coordinate, l.local_shape, l.global_offset, {}});
+  }
   std::sort(out.begin(), out.end(), [](const RankState& a, const RankState& b) { return a.rank < b.rank; });
   return out;
 }
