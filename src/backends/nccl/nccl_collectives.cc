@@ -95,7 +95,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     at::Tensor stacked = GatherStacked(input, call);
     if (dim == 0) {
       std::vector<int64_t> shape = input.sizes().vec();
@@ -107,7 +107,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dim) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     const int64_t chunk = input.size(dim) / n;
     if (Ordered(input, op)) {
       std::vector<at::Tensor> pieces;
@@ -132,7 +132,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoAllReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     if (Ordered(input, op)) return ReduceInOrder(GatherStacked(input, call).unbind(0), op);
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
     void* d = Stage(out, 0);
@@ -146,7 +146,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dst) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     const bool root = Position(call) == dst;
     if (Ordered(input, op)) {
       at::Tensor stacked = GatherStacked(input, call);
@@ -166,7 +166,7 @@ class NcclCollectives : public Collectives {
   at::Tensor DoAllToAll(const at::Tensor& input, const CallInfo& call, int64_t split_dim,
                         int64_t concat_dim) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     at::Tensor send = StackPieces(input, n, split_dim);
     at::Tensor recv = at::empty_like(send);
     const int64_t piece = Bytes(send) / n;
@@ -178,7 +178,7 @@ class NcclCollectives : public Collectives {
   at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call, const SplitSizes& input_splits,
                               const SplitSizes& output_splits) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     at::Tensor x = input.contiguous();
     int64_t row = x.element_size();
     for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
@@ -203,7 +203,7 @@ class NcclCollectives : public Collectives {
   }
 
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
-    if (GroupSize(call) <= 1) return input.clone();
+    if (GroupSize(call) == 0) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
     void* d = Stage(out, 0);
     NcclCheck(ncclBroadcast(d, d, Bytes(out), ncclUint8, static_cast<int>(src), Comm(call), stream_), "ncclBroadcast");
@@ -213,7 +213,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src, int64_t dim) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     std::vector<int64_t> shape = input.sizes().vec();
     shape[dim] /= n;
     at::Tensor out = at::empty(shape, input.options());
@@ -227,7 +227,7 @@ class NcclCollectives : public Collectives {
 
   at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst, int64_t dim) override {
     const int64_t n = GroupSize(call);
-    if (n <= 1) return input.clone();
+    if (n == 0) return input.clone();
     const bool root = Position(call) == dst;
     at::Tensor x = input.contiguous();
     std::vector<int64_t> shape = x.sizes().vec();
