@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "../collectives_conformance.h"
+#include "real_backend_test_main.h"
 #include "dtsim/backends/mpi_collectives.h"
 #include "dtsim/error.h"
 
@@ -92,37 +93,6 @@ TEST(MpiCollectivesTest, DISABLED_DivergingRanksAreReported) {
 }  // namespace testing_internal
 }  // namespace dtsim
 
-namespace {
-
-// Prints failures of ranks other than 0 (rank 0 keeps GoogleTest's own printer).
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  dtsim::MakeMpiCollectives();  // MPI_Init, before the test parameters (which ask for the world size) are made
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any && !failed) std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
-  return any ? 1 : 0;
+  return dtsim::testing_internal::RunRealBackendTests(argc, argv, [] { return dtsim::MakeMpiCollectives(); });
 }
