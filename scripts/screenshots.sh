@@ -41,6 +41,15 @@ json.dump(t, open(sys.argv[2], "w"), indent=1)
 PY
 shot viewer-diff "$T/uneven_2x4_S0R_to_RS1.json" "$work/uneven_rank5.json"
 
+# A real run against the simulation: `dtsim compare` runs the uneven case on 8 MPI ranks with a wrong offset injected
+# on rank 3 and keeps both traces (needs the MPI backend; skipped without it).
+if "$DTSIM" compare --np 8 --mesh 2x4 --names dp,tp --shape 5,10 --from "S(0),R" --to "R,S(1)" \
+     --inject-fault wrong-offset:3 --keep "$work/pair" >/dev/null 2>&1 || [ -f "$work/pair/real.json" ]; then
+  shot viewer-real-pair "$work/pair/sim.json" "$work/pair/real.json" --show-second --select-rank 3
+else
+  echo "no MPI backend: docs/images/viewer-real-pair.png left as it is" >&2
+fi
+
 # A 4,096-rank 3-D mesh (a metadata-only trace from the planner): 16 slices of 16 x 16.
 "$DTSIM_BUILD/viewer/dtsim_make_meta_trace" --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 \
   --from "S(0),S(1),S(2)" --to "R,S(0),S(1)" "$work/mesh4096.json"

@@ -222,31 +222,37 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   const float thick = pitch >= 12 ? 3 : (pitch >= 6 ? 2 : 1);
   for (int64_t p : positions_drawn) {
     const Rect& c = out.cells[p];
-    const Rect inner = R(c.x0 + inset, c.y0 + inset, c.x1 - inset, c.y1 - inset);
+    Rect ring = R(c.x0 + inset, c.y0 + inset, c.x1 - inset, c.y1 - inset);
     const int64_t rank = model.RankAt(p);
+    const float room = std::max(1.0f, std::floor(ring.width() / 3));
+    // Nested from the edge inwards, so that none hides another: anomaly, group, emphasis.
     auto outline = [&](Rgba color, float width, Role role) {
       DrawRect r;
-      r.rect = inner;
+      r.rect = ring;
       r.border = color;
-      r.border_width = std::min(width, std::max(1.0f, std::floor(inner.width() / 3)));
+      r.border_width = std::min(width, room);
       r.role = role;
       r.rank = rank;
       out.draw.rects.push_back(r);
+      if (ring.width() > 2 * r.border_width + 2) {
+        const float d = r.border_width;
+        ring = R(ring.x0 + d, ring.y0 + d, ring.x1 - d, ring.y1 - d);
+      }
     };
     if (!hl.anomalies.empty() && hl.anomalies[p]) outline(kAnomalyColor, thick, Role::kHighlight);
-    if (hl.in_group[p]) outline(kGroupColor, thick, Role::kMeshGroup);
+    if (hl.in_group[p] && hl.emphasis[p] != 2) outline(kGroupColor, thick, Role::kMeshGroup);
     if (hl.emphasis[p] == 1) outline(kHighlightColor, std::max(1.0f, thick - 1), Role::kHighlight);
     if (hl.emphasis[p] == 2) {
       outline(kHighlightColor, thick, Role::kHighlight);
       if (pitch < 10) {
         // Small cells: a ring around the cell as well, so the selected rank can be found at a glance.
-        DrawRect ring;
-        ring.rect = Rect{c.x0 - 3, c.y0 - 3, c.x1 + 3, c.y1 + 3};
-        ring.border = kHighlightColor;
-        ring.border_width = 2;
-        ring.role = Role::kHighlight;
-        ring.rank = rank;
-        out.draw.rects.push_back(ring);
+        DrawRect halo;
+        halo.rect = Rect{c.x0 - 3, c.y0 - 3, c.x1 + 3, c.y1 + 3};
+        halo.border = kHighlightColor;
+        halo.border_width = 2;
+        halo.role = Role::kHighlight;
+        halo.rank = rank;
+        out.draw.rects.push_back(halo);
       }
     }
   }

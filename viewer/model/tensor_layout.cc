@@ -256,9 +256,21 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
       }
       anomaly = anomaly || (!hl.anomalies.empty() && hl.anomalies[*pos]);
     }
-    if (differs) mark(b.rect, kDiffColor, 3, differing_rank);
-    if (anomaly) mark(b.rect, kAnomalyColor, 2, -1);
-    if (emphasis) mark(b.rect, kHighlightColor, emphasis == 2 ? 3 : 2, -1);
+    // Nested from the edge inwards, so that none hides another: diff, anomaly, emphasis.
+    Rect ring = b.rect;
+    auto inset = [&](float w) {
+      const float d = std::min(w, room);
+      ring = Rect{ring.x0 + d, ring.y0 + d, std::max(ring.x0 + d, ring.x1 - d), std::max(ring.y0 + d, ring.y1 - d)};
+    };
+    if (differs) {
+      mark(ring, kDiffColor, 3, differing_rank);
+      inset(3);
+    }
+    if (anomaly) {
+      mark(ring, kAnomalyColor, 2, -1);
+      inset(2);
+    }
+    if (emphasis) mark(ring, kHighlightColor, emphasis == 2 ? 3 : 2, -1);
     for (const Chip& c : chips) {
       auto pos = model.FindPosition(c.rank);
       if (!pos) continue;
