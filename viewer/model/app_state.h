@@ -1,7 +1,7 @@
 // The viewer's whole state without any GUI type: the traces the user opened, their comparison, the view state, a
 // load error, and (headless runs) the records each panel drew. The panels read and change it; tests drive it.
 //
-// Example: AppState app; LoadTraces(app, {"sim.json", "real.json"}); app.diff->summary is the comparison line; with
+// Example: App app; LoadTraces(app, {"sim.json", "real.json"}); app.diff->summary is the comparison line; with
 // traces of different meshes app.error is "traces: 'sim.json' and 'real.json' are not traces of the same
 // redistribution: the meshes differ: ...", and no trace is loaded.
 #pragma once

@@ -2,8 +2,8 @@
 // layout step (viewer/model/*_layout.h), draws the records, and turns the mouse into view-state changes (hover,
 // selection, frame). One file per panel, as Tracy does.
 //
-// Example: in a frame, DrawMeshPanel(app, rect) draws the mesh of app.view.frame into `rect` and sets
-// app.view.hovered_rank to the rank under the mouse.
+// Example: in a frame, DrawMeshPanel(app, rect) draws the mesh of app.view.frame into `rect` and records the rank
+// under the mouse in app.pending_hovered_rank (DrawViewer makes it the next frame's app.view.hovered_rank).
 #pragma once
 
 #include <memory>
