@@ -37,3 +37,24 @@ echo
 echo "== 5. TP + FSDP: shard a TP DTensor on mesh['tp'] further over mesh['dp'] (beyond upstream, pytorch#116101)."
 echo "   The result is [_S(0,4), S(0)] on the parent mesh; ranks 0..7 hold rows 0,2,4,6,1,3,5 and nothing."
 step "$DTSIM" distribute --mesh 2x4 --names dp,tp --shape 7,3 --step "tp:S(0)" --step "dp:S(0)" --values
+
+echo
+echo "== 6. Look instead of reading: the layout inspector. A trace of the nested case of step 3, then screenshots of"
+echo "   both demo traces drawn by dtsim-viewer (headless, under xvfb-run), a picture of one layout, and the uneven"
+echo "   run as a Perfetto timeline."
+"$DTSIM" redistribute --mesh 4x2 --names dp,tp --shape 13,6 --from "S(0),S(0)" --to "S(1),S(1)" \
+  --trace "$TRACE_DIR/nested.json" >/dev/null
+VIEWER="$DTSIM_BUILD/viewer/dtsim-viewer"
+if command -v xvfb-run >/dev/null; then
+  step xvfb-run -a "$VIEWER" "$TRACE_DIR/uneven.json" --step 2 --select-rank 3 --screenshot "$TRACE_DIR/uneven.png"
+  step xvfb-run -a "$VIEWER" "$TRACE_DIR/nested.json" --step initial --screenshot "$TRACE_DIR/nested.png"
+else
+  echo "(xvfb-run is missing: no screenshots; scripts/setup.sh installs it)"
+fi
+step "$DTSIM" layout --mesh 4x2 --names dp,tp --shape 13,6 --placements "S(0),S(0)" --png "$TRACE_DIR/layout.png"
+step "$DTSIM" export --format perfetto "$TRACE_DIR/uneven.json" "$TRACE_DIR/uneven.perfetto.json"
+echo
+echo "Wrote $TRACE_DIR/{uneven,nested,layout}.png and uneven.perfetto.json (open it at https://ui.perfetto.dev)."
+echo "Open the viewer on a trace (a desktop session is needed; docs/viewer.md lists every control):"
+echo "  $VIEWER $TRACE_DIR/uneven.json"
+echo "  $VIEWER $TRACE_DIR/uneven.json other_run.json     # two runs of one redistribution: where they part"

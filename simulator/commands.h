@@ -26,4 +26,7 @@ int RunTraceDiff(const Args& args);
 // dtsim compare: a redistribution simulated and on real ranks (launched with mpirun), diffed.
 int RunCompare(const Args& args);
 
+// dtsim export: a trace as Chrome / Perfetto trace-event JSON.
+int RunExport(const Args& args);
+
 }  // namespace dtsim::cli

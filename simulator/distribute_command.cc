@@ -2,10 +2,11 @@
 // TP + FSDP code shards a TP DTensor further over the data-parallel dim (beyond upstream: pytorch#116101).
 //
 //   dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step "tp:S(0)" --step "dp:S(0)" [--dtype float32]
-//                    [--json] [--values] [--meta] [--ranks auto|all|summary|0,5,8-15]
+//                    [--json] [--values] [--backend local|mpi|nccl] [--timeout 60] [--inject-fault SPEC]
+//                    [--meta] [--ranks auto|all|summary|0,5,8-15]
 //
-// --meta distributes a meta tensor (shapes, no data) through the same code; the verdict then checks every rank's
-// shard shape against the result's layout.
+// --meta distributes a meta tensor (shapes, no data) through the same code on the simulated world; the verdict then
+// checks every rank's shard shape against the result's layout.
 //
 // A step is "<dims>:<placements>": mesh dim names (comma-separated, or indices for an unnamed mesh) and one placement
 // per named dim. The first step distributes the global tensor over its submesh; each later step shards the result
@@ -29,6 +30,7 @@
 #include "dtsim/local_tensor.h"
 #include "dtsim/meta.h"
 #include "dtsim/rank_selection.h"
+#include "dtsim/real_run.h"
 #include "tensor_report.h"
 
 namespace po = boost::program_options;
@@ -37,11 +39,11 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim distribute`; defaults in comments.
-struct DistributeOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
+struct DistributeOptions : TensorOptions, BackendCliOptions {  // --mesh, --names, --shape, --dtype, --backend...
   std::vector<std::string> steps;  // required, in order: "tp:S(0)"
   bool json = false;               // one JSON object instead of text
   bool values = false;             // include every rank's values
-  bool meta = false;               // metadata-only: a meta tensor, no data
+  bool meta = false;               // metadata-only: a meta tensor, no data (simulated backend)
   std::string ranks = "auto";      // which ranks to list: auto (all up to 256 ranks, else a summary), all, ...
 };
 
@@ -81,10 +83,11 @@ int RunDistribute(const Args& args) {
       ("meta", po::bool_switch(&o.meta), "metadata-only: distribute a meta tensor (shapes, no data)")
       ("ranks", po::value(&o.ranks)->default_value(o.ranks),
        "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15");
+  AddBackendOptions(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step \"tp:S(0)\" --step \"dp:S(0)\" "
-                 "[--json] [--values] [--meta] [--ranks ...]\n"
+                 "[--json] [--values]\n"
               << desc;
     return 0;
   }
@@ -98,12 +101,18 @@ int RunDistribute(const Args& args) {
   const RankSelection selection = RankSelection::Parse(o.ranks);
   selection.CheckAgainst(root.ranks(), root.ToString());
   if (o.meta && o.values) throw InputError("values", "--values needs data; a --meta run holds shapes only");
-  CheckSimulationFits(global_spec, root.size(), o.meta);
+  FaultSpec fault;
+  std::shared_ptr<Collectives> collectives = MakeBackend(o, root, &fault);
+  if (o.meta && !collectives->simulated()) {
+    throw InputError("meta", StrCat("--meta simulates every rank in this process (the local backend), not on the ",
+                                    collectives->backend(), " backend"));
+  }
+  if (collectives->simulated()) CheckSimulationFits(global_spec, root.size(), o.meta);
   const at::Tensor global =
       o.meta ? at::empty(global_spec.shape(),
                          at::TensorOptions().dtype(ToScalarType(global_spec.dtype())).device(at::kMeta))
              : ArangeGlobal(global_spec);
-  std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
+  collectives->SetFault(fault);
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
   nlohmann::json step_json = nlohmann::json::array();
   step_json.push_back({{"mesh", steps[0].label}, {"placements", ToString(steps[0].placements)},
@@ -113,20 +122,24 @@ int RunDistribute(const Args& args) {
     step_json.push_back({{"mesh", steps[i].label}, {"placements", ToString(steps[i].placements)},
                          {"result_mesh", dt.mesh().ToString()}, {"result_placements", ToString(dt.placements())}});
   }
-  // Verdict: the shards put back together give the global tensor, and each rank holds exactly its layout's part.
+  // Verdict: the shards put back together (on rank 0 of a real run) give the global tensor, and each rank holds
+  // exactly its layout's part.
   // (Metadata only: each rank holds exactly its layout's shape.)
-  bool ok = false;
+  const std::optional<at::Tensor> all = GatherShards(*collectives, dt.to_local());
+  int64_t verdict = 0;
   std::string problem;
   if (o.meta) {
     std::optional<std::string> mismatch = FindShapeMismatch(dt.spec(), dt.to_local(), *collectives);
-    ok = !mismatch;
+    verdict = !mismatch;
     problem = mismatch.value_or("");
-  } else {
-    Assembled assembled = AssembleGlobal(dt.spec(), dt.to_local());
-    ok = assembled.global && SameValues(*assembled.global, global);
-    problem = assembled.global ? (ok ? "" : "the shards put together differ from the global tensor")
+  } else if (all) {
+    Assembled assembled = AssembleGlobal(dt.spec(), *all);
+    verdict = assembled.global && SameValues(*assembled.global, global);
+    problem = assembled.global ? (verdict ? "" : "the shards put together differ from the global tensor")
                                : assembled.problem;
   }
+  const bool ok = BroadcastFromRankZero(*collectives, verdict) != 0;
+  if (!IsReportingRank(*collectives)) return ok ? 0 : 1;
   const bool list_mesh_ranks = selection.Lists(static_cast<int64_t>(MeshView(dt.mesh()).ranks().size())) ||
                                !dt.mesh().root().default_order();
   if (o.json) {
@@ -138,7 +151,7 @@ int RunDistribute(const Args& args) {
                           {"shape", dt.shape()},
                           {"dtype", ToString(dt.spec().dtype())},
                           {"steps", step_json}};
-    AddRanksJson(out, dt.spec(), dt.to_local(), o.values, selection);
+    AddRanksJson(out, dt.spec(), *all, o.values, selection);
     if (o.meta) out["meta"] = true;
     if (!ok) out["problem"] = problem;
     std::cout << out.dump() << "\n";
@@ -149,7 +162,8 @@ int RunDistribute(const Args& args) {
                 << s["result_placements"].get<std::string>() << "\n";
     }
     std::cout << "\n" << RenderLayout(dt.spec(), selection);
-    if (o.values) std::cout << "\nvalues:\n" << RenderValues(dt.spec(), dt.to_local());
+    if (o.values) std::cout << "\nvalues:\n" << RenderValues(dt.spec(), *all);
+    if (!collectives->simulated()) std::cout << "\nran on " << collectives->world_size() << " " << o.backend << " ranks\n";
     const std::string ok_text = o.meta ? "OK — every rank's shard has its layout's shape (metadata only, no values)"
                                        : "OK — every rank's shard is its part of the global tensor";
     std::cout << "\nverdict: " << (ok ? ok_text : "MISMATCH — " + problem) << "\n";

@@ -3,6 +3,8 @@
 //   dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements "S(0),S(1)" [--dtype float32] [--json]
 //                [--ranks auto|all|summary|0,5,8-15] [--meta]
 //   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out
+//   --svg out.svg / --png out.png         also draw the layout (mesh + the global tensor's blocks per rank) into a
+//                                         picture, written atomically (viewer/model/picture.h)
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -14,11 +16,16 @@
 #include "dtsim/aten_dtype.h"
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/dtensor.h"
-#include "dtsim/error.h"
-#include "dtsim/layout_report.h"
 #include "dtsim/meta.h"
 #include "dtsim/rank_selection.h"
+#include "dtsim/error.h"
+#include "dtsim/layout_report.h"
 #include "dtsim/spec.h"
+#include "dtsim/trace.h"
+#include "viewer/model/colors.h"
+#include "viewer/model/picture.h"
+#include "viewer/model/render_png.h"
+#include "viewer/model/render_svg.h"
 
 namespace po = boost::program_options;
 
@@ -30,6 +37,8 @@ struct LayoutOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string placements;  // required: "S(0),S(1)"
   bool json = false;       // print one JSON object instead of text
   std::string batch;       // "" = single case; a path or "-" for stdin
+  std::string svg;         // "" = none; else draw the layout into this SVG file
+  std::string png;         // "" = none; else draw the layout into this PNG file
   std::string ranks = "auto";  // which ranks to list: auto (all up to 256 ranks, else a summary), all, summary, list
   bool meta = false;       // also distribute a meta tensor on the simulated world and check every shard's shape
 };
@@ -43,10 +52,28 @@ std::optional<std::string> DistributeMeta(const DTensorSpec& spec) {
       at::empty(spec.shape(), at::TensorOptions().dtype(ToScalarType(spec.dtype())).device(at::kMeta));
   Placements placements = spec.placements();
   for (Placement& p : placements) {
-    if (p.is_partial()) p = Placement::Replicate();  // distribute_tensor refuses Partial; the layout is R's
+    if (p.is_partial()) p = Placement::Replicate();  // a Partial layout is Replicate's
   }
   DTensor dt = DistributeTensor(global, spec.mesh(), placements, 0, collectives);
   return FindShapeMismatch(dt.spec(), dt.to_local(), *collectives);
+}
+
+// Writes the pictures asked for (before anything is printed: an error leaves stdout empty).
+void WritePictures(const DTensorSpec& spec, const LayoutOptions& o) {
+  if (o.svg.empty() && o.png.empty()) return;
+  const viewer::TraceModel model = viewer::TraceModel::FromSpec(spec);
+  const auto [width, height] = viewer::PictureSize(model);
+  if (!o.svg.empty()) {
+    // Sized for a 12 px monospace font, which the SVG asks for.
+    const viewer::DrawList list = viewer::LayoutPicture(model, 0, viewer::ViewState{}, width, height, {7.3f, 14});
+    WriteFileAtomically(o.svg, viewer::ToSvg(list, width, height, viewer::kBackgroundColor), "svg");
+  }
+  if (!o.png.empty()) {
+    const viewer::DrawList list =
+        viewer::LayoutPicture(model, 0, viewer::ViewState{}, width, height, viewer::kRasterTextMetrics);
+    WriteFileAtomically(o.png, viewer::EncodePng(viewer::Rasterize(list, width, height, viewer::kBackgroundColor)),
+                        "png");
+  }
 }
 
 DTensorSpec SpecFromJson(const nlohmann::json& c) {
@@ -68,15 +95,21 @@ int RunLayout(const Args& args) {
       ("placements", po::value(&o.placements), "one placement per mesh dim, e.g. S(0),S(1) or [_S(0,2), R]")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines")
+      ("svg", po::value(&o.svg), "also draw the layout (mesh and tensor blocks per rank) into this SVG file")
+      ("png", po::value(&o.png), "also draw the layout into this PNG file")
       ("ranks", po::value(&o.ranks)->default_value(o.ranks),
        "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15")
       ("meta", po::bool_switch(&o.meta),
        "also run distribute_tensor on meta tensors (no data) and check every rank's shard against the layout");
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
-    std::cout << "usage: dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements \"S(0),S(1)\" [--json]\n"
+    std::cout << "usage: dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements \"S(0),S(1)\" [--json] "
+                 "[--svg out.svg] [--png out.png]\n"
               << desc;
     return 0;
+  }
+  if (!o.batch.empty() && (!o.svg.empty() || !o.png.empty())) {
+    throw InputError(o.svg.empty() ? "png" : "svg", "draws one layout; it cannot be combined with --batch");
   }
   if (!o.batch.empty()) {
     return RunJsonLines(o.batch, [&](const nlohmann::json& c) {
@@ -91,6 +124,7 @@ int RunLayout(const Args& args) {
   selection.CheckAgainst(spec.mesh().ranks(), spec.mesh().ToString());
   std::optional<std::string> mismatch;
   if (o.meta) mismatch = DistributeMeta(spec);
+  WritePictures(spec, o);
   if (o.json) {
     if (o.meta) {
       nlohmann::json j = LayoutToJson(spec, selection);

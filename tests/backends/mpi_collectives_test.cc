@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "../collectives_conformance.h"
+#include "real_backend_test_main.h"
 #include "dtsim/backends/mpi_collectives.h"
 #include "dtsim/error.h"
 
@@ -74,40 +75,24 @@ TEST(MpiCollectivesTest, HalfAndBoolReductionsAreBitwiseTheSimulation) {
   EXPECT_TRUE(at::equal(band, want_band));
 }
 
+// Run on purpose by tests/backends/test_mpi_faults.py (the job must end with a report, so it is disabled here):
+// rank 1 runs an all_reduce where the others run an all_gather.
+TEST(MpiCollectivesTest, DISABLED_DivergingRanksAreReported) {
+  auto c = MakeMpiCollectives();
+  std::vector<int64_t> world(WorldSize());
+  std::iota(world.begin(), world.end(), 0);
+  at::Tensor x = at::ones({2});
+  if (c->rank() == 1) {
+    c->AllReduce(x, GroupSet::Of(world), ReduceOp::kSum);
+  } else {
+    c->AllGather(x, GroupSet::Of(world), 0);
+  }
+  ADD_FAILURE() << "the diverging collectives were not reported";
+}
+
 }  // namespace testing_internal
 }  // namespace dtsim
 
-namespace {
-
-// Prints failures of ranks other than 0 (rank 0 keeps GoogleTest's own printer).
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  dtsim::MakeMpiCollectives();  // MPI_Init, before the test parameters (which ask for the world size) are made
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any && !failed) std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
-  return any ? 1 : 0;
+  return dtsim::testing_internal::RunRealBackendTests(argc, argv, [] { return dtsim::MakeMpiCollectives(); });
 }

@@ -148,9 +148,10 @@ class MpiCollectives : public Collectives {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
     if (Ordered(input, op)) return ReduceInOrder(GatherStacked(input, call).unbind(0), op);
-    at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    Check(MPI_Allreduce(MPI_IN_PLACE, out.data_ptr(), Count(out.numel()), NativeType(input.scalar_type()),
-                        NativeOp(input.scalar_type(), op), Comm(call)),
+    at::Tensor x = input.contiguous();
+    at::Tensor out = at::empty_like(x);
+    Check(MPI_Allreduce(x.data_ptr(), out.data_ptr(), Count(x.numel()), NativeType(x.scalar_type()),
+                        NativeOp(x.scalar_type(), op), Comm(call)),
           "MPI_Allreduce");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;

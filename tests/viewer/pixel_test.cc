@@ -1,0 +1,374 @@
+// Pixel tests of dtsim-viewer's headless mode: render a frame offscreen (under xvfb-run), read the PNG back and
+// check colours where it matters. Where to look comes from the draw records the viewer dumps (the layout step's own
+// output, in screen pixels); what to expect from the palette (colors.h) and from closed forms of the layout rule.
+// Skipped only when no window / OpenGL context can be opened at all (exit code 4 of the probe).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "test_support.h"
+#include "viewer/model/colors.h"
+#include "viewer/model/render_png.h"
+
+namespace dtsim::viewer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::EditedTrace;
+using testing::Golden;
+using testing::OtherHash;
+using testing::TempPath;
+
+const char* kUneven = "uneven_2x4_S0R_to_RS1.json";
+
+struct RunResult {
+  int code = -1;
+  std::string err;
+};
+
+RunResult RunCommand(const std::string& command) {
+  static int counter = 0;
+  const std::string err = TempPath("stderr_" + std::to_string(counter++) + ".txt");
+  const int status = std::system((command + " >/dev/null 2>" + err).c_str());
+  RunResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  std::stringstream s;
+  s << in.rdbuf();
+  r.err = s.str();
+  return r;
+}
+
+RunResult RunViewer(const std::string& args) { return RunCommand(std::string(DTSIM_VIEWER_BIN) + " " + args); }
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+struct Shot {
+  Image image;
+  nlohmann::json records;
+  const nlohmann::json& panel(const std::string& name) const { return records["panels"][name]; }
+};
+
+Rgba ColorOf(const nlohmann::json& c) { return Rgba{c[0], c[1], c[2], c[3]}; }
+
+// The rects of `panel` with `role` (and `rank`, unless -2), in painting order.
+std::vector<std::pair<size_t, nlohmann::json>> Find(const nlohmann::json& panel, const std::string& role,
+                                                    int64_t rank = -2) {
+  std::vector<std::pair<size_t, nlohmann::json>> out;
+  const auto& rects = panel["rects"];
+  for (size_t i = 0; i < rects.size(); ++i) {
+    if (rects[i]["role"] == role && (rank == -2 || rects[i]["rank"] == rank)) out.push_back({i, rects[i]});
+  }
+  return out;
+}
+
+// A pixel inside rect `index` of `panel` that nothing painted later covers (fills, borders, lines, texts), so its
+// colour must be the rect's fill; nullopt if there is none.
+std::optional<std::pair<int, int>> FreePixel(const nlohmann::json& panel, size_t index) {
+  const auto& rects = panel["rects"];
+  const auto& r = rects[index];
+  const float inset = r["border_width"].get<float>();
+  const float x0 = r["x0"].get<float>() + inset, x1 = r["x1"].get<float>() - inset;
+  const float y0 = r["y0"].get<float>() + inset, y1 = r["y1"].get<float>() - inset;
+  for (float y = y0 + 0.5f; y < y1; y += 1) {
+    for (float x = x0 + 0.5f; x < x1; x += 1) {
+      bool covered = false;
+      for (size_t j = index + 1; j < rects.size() && !covered; ++j) {
+        const auto& o = rects[j];
+        const float ox0 = o["x0"], oy0 = o["y0"], ox1 = o["x1"], oy1 = o["y1"];
+        if (x < ox0 - 1 || x >= ox1 + 1 || y < oy0 - 1 || y >= oy1 + 1) continue;
+        if (ColorOf(o["fill"]).visible()) covered = true;
+        const float w = o["border_width"].get<float>() + 1;
+        if (ColorOf(o["border"]).visible() &&
+            (x < ox0 + w || x >= ox1 - w || y < oy0 + w || y >= oy1 - w)) {
+          covered = true;
+        }
+      }
+      for (const auto& t : panel["texts"]) {
+        const float tx = t["x"], ty = t["y"], tw = t["w"], th = t["h"];
+        if (x >= tx - 2 && x < tx + tw + 2 && y >= ty - 2 && y < ty + th + 2) covered = true;
+      }
+      for (const auto& l : panel["lines"]) {
+        const float lx0 = l["x0"], ly0 = l["y0"], lx1 = l["x1"], ly1 = l["y1"];
+        const float dx = lx1 - lx0, dy = ly1 - ly0, len2 = dx * dx + dy * dy;
+        const float t = len2 > 0 ? std::clamp(((x - lx0) * dx + (y - ly0) * dy) / len2, 0.0f, 1.0f) : 0;
+        const float ex = x - lx0 - t * dx, ey = y - ly0 - t * dy;
+        if (ex * ex + ey * ey < 4) covered = true;
+      }
+      if (!covered) return std::pair<int, int>{static_cast<int>(x), static_cast<int>(y)};
+    }
+  }
+  return std::nullopt;
+}
+
+class ViewerPixelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string probe = TempPath("probe.png");
+    const RunResult r = RunViewer(Golden(kUneven) + " --size 400x300 --screenshot " + probe);
+    display_ok_ = r.code == 0;
+    why_ = r.err;
+    if (r.code != 0 && r.code != 4) probe_failure_ = "probe exited " + std::to_string(r.code) + ": " + r.err;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(probe_failure_.empty()) << probe_failure_;
+    if (!display_ok_) GTEST_SKIP() << "no X display / OpenGL context: " << why_;
+  }
+
+  static Shot Screenshot(const std::string& name, const std::string& args) {
+    const std::string png = TempPath(name + ".png"), json = TempPath(name + ".json");
+    const RunResult r = RunViewer(args + " --screenshot " + png + " --dump-records " + json);
+    EXPECT_EQ(r.code, 0) << r.err;
+    Shot s;
+    std::ifstream in(png, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    s.image = DecodePng(bytes.str());
+    s.records = testing::ReadJson(json);
+    return s;
+  }
+
+  // The colour of a free pixel of the rect (asserts that one exists).
+  static Rgba FreeColor(const Shot& s, const std::string& panel, size_t index) {
+    const auto p = FreePixel(s.panel(panel), index);
+    EXPECT_TRUE(p.has_value()) << "no free pixel in rect " << index << " of " << panel;
+    return p ? s.image.At(p->first, p->second) : Rgba{};
+  }
+
+  static bool display_ok_;
+  static std::string why_;
+  static std::string probe_failure_;
+};
+
+bool ViewerPixelTest::display_ok_ = false;
+std::string ViewerPixelTest::why_;
+std::string ViewerPixelTest::probe_failure_;
+
+TEST_F(ViewerPixelTest, ABlockOwnedByRank3IsRank3sColour) {
+  // Final [R, S(1)] of a 5 x 10 tensor on tp=4: rank 3 holds columns 9:10 (chunks of 3), replicated with rank 7.
+  const Shot s = Screenshot("final", Golden(kUneven) + " --step final --size 1200x800");
+  ASSERT_EQ(s.image.width, 1200);
+  ASSERT_EQ(s.image.height, 800);
+  EXPECT_EQ(s.records["frame"], 3);
+  const auto frame = Find(s.panel("tensor"), "background");
+  ASSERT_EQ(frame.size(), 1u);
+  const float tx0 = frame[0].second["x0"], tx1 = frame[0].second["x1"];
+  const auto owned = Find(s.panel("tensor"), "tensor_owner", 3);
+  ASSERT_FALSE(owned.empty());
+  const auto& block = owned[0].second;  // the block's fill (the chip comes after it)
+  EXPECT_NEAR(block["x0"].get<float>() - tx0, (tx1 - tx0) * 0.9f, 1.0f);
+  EXPECT_NEAR(block["x1"].get<float>() - tx0, (tx1 - tx0) * 1.0f, 1.0f);
+  EXPECT_EQ(FreeColor(s, "tensor", owned[0].first), RankColor(3));
+  // Rank 7 (the replica) has its chip in its own colour.
+  const auto chip = Find(s.panel("tensor"), "tensor_owner", 7);
+  ASSERT_EQ(chip.size(), 1u);
+  const auto& c = chip[0].second;
+  EXPECT_EQ(s.image.At(static_cast<int>(c["x1"].get<float>()) - 2, static_cast<int>(c["y1"].get<float>()) - 2),
+            RankColor(7));
+  // The mesh cell of every rank is its colour.
+  for (int64_t r = 0; r < 8; ++r) {
+    const auto cell = Find(s.panel("mesh"), "mesh_cell", r);
+    ASSERT_EQ(cell.size(), 1u);
+    EXPECT_EQ(FreeColor(s, "mesh", cell[0].first), RankColor(r)) << "rank " << r;
+  }
+}
+
+TEST_F(ViewerPixelTest, StepChangesWhatIsDrawn) {
+  const Shot first = Screenshot("initial", Golden(kUneven) + " --step 0 --size 1200x800");
+  const Shot last = Screenshot("last", Golden(kUneven) + " --step 3 --size 1200x800");
+  // Element (row 3, column 9) of the 5 x 10 tensor: rank 4's at first ([S(0), R]: dp=1 holds rows 3:5), rank 3's at
+  // the end ([R, S(1)]: tp=3 holds column 9).
+  auto pixel_of = [](const Shot& s, double row, double col) {
+    const nlohmann::json f = Find(s.panel("tensor"), "background").at(0).second;
+    const float x0 = f["x0"], x1 = f["x1"], y0 = f["y0"], y1 = f["y1"];
+    return s.image.At(static_cast<int>(x0 + (x1 - x0) * col / 10), static_cast<int>(y0 + (y1 - y0) * row / 5));
+  };
+  EXPECT_EQ(pixel_of(first, 3.5, 9.6), RankColor(4));
+  EXPECT_EQ(pixel_of(last, 3.5, 9.6), RankColor(3));
+  // No bytes move before the first step; the frame strip outlines the current frame.
+  for (const auto& [i, bar] : Find(first.panel("bytes"), "bar")) EXPECT_FALSE(ColorOf(bar["fill"]).visible());
+  const auto boxes = Find(last.panel("frames"), "frame_box");
+  ASSERT_EQ(boxes.size(), 4u);
+  const auto& box = boxes[3].second;
+  EXPECT_EQ(last.image.At(static_cast<int>(box["x0"].get<float>()) + 1, static_cast<int>(box["y1"].get<float>()) - 1),
+            kHighlightColor);
+}
+
+TEST_F(ViewerPixelTest, ADifferingRankIsDrawnInTheDiffColour) {
+  const std::string other = EditedTrace(kUneven, "pixel_rank5.json", [](nlohmann::json& j) {
+    for (nlohmann::json* rows : {&j["steps"][1]["ranks_after"], &j["final"]["ranks"]}) {
+      (*rows)[5]["hash"] = OtherHash((*rows)[5]["hash"]);
+    }
+  });
+  // Without --step, a pair opens at the first frame where the traces part: after step 2.
+  const Shot s = Screenshot("diff", Golden(kUneven) + " " + other + " --size 1200x800");
+  EXPECT_EQ(s.records["frame"], 2);
+  const auto cell5 = Find(s.panel("mesh"), "mesh_cell", 5);
+  const auto cell4 = Find(s.panel("mesh"), "mesh_cell", 4);
+  ASSERT_EQ(cell5.size(), 1u);
+  EXPECT_EQ(FreeColor(s, "mesh", cell5[0].first), kDiffColor);
+  EXPECT_EQ(FreeColor(s, "mesh", cell4[0].first), RankColor(4));
+  // In the tensor, the block of rank 5 (columns 3:6 with rank 1) is framed in the diff colour.
+  bool framed = false;
+  for (const auto& [i, r] : Find(s.panel("tensor"), "highlight")) {
+    if (ColorOf(r["border"]) != kDiffColor || r["rank"] != 5) continue;
+    framed = true;
+    EXPECT_EQ(s.image.At(static_cast<int>(r["x0"].get<float>()) + 1,
+                         static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2)),
+              kDiffColor);
+  }
+  EXPECT_TRUE(framed);
+  // The frame strip marks the frames with differences (after step 2 and final), not the others.
+  int marked = 0;
+  for (const auto& [i, r] : Find(s.panel("frames"), "highlight")) {
+    ++marked;
+    EXPECT_TRUE(r["frame"] == 2 || r["frame"] == 3);
+    EXPECT_EQ(s.image.At(static_cast<int>(r["x0"].get<float>()) + 3, static_cast<int>(r["y0"].get<float>()) + 2),
+              kDiffColor);
+  }
+  EXPECT_EQ(marked, 2);
+  // At the initial frame nothing differs: rank 5 is its own colour.
+  const Shot before = Screenshot("diff_initial", Golden(kUneven) + " " + other + " --step initial --size 1200x800");
+  EXPECT_EQ(FreeColor(before, "mesh", Find(before.panel("mesh"), "mesh_cell", 5)[0].first), RankColor(5));
+}
+
+TEST_F(ViewerPixelTest, SelectedRankAndItsGroupAreOutlined) {
+  const Shot s = Screenshot("select", Golden(kUneven) + " --step 2 --select-rank 6 --size 1200x800");
+  const auto mark = Find(s.panel("mesh"), "highlight", 6);
+  ASSERT_EQ(mark.size(), 1u);
+  const auto& m = mark[0].second;
+  EXPECT_EQ(ColorOf(m["border"]), kHighlightColor);
+  EXPECT_EQ(s.image.At(static_cast<int>(m["x0"].get<float>()) + 1,
+                       static_cast<int>((m["y0"].get<float>() + m["y1"].get<float>()) / 2)),
+            kHighlightColor);
+  // Step 2 all-gathers over dp: rank 6's group is {2, 6}; rank 2 is outlined in the group colour.
+  const auto group = Find(s.panel("mesh"), "mesh_group", 2);
+  ASSERT_EQ(group.size(), 1u);
+  const auto& g = group[0].second;
+  EXPECT_EQ(s.image.At(static_cast<int>(g["x0"].get<float>()) + 1,
+                       static_cast<int>((g["y0"].get<float>() + g["y1"].get<float>()) / 2)),
+            kGroupColor);
+}
+
+TEST_F(ViewerPixelTest, HoverLinksTheMeshAndTheTensor) {
+  const std::string args = Golden(kUneven) + " --step final --size 1200x800";
+  const Shot base = Screenshot("hover_base", args);
+  // The mouse over rank 3's block (columns 9:10, held by ranks 3 and 7): both light up on the mesh.
+  const auto block = Find(base.panel("tensor"), "tensor_owner", 3).at(0).second;
+  const int bx = static_cast<int>((block["x0"].get<float>() + block["x1"].get<float>()) / 2);
+  const int by = static_cast<int>((block["y0"].get<float>() + block["y1"].get<float>()) / 2);
+  const Shot over_block = Screenshot("hover_block", args + " --mouse " + std::to_string(bx) + "," + std::to_string(by));
+  for (int64_t rank : {3, 7}) {
+    const auto mark = Find(over_block.panel("mesh"), "highlight", rank);
+    ASSERT_EQ(mark.size(), 1u) << "rank " << rank;
+    const auto& m = mark[0].second;
+    EXPECT_EQ(ColorOf(m["border"]), kHighlightColor);
+    EXPECT_EQ(over_block.image.At(static_cast<int>(m["x0"].get<float>()),
+                                  static_cast<int>((m["y0"].get<float>() + m["y1"].get<float>()) / 2)),
+              kHighlightColor);
+  }
+  EXPECT_EQ(Find(over_block.panel("mesh"), "highlight").size(), 2u);
+  // The mouse over rank 6's mesh cell: its block (columns 6:9, with rank 2) is outlined in the tensor panel.
+  const auto cell = Find(base.panel("mesh"), "mesh_cell", 6).at(0).second;
+  const int mx = static_cast<int>(cell["x0"].get<float>()) + 6, my = static_cast<int>(cell["y0"].get<float>()) + 6;
+  const Shot over_cell = Screenshot("hover_cell", args + " --mouse " + std::to_string(mx) + "," + std::to_string(my));
+  bool outlined = false;
+  const auto owner = Find(over_cell.panel("tensor"), "tensor_owner", 2).at(0).second;  // the block's fill
+  for (const auto& [i, r] : Find(over_cell.panel("tensor"), "highlight")) {
+    if (ColorOf(r["border"]) != kHighlightColor || r["block"] != owner["block"] || r["rank"] != -1) continue;
+    outlined = true;
+    EXPECT_EQ(over_cell.image.At(static_cast<int>(r["x0"].get<float>()) + 1,
+                                 static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2)),
+              kHighlightColor);
+  }
+  EXPECT_TRUE(outlined);
+}
+
+TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
+  const std::string big = TempPath("trace_4096.json");
+  const RunResult made = RunCommand(std::string(DTSIM_META_TRACE_BIN) +
+                              " --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from 'S(0),S(1),S(2)' --to "
+                              "'R,S(0),S(1)' " + big);
+  ASSERT_EQ(made.code, 0) << made.err;
+  const Shot s = Screenshot("big", big + " --step 1 --select-rank 4095");
+  EXPECT_EQ(Find(s.panel("mesh"), "mesh_cell").size(), 4096u);
+  for (int64_t rank : {0, 2000, 4000}) {  // not in the selected rank's group (4080..4095), which is outlined
+    const auto cell = Find(s.panel("mesh"), "mesh_cell", rank);
+    ASSERT_EQ(cell.size(), 1u);
+    EXPECT_EQ(FreeColor(s, "mesh", cell[0].first), RankColor(rank)) << "rank " << rank;
+  }
+  // The bytes chart aggregates ranks into bars.
+  EXPECT_LT(Find(s.panel("bytes"), "bar").size(), 4096u);
+  // Another grid: rows tp, columns pp, slices over dp.
+  const Shot t = Screenshot("big_grid", big + " --mesh-grid tp,pp --size 1000x700");
+  bool header = false;
+  for (const auto& text : t.panel("mesh")["texts"]) {
+    header = header || text["text"] == "rows tp=16  cols pp=16  slices dp=16";
+  }
+  EXPECT_TRUE(header);
+}
+
+// ---- bad input: a clear error on stderr, exit 2, no picture written (no display needed) ----
+
+void ExpectInputError(const std::string& args, const std::string& prefix) {
+  const std::string png = TempPath("never.png");
+  const RunResult r = RunViewer(args + " --screenshot " + png);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith(prefix));
+  EXPECT_FALSE(Exists(png));
+}
+
+TEST(ViewerBadInputTest, BrokenTruncatedUnknownVersionAndMismatched) {
+  ExpectInputError(testing::WriteText("broken.json", "{\"format\": \"dtsim-trace\", \"version\": 1,"),
+                   "dtsim-viewer: error: trace: ");
+  const std::string text = testing::ReadJson(Golden(kUneven)).dump(1);
+  ExpectInputError(testing::WriteText("truncated.json", text.substr(0, text.size() * 2 / 3)),
+                   "dtsim-viewer: error: trace: ");
+  ExpectInputError(EditedTrace(kUneven, "v7.json", [](nlohmann::json& j) { j["version"] = 7; }),
+                   "dtsim-viewer: error: trace: version 7 is not supported");
+  ExpectInputError(EditedTrace(kUneven, "bad_hash.json", [](nlohmann::json& j) { j["final"]["ranks"][2]["hash"] = 5; }),
+                   "dtsim-viewer: error: trace: final.ranks[2].hash: expected \"xxh3:\" and 16 hex digits, got 5");
+  ExpectInputError(Golden(kUneven) + " " + Golden("nested_4x2_S0S0_to_S1S1.json"),
+                   "dtsim-viewer: error: traces: '" + Golden(kUneven) + "' and '" +
+                       Golden("nested_4x2_S0S0_to_S1S1.json") +
+                       "' are not traces of the same redistribution: the meshes differ");
+  ExpectInputError("/nonexistent/trace.json", "dtsim-viewer: error: trace: cannot open '/nonexistent/trace.json'");
+  ExpectInputError(Golden("traces") + "/..", "dtsim-viewer: error: trace: ");
+}
+
+TEST(ViewerBadInputTest, BadOptions) {
+  ExpectInputError(Golden(kUneven) + " --step 9", "dtsim-viewer: error: step: step 9 does not exist");
+  ExpectInputError(Golden(kUneven) + " --select-rank 8", "dtsim-viewer: error: select-rank: rank 8 is not in");
+  ExpectInputError(Golden(kUneven) + " --size 10x10", "dtsim-viewer: error: size: '10x10' must be WIDTHxHEIGHT");
+  ExpectInputError(Golden(kUneven) + " --mesh-grid dp,dp", "dtsim-viewer: error: mesh-grid: rows and columns are both");
+  ExpectInputError(Golden(kUneven) + " --mesh-grid dp,pp", "dtsim-viewer: error: mesh-grid:");
+  ExpectInputError(Golden(kUneven) + " --tensor-grid 0,2", "dtsim-viewer: error: tensor-grid: column dim 2 is not");
+  ExpectInputError(Golden(kUneven) + " --show-second", "dtsim-viewer: error: show-second: needs two traces");
+  ExpectInputError(Golden(kUneven) + " --mouse 5000,1", "dtsim-viewer: error: mouse: '5000,1' must be X,Y inside");
+  ExpectInputError(Golden(kUneven) + " --frobnicate", "dtsim-viewer: error: options: ");
+  ExpectInputError("", "dtsim-viewer: error: traces: give one trace");
+}
+
+TEST(ViewerBadInputTest, NoDisplayIsExitCode4WithAHint) {
+  const std::string png = TempPath("nodisplay.png");
+  const RunResult r = RunCommand("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(DTSIM_VIEWER_BIN) + " " +
+                                 Golden(kUneven) + " --screenshot " + png);
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_THAT(r.err, StartsWith("dtsim-viewer: error: display: cannot open a window"));
+  EXPECT_THAT(r.err, HasSubstr("xvfb-run"));
+  EXPECT_FALSE(Exists(png));
+}
+
+}  // namespace
+}  // namespace dtsim::viewer

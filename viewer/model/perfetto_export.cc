@@ -1,0 +1,173 @@
+// Trace-event JSON for Perfetto / chrome://tracing (see perfetto_export.h).
+#include "perfetto_export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "dtsim/error.h"
+#include "rank_details.h"
+
+namespace dtsim::viewer {
+namespace {
+
+constexpr const char* kCategory = "dtsim";
+constexpr int64_t kStepsTid = 1;        // the thread of step slices
+constexpr int64_t kCollectivesTid = 2;  // the thread of collective slices
+
+}  // namespace
+
+std::string BackendLabel(const Trace& trace) {
+  return trace.meta.backend == "local" ? "simulated (local)" : StrCat("real (", trace.meta.backend, ")");
+}
+
+nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json sources_json = nlohmann::json::array();
+  int64_t flow_id = 1;
+  // Times are kept in whole nanoseconds and written in microseconds with at most 3 decimals, so a reader converts
+  // them back exactly; consecutive slices on one track are 1 ns apart, so no reader sees them overlap.
+  auto ns = [](double us) { return static_cast<int64_t>(std::llround(std::max(0.0, us) * 1000.0)); };
+  auto us = [](int64_t t) { return static_cast<double>(t) / 1000.0; };
+  for (size_t t = 0; t < sources.size(); ++t) {
+    const Trace& trace = *sources[t].trace;
+    const std::string& label = sources[t].label;
+    const DeviceMesh& mesh = trace.initial.spec.mesh();
+    const int64_t base = static_cast<int64_t>(t) * kPerfettoPidStride;
+    auto pid_of = [&](int64_t rank) { return base + rank + 1; };
+    sources_json.push_back({{"label", label},
+                            {"backend", trace.meta.backend},
+                            {"argv", trace.meta.argv},
+                            {"from", trace.initial.spec.ToString()},
+                            {"to", ToString(trace.final_state.spec.placements())}});
+
+    // Processes and threads: every rank of the mesh; collective rows of ranks outside it get a process too.
+    std::vector<int64_t> ranks = mesh.ranks();
+    for (const TraceStep& step : trace.steps) {
+      for (const TraceCollective& c : step.collectives) ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    for (int64_t rank : ranks) {
+      const auto coordinate = mesh.FindCoordinate(rank);
+      const std::string name = StrCat(label.empty() ? "" : label + ": ", "rank ", rank,
+                                      coordinate ? " " + CoordinateText(mesh, *coordinate) : " (not in the mesh)");
+      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid_of(rank)}, {"args", {{"name", name}}}});
+      events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid_of(rank)},
+                        {"args", {{"sort_index", base + rank}}}});
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(rank)}, {"tid", kStepsTid},
+                        {"args", {{"name", "steps"}}}});
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(rank)}, {"tid", kCollectivesTid},
+                        {"args", {{"name", "collectives"}}}});
+    }
+
+    int64_t step_start = 0;
+    for (size_t s = 0; s < trace.steps.size(); ++s) {
+      const TraceStep& step = trace.steps[s];
+      const std::string dim = step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
+      const std::string mesh_dim = StrCat(dim, "(", step.plan.mesh_dim, ")");
+      const std::string transition = StrCat(step.plan.from.ToString(), " -> ", step.plan.to.ToString());
+      const std::string step_name = StrCat("step ", s + 1, ": ", mesh_dim, " ", transition);
+      const size_t nc = step.collectives.size();
+      // Each rank's collectives one after another from the step's start: measured time, or the estimate's share.
+      struct Slice {
+        int64_t ts, dur;
+      };
+      std::map<int64_t, int64_t> rank_end;                // rank -> end of its last collective in this step
+      std::vector<std::map<int64_t, Slice>> slices(nc);  // [collective] rank -> slice
+      for (size_t k = 0; k < nc; ++k) {
+        const TraceCollective& c = step.collectives[k];
+        const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
+        for (size_t i = 0; i < c.ranks.size(); ++i) {
+          const int64_t rank = c.ranks[i];
+          const int64_t dur = ns(measured ? c.time_us[i] : step.plan.est_us / static_cast<double>(nc));
+          auto it = rank_end.find(rank);
+          const int64_t ts = it == rank_end.end() ? step_start : it->second + 1;
+          slices[k][rank] = Slice{ts, dur};
+          rank_end[rank] = ts + dur;
+        }
+      }
+      int64_t step_end = step_start + (nc == 0 ? ns(step.plan.est_us) : 0);
+      for (const auto& [rank, end] : rank_end) step_end = std::max(step_end, end);
+
+      // The step slice on every rank.
+      for (int64_t rank : ranks) {
+        events.push_back({{"ph", "X"},
+                          {"name", step_name},
+                          {"cat", kCategory},
+                          {"pid", pid_of(rank)},
+                          {"tid", kStepsTid},
+                          {"ts", us(step_start)},
+                          {"dur", us(step_end - step_start)},
+                          {"args",
+                           {{"step", s + 1},
+                            {"mesh_dim", mesh_dim},
+                            {"transition", transition},
+                            {"collective", std::string(ToString(step.plan.collective))},
+                            {"placements_after", ToString(step.placements_after)},
+                            {"est_us", step.plan.est_us}}}});
+      }
+      // The collective slices and their flows.
+      for (size_t k = 0; k < nc; ++k) {
+        const TraceCollective& c = step.collectives[k];
+        const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
+        const std::string op(ToString(c.kind));
+        std::map<int64_t, size_t> group_of;
+        for (size_t g = 0; g < c.groups.size(); ++g) {
+          for (int64_t r : c.groups[g]) group_of[r] = g;
+        }
+        for (size_t i = 0; i < c.ranks.size(); ++i) {
+          const int64_t rank = c.ranks[i];
+          const Slice& sl = slices[k].at(rank);
+          auto g = group_of.find(rank);
+          nlohmann::json args = {{"step", s + 1},
+                                 {"mesh_dim", mesh_dim},
+                                 {"transition", transition},
+                                 {"group", g == group_of.end() ? std::vector<int64_t>{} : c.groups[g->second]},
+                                 {"bytes_sent", c.bytes_sent[i]},
+                                 {"bytes_received", c.bytes_received[i]},
+                                 {"input_shape", c.input_shapes[i]},
+                                 {"output_shape", c.output_shapes[i]},
+                                 {"time_us", us(sl.dur)},
+                                 {"time_source", measured ? "measured" : "estimated (cost model)"}};
+          events.push_back({{"ph", "X"},
+                            {"name", op},
+                            {"cat", kCategory},
+                            {"pid", pid_of(rank)},
+                            {"tid", kCollectivesTid},
+                            {"ts", us(sl.ts)},
+                            {"dur", us(sl.dur)},
+                            {"args", std::move(args)}});
+        }
+        // Flows: one chain per group through its ranks (in group order), each point inside its collective slice.
+        for (const auto& group : c.groups) {
+          std::vector<int64_t> members;
+          for (int64_t r : group) {
+            if (slices[k].count(r)) members.push_back(r);
+          }
+          if (members.size() < 2) continue;
+          const std::string flow_name = StrCat(op, " group ", IntListToString(group));
+          for (size_t m = 0; m < members.size(); ++m) {
+            const Slice& sl = slices[k].at(members[m]);
+            const char* ph = m == 0 ? "s" : (m + 1 == members.size() ? "f" : "t");
+            nlohmann::json e = {{"ph", ph},
+                                {"name", flow_name},
+                                {"cat", kCategory},
+                                {"id", flow_id},
+                                {"pid", pid_of(members[m])},
+                                {"tid", kCollectivesTid},
+                                {"ts", us(sl.ts + sl.dur / 2)}};
+            if (m + 1 == members.size()) e["bp"] = "e";
+            events.push_back(std::move(e));
+          }
+          ++flow_id;
+        }
+      }
+      step_start = step_end + 1;
+    }
+  }
+  return {{"traceEvents", std::move(events)},
+          {"otherData", {{"generator", "dtsim export --format perfetto"}, {"traces", std::move(sources_json)}}}};
+}
+
+}  // namespace dtsim::viewer
