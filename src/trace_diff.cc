@@ -135,7 +135,7 @@ class Differ {
 };
 
 std::string StepLabel(const TraceStep& step, size_t index) {
-  return StrCat("step ", index, " (mesh dim ", step.plan.mesh_dim, ": ", step.plan.from.ToString(), " -> ",
+  return StrCat("step ", index + 1, " (mesh dim ", step.plan.mesh_dim, ": ", step.plan.from.ToString(), " -> ",
                 step.plan.to.ToString(), ", ", ToString(step.plan.collective), ")");
 }
 

@@ -14,9 +14,9 @@ namespace dtsim {
 struct TraceDifference {
   enum class Phase { kInitial, kStep, kFinal };
   Phase phase = Phase::kInitial;
-  int64_t step = -1;        // the step index for kStep
+  int64_t step = -1;        // the step index (0-based) for kStep; `where` numbers steps from 1, as dtsim plan does
   int64_t collective = -1;  // the collective's index within the step, when the difference is in one
-  std::string where;        // "initial", "step 1 (mesh dim 0: S(0) -> R)", "step 1 (...), collective 0 (all_gather)", "final"
+  std::string where;        // "initial", "step 2 (mesh dim 0: S(0) -> R, all_gather)", "step 2 (...), collective 0 (all_gather)", "final"
   std::string what;         // "hash differs on ranks 5, 7 (rank 5: xxh3:… vs xxh3:…)"
   std::vector<int64_t> ranks;  // the ranks concerned (empty for a difference of the whole run, e.g. a step count)
 };

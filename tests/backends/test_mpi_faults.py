@@ -36,7 +36,7 @@ def test_wrong_data_is_reported_with_step_and_rank(fault, case, ranks):
     out = compare(*case, "--inject-fault", fault)
     assert out.returncode == 1, out.stdout + out.stderr
     first = out.stdout.splitlines()[2]
-    assert "step 1 (mesh dim 0" in out.stdout.splitlines()[1], out.stdout
+    assert "step 2 (mesh dim 0" in out.stdout.splitlines()[1], out.stdout
     assert f"hash differs on {ranks} " in first, out.stdout
 
 
