@@ -1,7 +1,8 @@
 // dtsim layout: prints which part of the global tensor every rank holds.
 //
 //   dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements "S(0),S(1)" [--dtype float32] [--json]
-//   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out
+//   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out;
+//                                         exit code 1 when any line failed
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/spec.h"
 
@@ -24,16 +26,19 @@ struct LayoutOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
   std::string batch;       // "" = single case; a path or "-" for stdin
 };
 
-DTensorSpec SpecFromJson(const nlohmann::json& c) {
-  for (const char* key : {"mesh", "shape", "placements"}) {
-    if (!c.contains(key)) throw InputError(key, "missing");
-  }
+DTensorSpec SpecFromJson(const nlohmann::json& c, const CaseLimits& limits) {
+  CheckCaseKeys(c, {"mesh", "names", "shape", "placements", "dtype"}, {"mesh", "shape", "placements"});
   DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
-  return DTensorSpec::Create(MeshFromJson(c), ParsePlacements(StringFromJson(c, "placements")),
+  DeviceMesh mesh = MeshFromJson(c, limits);
+  return DTensorSpec::Create(std::move(mesh), ParsePlacements(StringFromJson(c, "placements")),
                              IntsFromJson(c["shape"], "shape"), dtype);
 }
 
 }  // namespace
+
+nlohmann::json LayoutCase(const nlohmann::json& c, const CaseLimits& limits) {
+  return LayoutToJson(SpecFromJson(c, limits));
+}
 
 int RunLayout(const Args& args) {
   LayoutOptions o;
@@ -49,14 +54,15 @@ int RunLayout(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutToJson(SpecFromJson(c)); });
+  if (vm.count("batch")) {
+    RefuseOptionsWithBatch(vm);
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutCase(c); });
   }
   RequireOptions(vm, {"mesh", "shape", "placements"});
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.placements),
                                          ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   if (o.json) {
-    std::cout << LayoutToJson(spec).dump() << "\n";
+    std::cout << SafeDump(LayoutToJson(spec)) << "\n";
   } else {
     std::cout << RenderLayout(spec);
   }

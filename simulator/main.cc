@@ -5,9 +5,11 @@
 #include <map>
 #include <string>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "dtsim/caching_allocator.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 
 namespace {
 
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
   }
   auto it = Commands().find(name);
   if (it == Commands().end()) {
-    std::cerr << "dtsim: error: command: unknown command '" << name << "'\n";
+    std::cerr << "dtsim: error: command: unknown command '" << dtsim::ExcerptText(name, 40) << "'\n";
     PrintUsage(std::cerr);
     return 2;
   }
@@ -59,13 +61,18 @@ int main(int argc, char** argv) {
     std::cerr << "dtsim: error: " << e.what() << "\n";
     return 2;
   } catch (const boost::program_options::error& e) {
-    std::cerr << "dtsim: error: options: " << e.what() << "\n";
+    std::cerr << "dtsim: error: options: " << dtsim::ExcerptText(e.what(), 300) << "\n";
     return 2;
   } catch (const dtsim::InternalError& e) {
     std::cerr << "dtsim: " << e.what() << "\n";
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << "dtsim: internal error: " << e.what() << "\n";
+    if (dtsim::cli::IsOutOfMemory(e)) {
+      // A resource limit, not a bug: the up-front estimates (CheckSimulationFits) let this through.
+      std::cerr << "dtsim: error: memory: out of memory; simulate a smaller tensor or fewer ranks\n";
+      return 2;
+    }
+    std::cerr << "dtsim: internal error: " << dtsim::ExcerptText(e.what(), 2000) << "\n";
     return 3;
   }
 }

@@ -19,6 +19,7 @@
 #include "dtsim/arange_case.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/global_view.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
@@ -58,8 +59,8 @@ struct Outcome {
   std::string problem;
 };
 
-Outcome RunCase(const Case& c, TraceRecorder* recorder) {
-  CheckSimulationFits(c.src, c.src.mesh().size());
+Outcome RunCase(const Case& c, TraceRecorder* recorder, const CaseLimits& limits) {
+  CheckSimulationFits(c.src, c.src.mesh().size(), limits);
   std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
   DTensor source = MakeArangeSource(c.src, collectives);
   if (recorder) {
@@ -103,19 +104,25 @@ nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
   return out;
 }
 
-Case CaseFromJson(const nlohmann::json& j) {
-  for (const char* key : {"mesh", "shape", "from", "to"}) {
-    if (!j.contains(key)) throw InputError(key, "missing");
-  }
+Case CaseFromJson(const nlohmann::json& j, const CaseLimits& limits) {
+  CheckCaseKeys(j, {"mesh", "names", "shape", "from", "to", "dtype", "planner", "values"},
+                {"mesh", "shape", "from", "to"});
   DType dtype = j.contains("dtype") ? ParseDType(StringFromJson(j, "dtype")) : DType::kFloat32;
   PlannerKind kind = j.contains("planner") ? ParsePlannerKind(StringFromJson(j, "planner")) : PlannerKind::kGreedy;
-  DTensorSpec src = SourceSpec(MeshFromJson(j), ParsePlacements(StringFromJson(j, "from"), "from"),
+  DeviceMesh mesh = MeshFromJson(j, limits);
+  DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(j, "from"), "from"),
                                IntsFromJson(j["shape"], "shape"), dtype);
   Placements to = ValidateRedistribute(src, ParsePlacements(StringFromJson(j, "to"), "to"));
   return Case{src, to, kind};
 }
 
 }  // namespace
+
+nlohmann::json RedistributeCase(const nlohmann::json& j, const CaseLimits& limits) {
+  Case c = CaseFromJson(j, limits);
+  const bool values = !j.contains("values") || JsonReader(j["values"], "values").AsBool();
+  return OutcomeToJson(c, RunCase(c, nullptr, limits), values);
+}
 
 int RunRedistribute(const Args& args) {
   RedistributeCliOptions o;
@@ -136,23 +143,19 @@ int RunRedistribute(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [](const nlohmann::json& j) {
-      Case c = CaseFromJson(j);
-      if (j.contains("values") && !j["values"].is_boolean()) {
-        throw InputError("values", StrCat("expected true or false, got ", j["values"].dump()));
-      }
-      bool values = !j.contains("values") || j["values"].get<bool>();
-      return OutcomeToJson(c, RunCase(c, nullptr), values);
-    });
+  if (vm.count("batch")) {
+    RefuseOptionsWithBatch(vm);
+    return RunJsonLines(o.batch, [](const nlohmann::json& j) { return RedistributeCase(j); });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
   DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   Case c{src, ValidateRedistribute(src, ParsePlacements(o.to, "to")), kind};
+  const bool want_trace = vm.count("trace") > 0;
+  if (want_trace) CheckOutputPath(o.trace, "trace");
   std::unique_ptr<TraceRecorder> recorder;
-  if (!o.trace.empty()) {
+  if (want_trace) {
     std::string argv = "dtsim redistribute";
     for (const std::string& a : args) argv += " " + a;
     TraceMeta meta;
@@ -163,10 +166,10 @@ int RunRedistribute(const Args& args) {
     meta.planner = ToString(kind);
     recorder = std::make_unique<TraceRecorder>(meta);
   }
-  Outcome out = RunCase(c, recorder.get());
+  Outcome out = RunCase(c, recorder.get(), CaseLimits());
   if (recorder) WriteJsonFileAtomically(o.trace, ToJson(recorder->trace()));
   if (o.json) {
-    std::cout << OutcomeToJson(c, out, o.values).dump() << "\n";
+    std::cout << SafeDump(OutcomeToJson(c, out, o.values)) << "\n";
   } else {
     std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src);
     if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source.spec(), out.source.to_local());
@@ -176,7 +179,7 @@ int RunRedistribute(const Args& args) {
               << (out.ok ? "OK — the global tensor after redistribution equals the expected one"
                          : "MISMATCH — " + out.problem)
               << "\n";
-    if (!o.trace.empty()) std::cout << "trace written to " << o.trace << "\n";
+    if (want_trace) std::cout << "trace written to " << o.trace << "\n";
   }
   return out.ok ? 0 : 1;
 }

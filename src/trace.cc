@@ -401,7 +401,17 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field, co
     return nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.parse_error.101] "
+    }
     throw InputError(field, StrCat(source, " is not valid JSON: ", ExcerptText(what, 200)));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number too large for a double ("1e400").
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
+    throw InputError(field, StrCat(source, " holds a number out of range: ", ExcerptText(what, 200)));
   }
 }
 

@@ -91,7 +91,7 @@ BAD = [
     (["redistribute", "--mesh", "8", "--shape", "100000,100000", "--from", "S(0)", "--to", "R"], "shape", "MiB are available"),
     (["distribute", "--mesh", "2x4", "--shape", "100000,100000", "--step", "0:S(0)"], "shape", "MiB are available"),
     (["redistribute", "--mesh", "512x256", "--shape", "4", "--from", "S(0),R", "--to", "R,R"], "mesh", "simulates at most 65536"),
-    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "submesh", "no dim 'pp'"),
+    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "step", "'pp:S(0)': mesh mesh[dp=2, tp=4] has no dim 'pp'"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0),R"], "step", "2 placements for 1 mesh dim"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tpS(0)"], "step", "is not <dims>:<placements>"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0)", "--step", "tp:S(1)"], "mesh", "already used"),
@@ -116,7 +116,7 @@ def test_batch_reports_bad_lines_and_goes_on():
              '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "P(sum)"}']
     out = subprocess.run([DTSIM, "redistribute", "--batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
                          text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # some line failed
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert results[0]["field"] == "values" and "expected true or false" in results[0]["error"]
     assert results[1]["ok"] and results[1]["ranks"][1]["values"] == [0.0, 1.0, 2.0, 3.0]
