@@ -132,7 +132,13 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
                                     " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
-  return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+  try {
+    return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+  } catch (const InputError& e) {
+    if (e.field() != "placements") throw;
+    const std::string what = e.what();
+    throw InputError("from", what.substr(e.field().size() + 2));  // the option the user typed
+  }
 }
 
 namespace {
@@ -198,8 +204,10 @@ void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, const Case
 }
 
 bool IsOutOfMemory(const std::exception& e) {
+  const std::string_view what = e.what();
   return dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-         std::string_view(e.what()).find("can't allocate memory") != std::string_view::npos;
+         what.find("can't allocate memory") != std::string_view::npos ||     // c10's DefaultCPUAllocator
+         what.find("caching allocator: cannot allocate") != std::string_view::npos;  // dtsim's (caching_allocator.h)
 }
 
 BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase& run) {

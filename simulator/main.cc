@@ -11,6 +11,15 @@
 #include "dtsim/error.h"
 #include "dtsim/json_reader.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DTSIM_HAS_ASAN 1
+#endif
+#endif
+#ifndef DTSIM_HAS_ASAN
+#define DTSIM_HAS_ASAN 0
+#endif
+
 namespace {
 
 struct Command {
@@ -37,9 +46,13 @@ void PrintUsage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks.
+  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks. Not under
+  // AddressSanitizer, which must see every allocation and free to find use-after-free (docs/reliability.md).
+#if !defined(__SANITIZE_ADDRESS__) && !DTSIM_HAS_ASAN
   dtsim::EnableCachingCpuAllocator();
+#endif
   if (argc < 2) {
+    std::cerr << "dtsim: error: command: missing; give one of the commands below\n";
     PrintUsage(std::cerr);
     return 2;
   }

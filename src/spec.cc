@@ -168,6 +168,18 @@ DTensorSpec DTensorSpec::Create(DeviceMesh mesh, Placements placements, std::vec
     throw InputError("shape", StrCat(IntListToString(shape), " has more than 2^62 elements"));
   }
   for (Placement& p : placements) p = p.Normalized(static_cast<int64_t>(shape.size()));
+  for (const Placement& p : placements) {
+    if (!p.is_partial()) continue;
+    const ReduceOp op = p.reduce_op();
+    if ((op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor) && !IsIntegral(dtype)) {
+      throw InputError("placements", StrCat("'", p.ToString(), "' reduces with a bitwise op, which needs an integer "
+                                            "or bool dtype, not ", dtsim::ToString(dtype)));
+    }
+    if (op == ReduceOp::kAvg && IsIntegral(dtype)) {
+      throw InputError("placements", StrCat("'", p.ToString(), "' divides, which needs a floating dtype, not ",
+                                            dtsim::ToString(dtype)));
+    }
+  }
   DTensorSpec spec(std::move(mesh));
   spec.placements_ = std::move(placements);
   spec.shape_ = std::move(shape);

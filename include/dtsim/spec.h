@@ -61,8 +61,9 @@ RankLayout ComputeRankLayout(const std::vector<int64_t>& global_shape, const std
 class DTensorSpec {
  public:
   // Validates and normalises: one placement per mesh dim ("placements: 3 placements for mesh[dp=2, tp=4] of 2
-  // dims"), at most kMaxTensorDims dims and kMaxTensorElements elements, shape entries >= 0 ("shape: dim 1 has size -3"), shard dims within the tensor rank (negative ones are
-  // normalised). Throws InputError naming the field.
+  // dims"), at most kMaxTensorDims dims and kMaxTensorElements elements, shape entries >= 0 ("shape: dim 1 has size
+  // -3"), shard dims within the tensor rank (negative ones are normalised), Partial reduce ops that can reduce the dtype (band/bor/bxor need an integer or bool dtype, avg a
+  // floating one, as c10d's). Throws InputError naming the field.
   static DTensorSpec Create(DeviceMesh mesh, Placements placements, std::vector<int64_t> shape,
                             DType dtype = DType::kFloat32);
 
