@@ -14,7 +14,7 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(placements mesh_options batch_layout batch_plan batch_redistribute trace trace_diff
                                      redistribute)
-configure_and_build_asan $(printf 'fuzz_%s ' "${TARGETS[@]}")
+configure_and_build_asan --target $(printf "fuzz_%s " "${TARGETS[@]}")
 
 # LibTorch (built with gcc, not instrumented) allocates at static initialisation and never frees: no leak reports;
 # its libraries and ours both define some globals: no ODR reports. Everything else aborts on the first error.

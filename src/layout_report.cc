@@ -93,6 +93,14 @@ std::string RenderLayoutGrid(const DTensorSpec& spec) {
   const size_t row_dim = 0, col_dim = two_d ? 1 : 0;
   std::vector<int64_t> row_cuts = two_d ? CutPoints(layouts, row_dim, rows_len) : std::vector<int64_t>{0, 1};
   std::vector<int64_t> col_cuts = CutPoints(layouts, col_dim, cols_len);
+  // Each cell looks at every rank: beyond this much work the grid would take minutes (the table below still lists
+  // every rank).
+  constexpr long double kMaxGridWork = 1 << 27;
+  const long double work = static_cast<long double>(row_cuts.size() - 1) * (col_cuts.size() - 1) * layouts.size();
+  if (work > kMaxGridWork) {
+    return StrCat("(not drawn: ", row_cuts.size() - 1, " x ", col_cuts.size() - 1, " blocks over ", layouts.size(),
+                  " ranks is too large to draw; the table lists every rank)\n");
+  }
 
   // cells[i][j]: owners of block (row segment i, column segment j).
   std::vector<std::vector<std::string>> cells;
