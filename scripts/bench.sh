@@ -7,10 +7,14 @@
 #                                      fresh destination memory for both; all_gather_warm: with reused pages
 #   bench all_gather_peak_memory ratio <x>   peak resident memory growth of one all_gather / (inputs + outputs)
 #   bench redistribute_<case> ratio <x>      upstream DTensor.redistribute / dtsim's (bench/redistribute_cases.json)
+#   bench mpi_overhead_<case> ratio <x>      raw MPI call time / dtsim's MPI collective, 8 ranks x 16 MiB (mpirun)
 # dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
 # the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 configure_and_build --target dtsim_bench dtsim_redistribute_bench >&2
+if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_mpi_bench:'; then
+  configure_and_build --target dtsim_mpi_bench >&2
+fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 bench="$DTSIM_BUILD/bench/dtsim_bench"
@@ -30,6 +34,10 @@ for thp in 0 1; do
   THP_MEM_ALLOC_ENABLE=$thp "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" \
     > "$out/upstream_redistribute_thp$thp.json"
 done
+# The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
+if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
+  "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
+fi
 "$DTSIM_PY" - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -67,6 +75,12 @@ for thp in (0, 1):
         if name in up_red:
             print(f"bench redistribute_{name}{suffix} ratio {up_red[name] / t:.1f}   (upstream {up_red[name]:.1f} us, "
                   f"dtsim {t:.1f} us{', both with THP_MEM_ALLOC_ENABLE=1' if thp else ''})")
+if os.path.exists(os.path.join(out, "mpi.json")):
+    mpi = json.load(open(os.path.join(out, "mpi.json")))
+    for case in ("all_gather", "all_reduce"):
+        m = mpi[case]
+        print(f"bench mpi_overhead_{case} ratio {m['raw_us'] / m['dtsim_us']:.3f}   (raw MPI {m['raw_us'] / 1e3:.1f} ms, "
+              f"dtsim {m['dtsim_us'] / 1e3:.1f} ms; {mpi['ranks']} ranks x {mpi['bytes_per_rank'] >> 20} MiB, best of 15)")
 print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
       f"(peak RSS growth / (inputs + outputs))")
 PY

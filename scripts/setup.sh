@@ -10,7 +10,12 @@ DTSIM_PY="${DTSIM_PY:-$DTSIM_ROOT/.venv/bin/python}"  # override to use a venv e
 TORCH_VERSION="2.13.0"
 APT_PACKAGES=(cmake ninja-build ccache g++ python3-venv pkg-config nlohmann-json3-dev libgtest-dev
               libgmock-dev libboost-program-options-dev libbenchmark-dev libxxhash-dev)
+APT_PACKAGES+=(libopenmpi-dev openmpi-bin)  # real ranks: the MPI backend and mpirun
 APT_PACKAGES+=(clang-14 libclang-rt-14-dev llvm-14)  # sanitizer build + libFuzzer targets (build-asan, scripts/fuzz.sh)
+# The NCCL backend compiles where the CUDA toolkit is (its runtime headers and library); NCCL itself comes from PyPI.
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+PIP_PACKAGES=("torch==$TORCH_VERSION" numpy pytest)
+[ -f "$CUDA_HOME/include/cuda_runtime.h" ] && PIP_PACKAGES+=(nvidia-nccl-cu13)
 
 log() { echo "[setup] $*" >&2; }
 
@@ -28,16 +33,17 @@ install_apt_packages() {
 }
 
 install_venv() {
-  if [ -x "$DTSIM_PY" ] && "$DTSIM_PY" - "$TORCH_VERSION" <<'PY' 2>/dev/null; then return 0; fi
+  if [ -x "$DTSIM_PY" ] && "$DTSIM_PY" - "${PIP_PACKAGES[@]}" <<'PY' 2>/dev/null; then return 0; fi
 import sys, importlib.metadata as m
-ok = m.version("torch").split("+")[0] == sys.argv[1]
-for pkg in ("numpy", "pytest"):
-    m.version(pkg)
-sys.exit(0 if ok else 1)
+for spec in sys.argv[1:]:
+    name, _, version = spec.partition("==")
+    have = m.version(name)
+    if version and have.split("+")[0] != version:
+        sys.exit(1)
 PY
-  log "creating the project venv .venv with torch==$TORCH_VERSION, numpy, pytest"
+  log "creating/updating the project venv .venv: ${PIP_PACKAGES[*]}"
   [ -x "$DTSIM_PY" ] || python3 -m venv "$DTSIM_ROOT/.venv"
-  "$DTSIM_PY" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pytest 2>&1 \
+  "$DTSIM_PY" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
   "$DTSIM_PY" -c "import torch" || { log "torch did not install"; exit 1; }
 }

@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 
+#include "dtsim/backends/backends.h"
 #include "dtsim/error.h"
 #include "dtsim/json_reader.h"
 #include "dtsim/trace.h"
@@ -21,6 +22,88 @@
 namespace dtsim::cli {
 
 namespace po = boost::program_options;
+
+namespace {
+bool g_silenced = false;
+std::shared_ptr<Collectives> g_real_backend;  // the real backend of this process's run, for EndRealJob
+
+// A stream buffer that drops everything: stdout of the ranks that do not report.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+  std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
+};
+}  // namespace
+
+bool Silenced() { return g_silenced; }
+
+void EndRealJob(const std::string& message, int code) {
+  if (g_real_backend) g_real_backend->EndJob(message, code);
+}
+
+void AddBackendOptions(po::options_description& desc, BackendCliOptions& o) {
+  desc.add_options()
+      ("backend", po::value(&o.backend)->default_value(o.backend),
+       "local (simulate every rank here), mpi or nccl (real ranks: launch with mpirun -np <mesh size>)")
+      ("timeout", po::value(&o.timeout)->default_value(o.timeout),
+       "real backends: seconds a rank waits for the others at a collective before the whole job ends")
+      ("inject-fault", po::value(&o.fault),
+       "real backends: wrong-offset:R, wrong-op:R, drop-rank:R or stall-rank:R:SECONDS (optionally @K)");
+}
+
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault) {
+  if (!(o.timeout > 0) || o.timeout > 86400) {
+    throw InputError("timeout", StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
+  }
+  *fault = ParseFault(o.fault);
+  if (fault->active() && o.backend == "local") {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' needs a real backend (--backend mpi or nccl); "
+                                            "the simulated world computes every rank at once"));
+  }
+  BackendOptions options;
+  options.name = o.backend;
+  options.real.timeout_s = o.timeout;
+  std::shared_ptr<Collectives> backend = MakeCollectives(options);
+  if (backend->simulated()) return backend;
+  g_real_backend = backend;
+  if (backend->rank() != 0) {
+    static NullBuffer null;
+    std::cout.rdbuf(&null);
+    g_silenced = true;
+  }
+  if (fault->active() && fault->rank >= backend->world_size()) {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault->rank, " but the ",
+                                            o.backend, " world has ranks 0..", backend->world_size() - 1));
+  }
+  return backend;
+}
+
+void CheckMeshFitsWorld(const Collectives& backend, const DeviceMesh& mesh) {
+  if (backend.simulated()) return;
+  if (backend.world_size() != mesh.size()) {
+    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks but the ", backend.backend(),
+                                    " world has ", backend.world_size(), ": launch with mpirun -np ", mesh.size()));
+  }
+  std::vector<int64_t> sorted = mesh.ranks();
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] != static_cast<int64_t>(i)) {
+      throw InputError("mesh", StrCat(mesh.ToString(), " must hold the world's ranks 0..", mesh.size() - 1,
+                                      " on a real backend"));
+    }
+  }
+}
+
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault) {
+  FaultSpec parsed = ParseFault(o.fault);
+  if (parsed.active() && o.backend != "local" && parsed.rank >= mesh.size()) {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", parsed.rank, " but ",
+                                            mesh.ToString(), " has ranks 0..", mesh.size() - 1));
+  }
+  std::shared_ptr<Collectives> backend = MakeBackend(o, fault);
+  CheckMeshFitsWorld(*backend, mesh);
+  return backend;
+}
 
 void AddTensorOptions(po::options_description& desc, TensorOptions& o, const char* dtype_help) {
   desc.add_options()
@@ -49,12 +132,13 @@ void RequireOptions(const po::variables_map& vm, std::initializer_list<const cha
   }
 }
 
-void RefuseOptionsWithBatch(const po::variables_map& vm) {
+void RefuseOptionsWithBatch(const po::variables_map& vm, std::initializer_list<const char*> allowed) {
   if (vm["batch"].as<std::string>().empty()) {
     throw InputError("batch", "the path is empty (give a file, or - for stdin)");
   }
   for (const auto& [name, value] : vm) {
     if (name == "batch" || value.defaulted()) continue;
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
     throw InputError("batch", StrCat("--", name, " cannot be given with --batch (every line of the batch gives its own "
                                      "case; put \"", name, "\" in the lines)"));
   }

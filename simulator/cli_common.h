@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "dtsim/collectives.h"
+#include "dtsim/fault.h"
 #include "dtsim/mesh.h"
 #include "dtsim/placement.h"
 #include "dtsim/spec.h"
@@ -27,6 +29,34 @@ struct TensorOptions {
   std::string dtype = "float32";  // element type
 };
 
+// The options that pick where a run happens (redistribute, distribute, compare); defaults in comments.
+struct BackendCliOptions {
+  std::string backend = "local";  // local (simulated in this process), mpi or nccl (real ranks under mpirun)
+  double timeout = 60;            // real backends: seconds a rank waits at a collective before the job is ended
+  std::string fault;              // real backends: "" = none, else wrong-offset:R, wrong-op:R, drop-rank:R, stall-rank:R:S
+};
+
+// Adds --backend, --timeout and --inject-fault to `desc`.
+void AddBackendOptions(boost::program_options::options_description& desc, BackendCliOptions& o);
+
+// The backend of a run on `mesh`, checked: InputError("backend") for an unknown or unbuilt backend,
+// InputError("timeout") for a timeout that is not positive, InputError("inject-fault") for a malformed fault, a fault
+// on the simulated backend or one naming a rank outside the mesh, InputError("mesh") when a real world's size differs
+// from the mesh's rank count ("launch with mpirun -np 8"). On a real backend, ranks other than 0 print nothing from
+// here on (rank 0 reports; see ReportingRankOnly).
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault);
+// The same without a mesh yet (batch mode: each line's mesh is checked with CheckMeshFitsWorld).
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault);
+// InputError("mesh") when a real world's size differs from the mesh's rank count, or the mesh does not hold the
+// world's ranks 0..N-1. Nothing for the simulated backend.
+void CheckMeshFitsWorld(const Collectives& backend, const DeviceMesh& mesh);
+
+// True while this process must not print (a real rank other than 0): main's error printer checks it.
+bool Silenced();
+// When a real run is on (MakeBackend made a real backend): ends the whole job with `message` printed by this rank
+// (failures only this rank saw must not leave the others waiting until their timeout). Otherwise returns.
+void EndRealJob(const std::string& message, int code);
+
 // Adds --help, --mesh, --names, --shape and --dtype (described by `dtype_help`) to `desc`.
 void AddTensorOptions(boost::program_options::options_description& desc, TensorOptions& o,
                       const char* dtype_help = "element type (sizes in bytes)");
@@ -37,8 +67,10 @@ boost::program_options::variables_map ParseOptions(const Args& args,
 // InputError("<name>", "missing: give --<name>") for the first option in `names` that was not given.
 void RequireOptions(const boost::program_options::variables_map& vm, std::initializer_list<const char*> names);
 // In batch mode every case comes from its line: InputError("batch", "--mesh cannot be given with --batch ...") for
-// any option given besides --batch. Also refuses an empty --batch path.
-void RefuseOptionsWithBatch(const boost::program_options::variables_map& vm);
+// any option given besides --batch and `allowed` (options that say where the lines run: --backend, --timeout). Also
+// refuses an empty --batch path.
+void RefuseOptionsWithBatch(const boost::program_options::variables_map& vm,
+                            std::initializer_list<const char*> allowed = {});
 // Checks, before any work, that `path` can be written (InputError(field) naming the path and the reason: empty, a
 // directory, a missing or unwritable parent directory), so a run is not wasted on an output that cannot be saved.
 void CheckOutputPath(const std::string& path, const std::string& field);
@@ -48,6 +80,7 @@ struct CaseLimits {
   int64_t max_ranks = kMaxMeshRanks;             // layout / plan: ranks in the mesh
   int64_t max_simulated_ranks = 65536;           // redistribute / distribute: ranks simulated in this process
   std::optional<int64_t> max_simulation_bytes;   // nullopt: the memory available now (MemAvailable, rlimits, cgroup)
+  bool write_files = true;                       // false: output files a case names are checked, not written (fuzzing)
 };
 
 // A list of integers given as a JSON array or as text ("2x4", "5,10"); InputError(field) otherwise, naming the

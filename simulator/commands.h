@@ -23,4 +23,7 @@ int RunDistribute(const Args& args);
 // dtsim trace-diff: where two traces part.
 int RunTraceDiff(const Args& args);
 
+// dtsim compare: a redistribution simulated and on real ranks (launched with mpirun), diffed.
+int RunCompare(const Args& args);
+
 }  // namespace dtsim::cli

@@ -2,7 +2,7 @@
 // TP + FSDP code shards a TP DTensor further over the data-parallel dim (beyond upstream: pytorch#116101).
 //
 //   dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step "tp:S(0)" --step "dp:S(0)" [--dtype float32]
-//                    [--json] [--values]
+//                    [--json] [--values] [--backend local|mpi|nccl] [--timeout 60] [--inject-fault SPEC]
 //
 // A step is "<dims>:<placements>": mesh dim names (comma-separated, or indices for an unnamed mesh) and one placement
 // per named dim. The first step distributes the global tensor over its submesh; each later step shards the result
@@ -24,6 +24,7 @@
 #include "dtsim/global_view.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/real_run.h"
 #include "tensor_report.h"
 
 namespace po = boost::program_options;
@@ -32,7 +33,7 @@ namespace dtsim::cli {
 namespace {
 
 // Options of `dtsim distribute`; defaults in comments.
-struct DistributeOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
+struct DistributeOptions : TensorOptions, BackendCliOptions {  // --mesh, --names, --shape, --dtype, --backend...
   std::vector<std::string> steps;  // required, in order: "tp:S(0)"
   bool json = false;               // one JSON object instead of text
   bool values = false;             // include every rank's values
@@ -77,6 +78,7 @@ int RunDistribute(const Args& args) {
       ("step", po::value(&o.steps)->composing(), "a step <dims>:<placements>, e.g. tp:S(0); repeat, in order")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)");
+  AddBackendOptions(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim distribute --mesh 2x4 --names dp,tp --shape 8,6 --step \"tp:S(0)\" --step \"dp:S(0)\" "
@@ -91,9 +93,11 @@ int RunDistribute(const Args& args) {
   const DTensorSpec global_spec =
       DTensorSpec::Create(root, Placements(root.ndim(), Placement::Replicate()), ParseIntList(o.shape, "shape"),
                           ParseDType(o.dtype));
-  CheckSimulationFits(global_spec, root.size());
+  FaultSpec fault;
+  std::shared_ptr<Collectives> collectives = MakeBackend(o, root, &fault);
+  if (collectives->simulated()) CheckSimulationFits(global_spec, root.size());
   const at::Tensor global = ArangeGlobal(global_spec);
-  std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
+  collectives->SetFault(fault);
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
   nlohmann::json step_json = nlohmann::json::array();
   step_json.push_back({{"mesh", steps[0].label}, {"placements", ToString(steps[0].placements)},
@@ -103,11 +107,19 @@ int RunDistribute(const Args& args) {
     step_json.push_back({{"mesh", steps[i].label}, {"placements", ToString(steps[i].placements)},
                          {"result_mesh", dt.mesh().ToString()}, {"result_placements", ToString(dt.placements())}});
   }
-  // Verdict: the shards put back together give the global tensor, and each rank holds exactly its layout's part.
-  Assembled assembled = AssembleGlobal(dt.spec(), dt.to_local());
-  bool ok = assembled.global && SameValues(*assembled.global, global);
-  std::string problem = assembled.global ? (ok ? "" : "the shards put together differ from the global tensor")
-                                         : assembled.problem;
+  // Verdict: the shards put back together (on rank 0 of a real run) give the global tensor, and each rank holds
+  // exactly its layout's part.
+  const std::optional<at::Tensor> all = GatherShards(*collectives, dt.to_local());
+  int64_t verdict = 0;
+  std::string problem;
+  if (all) {
+    Assembled assembled = AssembleGlobal(dt.spec(), *all);
+    verdict = assembled.global && SameValues(*assembled.global, global);
+    problem = assembled.global ? (verdict ? "" : "the shards put together differ from the global tensor")
+                               : assembled.problem;
+  }
+  const bool ok = BroadcastFromRankZero(*collectives, verdict) != 0;
+  if (!IsReportingRank(*collectives)) return ok ? 0 : 1;
   if (o.json) {
     nlohmann::json out = {{"ok", ok},
                           {"mesh", {{"shape", dt.mesh().shape()}, {"names", dt.mesh().names()},
@@ -116,7 +128,7 @@ int RunDistribute(const Args& args) {
                           {"shape", dt.shape()},
                           {"dtype", ToString(dt.spec().dtype())},
                           {"steps", step_json},
-                          {"ranks", RanksToJson(dt.spec(), dt.to_local(), o.values)}};
+                          {"ranks", RanksToJson(dt.spec(), *all, o.values)}};
     if (!ok) out["problem"] = problem;
     std::cout << SafeDump(out) << "\n";
   } else {
@@ -126,7 +138,8 @@ int RunDistribute(const Args& args) {
                 << s["result_placements"].get<std::string>() << "\n";
     }
     std::cout << "\n" << RenderLayout(dt.spec());
-    if (o.values) std::cout << "\nvalues:\n" << RenderValues(dt.spec(), dt.to_local());
+    if (o.values) std::cout << "\nvalues:\n" << RenderValues(dt.spec(), *all);
+    if (!collectives->simulated()) std::cout << "\nran on " << collectives->world_size() << " " << o.backend << " ranks\n";
     std::cout << "\nverdict: " << (ok ? "OK — every rank's shard is its part of the global tensor" : "MISMATCH — " + problem)
               << "\n";
   }

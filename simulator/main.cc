@@ -34,6 +34,7 @@ const std::map<std::string, Command>& Commands() {
       {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
       {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
+      {"compare", {&dtsim::cli::RunCompare, "run a redistribution simulated and on real ranks (mpirun), diff them"}},
   };
   return commands;
 }
@@ -68,24 +69,33 @@ int main(int argc, char** argv) {
     return 2;
   }
   dtsim::cli::Args args(argv + 2, argv + argc);
+  // On a real run every rank meets the same input errors: rank 0 reports them (the others are Silenced()).
+  auto report = [](const std::string& text) {
+    if (!dtsim::cli::Silenced()) std::cerr << text << "\n";
+  };
   try {
     return it->second.run(args);
   } catch (const dtsim::InputError& e) {
-    std::cerr << "dtsim: error: " << e.what() << "\n";
+    report(std::string("dtsim: error: ") + e.what());
     return 2;
   } catch (const boost::program_options::error& e) {
-    std::cerr << "dtsim: error: options: " << dtsim::ExcerptText(e.what(), 300) << "\n";
+    report(std::string("dtsim: error: options: ") + dtsim::ExcerptText(e.what(), 300));
     return 2;
   } catch (const dtsim::InternalError& e) {
+    dtsim::cli::EndRealJob(std::string("internal error: ") + e.what(), 3);  // returns when no real run is on
     std::cerr << "dtsim: " << e.what() << "\n";
     return 3;
   } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));  // LibTorch appends a C++ stack trace
     if (dtsim::cli::IsOutOfMemory(e)) {
       // A resource limit, not a bug: the up-front estimates (CheckSimulationFits) let this through.
+      dtsim::cli::EndRealJob("memory: out of memory", 2);
       std::cerr << "dtsim: error: memory: out of memory; simulate a smaller tensor or fewer ranks\n";
       return 2;
     }
-    std::cerr << "dtsim: internal error: " << dtsim::ExcerptText(e.what(), 2000) << "\n";
+    dtsim::cli::EndRealJob("internal error: " + what, 3);
+    std::cerr << "dtsim: internal error: " << dtsim::ExcerptText(what, 2000) << "\n";
     return 3;
   }
 }

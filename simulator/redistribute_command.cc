@@ -1,12 +1,17 @@
-// dtsim redistribute: debugs one redistribution on the simulated world — the plan, the layouts before and after,
-// every rank's shard, and a verdict against the global tensor; optionally a JSON trace of the run.
+// dtsim redistribute: debugs one redistribution — the plan, the layouts before and after, every rank's shard, and a
+// verdict against the global tensor; optionally a JSON trace of the run. The same code runs on the simulated world
+// (every rank in this process) and on real ranks (`mpirun -np N dtsim redistribute --backend mpi ...`), where every
+// rank holds only its own shard and rank 0 gathers what the report and the trace need.
 //
 //   dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype float32]
-//                      [--planner greedy|min-cost] [--json] [--values] [--trace out.json]
+//                      [--planner greedy|min-cost|graph] [--json] [--values] [--trace out.json]
+//                      [--backend local|mpi|nccl] [--timeout 60] [--inject-fault SPEC]
 //   dtsim redistribute --batch FILE|-    JSON cases in, one JSON result (with values) per line out
 //
 // The inputs are arange cases (include/dtsim/arange_case.h): the global tensor is arange(numel) in the dtype; a
 // --from with Partial placements is built with from_local from scaled shards, as upstream's tests do.
+#include "redistribute_command.h"
+
 #include <ATen/ATen.h>
 
 #include <boost/program_options.hpp>
@@ -17,74 +22,134 @@
 #include "commands.h"
 #include "tensor_report.h"
 #include "dtsim/arange_case.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
-#include "dtsim/json_reader.h"
 #include "dtsim/global_view.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/plan.h"
 #include "dtsim/planner.h"
-#include "dtsim/backends/local_collectives.h"
+#include "dtsim/real_run.h"
 #include "dtsim/trace.h"
 #include "dtsim/trace_recorder.h"
 
 namespace po = boost::program_options;
 
 namespace dtsim::cli {
+
+nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values);
+
 namespace {
 
-// Options of `dtsim redistribute` (and `dtsim plan`'s shared part); defaults in comments.
-struct RedistributeCliOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
-  std::string from;               // required: "S(0),R"
-  std::string to;                 // required: "R,S(1)"
-  std::string planner = "greedy";  // greedy (upstream's sequence) or min-cost
-  bool json = false;              // one JSON object instead of text
-  bool values = false;            // include every rank's values
-  std::string trace;              // "" = no trace; else the path of the JSON trace to write
-  std::string batch;              // "" = single case; a path or "-" for stdin
+// Options of `dtsim redistribute`; defaults in comments.
+struct RedistributeCliOptions : TensorOptions, BackendCliOptions {  // --mesh, --names, --shape, --dtype, --backend...
+  std::string from;                // required: "S(0),R"
+  std::string to;                  // required: "R,S(1)"
+  std::string planner = "greedy";  // greedy (upstream's sequence), min-cost or graph
+  bool json = false;               // one JSON object instead of text
+  bool values = false;             // include every rank's values
+  std::string trace;               // "" = no trace; else the path of the JSON trace to write
+  std::string batch;               // "" = single case; a path or "-" for stdin
 };
 
-struct Case {
-  DTensorSpec src;
-  Placements to;
-  PlannerKind planner;
-};
+Case CaseFromJson(const nlohmann::json& j, const CaseLimits& limits) {
+  CheckCaseKeys(j, {"mesh", "names", "shape", "from", "to", "dtype", "planner", "values", "trace"},
+                {"mesh", "shape", "from", "to"});
+  DType dtype = j.contains("dtype") ? ParseDType(StringFromJson(j, "dtype")) : DType::kFloat32;
+  PlannerKind kind = j.contains("planner") ? ParsePlannerKind(StringFromJson(j, "planner")) : PlannerKind::kGreedy;
+  DeviceMesh mesh = MeshFromJson(j, limits);
+  DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(j, "from"), "from"),
+                               IntsFromJson(j["shape"], "shape"), dtype);
+  Placements to = ValidateRedistribute(src, ParsePlacements(StringFromJson(j, "to"), "to"));
+  return Case{src, to, kind};
+}
 
-struct Outcome {
-  Plan plan;
-  DTensor source;
-  DTensor result;
-  bool ok;
-  std::string problem;
-};
-
-Outcome RunCase(const Case& c, TraceRecorder* recorder, const CaseLimits& limits) {
-  CheckSimulationFits(c.src, c.src.mesh().size(), limits);
-  std::shared_ptr<Collectives> collectives = MakeLocalCollectives();
-  DTensor source = MakeArangeSource(c.src, collectives);
-  if (recorder) {
-    recorder->SetInitial(source.spec(), source.to_local(), *collectives);
-    collectives->SetObserver(recorder);
+// One --batch line: on `real` ranks when given (its mesh must match the world), else on a fresh simulated world.
+// "trace": a path rank 0 writes the line's trace to (checked before the run; only recorded when
+// limits.write_files is false).
+nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits, const std::shared_ptr<Collectives>& real,
+                         const std::string& batch_path) {
+  Case c = CaseFromJson(j, limits);
+  const bool values = !j.contains("values") || JsonReader(j["values"], "values").AsBool();
+  std::optional<std::string> trace_path;
+  if (j.contains("trace")) {
+    trace_path = JsonReader(j["trace"], "trace").AsString();
+    if (limits.write_files && (!real || IsReportingRank(*real))) CheckOutputPath(*trace_path, "trace");
   }
-  RedistributeOptions options;
-  options.planner = ToString(c.planner);
-  Plan plan;
-  options.plan_out = &plan;
+  std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
+  CheckMeshFitsWorld(*comm, c.src.mesh());
+  RunCaseOptions options;
+  options.limits = limits;
+  if (trace_path) {
+    TraceMeta meta;
+    meta.command = "redistribute";
+    meta.argv = "dtsim redistribute --batch " + batch_path;
+    meta.backend = comm->backend();
+    meta.world_size = c.src.mesh().size();
+    meta.planner = ToString(c.planner);
+    options.trace_meta = meta;
+  }
+  Outcome out = RunCase(c, comm, options);
+  if (out.trace && limits.write_files) WriteJsonFileAtomically(*trace_path, ToJson(*out.trace));
+  return IsReportingRank(*comm) ? OutcomeToJson(c, out, values) : nlohmann::json();
+}
+
+}  // namespace
+
+Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options) {
+  Collectives& comm = *collectives;
+  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size(), options.limits);
+  DTensor source = MakeArangeSource(c.src, collectives);
+  std::optional<TraceRecorder> recorder;
+  if (options.trace_meta) {
+    recorder.emplace(*options.trace_meta);
+    recorder->SetInitial(source.spec(), source.to_local(), comm);
+    comm.SetObserver(&*recorder);
+  }
+  RedistributeOptions redistribute;
+  redistribute.planner = ToString(c.planner);
+  Outcome out;
+  redistribute.plan_out = &out.plan;
   if (recorder) {
-    options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
-      recorder->EndStep(step, spec, local, *collectives);
+    redistribute.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+      recorder->EndStep(step, spec, local, comm);
     };
   }
-  DTensor result = source.Redistribute(source.mesh(), c.to, options);
-  collectives->SetObserver(nullptr);
-  Assembled assembled = AssembleGlobal(result.spec(), result.to_local());
-  Outcome out{plan, source, result, false, assembled.problem};
-  if (assembled.global) {
-    out.ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
-    if (!out.ok) out.problem = "the global tensor after redistribution differs from the expected one";
+  // Faults strike the traced redistribution only (not the distribution of the source, nor the gathers below).
+  if (!comm.simulated()) comm.SetFault(options.fault);
+  DTensor result = source.Redistribute(source.mesh(), c.to, redistribute);
+  comm.SetObserver(nullptr);
+  if (!comm.simulated() && options.fault.active()) {
+    const bool struck = AnyRank(comm, comm.fault_struck());
+    comm.SetFault(FaultSpec{});
+    if (!struck && IsReportingRank(comm)) {
+      std::cerr << "dtsim: warning: the fault " << options.fault.ToString() << " did not strike: no collective of this "
+                << "redistribution on rank " << options.fault.rank << " is one it can affect (wrong-offset needs one "
+                << "where the rank sends data, wrong-op a reduction)\n";
+    }
   }
-  if (recorder) recorder->SetFinal(result.spec(), result.to_local(), *collectives, out.ok);
+  out.source_spec = source.spec();
+  out.result_spec = result.spec();
+  // The verdict: every rank's shard put back together (on rank 0 of a real run) against the expected global tensor.
+  out.result = GatherShards(comm, result.to_local());
+  if (options.gather_source) out.source = GatherShards(comm, source.to_local());
+  int64_t ok = 0;
+  if (out.result) {
+    Assembled assembled = AssembleGlobal(result.spec(), *out.result);
+    out.problem = assembled.problem;
+    if (assembled.global) {
+      ok = SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src));
+      if (!ok) out.problem = "the global tensor after redistribution differs from the expected one";
+    }
+  }
+  out.ok = BroadcastFromRankZero(comm, ok) != 0;
+  if (recorder) {
+    recorder->SetFinal(result.spec(), result.to_local(), comm,
+                       IsReportingRank(comm) ? std::optional<bool>(out.ok) : std::nullopt);
+    out.trace = GatherTrace(comm, recorder->trace());
+  }
   return out;
 }
 
@@ -98,30 +163,14 @@ nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values) {
                         {"shape", c.src.shape()},
                         {"dtype", ToString(c.src.dtype())},
                         {"from", ToString(c.src.placements())},
-                        {"to", ToString(o.result.placements())},
-                        {"ranks", RanksToJson(o.result.spec(), o.result.to_local(), values)}};
+                        {"to", ToString(o.result_spec.placements())},
+                        {"ranks", RanksToJson(o.result_spec, *o.result, values)}};
   if (!o.ok) out["problem"] = o.problem;
   return out;
 }
 
-Case CaseFromJson(const nlohmann::json& j, const CaseLimits& limits) {
-  CheckCaseKeys(j, {"mesh", "names", "shape", "from", "to", "dtype", "planner", "values"},
-                {"mesh", "shape", "from", "to"});
-  DType dtype = j.contains("dtype") ? ParseDType(StringFromJson(j, "dtype")) : DType::kFloat32;
-  PlannerKind kind = j.contains("planner") ? ParsePlannerKind(StringFromJson(j, "planner")) : PlannerKind::kGreedy;
-  DeviceMesh mesh = MeshFromJson(j, limits);
-  DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(j, "from"), "from"),
-                               IntsFromJson(j["shape"], "shape"), dtype);
-  Placements to = ValidateRedistribute(src, ParsePlacements(StringFromJson(j, "to"), "to"));
-  return Case{src, to, kind};
-}
-
-}  // namespace
-
 nlohmann::json RedistributeCase(const nlohmann::json& j, const CaseLimits& limits) {
-  Case c = CaseFromJson(j, limits);
-  const bool values = !j.contains("values") || JsonReader(j["values"], "values").AsBool();
-  return OutcomeToJson(c, RunCase(c, nullptr, limits), values);
+  return BatchLine(j, limits, nullptr, "-");
 }
 
 int RunRedistribute(const Args& args) {
@@ -131,50 +180,68 @@ int RunRedistribute(const Args& args) {
   desc.add_options()
       ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R (Partial allowed)")
       ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
-      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's sequence) or min-cost")
+      ("planner", po::value(&o.planner)->default_value(o.planner), "greedy (upstream's sequence), min-cost or graph")
       ("json", po::bool_switch(&o.json), "print one JSON object")
       ("values", po::bool_switch(&o.values), "include every rank's values (row-major)")
       ("trace", po::value(&o.trace), "write a JSON trace of the run to this path")
       ("batch", po::value(&o.batch), "JSON cases, one per line, from a file or - (stdin); JSON results out");
+  AddBackendOptions(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" "
-                 "--to \"R,S(1)\" [--planner greedy|min-cost] [--json] [--values] [--trace out.json]\n"
+                 "--to \"R,S(1)\" [--planner greedy|min-cost|graph] [--json] [--values] [--trace out.json]\n"
+                 "       mpirun -np 8 dtsim redistribute --backend mpi <the same flags>   (real ranks)\n"
               << desc;
     return 0;
   }
   if (vm.count("batch")) {
-    RefuseOptionsWithBatch(vm);
-    return RunJsonLines(o.batch, [](const nlohmann::json& j) { return RedistributeCase(j); });
+    // One backend for every line; on real ranks each line's mesh must match the world, and each line may name a
+    // trace file ("trace": path) that rank 0 writes.
+    RefuseOptionsWithBatch(vm, {"backend", "timeout"});
+    FaultSpec fault;
+    std::shared_ptr<Collectives> real = o.backend == "local" ? nullptr : MakeBackend(o, &fault);
+    if (real && o.batch == "-") {
+      throw InputError("batch", "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
+    }
+    return RunJsonLines(o.batch, [&](const nlohmann::json& j) { return BatchLine(j, CaseLimits(), real, o.batch); });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
   DTensorSpec src = SourceSpec(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.from, "from"),
                                ParseIntList(o.shape, "shape"), ParseDType(o.dtype));
   Case c{src, ValidateRedistribute(src, ParsePlacements(o.to, "to")), kind};
+  RunCaseOptions options;
   const bool want_trace = vm.count("trace") > 0;
-  if (want_trace) CheckOutputPath(o.trace, "trace");
-  std::unique_ptr<TraceRecorder> recorder;
+  // Checked before the run (on the simulated world; on real ranks rank 0 alone writes and reports a failed write).
+  if (want_trace && o.backend == "local") CheckOutputPath(o.trace, "trace");
+  if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
+  std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
   if (want_trace) {
-    std::string argv = "dtsim redistribute";
-    for (const std::string& a : args) argv += " " + a;
     TraceMeta meta;
     meta.command = "redistribute";
-    meta.argv = argv;
-    meta.backend = "local";
+    meta.argv = "dtsim redistribute";
+    for (const std::string& a : args) meta.argv += " " + a;
+    meta.backend = comm->backend();
     meta.world_size = src.mesh().size();
     meta.planner = ToString(kind);
-    recorder = std::make_unique<TraceRecorder>(meta);
+    options.trace_meta = meta;
   }
-  Outcome out = RunCase(c, recorder.get(), CaseLimits());
-  if (recorder) WriteJsonFileAtomically(o.trace, ToJson(recorder->trace()));
+  options.gather_source = o.values;
+  Outcome out = RunCase(c, comm, options);
+  if (!IsReportingRank(*comm)) return out.ok ? 0 : 1;
+  if (out.trace) WriteJsonFileAtomically(o.trace, ToJson(*out.trace));
   if (o.json) {
     std::cout << SafeDump(OutcomeToJson(c, out, o.values)) << "\n";
   } else {
     std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src);
-    if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source.spec(), out.source.to_local());
-    std::cout << "\n== after\n" << RenderLayout(out.result.spec());
-    if (o.values) std::cout << "\nvalues after:\n" << RenderValues(out.result.spec(), out.result.to_local());
+    if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source_spec, *out.source);
+    std::cout << "\n== after\n" << RenderLayout(out.result_spec);
+    if (o.values) std::cout << "\nvalues after:\n" << RenderValues(out.result_spec, *out.result);
+    if (!comm->simulated()) {
+      std::cout << "\nran on " << comm->world_size() << " " << comm->backend() << " ranks";
+      if (options.fault.active()) std::cout << " with the fault " << options.fault.ToString() << " injected";
+      std::cout << "\n";
+    }
     std::cout << "\nverdict: "
               << (out.ok ? "OK — the global tensor after redistribution equals the expected one"
                          : "MISMATCH — " + out.problem)

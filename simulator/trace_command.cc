@@ -43,7 +43,8 @@ int RunTraceDiff(const Args& args) {
   const Trace b = ReadTrace(files[1]);
   const std::vector<TraceDifference> diffs = DiffTraces(a, b, static_cast<size_t>(limit));
   if (diffs.empty()) {
-    std::cout << "traces agree: " << a.steps.size() << " steps, every collective and every rank's shard equal\n";
+    std::cout << "traces agree: " << a.steps.size() << " step" << (a.steps.size() == 1 ? "" : "s")
+              << ", every collective and every rank's shard equal\n";
     return 0;
   }
   std::cout << "traces differ; first at " << diffs[0].where << ":\n";

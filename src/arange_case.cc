@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dtsim/aten_dtype.h"
+#include "dtsim/backends/local_collectives.h"
 #include "dtsim/global_view.h"
 #include "dtsim/local_tensor.h"
 
@@ -36,6 +37,7 @@ at::Tensor ArangeGlobal(const DTensorSpec& spec) {
 }
 
 DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives) {
+  if (!collectives) collectives = MakeLocalCollectives();
   const at::Tensor global = ArangeGlobal(spec);
   const std::vector<int64_t> partial_dims = PartialDims(spec);
   if (partial_dims.empty()) return DistributeTensor(global, spec.mesh(), spec.placements(), 0, collectives);
@@ -43,7 +45,7 @@ DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> c
   for (int64_t m : partial_dims) as_replicate[m] = Placement::Replicate();
   const DTensorSpec read = DTensorSpec::Create(spec.mesh(), as_replicate, spec.shape(), spec.dtype());
   MeshView view(spec.mesh());
-  at::Tensor local = MakeLocalTensor(view.ranks(), [&](int64_t rank) {
+  at::Tensor local = collectives->FromRankFn(view.ranks(), [&](int64_t rank) {
     RankLayout layout = read.LayoutAt(view.Coordinate(rank));
     return ShardOf(global, layout).mul(PartialFactor(partial_dims, layout.coordinate)).to(global.scalar_type());
   });

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
@@ -248,28 +249,111 @@ void CheckRoot(CollectiveKind kind, const GroupSet& groups, int64_t root, const 
 }  // namespace
 
 std::string Collectives::Fingerprint(const CallInfo& call, const at::Tensor& input, const std::string& args) const {
-  // This rank's view of the call; every member of its group must describe the same call.
+  // This rank's view of the call; every member of its group must describe the same call:
+  // "#2 all_gather on group [3, 7] (of 4 groups), input [3, 1] Float, dim 0".
   std::ostringstream out;
   out << "#" << call.sequence << " " << ToString(call.kind);
-  if (!call.group.empty() && call.group[0] >= 0) out << " group " << Ints(call.groups->groups[call.group[0]]);
-  out << " of " << call.groups->groups.size() << " groups";
-  if (call.kind == CollectiveKind::kAllToAllSingle) {
-    out << " rows x " << Ints(input.sizes().slice(std::min<int64_t>(1, input.dim())));
-  } else if (call.kind != CollectiveKind::kBarrier && call.kind != CollectiveKind::kSendRecv) {
-    out << " shape " << Ints(input.sizes());
+  if (!call.group.empty() && call.group[0] >= 0) {
+    out << " on group " << Ints(call.groups->groups[call.group[0]]) << " (of " << call.groups->groups.size()
+        << " group" << (call.groups->groups.size() == 1 ? "" : "s") << ")";
   }
-  out << " " << input.scalar_type() << (args.empty() ? "" : " ") << args;
+  if (call.kind == CollectiveKind::kAllToAllSingle) {
+    out << ", input [rows" << (input.dim() > 1 ? ", " : "")
+        << Ints(input.sizes().slice(std::min<int64_t>(1, input.dim()))).substr(1);
+  } else if (call.kind != CollectiveKind::kBarrier && call.kind != CollectiveKind::kSendRecv) {
+    out << ", input " << Ints(input.sizes());
+  }
+  out << " " << input.scalar_type() << (args.empty() ? "" : ", ") << args;
   return out.str();
 }
 
+// Rank's data one element off: rolled by one along the flattened data; a single element is shifted by one in value.
+static at::Tensor Shifted(const at::Tensor& x) {
+  if (x.numel() > 1) return x.flatten().roll(1).reshape(x.sizes()).contiguous();
+  if (x.scalar_type() == at::kBool) return x.logical_not();
+  return (x + 1).to(x.scalar_type());
+}
+
+void Collectives::EndJob(const std::string& message, int, bool) { throw InternalError(message); }
+
+void Collectives::SetFault(const FaultSpec& fault) {
+  if (simulated() && fault.active()) {
+    throw InputError("inject-fault", StrCat("faults are injected on real backends (mpi, nccl); the ", backend_,
+                                            " backend computes every rank at once"));
+  }
+  if (fault.active() && fault.rank >= world_size_) {
+    throw InputError("inject-fault", StrCat("'", fault.ToString(), "' names rank ", fault.rank, ", outside the ",
+                                            backend_, " world of ", world_size_, " ranks"));
+  }
+  fault_ = fault;
+  fault_seen_ = 0;
+  fault_struck_ = false;
+}
+
+bool Collectives::Strikes(FaultSpec::Kind kind, bool eligible) {
+  if (fault_.kind != kind || fault_struck_ || !eligible || simulated() || fault_.rank != *rank_) return false;
+  if (fault_seen_++ < fault_.occurrence) return false;
+  fault_struck_ = true;
+  return true;
+}
+
+bool Collectives::SendsData(const CallInfo& call, const at::Tensor& input, int64_t root) const {
+  if (simulated() || call.held.size() != 1 || input.numel() == 0) return false;
+  const int64_t pos = call.position[0];
+  const bool in_group = call.group[0] >= 0 && call.groups->groups[call.group[0]].size() > 1;
+  switch (call.kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllSingle:
+      return in_group;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kScatter:
+      return in_group && pos == root;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kGather:
+      return in_group && pos != root;
+    default:
+      return false;
+  }
+}
+
+ReduceOp Collectives::OpFor(CallInfo& call, ReduceOp op) {
+  const bool in_group = !call.held.empty() && call.group[0] >= 0 && call.groups->groups[call.group[0]].size() > 1;
+  if (!Strikes(FaultSpec::Kind::kWrongOp, in_group)) return op;
+  call.wrong_op = true;
+  return op == ReduceOp::kSum ? ReduceOp::kMax : ReduceOp::kSum;
+}
+
 at::Tensor Collectives::Run(const CallInfo& call, const at::Tensor& input, const std::string& args,
-                            const std::function<at::Tensor()>& body, double* micros) {
-  if (!simulated()) CheckAgreement(call, Fingerprint(call, input, args));
+                            const std::function<at::Tensor(const at::Tensor&)>& body, double* micros, int64_t root) {
+  at::Tensor sent = input;
+  if (!simulated()) {
+    const bool in_group = !call.held.empty() && call.group[0] >= 0 && call.groups->groups[call.group[0]].size() > 1;
+    if (Strikes(FaultSpec::Kind::kDropRank, in_group)) {
+      std::fprintf(stderr, "dtsim: fault injected: rank %lld skips collective #%lld (%s)\n",
+                   static_cast<long long>(*rank_), static_cast<long long>(call.sequence),
+                   std::string(ToString(call.kind)).c_str());
+      SkipCall(call, Fingerprint(call, input, args));
+      return input.clone();
+    }
+    if (Strikes(FaultSpec::Kind::kStallRank, in_group)) {
+      std::fprintf(stderr, "dtsim: fault injected: rank %lld sleeps %g s before collective #%lld (%s)\n",
+                   static_cast<long long>(*rank_), fault_.seconds, static_cast<long long>(call.sequence),
+                   std::string(ToString(call.kind)).c_str());
+      std::this_thread::sleep_for(std::chrono::duration<double>(fault_.seconds));
+    }
+    CheckAgreement(call, Fingerprint(call, input, args));
+    if (Strikes(FaultSpec::Kind::kWrongOffset, SendsData(call, input, root))) sent = Shifted(input);
+  }
   const auto start = std::chrono::steady_clock::now();
-  at::Tensor out = body();
+  at::Tensor out = body(sent);
   *micros = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
+
+
 
 void Collectives::Finish(const CallInfo& call, const at::Tensor& input, const at::Tensor& output, double micros,
                          const BytesFn& bytes) {
@@ -303,7 +387,7 @@ at::Tensor Collectives::AllGather(const at::Tensor& input, const GroupSet& group
   dim = NormalizeDim(call.kind, input.dim(), dim, "dim");
   if (simulated()) CheckSameShapes(call.kind, call, ShardsOf(input, call));
   double us = 0;
-  at::Tensor out = Run(call, input, StrCat("dim ", dim), [&] { return DoAllGather(input, call, dim); }, &us);
+  at::Tensor out = Run(call, input, StrCat("dim ", dim), [&](const at::Tensor& x) { return DoAllGather(x, call, dim); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor&) {
     const int64_t b = (GroupSize(call, i) - 1) * Bytes(x);
     return std::pair<int64_t, int64_t>{b, b};
@@ -318,9 +402,10 @@ at::Tensor Collectives::ReduceScatter(const at::Tensor& input, const GroupSet& g
   const std::vector<at::Tensor> shards = ShardsOf(input, call);
   if (simulated()) CheckSameShapes(call.kind, call, shards);
   CheckEven(call.kind, call, shards, dim, "dim");
+  const ReduceOp used = OpFor(call, op);
   double us = 0;
   at::Tensor out = Run(call, input, StrCat("op ", ToString(op), " dim ", dim),
-                       [&] { return DoReduceScatter(input, call, op, dim); }, &us);
+                       [&](const at::Tensor& x) { return DoReduceScatter(x, call, used, dim); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor&, const at::Tensor& y) {
     const int64_t b = (GroupSize(call, i) - 1) * Bytes(y);
     return std::pair<int64_t, int64_t>{b, b};
@@ -332,8 +417,9 @@ at::Tensor Collectives::AllReduce(const at::Tensor& input, const GroupSet& group
   CallInfo call = Begin(CollectiveKind::kAllReduce, input, groups);
   CheckReduceOp(call.kind, input.scalar_type(), op);
   if (simulated()) CheckSameShapes(call.kind, call, ShardsOf(input, call));
+  const ReduceOp used = OpFor(call, op);
   double us = 0;
-  at::Tensor out = Run(call, input, StrCat("op ", ToString(op)), [&] { return DoAllReduce(input, call, op); }, &us);
+  at::Tensor out = Run(call, input, StrCat("op ", ToString(op)), [&](const at::Tensor& x) { return DoAllReduce(x, call, used); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor&, const at::Tensor& y) {
     const int64_t n = GroupSize(call, i);
     const int64_t b = 2 * (n - 1) * Bytes(y) / n;
@@ -347,9 +433,10 @@ at::Tensor Collectives::Reduce(const at::Tensor& input, const GroupSet& groups, 
   CheckReduceOp(call.kind, input.scalar_type(), op);
   CheckRoot(call.kind, groups, dst, "dst");
   if (simulated()) CheckSameShapes(call.kind, call, ShardsOf(input, call));
+  const ReduceOp used = OpFor(call, op);
   double us = 0;
   at::Tensor out = Run(call, input, StrCat("op ", ToString(op), " dst ", dst),
-                       [&] { return DoReduce(input, call, op, dst); }, &us);
+                       [&](const at::Tensor& x) { return DoReduce(x, call, used, dst); }, &us, dst);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor&) {
     if (call.position[i] == dst) return std::pair<int64_t, int64_t>{0, (GroupSize(call, i) - 1) * Bytes(x)};
     return std::pair<int64_t, int64_t>{Bytes(x), 0};
@@ -367,7 +454,7 @@ at::Tensor Collectives::AllToAll(const at::Tensor& input, const GroupSet& groups
   CheckEven(call.kind, call, shards, split_dim, "split_dim");
   double us = 0;
   at::Tensor out = Run(call, input, StrCat("split_dim ", split_dim, " concat_dim ", concat_dim),
-                       [&] { return DoAllToAll(input, call, split_dim, concat_dim); }, &us);
+                       [&](const at::Tensor& x) { return DoAllToAll(x, call, split_dim, concat_dim); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor& y) {
     const int64_t piece = Bytes(x) / GroupSize(call, i);
     return std::pair<int64_t, int64_t>{Bytes(x) - piece, Bytes(y) - piece};
@@ -460,7 +547,7 @@ at::Tensor Collectives::AllToAllSingle(const at::Tensor& input, const GroupSet& 
   }
   if (simulated()) CheckSameShapes(call.kind, call, shards, /*dims_from=*/1);
   double us = 0;
-  at::Tensor out = Run(call, input, "", [&] { return DoAllToAllSingle(input, call, in_splits, out_splits); }, &us);
+  at::Tensor out = Run(call, input, "", [&](const at::Tensor& x) { return DoAllToAllSingle(x, call, in_splits, out_splits); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor& y) {
     int64_t row = static_cast<int64_t>(x.element_size());
     for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
@@ -475,7 +562,7 @@ at::Tensor Collectives::Broadcast(const at::Tensor& input, const GroupSet& group
   CheckRoot(call.kind, groups, src, "src");
   if (simulated()) CheckSameShapes(call.kind, call, ShardsOf(input, call));
   double us = 0;
-  at::Tensor out = Run(call, input, StrCat("src ", src), [&] { return DoBroadcast(input, call, src); }, &us);
+  at::Tensor out = Run(call, input, StrCat("src ", src), [&](const at::Tensor& x) { return DoBroadcast(x, call, src); }, &us, src);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor& y) {
     if (call.position[i] == src) return std::pair<int64_t, int64_t>{(GroupSize(call, i) - 1) * Bytes(x), 0};
     return std::pair<int64_t, int64_t>{0, Bytes(y)};
@@ -500,7 +587,7 @@ at::Tensor Collectives::Scatter(const at::Tensor& input, const GroupSet& groups,
   }
   double us = 0;
   at::Tensor out = Run(call, input, StrCat("src ", src, " dim ", dim),
-                       [&] { return DoScatter(input, call, src, dim); }, &us);
+                       [&](const at::Tensor& x) { return DoScatter(x, call, src, dim); }, &us, src);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor& y) {
     if (call.position[i] == src) return std::pair<int64_t, int64_t>{Bytes(x) - Bytes(y), 0};
     return std::pair<int64_t, int64_t>{0, Bytes(y)};
@@ -515,7 +602,7 @@ at::Tensor Collectives::Gather(const at::Tensor& input, const GroupSet& groups, 
   if (simulated()) CheckSameShapes(call.kind, call, ShardsOf(input, call));
   double us = 0;
   at::Tensor out = Run(call, input, StrCat("dst ", dst, " dim ", dim),
-                       [&] { return DoGather(input, call, dst, dim); }, &us);
+                       [&](const at::Tensor& x) { return DoGather(x, call, dst, dim); }, &us, dst);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor&) {
     if (call.position[i] == dst) return std::pair<int64_t, int64_t>{0, (GroupSize(call, i) - 1) * Bytes(x)};
     return std::pair<int64_t, int64_t>{Bytes(x), 0};
@@ -546,7 +633,7 @@ at::Tensor Collectives::SendRecv(const at::Tensor& input, const std::vector<std:
     throw InputError("pairs", std::string(e.what()).substr(e.field().size() + 2));
   }
   double us = 0;
-  at::Tensor out = Run(call, input, StrCat(pairs.size(), " pairs"), [&] { return DoSendRecv(input, call, pairs); }, &us);
+  at::Tensor out = Run(call, input, StrCat(pairs.size(), " pairs"), [&](const at::Tensor& x) { return DoSendRecv(x, call, pairs); }, &us);
   Finish(call, input, out, us, [&](size_t i, const at::Tensor& x, const at::Tensor& y) {
     int64_t sent = 0, received = 0;
     for (const auto& [src, dst] : pairs) {
@@ -568,7 +655,7 @@ void Collectives::Barrier(const GroupSet& groups, const std::vector<int64_t>& ra
   const at::Tensor token = FromRankFn(ranks, [](int64_t) { return at::empty({0}); });
   CallInfo call = Begin(CollectiveKind::kBarrier, token, groups);
   double us = 0;
-  Run(call, token, "", [&] {
+  Run(call, token, "", [&](const at::Tensor&) {
     DoBarrier(call);
     return token;
   }, &us);

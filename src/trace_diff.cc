@@ -136,7 +136,7 @@ class Differ {
 
 std::string StepLabel(const TraceStep& step, size_t index) {
   return StrCat("step ", index, " (mesh dim ", step.plan.mesh_dim, ": ", step.plan.from.ToString(), " -> ",
-                step.plan.to.ToString(), ")");
+                step.plan.to.ToString(), ", ", ToString(step.plan.collective), ")");
 }
 
 }  // namespace
@@ -183,7 +183,9 @@ std::vector<TraceDifference> DiffTraces(const Trace& a, const Trace& b, size_t l
     d.Add(StrCat("spec ", a.final_state.spec.ToString(), " vs ", b.final_state.spec.ToString()));
   }
   d.States(a.final_state.ranks, b.final_state.ranks);
-  if (a.ok && b.ok && *a.ok != *b.ok) d.Add(StrCat("verdict ok ", *a.ok, " vs ", *b.ok));
+  if (a.ok && b.ok && *a.ok != *b.ok) {
+    d.Add(StrCat("verdict ", *a.ok ? "OK" : "MISMATCH", " vs ", *b.ok ? "OK" : "MISMATCH"));
+  }
   return d.take();
 }
 

@@ -9,6 +9,7 @@
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/real_run.h"
 
 namespace dtsim {
 
@@ -87,6 +88,27 @@ void TraceRecorder::SetFinal(const DTensorSpec& spec, const at::Tensor& local, c
   trace_.final_state.spec = spec;
   trace_.final_state.ranks = RankStates(spec, local, collectives, hashes_);
   trace_.ok = ok;
+}
+
+TracedRedistribution RedistributeWithTrace(const DTensor& source, const Placements& placements, TraceMeta meta,
+                                           RedistributeOptions options) {
+  Collectives& comm = source.collectives();
+  meta.backend = comm.backend();
+  meta.world_size = MeshView(source.mesh()).ranks().size();
+  meta.planner = options.planner;
+  TraceRecorder recorder(std::move(meta));
+  recorder.SetInitial(source.spec(), source.to_local(), comm);
+  CollectiveObserver* saved = comm.observer();
+  comm.SetObserver(&recorder);
+  auto user_step = options.on_step;
+  options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+    recorder.EndStep(step, spec, local, comm);
+    if (user_step) user_step(step, spec, local);
+  };
+  DTensor result = source.Redistribute(source.mesh(), placements, options);
+  comm.SetObserver(saved);
+  recorder.SetFinal(result.spec(), result.to_local(), comm, std::nullopt);
+  return {result, GatherTrace(comm, recorder.trace())};
 }
 
 }  // namespace dtsim

@@ -5,7 +5,7 @@
 //                            ::testing::ValuesIn(ConformanceParams("local", &MakeLocalCollectives)));
 // Inputs are exact by construction: rank r contributes (r+1) * Base, Base = arange(rows*cols) as float, so every
 // expected value is a closed form over the group's ranks (all_reduce sum = (sum of g+1) * Base), never the
-// backend's own output. The sweep covers world sizes 1,2,3,4,8, meshes (n), (2,2), (2,3), (2,2,2) along every dim,
+// backend's own output. The sweep covers world sizes 1 to 8, meshes (n), (2,2), (2,3), (2,2,2) along every dim,
 // and row counts 0, 1 and 5 (odd, uneven with respect to most group sizes).
 #pragma once
 
@@ -28,7 +28,7 @@ namespace testing_internal {
 
 struct ConformanceParam {
   std::string backend;
-  std::function<std::unique_ptr<Collectives>()> factory;
+  std::function<std::shared_ptr<Collectives>()> factory;
   std::vector<int64_t> mesh_shape;
   int64_t mesh_dim = 0;
 };
@@ -46,11 +46,15 @@ inline std::string ParamName(const ::testing::TestParamInfo<ConformanceParam>& i
 }
 
 // Every mesh of the sweep along every dim.
+// `world_size` > 0 keeps the meshes of exactly that many ranks (a real backend runs one world per launch).
 inline std::vector<ConformanceParam> ConformanceParams(const std::string& backend,
-                                                       std::function<std::unique_ptr<Collectives>()> factory) {
-  const std::vector<std::vector<int64_t>> meshes = {{1}, {2}, {3}, {4}, {8}, {2, 2}, {2, 3}, {2, 2, 2}};
+                                                       std::function<std::shared_ptr<Collectives>()> factory,
+                                                       int64_t world_size = 0) {
+  const std::vector<std::vector<int64_t>> meshes = {{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {2, 2}, {2, 3}, {2, 2, 2}};
   std::vector<ConformanceParam> out;
   for (const auto& shape : meshes) {
+    const int64_t size = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+    if (world_size > 0 && size != world_size) continue;
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
       out.push_back({backend, factory, shape, d});
     }
@@ -108,7 +112,7 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
 
   std::unique_ptr<DeviceMesh> mesh_;
   GroupSet groups_;
-  std::unique_ptr<Collectives> backend_;
+  std::shared_ptr<Collectives> backend_;
   CountingObserver observer_;
   std::vector<int64_t> world_;
 };

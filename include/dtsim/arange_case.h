@@ -18,7 +18,8 @@ namespace dtsim {
 // arange(numel) in the spec's dtype and shape.
 at::Tensor ArangeGlobal(const DTensorSpec& spec);
 
-// The source DTensor of `spec` as described above (distribute_tensor of the arange tensor when nothing is Partial).
+// The source DTensor of `spec` as described above (distribute_tensor of the arange tensor when nothing is Partial),
+// on `collectives` (default: a fresh simulated world); on a real backend every rank builds only its own shard.
 DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives = nullptr);
 
 // The global tensor the source of `spec` stands for, computed from the arange tensor alone (no collectives): the

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dtsim/collective_kind.h"
+#include "dtsim/fault.h"
 #include "dtsim/mesh.h"
 #include "dtsim/placement.h"
 
@@ -75,6 +76,7 @@ struct CallInfo {
   std::vector<int64_t> group;      // per held rank: index of its group in *groups, or -1
   std::vector<int64_t> position;   // per held rank: its index within that group
   int64_t sequence = 0;            // calls made on this object so far (the agreement check compares it)
+  bool wrong_op = false;           // a wrong-op fault strikes this rank in this call (backends reduce in order then)
 };
 
 class Collectives {
@@ -150,6 +152,19 @@ class Collectives {
   void SetObserver(CollectiveObserver* observer) { observer_ = observer; }
   CollectiveObserver* observer() const { return observer_; }
 
+  // Real backends: ends every process of the job at once, after printing "dtsim: error: real run: rank R: <message>"
+  // on this rank's stderr (exit code `code` everywhere) — for failures that only this rank saw, which would leave the
+  // other ranks waiting. The simulated backend throws InternalError(message).
+  // `print` false: end without printing (the reporting rank printed the same message).
+  [[noreturn]] virtual void EndJob(const std::string& message, int code = 4, bool print = true);
+
+  // Real backends: arms a fault (fault.h) from the next call on; it strikes on this process only if it is the
+  // fault's rank. InputError on the simulated backend (it computes every rank at once: nothing can misbehave).
+  void SetFault(const FaultSpec& fault);
+  const FaultSpec& fault() const { return fault_; }
+  // True once the armed fault struck this rank.
+  bool fault_struck() const { return fault_struck_; }
+
  protected:
   // `rank` is nullopt for a simulated backend (the process holds every rank).
   Collectives(std::string backend, int64_t world_size, std::optional<int64_t> rank);
@@ -178,6 +193,9 @@ class Collectives {
   // `fingerprint` is this rank's description of the call. Default: nothing (simulation computes all ranks at once
   // and checks shapes directly).
   virtual void CheckAgreement(const CallInfo& call, const std::string& fingerprint) {}
+  // Real backends, drop-rank fault: this rank skips `call` and goes on as a rank whose program took another branch
+  // (the MPI backend waits at a collective nobody else makes until the stuck-job report ends the job).
+  virtual void SkipCall(const CallInfo& call, const std::string& fingerprint) {}
 
  private:
   // Validates the groups against the held ranks (simulated) or the world (real) and fills the CallInfo.
@@ -191,15 +209,26 @@ class Collectives {
   std::vector<at::Tensor> ShardsOf(const at::Tensor& local, const CallInfo& call) const;
   int64_t GroupSize(const CallInfo& call, size_t held_index) const;
   std::string Fingerprint(const CallInfo& call, const at::Tensor& input, const std::string& args) const;
-  // Runs `body` (the backend hook), timing it.
+  // Runs `body` (the backend hook) on the (possibly faulty) input, timing it; the agreement check first on real
+  // backends. A drop-rank fault returns a copy of the input without running anything.
   at::Tensor Run(const CallInfo& call, const at::Tensor& input, const std::string& args,
-                 const std::function<at::Tensor()>& body, double* micros);
+                 const std::function<at::Tensor(const at::Tensor&)>& body, double* micros, int64_t root = -1);
+  // True once, when the armed fault of `kind` strikes this rank at this call (`eligible`: the call is one the fault
+  // can affect here).
+  bool Strikes(FaultSpec::Kind kind, bool eligible);
+  // Whether this rank sends data in `call` (the wrong-offset fault strikes only such calls).
+  bool SendsData(const CallInfo& call, const at::Tensor& input, int64_t root) const;
+  // The reduce op this rank uses: `op`, or another when a wrong-op fault strikes (and marks call.wrong_op).
+  ReduceOp OpFor(CallInfo& call, ReduceOp op);
 
   std::string backend_;
   int64_t world_size_;
   std::optional<int64_t> rank_;
   int64_t sequence_ = 0;
   CollectiveObserver* observer_ = nullptr;
+  FaultSpec fault_;
+  int64_t fault_seen_ = 0;   // eligible calls seen since the fault was armed
+  bool fault_struck_ = false;
 };
 
 }  // namespace dtsim

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtsim/collectives.h"
+#include "dtsim/dtensor.h"
 #include "dtsim/trace.h"
 
 namespace dtsim {
@@ -48,5 +49,18 @@ class TraceRecorder : public CollectiveObserver {
   bool hashes_;
   std::vector<TraceCollective> pending_;
 };
+
+// A redistribution with its trace: what user programs call to record a run that `dtsim trace-diff` can compare with
+// another (simulated against real, one build against another).
+struct TracedRedistribution {
+  DTensor result;
+  std::optional<Trace> trace;  // the whole run's trace on the reporting rank (rank 0 of a real run); nullopt elsewhere
+};
+
+// Redistributes `source` to `placements` on its mesh, recording the trace (meta.backend and meta.world_size are filled
+// in; every rank's part is gathered to the reporting rank). The verdict `ok` is left unset: the caller knows what the
+// result should be.
+TracedRedistribution RedistributeWithTrace(const DTensor& source, const Placements& placements, TraceMeta meta,
+                                           RedistributeOptions options = {});
 
 }  // namespace dtsim

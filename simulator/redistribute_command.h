@@ -1,0 +1,52 @@
+// One redistribution case of `dtsim redistribute`, shared with `dtsim compare` (which runs it on the simulated world
+// and compares with a real run).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli_common.h"
+#include "dtsim/collectives.h"
+#include "dtsim/fault.h"
+#include "dtsim/plan.h"
+#include "dtsim/planner.h"
+#include "dtsim/spec.h"
+#include "dtsim/trace.h"
+
+namespace dtsim::cli {
+
+// An arange case: the source spec, the target placements, the planner.
+struct Case {
+  DTensorSpec src;
+  Placements to;
+  PlannerKind planner;
+};
+
+// How RunCase runs; defaults in comments.
+struct RunCaseOptions {
+  std::optional<TraceMeta> trace_meta;  // record a trace with this meta (none: no trace)
+  FaultSpec fault;                      // real backends: armed for the redistribution only
+  bool gather_source = false;           // also gather the source's shards to the reporting rank (for --values)
+  CaseLimits limits;                    // the simulation's bounds (CheckSimulationFits)
+};
+
+// What a run gives; the tensors and the trace are on the reporting rank (rank 0 of a real run) only.
+struct Outcome {
+  Plan plan;
+  DTensorSpec source_spec = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
+  DTensorSpec result_spec = source_spec;
+  std::optional<at::Tensor> source;  // every rank's source shard (a LocalTensor), when gathered
+  std::optional<at::Tensor> result;  // every rank's result shard (a LocalTensor)
+  bool ok = false;                   // the verdict, on every rank
+  std::string problem;
+  std::optional<Trace> trace;
+};
+
+// Runs `c` on `collectives` (simulated or real): the arange source, the redistribution, the verdict against the
+// global tensor, and the trace when asked for.
+Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options);
+
+}  // namespace dtsim::cli

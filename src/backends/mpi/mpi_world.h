@@ -1,0 +1,78 @@
+// MpiWorld: this process's place in an MPI job, shared by the MPI and NCCL backends (NCCL bootstraps over MPI):
+// initialisation, one communicator per process group (created once, cached), the agreement check that every rank of a
+// group makes the same call (with a timeout: the collective-order check that reports instead of hanging), and ending
+// the whole job with a message. Private to src/backends/.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dtsim::internal {
+
+class MpiWorld {
+ public:
+  // The process's world: MPI_Init_thread on first use (MPI_THREAD_FUNNELED: only the calling thread talks to MPI),
+  // MPI_Finalize at exit.
+  static MpiWorld& Get();
+
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+
+  // The communicator of `group` (global ranks, this rank among them), ranks ordered as in `group`. Created on first
+  // use with MPI_Comm_create_group (collective over the group's members only) and cached.
+  MPI_Comm GroupComm(const std::vector<int64_t>& group);
+
+  // The collective-order check: every rank of `group` calls it with its own description `what` of call number
+  // `sequence`. The group's first rank collects the others' descriptions and answers; a difference ends the whole job
+  // at once with a message naming the group and the two descriptions. A rank that waits longer than `timeout_s`
+  // starts the stuck-job report (Stuck).
+  void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence, double timeout_s);
+
+  // A drop-rank fault: this rank skips call `sequence` and, like a rank whose program took another branch, waits at a
+  // collective no other rank makes — until the stuck-job report ends the job.
+  [[noreturn]] void WaitAfterSkipping(const std::string& what, int64_t sequence, double timeout_s);
+
+  // Ends every process of the job: prints "dtsim: error: real run: rank R: <message>" on this rank's stderr (unless
+  // `print` is false), then MPI_Abort(MPI_COMM_WORLD, code).
+  [[noreturn]] void Abort(const std::string& message, int code = 4, bool print = true);
+
+ private:
+  MpiWorld();
+
+ public:
+  // What a waiting rank reports when its time is up.
+  struct Status {
+    int64_t rank = 0;
+    int64_t sequence = 0;
+    bool skipped = false;          // a drop-rank fault made it skip call `sequence`
+    std::vector<int64_t> awaited;  // the ranks it waits for
+    std::string what;              // its description of the call
+  };
+  // The one message of a stuck job from the waiting ranks' statuses (each rank's own view when it is alone).
+  static std::string Report(const std::map<int64_t, Status>& statuses, double timeout_s);
+  // The stuck-job report: every rank whose wait timed out sends its Status to rank 0, which collects them for a
+  // short window and prints one message naming the earliest stuck call, its group, the ranks that did not arrive
+  // (and where they are instead, if they answered); if rank 0 cannot (it is the stuck one), each rank prints its own
+  // view after the window. Ends the job.
+  [[noreturn]] void Stuck(const Status& mine, double timeout_s);
+
+ private:
+  // The time a rank waits before reporting: the timeout less the report's window, so the job ends within it.
+  static double WaitSeconds(double timeout_s);
+  static double WindowSeconds(double timeout_s);
+  ~MpiWorld() = default;
+
+  int64_t rank_ = 0;
+  int64_t size_ = 1;
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD for the agreement messages
+  std::map<std::vector<int64_t>, MPI_Comm> comms_;
+};
+
+// The exit code of a real run that was ended because ranks disagreed or got stuck.
+inline constexpr int kRealRunFailedExitCode = 4;
+
+}  // namespace dtsim::internal
