@@ -268,6 +268,30 @@ BAD_INPUTS = [
         ["'many'", "--limit"], files={"a.json": GOOD_TRACE}),
     Row("trace-diff-three-files", ["trace-diff", "a.json", "a.json", "a.json"], "options",
         ["too many positional options"], files={"a.json": GOOD_TRACE}),
+    # ---- real backends: --backend, --timeout, --inject-fault, and compare ----
+    Row("redistribute-unknown-backend", [*R, "--backend", "foo"], "backend", ["unknown backend 'foo'"]),
+    Row("redistribute-timeout-zero", [*R, "--timeout", "0"], "timeout", ["above 0", "got 0"]),
+    Row("redistribute-timeout-nan", [*R, "--timeout", "nan"], "timeout", ["got nan"]),
+    Row("redistribute-timeout-huge", [*R, "--timeout", "1e400"], "options", ["'1e400'", "--timeout"]),
+    Row("redistribute-fault-malformed", [*R, "--inject-fault", "bogus"], "inject-fault", ["unknown fault 'bogus'"]),
+    Row("redistribute-fault-on-local", [*R, "--inject-fault", "wrong-offset:1"], "inject-fault",
+        ["'wrong-offset:1' needs a real backend"]),
+    Row("redistribute-batch-with-fault", ["redistribute", "--batch", "-", "--inject-fault", "wrong-offset:1"], "batch",
+        ["--inject-fault cannot be given with --batch"]),
+    Row("distribute-unknown-backend", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "--backend",
+                                       "gloo"], "backend", ["unknown backend 'gloo'"]),
+    Row("compare-np-mismatch", ["compare", "--np", "3", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
+        "np", ["3 ranks for mesh[2]"]),
+    Row("compare-np-zero", ["compare", "--np", "0", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
+        "np", ["0 ranks for mesh[2]"]),
+    Row("compare-local-backend", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                  "R", "--backend", "local"], "backend", ["mpi or nccl"]),
+    Row("compare-keep-a-file", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
+                                "--keep", "f.txt"], "keep", ["'f.txt'", "Not a directory"], files={"f.txt": "x"}),
+    Row("compare-to-partial", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                               "P(sum)"], "to", ["cannot redistribute S(0) to P(sum)"]),
+    Row("compare-stray-positional", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                     "R", "extra"], "arguments", ["unexpected argument 'extra'"]),
     # ---- rows of other branches' commands go here (skipped until the command exists) ----
 ]
 
@@ -361,7 +385,7 @@ def listing(directory):
 
 @pytest.mark.parametrize("row", BAD_INPUTS, ids=[r.id for r in BAD_INPUTS])
 def test_bad_input_is_a_clear_error(row, tmp_path):
-    if row.args and row.args[0] in ("export",) and not command_exists(row.args[0]):
+    if row.args and row.args[0] in ("export", "compare") and not command_exists(row.args[0]):
         pytest.skip(f"dtsim {row.args[0]} is not in this build")
     for name, content in row.files.items():
         (tmp_path / name).write_bytes(content.encode() if isinstance(content, str) else content)
