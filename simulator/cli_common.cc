@@ -294,6 +294,24 @@ bool IsOutOfMemory(const std::exception& e) {
          what.find("caching allocator: cannot allocate") != std::string_view::npos;  // dtsim's (caching_allocator.h)
 }
 
+void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field) {
+  // An upper bound per tensor dim: the ranges of every _S on it add up (a later shard of the same dim splits what
+  // the earlier ones left, so their ranges compose into at most the sum); a plain shard keeps one range.
+  std::vector<long double> ranges(spec.ndim(), 0);
+  for (const Placement& p : spec.placements()) {
+    if (!p.is_strided_shard()) continue;
+    ranges[p.dim()] += std::min<long double>(p.split_factor(), spec.shape()[p.dim()]);
+  }
+  long double blocks = 1;
+  for (long double r : ranges) blocks *= std::max<long double>(1, r);
+  if (blocks > kMaxBlocksPerRank) {
+    throw InputError(field, StrCat("'", ExcerptText(ToString(spec.placements())), "' on shape ",
+                                   ExcerptText(IntListToString(spec.shape())), " may cut a rank's shard into ",
+                                   static_cast<double>(blocks), " separate blocks; a simulation handles at most ",
+                                   kMaxBlocksPerRank, " per rank (dtsim layout and dtsim plan take more)"));
+  }
+}
+
 BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase& run) {
   auto error = [&](const std::string& what, const std::string& field) {
     return BatchAnswer{{{"error", what}, {"field", field}, {"line", line_no}}, true};

@@ -105,6 +105,12 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
 // numel * itemsize * (ranks + 2) bytes; this is compared with limits.max_simulation_bytes or, by default, the memory
 // available now: the least of MemAvailable, the headroom under RLIMIT_AS / RLIMIT_DATA, and the cgroup's headroom.
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, const CaseLimits& limits = CaseLimits());
+// Refuses (InputError(field)) placements that would cut one rank's shard into more than kMaxBlocksPerRank separate
+// blocks (the product over tensor dims of the index ranges a rank owns; a _S(d,k) gives up to min(k, size of d)
+// ranges): running and checking a redistribution works block by block, so such a case would run for minutes.
+// Example: [_S(0,1000000)] on shape [2000000] gives each of 2 ranks 10^6 blocks.
+void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field);
+inline constexpr int64_t kMaxBlocksPerRank = int64_t{1} << 16;
 // The memory this process may still allocate (see CheckSimulationFits), or nullopt where none of it can be read.
 std::optional<int64_t> AvailableMemory();
 

@@ -96,6 +96,10 @@ int RunDistribute(const Args& args) {
   FaultSpec fault;
   std::shared_ptr<Collectives> collectives = MakeBackend(o, root, &fault);
   if (collectives->simulated()) CheckSimulationFits(global_spec, root.size());
+  for (const Step& step : steps) {
+    CheckSimulationBlocks(DTensorSpec::Create(step.mesh, step.placements, global_spec.shape(), global_spec.dtype()),
+                          "step");
+  }
   const at::Tensor global = ArangeGlobal(global_spec);
   collectives->SetFault(fault);
   DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);

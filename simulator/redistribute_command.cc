@@ -101,6 +101,8 @@ nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits, cons
 Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, const RunCaseOptions& options) {
   Collectives& comm = *collectives;
   if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size(), options.limits);
+  CheckSimulationBlocks(c.src, "from");
+  CheckSimulationBlocks(DTensorSpec::Create(c.src.mesh(), c.to, c.src.shape(), c.src.dtype()), "to");
   DTensor source = MakeArangeSource(c.src, collectives);
   std::optional<TraceRecorder> recorder;
   if (options.trace_meta) {

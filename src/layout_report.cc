@@ -93,11 +93,16 @@ std::string RenderLayoutGrid(const DTensorSpec& spec) {
   const size_t row_dim = 0, col_dim = two_d ? 1 : 0;
   std::vector<int64_t> row_cuts = two_d ? CutPoints(layouts, row_dim, rows_len) : std::vector<int64_t>{0, 1};
   std::vector<int64_t> col_cuts = CutPoints(layouts, col_dim, cols_len);
-  // Each cell looks at every rank: beyond this much work the grid would take minutes (the table below still lists
-  // every rank).
+  // Each cell looks at every owned range of every rank: beyond this much work the grid would take minutes, and
+  // beyond this many blocks nobody can read it (the table below still lists every rank).
   constexpr long double kMaxGridWork = 1 << 27;
-  const long double work = static_cast<long double>(row_cuts.size() - 1) * (col_cuts.size() - 1) * layouts.size();
-  if (work > kMaxGridWork) {
+  constexpr long double kMaxGridBlocks = 1 << 16;
+  long double ranges = 0;
+  for (const RankLayout& l : layouts) {
+    ranges += std::max<size_t>(1, l.intervals[col_dim].size() + (two_d ? l.intervals[row_dim].size() : 0));
+  }
+  const long double blocks = static_cast<long double>(row_cuts.size() - 1) * (col_cuts.size() - 1);
+  if (blocks > kMaxGridBlocks || blocks * ranges > kMaxGridWork) {
     return StrCat("(not drawn: ", row_cuts.size() - 1, " x ", col_cuts.size() - 1, " blocks over ", layouts.size(),
                   " ranks is too large to draw; the table lists every rank)\n");
   }

@@ -52,6 +52,7 @@ inline cli::CaseLimits FuzzLimits() {
   limits.max_ranks = 256;
   limits.max_simulated_ranks = 16;
   limits.max_simulation_bytes = int64_t{8} << 20;
+  limits.write_files = false;  // a line's "trace" path is checked and the trace recorded, never written
   return limits;
 }
 

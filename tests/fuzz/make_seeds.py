@@ -56,6 +56,8 @@ REDISTRIBUTE_LINES = [
     {"mesh": [3], "shape": [7], "from": "S(0)", "to": "R", "dtype": "bool"},
     {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R", "values": "yes"},
     {"mesh": [2], "shape": [4], "from": "S(0)", "to": "P(sum)"},
+    {"mesh": [2, 2], "shape": [4, 4], "from": "S(0),S(1)", "to": "R,R", "trace": "t.json"},
+    {"mesh": [2], "shape": [4], "from": "P(bor)", "to": "R", "dtype": "int32"},
 ]
 RAW_LINES = ["not json", "\xff", "[1, 2]", "1e400", '{"mesh": [2], "mesh": [2]}', "[" * 600 + "]" * 600, "{}",
              '{"mesh": [2], "shape": [4], "placements": "S(0)"', "null", '"text"']
