@@ -11,6 +11,7 @@ TORCH_VERSION="2.13.0"
 APT_PACKAGES=(cmake ninja-build ccache g++ python3-venv pkg-config nlohmann-json3-dev libgtest-dev
               libgmock-dev libboost-program-options-dev libbenchmark-dev libxxhash-dev)
 APT_PACKAGES+=(libopenmpi-dev openmpi-bin)  # real ranks: the MPI backend and mpirun
+APT_PACKAGES+=(clang-14 libclang-rt-14-dev llvm-14)  # sanitizer build + libFuzzer targets (build-asan, scripts/fuzz.sh)
 # The NCCL backend compiles where the CUDA toolkit is (its runtime headers and library); NCCL itself comes from PyPI.
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 PIP_PACKAGES=("torch==$TORCH_VERSION" numpy pytest)
@@ -61,6 +62,25 @@ configure_and_build() {
       -DPython3_EXECUTABLE="$DTSIM_PY" >/dev/null
   fi
   cmake --build "$DTSIM_BUILD" -j "${DTSIM_JOBS:-2}" "$@"
+}
+
+# The sanitizer build (docs/reliability.md): clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer (no
+# recovery) and libFuzzer coverage instrumentation, -O1 with line tables, no benchmarks, in $DTSIM_ASAN_BUILD
+# (build-asan). The same build serves the CI step (unit tests + corpus replays) and scripts/fuzz.sh.
+DTSIM_ASAN_BUILD="${DTSIM_ASAN_BUILD:-$DTSIM_ROOT/build-asan}"
+configure_and_build_asan() {
+  if [ ! -f "$DTSIM_ASAN_BUILD/build.ninja" ]; then
+    local torch_prefix
+    torch_prefix="$("$DTSIM_PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+    log "configuring $DTSIM_ASAN_BUILD (clang-14, ASan + UBSan, libFuzzer)"
+    CC=clang-14 CXX=clang++-14 cmake -S "$DTSIM_ROOT" -B "$DTSIM_ASAN_BUILD" -G Ninja \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+      -DDTSIM_SANITIZE=ON -DDTSIM_BUILD_FUZZERS=ON -DDTSIM_BUILD_BENCHMARKS=OFF \
+      -DDTSIM_WITH_MPI=OFF -DDTSIM_WITH_NCCL=OFF -DDTSIM_BUILD_VIEWER=OFF \
+      -DCMAKE_PREFIX_PATH="$torch_prefix" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DPython3_EXECUTABLE="$DTSIM_PY" >/dev/null
+  fi
+  cmake --build "$DTSIM_ASAN_BUILD" -j "${DTSIM_JOBS:-2}" "$@"
 }
 
 install_apt_packages

@@ -1,14 +1,23 @@
 // Helpers shared by the dtsim subcommands.
 #include "cli_common.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <cstring>
 #include <fstream>
-#include <optional>
 #include <iostream>
+#include <new>
+#include <optional>
 
 #include "dtsim/backends/backends.h"
 #include "dtsim/error.h"
 #include "dtsim/json_reader.h"
+#include "dtsim/trace.h"
 
 namespace dtsim::cli {
 
@@ -107,7 +116,12 @@ void AddTensorOptions(po::options_description& desc, TensorOptions& o, const cha
 
 po::variables_map ParseOptions(const Args& args, const po::options_description& desc) {
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+  for (const std::string& extra : po::collect_unrecognized(parsed.options, po::include_positional)) {
+    throw InputError("arguments", StrCat("unexpected argument '", ExcerptText(extra, 40),
+                                         "' (options are written --name value; see --help)"));
+  }
+  po::store(parsed, vm);
   po::notify(vm);
   return vm;
 }
@@ -118,64 +132,118 @@ void RequireOptions(const po::variables_map& vm, std::initializer_list<const cha
   }
 }
 
-std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
-  if (value.is_string()) return ParseIntList(value.get<std::string>(), field);
-  if (!value.is_array()) throw InputError(field, StrCat("expected a list of integers, got ", value.dump()));
-  std::vector<int64_t> out;
-  for (const auto& v : value) {
-    if (!v.is_number_integer()) throw InputError(field, StrCat("expected integers, got ", v.dump()));
-    out.push_back(v.get<int64_t>());
+void RefuseOptionsWithBatch(const po::variables_map& vm, std::initializer_list<const char*> allowed) {
+  if (vm["batch"].as<std::string>().empty()) {
+    throw InputError("batch", "the path is empty (give a file, or - for stdin)");
   }
-  return out;
+  for (const auto& [name, value] : vm) {
+    if (name == "batch" || value.defaulted()) continue;
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
+    throw InputError("batch", StrCat("--", name, " cannot be given with --batch (every line of the batch gives its own "
+                                     "case; put \"", name, "\" in the lines)"));
+  }
+}
+
+void CheckOutputPath(const std::string& path, const std::string& field) {
+  if (path.empty()) throw InputError(field, "the output path is empty");
+  const std::string shown = ExcerptText(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw InputError(field, StrCat("'", shown, "' is a directory; give a file path"));
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::stat(dir.c_str(), &st) != 0) {
+    throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    throw InputError(field, StrCat("cannot write '", shown, "': '", ExcerptText(dir), "' is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
+  }
+}
+
+std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
+  if (value.is_string()) return ParseIntList(value.get_ref<const std::string&>(), field);
+  JsonReader r(value, field);
+  if (!value.is_array()) r.Fail(StrCat("expected a list of integers or a text like \"2x4\", got ", Excerpt(value)));
+  return r.AsInts(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 1024);
 }
 
 std::string StringFromJson(const nlohmann::json& c, const char* key) {
-  if (!c.contains(key)) throw InputError(key, "missing");
-  if (!c[key].is_string()) throw InputError(key, StrCat("expected a string, got ", c[key].dump()));
-  return c[key].get<std::string>();
+  JsonReader r(c, "batch");
+  if (!r.Has(key)) throw InputError(key, "missing");
+  return JsonReader(c[key], key).AsString();
 }
 
-DeviceMesh MeshFromJson(const nlohmann::json& c) {
-  if (!c.is_object()) throw InputError("case", "expected a JSON object");
-  if (!c.contains("mesh")) throw InputError("mesh", "missing");
+DeviceMesh MeshFromJson(const nlohmann::json& c, const CaseLimits& limits) {
+  JsonReader r(c, "batch");
+  r.ExpectObject();
+  if (!r.Has("mesh")) throw InputError("mesh", "missing");
   std::vector<std::string> names;
-  if (c.contains("names")) {
-    const auto& n = c["names"];
+  if (r.Has("names")) {
+    const nlohmann::json& n = c["names"];
     if (n.is_string()) {
-      names = ParseNameList(n.get<std::string>());
+      names = ParseNameList(n.get_ref<const std::string&>());
     } else if (n.is_array()) {
-      for (const auto& v : n) {
-        if (!v.is_string()) throw InputError("names", StrCat("expected strings, got ", v.dump()));
-        names.push_back(v.get<std::string>());
-      }
+      names = JsonReader(n, "names").AsStrings();
     } else {
-      throw InputError("names", StrCat("expected a list of names, got ", n.dump()));
+      throw InputError("names", StrCat("expected a list of names or a text like \"dp,tp\", got ", Excerpt(n)));
     }
   }
-  return DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names);
+  DeviceMesh mesh = DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names);
+  if (mesh.size() > limits.max_ranks) {
+    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks; at most ", limits.max_ranks,
+                                    " are allowed here"));
+  }
+  return mesh;
+}
+
+void CheckCaseKeys(const nlohmann::json& c, std::initializer_list<const char*> allowed,
+                   std::initializer_list<const char*> required) {
+  JsonReader r(c, "batch");
+  r.OnlyKeys(allowed);
+  for (const char* key : required) {
+    if (!r.Has(key)) throw InputError(key, "missing");
+  }
 }
 
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype) {
   if (static_cast<int64_t>(from.size()) != mesh.ndim()) {
-    throw InputError("from", StrCat("'", ToString(from), "' has ", from.size(), " placement",
+    throw InputError("from", StrCat("'", ExcerptText(ToString(from)), "' has ", from.size(), " placement",
                                     from.size() == 1 ? "" : "s", " for ", mesh.ToString(), " of ", mesh.ndim(),
                                     " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
-  return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+  try {
+    return DTensorSpec::Create(std::move(mesh), std::move(from), std::move(shape), dtype);
+  } catch (const InputError& e) {
+    if (e.field() != "placements") throw;
+    const std::string what = e.what();
+    throw InputError("from", what.substr(e.field().size() + 2));  // the option the user typed
+  }
 }
 
 namespace {
 
-// MemAvailable from /proc/meminfo in bytes, or nullopt where it cannot be read.
-std::optional<int64_t> AvailableMemory() {
-  std::ifstream in("/proc/meminfo");
+// A number from a file such as /proc/meminfo ("MemAvailable:" in kB) or a cgroup file; nullopt if absent.
+std::optional<int64_t> ReadKeyedNumber(const char* path, const std::string& wanted_key, int64_t scale) {
+  std::ifstream in(path);
   std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+  int64_t value = 0;
+  std::string rest;
+  while (in >> key >> value) {
+    std::getline(in, rest);
+    if (key == wanted_key) return value * scale;
   }
+  return std::nullopt;
+}
+
+std::optional<int64_t> ReadNumber(const char* path) {
+  std::ifstream in(path);
+  int64_t value = 0;
+  if (in >> value) return value;
   return std::nullopt;
 }
 
@@ -186,11 +254,36 @@ constexpr int64_t kBytesPerSimulatedRank = 8 << 10;
 
 }  // namespace
 
-void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta) {
-  // The mesh itself caps the rank count at kMaxMeshRanks; what remains is memory: every rank's tensor headers and
-  // tables, and in a data run its tensors (every rank may hold a whole copy: a Partial source or a local split of
-  // replicas gives each rank its own; a step holds its input and output).
-  const auto available = AvailableMemory();
+std::optional<int64_t> AvailableMemory() {
+  std::optional<int64_t> out = ReadKeyedNumber("/proc/meminfo", "MemAvailable:", 1024);
+  auto take = [&](int64_t v) { out = out ? std::min(*out, v) : v; };
+  // Address-space and data limits (ulimit -v / -d, prlimit): what is left under them.
+  const std::optional<int64_t> vm_size = ReadKeyedNumber("/proc/self/status", "VmSize:", 1024);
+  const std::optional<int64_t> vm_data = ReadKeyedNumber("/proc/self/status", "VmData:", 1024);
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && vm_size) {
+    take(std::max<int64_t>(0, static_cast<int64_t>(lim.rlim_cur) - *vm_size));
+  }
+  if (::getrlimit(RLIMIT_DATA, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && vm_data) {
+    take(std::max<int64_t>(0, static_cast<int64_t>(lim.rlim_cur) - *vm_data));
+  }
+  // cgroup v2 memory limit of this process's group ("max" reads as no number).
+  const std::optional<int64_t> cg_max = ReadNumber("/sys/fs/cgroup/memory.max");
+  const std::optional<int64_t> cg_now = ReadNumber("/sys/fs/cgroup/memory.current");
+  if (cg_max && cg_now) take(std::max<int64_t>(0, *cg_max - *cg_now));
+  return out;
+}
+
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta, const CaseLimits& limits) {
+  // The mesh caps the rank count at kMaxMeshRanks (the fuzz targets ask for fewer); what remains is memory: every
+  // rank's tensor headers and tables, and in a data run its tensors (every rank may hold a whole copy: a Partial
+  // source or a local split of replicas gives each rank its own; a step holds its input and output).
+  if (world_size > limits.max_simulated_ranks) {
+    throw InputError("mesh", StrCat(spec.mesh().ToString(), " has ", world_size, " ranks; this run simulates at most ",
+                                    limits.max_simulated_ranks));
+  }
+  const std::optional<int64_t> available = limits.max_simulation_bytes ? limits.max_simulation_bytes
+                                                                      : AvailableMemory();
   if (!available) return;
   const long double overhead = static_cast<long double>(world_size) * kBytesPerSimulatedRank;
   const long double data =
@@ -207,35 +300,120 @@ void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta)
                                   world_size, " simulated ranks needs ", estimate));
 }
 
-int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run) {
+bool IsOutOfMemory(const std::exception& e) {
+  const std::string_view what = e.what();
+  return dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+         what.find("can't allocate memory") != std::string_view::npos ||     // c10's DefaultCPUAllocator
+         what.find("caching allocator: cannot allocate") != std::string_view::npos;  // dtsim's (caching_allocator.h)
+}
+
+void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field) {
+  // An upper bound per tensor dim: the ranges of every _S on it add up (a later shard of the same dim splits what
+  // the earlier ones left, so their ranges compose into at most the sum); a plain shard keeps one range.
+  std::vector<long double> ranges(spec.ndim(), 0);
+  for (const Placement& p : spec.placements()) {
+    if (!p.is_strided_shard()) continue;
+    ranges[p.dim()] += std::min<long double>(p.split_factor(), spec.shape()[p.dim()]);
+  }
+  long double blocks = 1;
+  for (long double r : ranges) blocks *= std::max<long double>(1, r);
+  if (blocks > kMaxBlocksPerRank) {
+    throw InputError(field, StrCat("'", ExcerptText(ToString(spec.placements())), "' on shape ",
+                                   ExcerptText(IntListToString(spec.shape())), " may cut a rank's shard into ",
+                                   static_cast<double>(blocks), " separate blocks; a simulation handles at most ",
+                                   kMaxBlocksPerRank, " per rank (dtsim layout and dtsim plan take more)"));
+  }
+}
+
+BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase& run) {
+  auto error = [&](const std::string& what, const std::string& field) {
+    return BatchAnswer{{{"error", what}, {"field", field}, {"line", line_no}}, true};
+  };
+  try {
+    const nlohmann::json c = ParseJsonText(line, "batch", StrCat("line ", line_no));
+    if (!c.is_object()) {
+      throw InputError("batch", StrCat("line ", line_no, " is not a JSON object (it holds ", c.type_name(), " ",
+                                       Excerpt(c, 40), "); give one case object per line"));
+    }
+    return BatchAnswer{run(c), false};
+  } catch (const InputError& e) {
+    return error(e.what(), e.field());
+  } catch (const std::exception& e) {
+    if (IsOutOfMemory(e)) {
+      return error("memory: out of memory while running this case; simulate a smaller tensor", "memory");
+    }
+    // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes on.
+    const std::string what = e.what();
+    return BatchAnswer{{{"error", "internal error: " + ExcerptText(what.substr(0, what.find('\n')), 500)},
+                        {"internal", true},
+                        {"line", line_no}},
+                       true};
+  }
+}
+
+namespace {
+
+// Reads one line (without its '\n') of at most `max` bytes; a longer line is consumed to its end and `too_long` set.
+// False at the end of input.
+bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_long) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buf = in.rdbuf();
+  bool any = false;
+  while (true) {
+    const int c = buf->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      if (!any) in.setstate(std::ios::eofbit);
+      return any;
+    }
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() < max) {
+      line.push_back(static_cast<char>(c));
+    } else {
+      too_long = true;
+    }
+  }
+}
+
+}  // namespace
+
+int RunJsonLines(const std::string& path, const BatchCase& run) {
   std::ifstream file;
   std::istream* in = &std::cin;
+  if (path.empty()) throw InputError("batch", "the path is empty (give a file, or - for stdin)");
   if (path != "-") {
-    file.open(path);
-    if (!file) throw InputError("batch", StrCat("cannot open '", path, "'"));
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      throw InputError("batch", StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+    }
+    if (S_ISDIR(st.st_mode)) throw InputError("batch", StrCat("'", ExcerptText(path), "' is a directory, not a file"));
+    file.open(path, std::ios::binary);
+    if (!file) throw InputError("batch", StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
     in = &file;
   }
   std::string line;
+  bool too_long = false;
   int64_t line_no = 0;
-  while (std::getline(*in, line)) {
+  bool any_failed = false;
+  while (ReadBoundedLine(*in, line, kMaxBatchLineBytes, too_long)) {
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json result;
-    try {
-      result = run(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::parse_error& e) {
-      result = {{"error", StrCat("batch: line ", line_no, " is not JSON: ", e.what())}, {"field", "batch"}};
-    } catch (const InputError& e) {
-      result = {{"error", e.what()}, {"field", e.field()}};
-    } catch (const std::exception& e) {
-      // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes on.
-      std::string what = e.what();
-      result = {{"error", "internal error: " + what.substr(0, what.find('\n'))}, {"internal", true}};
+    if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    BatchAnswer answer;
+    if (too_long) {
+      answer = {{{"error", StrCat("batch: line ", line_no, " is longer than ", kMaxBatchLineBytes, " bytes")},
+                 {"field", "batch"},
+                 {"line", line_no}},
+                true};
+    } else {
+      answer = RunBatchLine(line, line_no, run);
     }
-    std::cout << result.dump() << "\n";
+    any_failed = any_failed || answer.failed;
+    // Flushed per line: a slow later case never holds back the answers before it.
+    std::cout << SafeDump(answer.json) << std::endl;
   }
-  std::cout.flush();
-  return 0;
+  if (in->bad()) throw InputError("batch", StrCat("reading '", ExcerptText(path), "' failed"));
+  return any_failed ? 1 : 0;
 }
 
 }  // namespace dtsim::cli

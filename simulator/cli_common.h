@@ -1,11 +1,15 @@
-// Helpers shared by the dtsim subcommands: reading cases from JSON (batch mode) and running a JSON-lines batch.
+// Helpers shared by the dtsim subcommands: options, reading cases from JSON (batch mode), running a JSON-lines batch,
+// and the limits that keep one case from running for minutes or exhausting memory.
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
@@ -56,32 +60,86 @@ void EndRealJob(const std::string& message, int code);
 // Adds --help, --mesh, --names, --shape and --dtype (described by `dtype_help`) to `desc`.
 void AddTensorOptions(boost::program_options::options_description& desc, TensorOptions& o,
                       const char* dtype_help = "element type (sizes in bytes)");
-// Parses `args` against `desc` (unknown options are input errors, reported by main).
+// Parses `args` against `desc`. Unknown options are input errors (reported by main); so are positional arguments
+// (InputError("arguments", "unexpected argument 'x' ...")), which no command without positionals takes.
 boost::program_options::variables_map ParseOptions(const Args& args,
                                                    const boost::program_options::options_description& desc);
 // InputError("<name>", "missing: give --<name>") for the first option in `names` that was not given.
 void RequireOptions(const boost::program_options::variables_map& vm, std::initializer_list<const char*> names);
+// In batch mode every case comes from its line: InputError("batch", "--mesh cannot be given with --batch ...") for
+// any option given besides --batch and `allowed` (options that say where the lines run: --backend, --timeout). Also
+// refuses an empty --batch path.
+void RefuseOptionsWithBatch(const boost::program_options::variables_map& vm,
+                            std::initializer_list<const char*> allowed = {});
+// Checks, before any work, that `path` can be written (InputError(field) naming the path and the reason: empty, a
+// directory, a missing or unwritable parent directory), so a run is not wasted on an output that cannot be saved.
+void CheckOutputPath(const std::string& path, const std::string& field);
 
-// A list of integers given as a JSON array or as text ("2x4", "5,10"); InputError(field) otherwise.
+// Bounds on what one case may cost. The command line uses the defaults; the fuzz targets (tests/fuzz/) smaller ones.
+struct CaseLimits {
+  int64_t max_ranks = kMaxMeshRanks;             // layout / plan: ranks in the mesh
+  int64_t max_simulated_ranks = kMaxMeshRanks;   // redistribute / distribute: ranks simulated in this process
+  std::optional<int64_t> max_simulation_bytes;   // nullopt: the memory available now (MemAvailable, rlimits, cgroup)
+  bool write_files = true;                       // false: output files a case names are checked, not written (fuzzing)
+};
+
+// A list of integers given as a JSON array or as text ("2x4", "5,10"); InputError(field) otherwise, naming the
+// entry: "shape: [1]: integer 1e+20 is too large".
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field);
 // The string at `key` of a case; InputError(key) when missing or not a string.
 std::string StringFromJson(const nlohmann::json& c, const char* key);
 // The mesh of a case: "mesh" (list or text) and the optional "names" (list or "dp,tp").
-DeviceMesh MeshFromJson(const nlohmann::json& c);
+DeviceMesh MeshFromJson(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
+// Refuses keys of a batch case outside `allowed`: InputError("batch", "unknown key 'x' (expected one of: ...)"), and
+// requires each of `required`: InputError(key, "missing").
+void CheckCaseKeys(const nlohmann::json& c, std::initializer_list<const char*> allowed,
+                   std::initializer_list<const char*> required);
 
 // The spec a redistribution starts from, with errors in the placements reported against "from" (the option the user
 // typed): "from: '[S(0)]' has 1 placement for mesh[2, 4] of 2 dims".
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype);
 
-// Refuses a simulation whose estimated memory exceeds the memory available now, naming the estimate: about 8 KiB per
+// Refuses a simulation of more than limits.max_simulated_ranks ranks (InputError("mesh")), and one whose estimated
+// memory exceeds limits.max_simulation_bytes or, by default, the memory available now (the least of MemAvailable,
+// the headroom under RLIMIT_AS / RLIMIT_DATA, and the cgroup's headroom), naming the estimate: about 8 KiB per
 // simulated rank (tensor headers, per-rank tables) plus, in a data run (`meta` false), numel * itemsize * (ranks + 2)
-// bytes (every rank may hold a whole copy, and a step holds its input and output). InputError("shape") when the data
-// dominates, InputError("mesh") otherwise. The rank count itself is capped by the mesh (kMaxMeshRanks).
-void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta = false);
+// bytes (every rank may hold a whole replica, and a step holds its input and output). InputError("shape") when the
+// data dominates, InputError("mesh") otherwise.
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta = false,
+                         const CaseLimits& limits = CaseLimits());
+// Refuses (InputError(field)) placements that would cut one rank's shard into more than kMaxBlocksPerRank separate
+// blocks (the product over tensor dims of the index ranges a rank owns; a _S(d,k) gives up to min(k, size of d)
+// ranges): running and checking a redistribution works block by block, so such a case would run for minutes.
+// Example: [_S(0,1000000)] on shape [2000000] gives each of 2 ranks 10^6 blocks.
+void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field);
+inline constexpr int64_t kMaxBlocksPerRank = int64_t{1} << 16;
+// The memory this process may still allocate (see CheckSimulationFits), or nullopt where none of it can be read.
+std::optional<int64_t> AvailableMemory();
 
-// Reads JSON cases one per line from `path` ("-" = stdin) and prints `run(case)` per line; a line that is not JSON or
-// whose case throws InputError prints {"error": "<field>: <message>", "field": <field>} instead; any other exception
-// (a dtsim bug) prints {"error": "internal error: ...", "internal": true}. Returns 0.
-int RunJsonLines(const std::string& path, const std::function<nlohmann::json(const nlohmann::json&)>& run);
+// True for an allocation failure: std::bad_alloc, or LibTorch's CPU allocator refusing ("can't allocate memory").
+bool IsOutOfMemory(const std::exception& e);
+
+// One batch line's answer: the command's JSON, or {"error": "<field>: <message>", "field", "line"}.
+struct BatchAnswer {
+  nlohmann::json json;
+  bool failed = false;
+};
+using BatchCase = std::function<nlohmann::json(const nlohmann::json&)>;
+// Runs one batch line (numbered `line_no` from 1 in messages): parses it with the limits of every JSON dtsim reads
+// (ParseJsonText: depth, duplicate keys, numbers out of range), requires a JSON object and calls `run`. Never throws:
+// bad input (InputError) gives its field, running out of memory the field "memory", and anything else — a dtsim bug —
+// {"error": "internal error: ...", "internal": true}.
+BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase& run);
+// Reads JSON cases one per line from `path` ("-" = stdin; not a directory; lines longer than kMaxBatchLineBytes are
+// answered with an error and skipped) and prints RunBatchLine's answer per non-blank line, flushed after each line.
+// Returns the exit code: 0 when every line passed, 1 when any failed.
+int RunJsonLines(const std::string& path, const BatchCase& run);
+inline constexpr size_t kMaxBatchLineBytes = size_t{64} << 20;
+
+// The batch cases of the commands that have --batch (defined in <command>_command.cc): one JSON case in, one JSON
+// answer out, InputError for a bad case. The fuzz targets call them without a process.
+nlohmann::json LayoutCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
+nlohmann::json PlanCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
+nlohmann::json RedistributeCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
 
 }  // namespace dtsim::cli

@@ -24,6 +24,7 @@
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/dtensor.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/global_view.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/aten_dtype.h"
@@ -56,18 +57,24 @@ struct Step {
 Step ParseStep(const DeviceMesh& root, const std::string& text) {
   const size_t colon = text.find(':');
   if (colon == std::string::npos) {
-    throw InputError("step", StrCat("'", text, "' is not <dims>:<placements>, as in tp:S(0)"));
+    throw InputError("step", StrCat("'", ExcerptText(text), "' is not <dims>:<placements>, as in tp:S(0)"));
   }
+  const std::string shown = ExcerptText(text);
   std::vector<std::string> dims = ParseNameList(text.substr(0, colon));
-  if (dims.empty()) throw InputError("step", StrCat("'", text, "' names no mesh dim"));
+  if (dims.empty()) throw InputError("step", StrCat("'", shown, "' names no mesh dim"));
   Placements placements = ParsePlacements(text.substr(colon + 1), "step");
   if (placements.size() != dims.size()) {
-    throw InputError("step", StrCat("'", text, "' gives ", placements.size(), " placements for ", dims.size(),
+    throw InputError("step", StrCat("'", shown, "' gives ", placements.size(), " placements for ", dims.size(),
                                     " mesh dim", dims.size() == 1 ? "" : "s"));
   }
   std::string label = root.ToString() + "[";
   for (size_t i = 0; i < dims.size(); ++i) label += (i ? ", \"" : "\"") + dims[i] + "\"";
-  return Step{root.Submesh(dims, root.ranks().front()), placements, label + "]"};
+  try {
+    return Step{root.Submesh(dims, root.ranks().front()), placements, label + "]"};
+  } catch (const InputError& e) {
+    const std::string what = e.what();  // "submesh: mesh ... has no dim 'x'": the option the user typed is --step
+    throw InputError("step", StrCat("'", shown, "': ", what.substr(e.field().size() + 2)));
+  }
 }
 
 }  // namespace
@@ -108,6 +115,10 @@ int RunDistribute(const Args& args) {
                                     collectives->backend(), " backend"));
   }
   if (collectives->simulated()) CheckSimulationFits(global_spec, root.size(), o.meta);
+  for (const Step& step : steps) {
+    CheckSimulationBlocks(DTensorSpec::Create(step.mesh, step.placements, global_spec.shape(), global_spec.dtype()),
+                          "step");
+  }
   const at::Tensor global =
       o.meta ? at::empty(global_spec.shape(),
                          at::TensorOptions().dtype(ToScalarType(global_spec.dtype())).device(at::kMeta))
@@ -154,7 +165,7 @@ int RunDistribute(const Args& args) {
     AddRanksJson(out, dt.spec(), *all, o.values, selection);
     if (o.meta) out["meta"] = true;
     if (!ok) out["problem"] = problem;
-    std::cout << out.dump() << "\n";
+    std::cout << SafeDump(out) << "\n";
   } else {
     for (const auto& s : step_json) {
       std::cout << "step: " << s["placements"].get<std::string>() << " on " << s["mesh"].get<std::string>()

@@ -2,7 +2,8 @@
 //
 //   dtsim layout --mesh 2x4 [--names dp,tp] --shape 5,10 --placements "S(0),S(1)" [--dtype float32] [--json]
 //                [--ranks auto|all|summary|0,5,8-15] [--meta]
-//   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out
+//   dtsim layout --batch cases.jsonl      one JSON case per line in, one JSON layout (or {"error": ...}) per line out;
+//                                         exit code 1 when any line failed
 //   --svg out.svg / --png out.png         also draw the layout (mesh + the global tensor's blocks per rank) into a
 //                                         picture, written atomically (viewer/model/picture.h)
 #include <boost/program_options.hpp>
@@ -19,6 +20,7 @@
 #include "dtsim/meta.h"
 #include "dtsim/rank_selection.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/layout_report.h"
 #include "dtsim/spec.h"
 #include "dtsim/trace.h"
@@ -76,16 +78,21 @@ void WritePictures(const DTensorSpec& spec, const LayoutOptions& o) {
   }
 }
 
-DTensorSpec SpecFromJson(const nlohmann::json& c) {
-  for (const char* key : {"mesh", "shape", "placements"}) {
-    if (!c.contains(key)) throw InputError(key, "missing");
-  }
+DTensorSpec SpecFromJson(const nlohmann::json& c, const CaseLimits& limits) {
+  CheckCaseKeys(c, {"mesh", "names", "shape", "placements", "dtype", "ranks"}, {"mesh", "shape", "placements"});
   DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
-  return DTensorSpec::Create(MeshFromJson(c), ParsePlacements(StringFromJson(c, "placements")),
+  DeviceMesh mesh = MeshFromJson(c, limits);
+  return DTensorSpec::Create(std::move(mesh), ParsePlacements(StringFromJson(c, "placements")),
                              IntsFromJson(c["shape"], "shape"), dtype);
 }
 
 }  // namespace
+
+nlohmann::json LayoutCase(const nlohmann::json& c, const CaseLimits& limits) {
+  DTensorSpec spec = SpecFromJson(c, limits);
+  const RankSelection selection = RankSelection::Parse(c.contains("ranks") ? StringFromJson(c, "ranks") : "auto");
+  return LayoutToJson(spec, selection);
+}
 
 int RunLayout(const Args& args) {
   LayoutOptions o;
@@ -108,14 +115,9 @@ int RunLayout(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty() && (!o.svg.empty() || !o.png.empty())) {
-    throw InputError(o.svg.empty() ? "png" : "svg", "draws one layout; it cannot be combined with --batch");
-  }
-  if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [&](const nlohmann::json& c) {
-      const RankSelection selection = RankSelection::Parse(c.contains("ranks") ? StringFromJson(c, "ranks") : o.ranks);
-      return LayoutToJson(SpecFromJson(c), selection);
-    });
+  if (vm.count("batch")) {
+    RefuseOptionsWithBatch(vm);
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return LayoutCase(c); });
   }
   RequireOptions(vm, {"mesh", "shape", "placements"});
   DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse(o.mesh, o.names), ParsePlacements(o.placements),
@@ -131,7 +133,7 @@ int RunLayout(const Args& args) {
       j["meta"] = true;
       j["ok"] = !mismatch;
       if (mismatch) j["problem"] = *mismatch;
-      std::cout << j.dump() << "\n";
+      std::cout << SafeDump(j) << "\n";
     } else {
       WriteLayoutJson(std::cout, spec, selection);  // streamed: constant memory for --ranks all on 2^20 ranks
       std::cout << "\n";

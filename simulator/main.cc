@@ -9,6 +9,16 @@
 #include "commands.h"
 #include "dtsim/caching_allocator.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DTSIM_HAS_ASAN 1
+#endif
+#endif
+#ifndef DTSIM_HAS_ASAN
+#define DTSIM_HAS_ASAN 0
+#endif
 
 namespace {
 
@@ -38,9 +48,13 @@ void PrintUsage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks.
+  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks. Not under
+  // AddressSanitizer, which must see every allocation and free to find use-after-free (docs/reliability.md).
+#if !defined(__SANITIZE_ADDRESS__) && !DTSIM_HAS_ASAN
   dtsim::EnableCachingCpuAllocator();
+#endif
   if (argc < 2) {
+    std::cerr << "dtsim: error: command: missing; give one of the commands below\n";
     PrintUsage(std::cerr);
     return 2;
   }
@@ -51,7 +65,7 @@ int main(int argc, char** argv) {
   }
   auto it = Commands().find(name);
   if (it == Commands().end()) {
-    std::cerr << "dtsim: error: command: unknown command '" << name << "'\n";
+    std::cerr << "dtsim: error: command: unknown command '" << dtsim::ExcerptText(name, 40) << "'\n";
     PrintUsage(std::cerr);
     return 2;
   }
@@ -66,7 +80,7 @@ int main(int argc, char** argv) {
     report(std::string("dtsim: error: ") + e.what());
     return 2;
   } catch (const boost::program_options::error& e) {
-    report(std::string("dtsim: error: options: ") + e.what());
+    report(std::string("dtsim: error: options: ") + dtsim::ExcerptText(e.what(), 300));
     return 2;
   } catch (const dtsim::InternalError& e) {
     dtsim::cli::EndRealJob(std::string("internal error: ") + e.what(), 3);  // returns when no real run is on
@@ -75,8 +89,14 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));  // LibTorch appends a C++ stack trace
+    if (dtsim::cli::IsOutOfMemory(e)) {
+      // A resource limit, not a bug: the up-front estimates (CheckSimulationFits) let this through.
+      dtsim::cli::EndRealJob("memory: out of memory", 2);
+      std::cerr << "dtsim: error: memory: out of memory; simulate a smaller tensor or fewer ranks\n";
+      return 2;
+    }
     dtsim::cli::EndRealJob("internal error: " + what, 3);
-    std::cerr << "dtsim: internal error: " << what << "\n";
+    std::cerr << "dtsim: internal error: " << dtsim::ExcerptText(what, 2000) << "\n";
     return 3;
   }
 }

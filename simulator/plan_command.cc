@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/planner.h"
 #include "dtsim/rank_selection.h"
 #include "dtsim/spec.h"
@@ -88,18 +89,19 @@ std::string RenderStepStates(const Trace& trace, const RankSelection& selection)
   return out;
 }
 
-Plan PlanFromJson(const nlohmann::json& c) {
-  for (const char* key : {"mesh", "shape", "from", "to"}) {
-    if (!c.contains(key)) throw InputError(key, "missing");
-  }
+Plan PlanFromJson(const nlohmann::json& c, const CaseLimits& limits) {
+  CheckCaseKeys(c, {"mesh", "names", "shape", "from", "to", "dtype", "planner"}, {"mesh", "shape", "from", "to"});
   DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
   PlannerKind kind = c.contains("planner") ? ParsePlannerKind(StringFromJson(c, "planner")) : PlannerKind::kGreedy;
-  DTensorSpec src = SourceSpec(MeshFromJson(c), ParsePlacements(StringFromJson(c, "from"), "from"),
+  DeviceMesh mesh = MeshFromJson(c, limits);
+  DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(c, "from"), "from"),
                                IntsFromJson(c["shape"], "shape"), dtype);
   return PlanRedistribute(src, ParsePlacements(StringFromJson(c, "to"), "to"), kind);
 }
 
 }  // namespace
+
+nlohmann::json PlanCase(const nlohmann::json& c, const CaseLimits& limits) { return ToJson(PlanFromJson(c, limits)); }
 
 int RunPlan(const Args& args) {
   PlanOptions o;
@@ -124,8 +126,9 @@ int RunPlan(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) {
-    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return ToJson(PlanFromJson(c)); });
+  if (vm.count("batch")) {
+    RefuseOptionsWithBatch(vm);
+    return RunJsonLines(o.batch, [](const nlohmann::json& c) { return PlanCase(c); });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
@@ -136,7 +139,7 @@ int RunPlan(const Args& args) {
   if (!o.meta && !o.memory) {
     Plan plan = PlanRedistribute(src, ParsePlacements(o.to, "to"), kind);
     if (o.json) {
-      std::cout << ToJson(plan).dump() << "\n";
+      std::cout << SafeDump(ToJson(plan)) << "\n";
     } else {
       std::cout << Explain(plan);
     }

@@ -40,6 +40,9 @@
 namespace po = boost::program_options;
 
 namespace dtsim::cli {
+
+nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values, const RankSelection& selection, bool meta);
+
 namespace {
 
 // Options of `dtsim redistribute`; defaults in comments.
@@ -56,23 +59,50 @@ struct RedistributeCliOptions : TensorOptions, BackendCliOptions {  // --mesh, -
   std::string ranks = "auto";      // which ranks the report lists: auto, all, summary or "0,5,8-15"
 };
 
-// The batch keys of the flags above: "meta" and "memory" (booleans), "ranks" (text).
-bool BoolFromJson(const nlohmann::json& j, const char* key, bool fallback) {
-  if (!j.contains(key)) return fallback;
-  if (!j[key].is_boolean()) throw InputError(key, StrCat("expected true or false, got ", j[key].dump()));
-  return j[key].get<bool>();
-}
-
-Case CaseFromJson(const nlohmann::json& j) {
-  for (const char* key : {"mesh", "shape", "from", "to"}) {
-    if (!j.contains(key)) throw InputError(key, "missing");
-  }
+Case CaseFromJson(const nlohmann::json& j, const CaseLimits& limits) {
+  CheckCaseKeys(j, {"mesh", "names", "shape", "from", "to", "dtype", "planner", "values", "trace", "meta", "memory",
+                    "ranks"},
+                {"mesh", "shape", "from", "to"});
   DType dtype = j.contains("dtype") ? ParseDType(StringFromJson(j, "dtype")) : DType::kFloat32;
   PlannerKind kind = j.contains("planner") ? ParsePlannerKind(StringFromJson(j, "planner")) : PlannerKind::kGreedy;
-  DTensorSpec src = SourceSpec(MeshFromJson(j), ParsePlacements(StringFromJson(j, "from"), "from"),
+  DeviceMesh mesh = MeshFromJson(j, limits);
+  DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(j, "from"), "from"),
                                IntsFromJson(j["shape"], "shape"), dtype);
   Placements to = ValidateRedistribute(src, ParsePlacements(StringFromJson(j, "to"), "to"));
   return Case{src, to, kind};
+}
+
+// One --batch line: on `real` ranks when given (its mesh must match the world), else on a fresh simulated world.
+// "trace": a path rank 0 writes the line's trace to (checked before the run; only recorded when
+// limits.write_files is false).
+nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits, const std::shared_ptr<Collectives>& real,
+                         const std::string& batch_path) {
+  Case c = CaseFromJson(j, limits);
+  const bool values = !j.contains("values") || JsonReader(j["values"], "values").AsBool();
+  RunCaseOptions options;
+  options.limits = limits;
+  options.meta = j.contains("meta") && JsonReader(j["meta"], "meta").AsBool();
+  options.memory = j.contains("memory") && JsonReader(j["memory"], "memory").AsBool();
+  const RankSelection selection = RankSelection::Parse(j.contains("ranks") ? StringFromJson(j, "ranks") : "auto");
+  std::optional<std::string> trace_path;
+  if (j.contains("trace")) {
+    trace_path = JsonReader(j["trace"], "trace").AsString();
+    if (limits.write_files && (!real || IsReportingRank(*real))) CheckOutputPath(*trace_path, "trace");
+  }
+  std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
+  CheckMeshFitsWorld(*comm, c.src.mesh());
+  if (trace_path) {
+    TraceMeta meta;
+    meta.command = "redistribute";
+    meta.argv = "dtsim redistribute --batch " + batch_path;
+    meta.backend = comm->backend();
+    meta.world_size = c.src.mesh().size();
+    meta.planner = ToString(c.planner);
+    options.trace_meta = meta;
+  }
+  Outcome out = RunCase(c, comm, options);
+  if (out.trace && limits.write_files) WriteJsonFileAtomically(*trace_path, ToJson(*out.trace));
+  return IsReportingRank(*comm) ? OutcomeToJson(c, out, values, selection, options.meta) : nlohmann::json();
 }
 
 }  // namespace
@@ -87,7 +117,9 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, 
     throw InputError("memory", StrCat("--memory measures the simulated world (the local backend), not the ",
                                       comm.backend(), " backend"));
   }
-  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size(), options.meta);
+  if (comm.simulated()) CheckSimulationFits(c.src, c.src.mesh().size(), options.meta, options.limits);
+  CheckSimulationBlocks(c.src, "from");
+  CheckSimulationBlocks(DTensorSpec::Create(c.src.mesh(), c.to, c.src.shape(), c.src.dtype()), "to");
   // The meter exists before the source, so every rank's shards count from the start.
   std::optional<MemoryMeter> meter;
   if (options.memory) meter.emplace();
@@ -166,8 +198,8 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives, 
   return out;
 }
 
-nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values, const RankSelection& selection = {},
-                             bool meta = false) {
+nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values, const RankSelection& selection,
+                             bool meta) {
   nlohmann::json plan = ToJson(o.plan);
   nlohmann::json out = {{"ok", o.ok},
                         {"plan", plan["plan"]},
@@ -185,6 +217,10 @@ nlohmann::json OutcomeToJson(const Case& c, const Outcome& o, bool values, const
   }
   if (!o.ok) out["problem"] = o.problem;
   return out;
+}
+
+nlohmann::json RedistributeCase(const nlohmann::json& j, const CaseLimits& limits) {
+  return BatchLine(j, limits, nullptr, "-");
 }
 
 int RunRedistribute(const Args& args) {
@@ -212,44 +248,16 @@ int RunRedistribute(const Args& args) {
               << desc;
     return 0;
   }
-  if (!o.batch.empty()) {
+  if (vm.count("batch")) {
     // One backend for every line; on real ranks each line's mesh must match the world, and each line may name a
     // trace file ("trace": path) that rank 0 writes.
+    RefuseOptionsWithBatch(vm, {"backend", "timeout"});
     FaultSpec fault;
     std::shared_ptr<Collectives> real = o.backend == "local" ? nullptr : MakeBackend(o, &fault);
     if (real && o.batch == "-") {
       throw InputError("batch", "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
     }
-    if (fault.active()) throw InputError("inject-fault", "--inject-fault runs a single case; not with --batch");
-    return RunJsonLines(o.batch, [&](const nlohmann::json& j) {
-      Case c = CaseFromJson(j);
-      if (j.contains("values") && !j["values"].is_boolean()) {
-        throw InputError("values", StrCat("expected true or false, got ", j["values"].dump()));
-      }
-      if (j.contains("trace") && (!j["trace"].is_string() || j["trace"].get<std::string>().empty())) {
-        throw InputError("trace", StrCat("expected a file path, got ", Excerpt(j["trace"])));
-      }
-      bool values = !j.contains("values") || j["values"].get<bool>();
-      std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
-      CheckMeshFitsWorld(*comm, c.src.mesh());
-      RunCaseOptions options;
-      options.meta = BoolFromJson(j, "meta", o.meta);
-      options.memory = BoolFromJson(j, "memory", o.memory);
-      const RankSelection selection =
-          RankSelection::Parse(j.contains("ranks") ? StringFromJson(j, "ranks") : o.ranks);
-      if (j.contains("trace")) {
-        TraceMeta meta;
-        meta.command = "redistribute";
-        meta.argv = "dtsim redistribute --batch " + o.batch;
-        meta.backend = comm->backend();
-        meta.world_size = c.src.mesh().size();
-        meta.planner = ToString(c.planner);
-        options.trace_meta = meta;
-      }
-      Outcome out = RunCase(c, comm, options);
-      if (out.trace) WriteJsonFileAtomically(j["trace"].get<std::string>(), ToJson(*out.trace));
-      return IsReportingRank(*comm) ? OutcomeToJson(c, out, values, selection, options.meta) : nlohmann::json();
-    });
+    return RunJsonLines(o.batch, [&](const nlohmann::json& j) { return BatchLine(j, CaseLimits(), real, o.batch); });
   }
   RequireOptions(vm, {"mesh", "shape", "from", "to"});
   const PlannerKind kind = ParsePlannerKind(o.planner);
@@ -262,8 +270,12 @@ int RunRedistribute(const Args& args) {
   if (o.meta && o.values) throw InputError("values", "--values needs data; a --meta run holds shapes only");
   options.meta = o.meta;
   options.memory = o.memory;
+  const bool want_trace = vm.count("trace") > 0;
+  // Checked before the run (on the simulated world; on real ranks rank 0 alone writes and reports a failed write).
+  if (want_trace && o.backend == "local") CheckOutputPath(o.trace, "trace");
+  if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
-  if (!o.trace.empty()) {
+  if (want_trace) {
     TraceMeta meta;
     meta.command = "redistribute";
     meta.argv = "dtsim redistribute";
@@ -278,7 +290,7 @@ int RunRedistribute(const Args& args) {
   if (!IsReportingRank(*comm)) return out.ok ? 0 : 1;
   if (out.trace) WriteJsonFileAtomically(o.trace, ToJson(*out.trace));
   if (o.json) {
-    std::cout << OutcomeToJson(c, out, o.values, selection, o.meta).dump() << "\n";
+    std::cout << SafeDump(OutcomeToJson(c, out, o.values, selection, o.meta)) << "\n";
   } else {
     std::cout << Explain(out.plan) << "\n== before\n" << RenderLayout(c.src, selection);
     if (o.values) std::cout << "\nvalues before:\n" << RenderValues(out.source_spec, *out.source);
@@ -293,7 +305,7 @@ int RunRedistribute(const Args& args) {
     const std::string ok_text = o.meta ? "OK — every rank holds its target layout's shape (metadata only, no values)"
                                        : "OK — the global tensor after redistribution equals the expected one";
     std::cout << "\nverdict: " << (out.ok ? ok_text : "MISMATCH — " + out.problem) << "\n";
-    if (!o.trace.empty()) std::cout << "trace written to " << o.trace << "\n";
+    if (want_trace) std::cout << "trace written to " << o.trace << "\n";
   }
   return out.ok ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "cli_common.h"
 #include "dtsim/collectives.h"
 #include "dtsim/fault.h"
 #include "dtsim/plan.h"
@@ -32,6 +33,7 @@ struct RunCaseOptions {
   bool gather_source = false;           // also gather the source's shards to the reporting rank (for --values)
   bool meta = false;                    // metadata-only: meta tensors (shapes, no data; simulated backend only)
   bool memory = false;                  // measure every rank's peak memory per step (simulated backend only)
+  CaseLimits limits;                    // the simulation's bounds (CheckSimulationFits)
 };
 
 // What a run gives; the tensors and the trace are on the reporting rank (rank 0 of a real run) only.

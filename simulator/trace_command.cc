@@ -17,7 +17,7 @@ namespace dtsim::cli {
 
 int RunTraceDiff(const Args& args) {
   std::vector<std::string> files;
-  size_t limit = 20;
+  int64_t limit = 20;
   po::options_description desc("dtsim trace-diff options");
   desc.add_options()
       ("help,h", "show this help")
@@ -36,9 +36,12 @@ int RunTraceDiff(const Args& args) {
     return 0;
   }
   if (files.size() != 2) throw InputError("file", StrCat("give two trace files, got ", files.size()));
+  if (limit < 1 || limit > 1000000) {
+    throw InputError("limit", StrCat(limit, " is out of range: print 1 to 1000000 differences"));
+  }
   const Trace a = ReadTrace(files[0]);
   const Trace b = ReadTrace(files[1]);
-  const std::vector<TraceDifference> diffs = DiffTraces(a, b, limit);
+  const std::vector<TraceDifference> diffs = DiffTraces(a, b, static_cast<size_t>(limit));
   if (diffs.empty()) {
     std::cout << "traces agree: " << a.steps.size() << " step" << (a.steps.size() == 1 ? "" : "s")
               << ", every collective and every rank's shard equal\n";

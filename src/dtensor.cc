@@ -9,6 +9,7 @@
 #include "dtsim/aten_dtype.h"
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/planner.h"
 #include "dtsim/redistribute.h"
@@ -208,7 +209,7 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const
                          std::optional<int64_t> src_data_rank, std::shared_ptr<Collectives> collectives) {
   if (!collectives) collectives = MakeLocalCollectives();
   if (placements.size() != static_cast<size_t>(mesh.ndim())) {
-    throw InputError("placements", StrCat(placements.size(), " placements ", ToString(placements), " for ",
+    throw InputError("placements", StrCat(placements.size(), " placements ", ExcerptText(ToString(placements)), " for ",
                                           mesh.ToString(), " of ", mesh.ndim(), " dims"));
   }
   CheckNoMixedPartials(placements, "placements");
@@ -258,7 +259,7 @@ DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Pl
                                     "; use Redistribute to change its placements"));
   }
   if (placements.size() != static_cast<size_t>(mesh.ndim())) {
-    throw InputError("placements", StrCat(placements.size(), " placements ", ToString(placements), " for ",
+    throw InputError("placements", StrCat(placements.size(), " placements ", ExcerptText(ToString(placements)), " for ",
                                           mesh.ToString(), " of ", mesh.ndim(), " dims"));
   }
   const DeviceMesh& root = a.is_root() ? a : a.root();

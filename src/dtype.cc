@@ -2,6 +2,7 @@
 #include "dtsim/dtype.h"
 
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 
 namespace dtsim {
 namespace {
@@ -43,7 +44,7 @@ DType ParseDType(std::string_view text, const std::string& field) {
   for (const auto& info : kDTypes) {
     if (t == info.name) return info.dtype;
   }
-  throw InputError(field, StrCat("unknown dtype '", text,
+  throw InputError(field, StrCat("unknown dtype '", ExcerptText(text, 40),
                                  "' (expected float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8"
                                  " or bool)"));
 }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 
 namespace dtsim {
 namespace {
@@ -17,7 +18,9 @@ std::string_view Trim(std::string_view text) {
   return text;
 }
 
-std::string Quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+// 'text', shortened to 80 characters with invalid UTF-8 replaced (values echoed in messages).
+std::string Quote(std::string_view text) { return "'" + ExcerptText(text) + "'"; }
+
 
 }  // namespace
 
@@ -32,6 +35,10 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
   }
   std::vector<int64_t> values;
   if (body.empty()) return values;
+  if (body.size() > kMaxIntListTextBytes) {
+    throw InputError(field, StrCat(Quote(text), " is ", body.size(), " characters long; lists of at most ",
+                                   kMaxIntListTextBytes, " characters are read"));
+  }
   size_t start = 0;
   while (start <= body.size()) {
     size_t end = body.find_first_of(",x", start);
@@ -49,7 +56,12 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
         throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
       }
       if (value > (INT64_MAX - (c - '0')) / 10) {
-        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is out of range"));
+        // Still an error about the right thing when more junk follows: "99999999999999999999x" is not an integer.
+        const bool digits = std::all_of(item.begin() + pos, item.end(),
+                                        [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+        if (!digits) throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
+        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is too large (at most ", INT64_MAX,
+                                       " in magnitude)"));
       }
       value = value * 10 + (c - '0');
     }
@@ -84,14 +96,18 @@ std::string IntListToString(const std::vector<int64_t>& values) {
 DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::string> names,
                               std::vector<int64_t> ranks) {
   if (shape.empty()) throw InputError("mesh", "a mesh needs at least one dim, got shape []");
+  if (static_cast<int64_t>(shape.size()) > kMaxMeshDims) {
+    throw InputError("mesh", StrCat("shape ", ExcerptText(IntListToString(shape)), " has ", shape.size(),
+                                    " dims; a mesh has at most ", kMaxMeshDims));
+  }
   int64_t total = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
-      throw InputError("mesh", StrCat("dim ", i, " has size ", shape[i], " in shape ", IntListToString(shape),
-                                      "; every mesh dim must be >= 1"));
+      throw InputError("mesh", StrCat("dim ", i, " has size ", shape[i], " in shape ",
+                                      ExcerptText(IntListToString(shape)), "; every mesh dim must be >= 1"));
     }
     if (total > kMaxMeshRanks / shape[i]) {
-      throw InputError("mesh", StrCat("shape ", IntListToString(shape), " has more than ", kMaxMeshRanks,
+      throw InputError("mesh", StrCat("shape ", ExcerptText(IntListToString(shape)), " has more than ", kMaxMeshRanks,
                                       " ranks"));
     }
     total *= shape[i];
@@ -100,6 +116,18 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
     if (names.size() != shape.size()) {
       throw InputError("names", StrCat(names.size(), " names given for a mesh of ", shape.size(), " dims (shape ",
                                        IntListToString(shape), ")"));
+    }
+    for (const std::string& name : names) {
+      if (!IsValidUtf8(name)) throw InputError("names", StrCat("mesh dim name ", Quote(name), " is not valid UTF-8"));
+      if (name.size() > kMaxMeshDimNameBytes) {
+        throw InputError("names", StrCat("mesh dim name ", Quote(name), " has ", name.size(),
+                                         " bytes; names have at most ", kMaxMeshDimNameBytes));
+      }
+      for (char c : name) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          throw InputError("names", StrCat("mesh dim name ", Quote(name), " holds a control character"));
+        }
+      }
     }
     std::set<std::string> seen;
     for (const std::string& name : names) {
@@ -157,8 +185,9 @@ std::optional<int64_t> DeviceMesh::FindDim(std::string_view name) const {
 int64_t DeviceMesh::GetDim(std::string_view name, const std::string& field) const {
   if (auto dim = FindDim(name)) return *dim;
   std::string_view t = Trim(name);
-  if (!t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-    int64_t dim = std::stoll(std::string(t));
+  if (!t.empty() && t.size() <= 18 &&
+      std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    const int64_t dim = std::stoll(std::string(t));  // at most 18 digits: fits
     if (dim < ndim()) return dim;
   }
   std::string known;

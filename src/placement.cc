@@ -2,8 +2,10 @@
 #include "dtsim/placement.h"
 
 #include <cctype>
+#include <limits>
 
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 
 namespace dtsim {
 namespace {
@@ -30,18 +32,44 @@ std::string Lower(std::string text) {
   return text;
 }
 
-// Parses an integer argument, optionally written "key=value".
-std::optional<int64_t> ParseIntArg(std::string arg, const char* key) {
+// An integer argument, optionally written "key=value": its value, or why it is not one.
+struct IntArg {
+  std::optional<int64_t> value;
+  std::string problem;  // "is not an integer", "is too large (at most ...)"
+};
+
+IntArg ParseIntArg(std::string arg, const char* key) {
   arg = Trimmed(arg);
   std::string prefix = std::string(key) + "=";
   if (arg.rfind(prefix, 0) == 0) arg = Trimmed(arg.substr(prefix.size()));
-  if (arg.empty()) return std::nullopt;
-  size_t pos = (arg[0] == '-' || arg[0] == '+') ? 1 : 0;
-  if (pos == arg.size() || arg.size() > 18) return std::nullopt;
+  size_t pos = (!arg.empty() && (arg[0] == '-' || arg[0] == '+')) ? 1 : 0;
+  if (pos == arg.size()) return {std::nullopt, "is not an integer"};
+  const bool negative = arg[0] == '-';
+  int64_t value = 0;
+  bool too_large = false;
   for (size_t i = pos; i < arg.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(arg[i]))) return std::nullopt;
+    if (!std::isdigit(static_cast<unsigned char>(arg[i]))) return {std::nullopt, "is not an integer"};
+    const int digit = arg[i] - '0';
+    if (too_large || value > (std::numeric_limits<int64_t>::max() - digit) / 10) {
+      too_large = true;  // keep scanning: "99999999999999999999x" is still not an integer
+    } else {
+      value = value * 10 + digit;
+    }
   }
-  return std::stoll(arg);
+  if (too_large) {
+    return {std::nullopt, StrCat("is too large (at most ", std::numeric_limits<int64_t>::max(), " in magnitude)")};
+  }
+  return {negative ? -value : value, ""};
+}
+
+// The index of the ')' that closes the '(' at `open`, or npos.
+size_t MatchingParen(const std::string& text, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < text.size(); ++i) {
+    if (text[i] == '(') ++depth;
+    if (text[i] == ')' && --depth == 0) return i;
+  }
+  return std::string::npos;
 }
 
 }  // namespace
@@ -83,38 +111,54 @@ Placement Placement::Partial(ReduceOp op) { return Placement(Kind::kPartial, 0, 
 Placement Placement::Parse(std::string_view text, const std::string& field) {
   const std::string t = Trimmed(text);
   auto bad = [&](const std::string& why) -> InputError {
-    return InputError(field, StrCat("'", t, "' is not a placement: ", why,
+    return InputError(field, StrCat("'", ExcerptText(t), "' is not a placement: ", why,
                                     " (expected S(d), _S(d,k), R or P(op) with op in sum, avg, min, max, product,"
                                     " band, bor, bxor)"));
   };
   if (t.empty()) throw bad("it is empty");
   std::string head = t, args;
   bool has_args = false;
-  size_t open = t.find('(');
+  const size_t open = t.find('(');
   if (open != std::string::npos) {
-    if (t.back() != ')') throw bad("'(' without a closing ')'");
+    const size_t close = MatchingParen(t, open);
+    if (close == std::string::npos) throw bad("'(' without a closing ')'");
+    if (close + 1 != t.size()) {
+      throw bad(StrCat("unexpected '", ExcerptText(Trimmed(t.substr(close + 1)), 40), "' after '",
+                       ExcerptText(t.substr(0, close + 1), 40), "' (separate placements with commas)"));
+    }
     head = Trimmed(t.substr(0, open));
-    args = t.substr(open + 1, t.size() - open - 2);
+    args = t.substr(open + 1, close - open - 1);
     has_args = true;
+  } else if (t.find(')') != std::string::npos) {
+    throw bad("')' without an opening '('");
+  }
+  for (char c : head) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      throw bad("it holds a blank (separate placements with commas, as in S(0),R)");
+    }
   }
   if (head == "S" || head == "Shard") {
     if (!has_args) throw bad("a shard needs a dim, as in S(0)");
-    auto dim = ParseIntArg(args, "dim");
-    if (!dim) throw bad(StrCat("shard dim '", Trimmed(args), "' is not an integer"));
-    return Shard(*dim);
+    const IntArg dim = ParseIntArg(args, "dim");
+    if (!dim.value) throw bad(StrCat("shard dim '", ExcerptText(Trimmed(args), 40), "' ", dim.problem));
+    return Shard(*dim.value);
   }
   if (head == "_S" || head == "_StridedShard" || head == "StridedShard") {
     if (!has_args) throw bad("a strided shard needs a dim and a split factor, as in _S(0,2)");
     size_t comma = args.find(',');
     if (comma == std::string::npos) throw bad("a strided shard needs a dim and a split factor, as in _S(0,2)");
-    auto dim = ParseIntArg(args.substr(0, comma), "dim");
+    const IntArg dim = ParseIntArg(args.substr(0, comma), "dim");
     std::string sf_text = Trimmed(args.substr(comma + 1));
     if (sf_text.rfind("sf=", 0) == 0) sf_text = sf_text.substr(3);
-    auto sf = ParseIntArg(sf_text, "split_factor");
-    if (!dim) throw bad(StrCat("shard dim '", Trimmed(args.substr(0, comma)), "' is not an integer"));
-    if (!sf) throw bad(StrCat("split factor '", Trimmed(args.substr(comma + 1)), "' is not an integer"));
-    if (*sf < 1) throw bad(StrCat("split factor ", *sf, " must be >= 1"));
-    return StridedShard(*dim, *sf);
+    const IntArg sf = ParseIntArg(sf_text, "split_factor");
+    if (!dim.value) {
+      throw bad(StrCat("shard dim '", ExcerptText(Trimmed(args.substr(0, comma)), 40), "' ", dim.problem));
+    }
+    if (!sf.value) {
+      throw bad(StrCat("split factor '", ExcerptText(Trimmed(args.substr(comma + 1)), 40), "' ", sf.problem));
+    }
+    if (*sf.value < 1) throw bad(StrCat("split factor ", *sf.value, " must be >= 1"));
+    return StridedShard(*dim.value, *sf.value);
   }
   if (head == "R" || head == "Replicate") {
     if (has_args && !Trimmed(args).empty()) throw bad("Replicate takes no argument");
@@ -123,10 +167,10 @@ Placement Placement::Parse(std::string_view text, const std::string& field) {
   if (head == "P" || head == "Partial") {
     if (!has_args || Trimmed(args).empty()) return Partial(ReduceOp::kSum);
     auto op = FindReduceOp(args);
-    if (!op) throw bad(StrCat("unknown reduce op '", Trimmed(args), "'"));
+    if (!op) throw bad(StrCat("unknown reduce op '", ExcerptText(Trimmed(args), 40), "'"));
     return Partial(*op);
   }
-  throw bad(StrCat("unknown kind '", head, "'"));
+  throw bad(StrCat("unknown kind '", ExcerptText(head, 40), "'"));
 }
 
 Placement Placement::Normalized(int64_t ndim, const std::string& field) const {
@@ -182,32 +226,37 @@ std::string ToString(const Placements& placements) {
 
 Placements ParsePlacements(std::string_view text, const std::string& field) {
   std::string body = Trimmed(text);
+  const std::string shown = ExcerptText(body);
   if (!body.empty() && body.front() == '[') {
-    if (body.back() != ']') throw InputError(field, StrCat("'", body, "' has '[' without a closing ']'"));
+    if (body.back() != ']') throw InputError(field, StrCat("'", shown, "' has '[' without a closing ']'"));
     body = Trimmed(body.substr(1, body.size() - 2));
   }
   Placements result;
   if (body.empty()) return result;
+  if (body.size() > kMaxPlacementTextBytes) {
+    throw InputError(field, StrCat("'", shown, "' is ", body.size(), " characters long; placement lists of at most ",
+                                   kMaxPlacementTextBytes, " characters are read"));
+  }
   // Split on commas at parenthesis depth 0.
   int depth = 0;
   std::string piece;
   auto flush = [&]() {
     std::string p = Trimmed(piece);
-    if (p.empty()) throw InputError(field, StrCat("'", Trimmed(text), "' has an empty placement"));
+    if (p.empty()) throw InputError(field, StrCat("'", shown, "' has an empty placement"));
     result.push_back(Placement::Parse(p, field));
     piece.clear();
   };
   for (char c : body) {
     if (c == '(') ++depth;
     if (c == ')') --depth;
-    if (depth < 0) throw InputError(field, StrCat("'", Trimmed(text), "' has an unmatched ')'"));
+    if (depth < 0) throw InputError(field, StrCat("'", shown, "' has an unmatched ')'"));
     if (depth == 0 && c == ',') {
       flush();
     } else {
       piece += c;
     }
   }
-  if (depth != 0) throw InputError(field, StrCat("'", Trimmed(text), "' has an unmatched '('"));
+  if (depth != 0) throw InputError(field, StrCat("'", shown, "' has an unmatched '('"));
   flush();
   return result;
 }

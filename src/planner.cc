@@ -17,22 +17,27 @@
 #include <set>
 #include <tuple>
 
+#include "dtsim/checked_math.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/transition.h"
 
 namespace dtsim {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t Product(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
+// The bytes of a buffer of `shape` with `item`-byte elements; InputError("shape") naming the step when the count
+// does not fit in 64 bits (a shape near 2^62 elements of an 8-byte dtype, or its padded all_gather output).
+int64_t Bytes(int64_t item, const std::vector<int64_t>& shape, int64_t times, const DTensorSpec& src,
+              int64_t mesh_dim, CollectiveKind collective) {
+  std::vector<int64_t> factors = shape;
+  factors.push_back(item);
+  if (times != 1) factors.push_back(times);
+  return MulOrThrow(factors, "shape",
+                    StrCat(IntListToString(src.shape()), " ", ToString(src.dtype()), ": the bytes of the ",
+                           ToString(collective), " on mesh dim ", mesh_dim, " (buffer shape ",
+                           IntListToString(shape), " x ", item, " bytes", times != 1 ? StrCat(" x ", times) : "",
+                           ")"));
 }
-
-// Size along its dim of the piece that shard-like `p` gives rank `r` of `n` of a dim of length `length`.
-int64_t ShardSize(const Placement& p, int64_t length, int64_t n, int64_t r) { return ShardLength(p, length, n, r); }
 
 // Refuses a placement list that mixes Partial reduce ops other than sum with avg (upstream's
 // assert_no_mixed_partial_types).
@@ -45,7 +50,7 @@ void CheckNoMixedPartials(const Placements& placements, const std::string& field
   if (ops == std::set<std::string>{"avg", "sum"}) return;
   std::string names;
   for (const std::string& op : ops) names += (names.empty() ? "" : ", ") + op;
-  throw InputError(field, StrCat("'", ToString(placements), "' mixes Partial reduce ops {", names,
+  throw InputError(field, StrCat("'", ExcerptText(ToString(placements)), "' mixes Partial reduce ops {", names,
                                  "}; only sum with avg may be mixed (upstream refuses the rest)"));
 }
 
@@ -98,7 +103,7 @@ std::vector<std::vector<int64_t>> StateLogicalShapes(const DTensorSpec& src, con
     std::vector<int64_t> cur = src.shape();
     for (int64_t j = 0; j < mesh.ndim(); ++j) {
       if (j == mesh_dim || !state[j].is_shard_like()) continue;
-      cur[state[j].dim()] = ShardSize(state[j], cur[state[j].dim()], mesh.size(j), c[j]);
+      cur[state[j].dim()] = ShardLength(state[j], cur[state[j].dim()], mesh.size(j), c[j]);
     }
     out.push_back(std::move(cur));
   }
@@ -139,7 +144,7 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
     int64_t in = 0, out = 0;
     bool padded = false;
     if (step.collective == CollectiveKind::kAllReduce) {
-      in = out = item * Product(shape);
+      in = out = Bytes(item, shape, 1, src, mesh_dim, step.collective);
       message[r] = in;
     } else if (step.collective == CollectiveKind::kAllGather) {
       const Placement& f = step.from;
@@ -149,20 +154,20 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
       if (f.is_shard()) {
         if (length % n != 0) chunk = CeilDiv(length, n);  // _maybe_pad_tensor pads to the full chunk
       } else {
-        chunk = ShardSize(f, length, n, 0);  // _StridedShard pads to rank 0's (the largest) piece
+        chunk = ShardLength(f, length, n, 0);  // _StridedShard pads to rank 0's (the largest) piece
       }
       padded = chunk != shape[d];
       shape[d] = chunk;
-      in = item * Product(shape);
-      out = in * n;
+      in = Bytes(item, shape, 1, src, mesh_dim, step.collective);
+      out = Bytes(item, shape, n, src, mesh_dim, step.collective);
       message[r] = out;
     } else if (step.collective == CollectiveKind::kReduceScatter) {
       const int64_t d = to.dim();
       const int64_t length = shape[d];  // _reduce_shard_tensor pads the local tensor itself
       const int64_t chunk = CeilDiv(length, n);
       padded = length % n != 0;
-      shape[d] = chunk * n;
-      in = item * Product(shape);
+      shape[d] = chunk * n;  // <= length + n - 1: fits
+      in = Bytes(item, shape, 1, src, mesh_dim, step.collective);
       out = in / n;
       message[r] = in;
     } else {  // all_to_all S(a) → S(b)
@@ -175,12 +180,18 @@ PlanStep BuildStepExec(const DTensorSpec& src, const Placements& before, const P
         shape[b] = CeilDiv(lshape[b], n) * n;
         padded = true;
       }
-      in = out = item * Product(shape);
+      in = out = Bytes(item, shape, 1, src, mesh_dim, step.collective);
       message[r] = in;
     }
     step.bytes_sent_per_rank[r] = in;
     step.bytes_received_per_rank[r] = out;
-    step.peak_extra_bytes_per_rank[r] = out + (padded ? in : 0);
+    const auto peak = CheckedAdd(out, padded ? in : 0);
+    if (!peak) {
+      throw InputError("shape", StrCat(IntListToString(src.shape()), " ", ToString(src.dtype()),
+                                       ": the peak extra bytes of the ", ToString(step.collective), " on mesh dim ",
+                                       mesh_dim, " overflow 64-bit integers"));
+    }
+    step.peak_extra_bytes_per_rank[r] = *peak;
   }
   for (const auto& group : step.groups) {
     int64_t largest = 0;
@@ -288,12 +299,40 @@ bool KeepsNesting(const Plan& plan) {
   return true;
 }
 
+// The work a search may do before it is refused (kMaxPlannerSearchWork in planner.h): both searches grow
+// exponentially with the number of mesh dims, so a deterministic work count — not a clock — bounds them and the
+// refusal names the case.
+class SearchBudget {
+ public:
+  SearchBudget(const DTensorSpec& src, const Placements& dst, std::string planner)
+      : src_(src), dst_(dst), planner_(std::move(planner)) {}
+  // Spends `units` (one per rank of a per-rank computation, one per state or edge); throws when the budget is spent.
+  void Spend(int64_t units) {
+    spent_ += units;
+    if (spent_ <= kMaxPlannerSearchWork) return;
+    const DeviceMesh& mesh = src_.mesh();
+    throw InputError("planner", StrCat("the ", planner_, " planner's search from ", ExcerptText(ToString(src_.placements())), " to ",
+                                       ExcerptText(ToString(dst_)), " on ", ExcerptText(mesh.ToString()), " (",
+                                       mesh.ndim(), " mesh dims, ", mesh.size(), " ranks) with a ", src_.ndim(),
+                                       "-d tensor is too large: it stopped after ", kMaxPlannerSearchWork,
+                                       " work units (the search grows exponentially with the mesh dims); use "
+                                       "--planner greedy or a mesh with fewer dims"));
+  }
+  int64_t spent() const { return spent_; }
+
+ private:
+  const DTensorSpec& src_;
+  const Placements& dst_;
+  std::string planner_;
+  int64_t spent_ = 0;
+};
+
 // Dijkstra over states. Edges: change one mesh dim to R, S(d) for any tensor dim d, or the target placement of that
 // mesh dim (covers _StridedShard targets); never to Partial (only R → P would be executable, and a target Partial
 // always equals the source there), never away from a target Partial. Shard-like placements may only be removed or
 // added on the innermost mesh dim splitting their tensor dim. Cost: (est_us, number of steps), lexicographic.
 Plan MinCostSearch(const DTensorSpec& src, const Placements& dst, const CostModel& model,
-                   const std::vector<std::vector<int64_t>>& coords) {
+                   const std::vector<std::vector<int64_t>>& coords, SearchBudget& budget) {
   const DeviceMesh& mesh = src.mesh();
   using Key = std::string;
   struct Info {
@@ -317,6 +356,7 @@ Plan MinCostSearch(const DTensorSpec& src, const Placements& dst, const CostMode
     done.insert(key);
     if (key == goal) break;
     const Placements state = best[key].state;
+    budget.Spend(1 + mesh.size());
     const auto local_shapes = LocalShapes(src, state, coords);
     for (int64_t md = 0; md < mesh.ndim(); ++md) {
       const Placement& cur = state[md];
@@ -328,6 +368,7 @@ Plan MinCostSearch(const DTensorSpec& src, const Placements& dst, const CostMode
       for (const Placement& to : targets) {
         if (to == cur || to.is_partial()) continue;
         if (to.is_shard_like() && !InnermostFor(state, md, to.dim())) continue;
+        budget.Spend(1 + mesh.size());
         PlanStep step = BuildStepWith(src, state, md, to, logical, model, coords, local_shapes);
         const Key next = ToString(step.placements_after);
         if (done.count(next)) continue;
@@ -462,8 +503,13 @@ double UpstreamStepCost(const GraphState& cur, const GraphState& next, const DTe
     if (cur.placements[i].is_shard_like()) num_shards *= mesh.size(i);
   }
   int64_t numel = 1;
-  for (int64_t s : src.shape()) numel *= s;
-  double bytes_gb = static_cast<double>(ItemSize(src.dtype()) * numel) / static_cast<double>(num_shards);
+  for (int64_t s : src.shape()) numel *= s;  // <= 2^62 (DTensorSpec)
+  // Upstream multiplies Python integers; the product fits in int64 except for the largest tensors, which dtsim
+  // refuses when it builds the step's byte counts anyway.
+  const auto bytes = CheckedMul(ItemSize(src.dtype()), numel);
+  double bytes_gb = (bytes ? static_cast<double>(*bytes)
+                           : static_cast<double>(static_cast<long double>(numel) * ItemSize(src.dtype()))) /
+                    static_cast<double>(num_shards);
   bytes_gb = bytes_gb / 1024 / 1024 / 1024;
   const Placement& a = cur.placements[md];
   const Placement& b = next.placements[md];
@@ -587,7 +633,7 @@ std::vector<std::vector<int64_t>> UpstreamGraphLogicalShapes(const DTensorSpec& 
 // The emulated graph-based plan from the decoded source to the decoded target state.
 Plan UpstreamGraphPlan(const DTensorSpec& src, const GraphState& start, const GraphState& goal,
                        const Placements& src_placements, const Placements& dst_placements, const CostModel& model,
-                       const std::vector<std::vector<int64_t>>& coords) {
+                       const std::vector<std::vector<int64_t>>& coords, SearchBudget& budget) {
   const UpstreamTopo topo(src.mesh(), model.upstream_devices_per_host);
   std::set<std::string> op_set;
   for (const Placements* list : {&src_placements, &dst_placements}) {
@@ -620,7 +666,9 @@ Plan UpstreamGraphPlan(const DTensorSpec& src, const GraphState& start, const Gr
     if (!visited.insert(key).second) continue;
     const GraphState cur = entries[at].state;
     const double cost = entries[at].cost;
-    for (auto& [next, step_cost] : UpstreamNextStates(cur, src, partial_ops, topo)) {
+    auto next_states = UpstreamNextStates(cur, src, partial_ops, topo);
+    budget.Spend(1 + static_cast<int64_t>(next_states.size()) * src.mesh().ndim());
+    for (auto& [next, step_cost] : next_states) {
       if (visited.count(next.Key())) continue;
       const double total = cost + step_cost;
       entries.push_back({std::move(next), total, at});
@@ -667,7 +715,7 @@ PlannerKind ParsePlannerKind(std::string_view text, const std::string& field) {
   if (text == "greedy") return PlannerKind::kGreedy;
   if (text == "min-cost" || text == "min_cost" || text == "mincost") return PlannerKind::kMinCost;
   if (text == "graph") return PlannerKind::kUpstreamGraph;
-  throw InputError(field, StrCat("unknown planner '", text, "' (expected greedy, min-cost or graph)"));
+  throw InputError(field, StrCat("unknown planner '", ExcerptText(text, 40), "' (expected greedy, min-cost or graph)"));
 }
 
 double CostModel::EstimateUs(CollectiveKind collective, int64_t n, int64_t message_bytes) const {
@@ -691,7 +739,7 @@ Placements ValidateRedistribute(const DTensorSpec& src, const Placements& dst) {
   const DeviceMesh& mesh = src.mesh();
   CheckNoMixedPartials(src.placements(), "from");
   if (static_cast<int64_t>(dst.size()) != mesh.ndim()) {
-    throw InputError("to", StrCat("'", ToString(dst), "' has ", dst.size(), " placement", dst.size() == 1 ? "" : "s",
+    throw InputError("to", StrCat("'", ExcerptText(ToString(dst)), "' has ", dst.size(), " placement", dst.size() == 1 ? "" : "s",
                                   " for ", mesh.ToString(), " of ", mesh.ndim(), " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   Placements out;
@@ -739,6 +787,7 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
                                       const CostModel& model) {
   const Placements target = ValidateRedistribute(given_src, dst);
   const auto coords = Coordinates(given_src.mesh());
+  SearchBudget budget(given_src, target, ToString(kind));  // shared by every search of this plan
   // Upstream's own choice (_gen_transform_infos_non_cached) works on the placements as given (negative dims
   // normalised); dtsim's search on canonical ones (_S(d,1) is S(d)).
   Placements raw_dst;
@@ -758,7 +807,7 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
     auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
     auto b = DecodeShardOrder(raw_dst, given_src.mesh());
     if (a && b) {
-      upstream = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
+      upstream = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords, budget);
       if (strided) {
         upstream.note =
             "_StridedShard involved: upstream's graph-based planner (emulated); upstream_from/upstream_to are the "
@@ -779,7 +828,7 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
     upstream.planner = ToString(kind);
     return upstream;
   }
-  Plan searched = MinCostSearch(src, target, model, coords);
+  Plan searched = MinCostSearch(src, target, model, coords, budget);
   if (kind != PlannerKind::kMinCost) {
     // Upstream's greedy fallback would gather an outer mesh dim while an inner one still splits the same tensor dim
     // (its nesting check ignores _StridedShard; upstream then fails or computes the wrong layout).
@@ -797,7 +846,7 @@ static Plan PlanRedistributeUnflagged(const DTensorSpec& given_src, const Placem
     auto a = DecodeShardOrder(given_src.placements(), given_src.mesh());
     auto b = DecodeShardOrder(raw_dst, given_src.mesh());
     if (a && b) {
-      Plan graph = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords);
+      Plan graph = UpstreamGraphPlan(given_src, *a, *b, given_src.placements(), target, model, coords, budget);
       if (RunsLeftToRight(graph) && graph.total_est_us <= best.total_est_us) {
         graph.note = "upstream's graph-based plan is the cheapest found";
         best = std::move(graph);

@@ -3,36 +3,50 @@
 
 #include <algorithm>
 
+#include "dtsim/checked_math.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 
 namespace dtsim {
-namespace {
-
-}  // namespace
 
 std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n, int64_t r) {
   DTSIM_CHECK(p.is_shard_like(), "ShardIndices of ", p.ToString());
   std::vector<Interval> out;
+  auto push = [&](Interval v) {
+    if (v.size() <= 0) return;
+    if (!out.empty() && out.back().hi == v.lo) {
+      out.back().hi = v.hi;
+    } else {
+      out.push_back(v);
+    }
+  };
   if (p.is_shard()) {
-    Interval range = ChunkRange(length, n, r);
-    if (range.size() > 0) out.push_back(range);
+    push(ChunkRange(length, n, r));
     return out;
   }
+  // The chunk split into k pieces of size c = ceil(length / k) gives q = length / c full pieces, then one partial
+  // piece of rem = length - q·c indices (when rem > 0), then empty pieces: a split factor far larger than the dim
+  // costs nothing. Rank r takes the same sub-range of every full piece, so this is closed-form.
   const int64_t k = p.split_factor();
-  // Pieces past the end are empty: with chunk size c only ceil(length / c) pieces hold anything (a split factor far
-  // larger than the dim costs nothing).
-  const int64_t c = (length + k - 1) / k;
-  const int64_t pieces = c == 0 ? 0 : std::min(k, (length + c - 1) / c);
-  for (int64_t j = 0; j < pieces; ++j) {
-    Interval piece = ChunkRange(length, k, j);
-    Interval sub = ChunkRange(piece.size(), n, r);
-    if (sub.size() == 0) continue;
-    Interval global{piece.lo + sub.lo, piece.lo + sub.hi};
-    if (!out.empty() && out.back().hi == global.lo) {
-      out.back().hi = global.hi;
-    } else {
-      out.push_back(global);
+  const int64_t c = CeilDiv(length, k);
+  if (c == 0) return out;
+  const int64_t q = length / c;
+  const int64_t rem = length - q * c;
+  const Interval full = ChunkRange(c, n, r);
+  if (full.size() == c) {
+    push({0, q * c});  // whole pieces: one range
+  } else if (full.size() > 0) {
+    if (q > kMaxShardIntervals) {
+      throw InputError("placements", StrCat("'", p.ToString(), "' on a dim of size ", length, " over ", n,
+                                            " ranks gives each rank ", q, " separate index ranges; dtsim keeps at most ",
+                                            kMaxShardIntervals, " per rank and dim"));
     }
+    out.reserve(q + 1);
+    for (int64_t j = 0; j < q; ++j) push({j * c + full.lo, j * c + full.hi});
+  }
+  if (rem > 0) {
+    const Interval part = ChunkRange(rem, n, r);
+    push({q * c + part.lo, q * c + part.hi});
   }
   return out;
 }
@@ -42,7 +56,7 @@ int64_t ShardLength(const Placement& p, int64_t length, int64_t n, int64_t r) {
   if (p.is_shard()) return ChunkRange(length, n, r).size();
   // Every piece but the last has the chunk size c; the last has what is left (see ShardIndices).
   const int64_t k = p.split_factor();
-  const int64_t c = (length + k - 1) / k;
+  const int64_t c = CeilDiv(length, k);
   if (c == 0) return 0;
   const int64_t pieces = std::min(k, (length + c - 1) / c);
   return (pieces - 1) * ChunkRange(c, n, r).size() + ChunkRange(length - (pieces - 1) * c, n, r).size();
@@ -64,7 +78,8 @@ std::vector<int64_t> LocalShapeAt(const std::vector<int64_t>& global_shape, cons
 
 namespace {
 
-// Maps local index intervals through `owned` (the global indices of local positions 0, 1, ...).
+// Maps local index intervals (sorted) through `owned` (the global indices of local positions 0, 1, ...), in one
+// pass over both lists.
 std::vector<Interval> Compose(const std::vector<Interval>& owned, const std::vector<Interval>& local) {
   std::vector<Interval> out;
   auto push = [&](Interval v) {
@@ -75,13 +90,17 @@ std::vector<Interval> Compose(const std::vector<Interval>& owned, const std::vec
       out.push_back(v);
     }
   };
+  size_t i = 0;     // the owned interval under consideration
+  int64_t pos = 0;  // local position of the start of owned[i]
   for (const Interval& want : local) {
-    int64_t pos = 0;  // local position of the start of the current owned interval
-    for (const Interval& have : owned) {
-      int64_t lo = std::max(want.lo, pos), hi = std::min(want.hi, pos + have.size());
+    while (i < owned.size() && pos + owned[i].size() <= want.lo) pos += owned[i++].size();
+    for (size_t j = i; j < owned.size(); ) {
+      const Interval& have = owned[j];
+      const int64_t lo = std::max(want.lo, pos), hi = std::min(want.hi, pos + have.size());
       if (lo < hi) push({have.lo + (lo - pos), have.lo + (hi - pos)});
+      if (pos + have.size() > want.hi) break;  // owned[j] continues past this want: the next want may use it
       pos += have.size();
-      if (pos >= want.hi) break;
+      i = ++j;
     }
   }
   return out;
@@ -90,10 +109,14 @@ std::vector<Interval> Compose(const std::vector<Interval>& owned, const std::vec
 }  // namespace
 
 Interval ChunkRange(int64_t length, int64_t n, int64_t r) {
-  DTSIM_CHECK(n >= 1 && r >= 0 && r < n, "chunk ", r, " of ", n);
-  const int64_t chunk = (length + n - 1) / n;
-  const int64_t lo = std::min(length, chunk * r);
-  const int64_t hi = std::min(length, chunk * (r + 1));
+  DTSIM_CHECK(n >= 1 && r >= 0 && r < n && length >= 0, "chunk ", r, " of ", n, " of length ", length);
+  const int64_t chunk = CeilDiv(length, n);
+  if (chunk == 0) return {0, 0};
+  // chunk * r may exceed int64 when n is a huge split factor; from piece ceil(length / chunk) on, the start is
+  // clamped to `length` anyway.
+  const int64_t filled = CeilDiv(length, chunk);
+  const int64_t lo = r >= filled ? length : std::min(length, chunk * r);
+  const int64_t hi = r + 1 >= filled ? length : std::min(length, chunk * (r + 1));
   return {lo, std::max(lo, hi)};
 }
 
@@ -141,8 +164,12 @@ RankLayout ComputeRankLayout(const std::vector<int64_t>& global_shape, const std
 DTensorSpec DTensorSpec::Create(DeviceMesh mesh, Placements placements, std::vector<int64_t> shape, DType dtype) {
   if (placements.size() != static_cast<size_t>(mesh.ndim())) {
     throw InputError("placements", StrCat(placements.size(), " placement", placements.size() == 1 ? "" : "s", " ",
-                                          dtsim::ToString(placements), " for ", mesh.ToString(), " of ", mesh.ndim(),
+                                          ExcerptText(dtsim::ToString(placements)), " for ", mesh.ToString(), " of ", mesh.ndim(),
                                           " dim", mesh.ndim() == 1 ? "" : "s", "; give one per mesh dim"));
+  }
+  if (static_cast<int64_t>(shape.size()) > kMaxTensorDims) {
+    throw InputError("shape", StrCat(ExcerptText(IntListToString(shape)), " has ", shape.size(),
+                                     " dims; a tensor has at most ", kMaxTensorDims));
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0) {
@@ -152,10 +179,22 @@ DTensorSpec DTensorSpec::Create(DeviceMesh mesh, Placements placements, std::vec
   }
   long double elements = 1;
   for (int64_t d : shape) elements *= static_cast<long double>(d);
-  if (elements > static_cast<long double>(int64_t{1} << 62)) {
+  if (elements > static_cast<long double>(kMaxTensorElements)) {
     throw InputError("shape", StrCat(IntListToString(shape), " has more than 2^62 elements"));
   }
   for (Placement& p : placements) p = p.Normalized(static_cast<int64_t>(shape.size()));
+  for (const Placement& p : placements) {
+    if (!p.is_partial()) continue;
+    const ReduceOp op = p.reduce_op();
+    if ((op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor) && !IsIntegral(dtype)) {
+      throw InputError("placements", StrCat("'", p.ToString(), "' reduces with a bitwise op, which needs an integer "
+                                            "or bool dtype, not ", dtsim::ToString(dtype)));
+    }
+    if (op == ReduceOp::kAvg && IsIntegral(dtype)) {
+      throw InputError("placements", StrCat("'", p.ToString(), "' divides, which needs a floating dtype, not ",
+                                            dtsim::ToString(dtype)));
+    }
+  }
   DTensorSpec spec(std::move(mesh));
   spec.placements_ = std::move(placements);
   spec.shape_ = std::move(shape);

@@ -53,17 +53,20 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
   RankState s;
   const DeviceMesh& mesh = spec.mesh();
   s.rank = r.Int("rank", 0, kMaxMeshRanks * 64);
+  const std::optional<std::vector<int64_t>> where = mesh.FindCoordinate(s.rank);
+  if (!where) r.At("rank").Fail(StrCat("rank ", s.rank, " is not in ", ExcerptText(mesh.ToString())));
   if (r.Has("coordinate")) {
     s.coordinate = r.Ints("coordinate", 0);
     if (static_cast<int64_t>(s.coordinate.size()) != mesh.ndim()) {
-      r.At("coordinate").Fail(StrCat(IntListToString(s.coordinate), " has ", s.coordinate.size(),
+      r.At("coordinate").Fail(StrCat(ExcerptText(IntListToString(s.coordinate)), " has ", s.coordinate.size(),
                                      " entries for a mesh of ", mesh.ndim(), " dims"));
     }
-    for (int64_t m = 0; m < mesh.ndim(); ++m) {
-      if (s.coordinate[m] >= mesh.size(m)) {
-        r.At("coordinate").Fail(StrCat(IntListToString(s.coordinate), " is outside ", mesh.ToString()));
-      }
+    if (s.coordinate != *where) {
+      r.At("coordinate").Fail(StrCat(IntListToString(s.coordinate), " is not the coordinate of rank ", s.rank, " in ",
+                                     ExcerptText(mesh.ToString()), " (", IntListToString(*where), ")"));
     }
+  } else {
+    s.coordinate = *where;  // optional in the file: the mesh gives it
   }
   s.local_shape = r.Ints("local_shape", 0, kMaxDim);
   if (static_cast<int64_t>(s.local_shape.size()) != spec.ndim()) {
@@ -79,8 +82,14 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
   if (r.Has("global_offset")) {
     s.global_offset = r.Ints("global_offset", 0, kMaxDim);
     if (s.global_offset.size() != s.local_shape.size()) {
-      r.At("global_offset").Fail(StrCat(IntListToString(s.global_offset), " has ", s.global_offset.size(),
-                                        " dims but the tensor has ", spec.ndim()));
+      r.At("global_offset").Fail(StrCat(ExcerptText(IntListToString(s.global_offset)), " has ",
+                                        s.global_offset.size(), " dims but the tensor has ", spec.ndim()));
+    }
+  } else {
+    try {
+      s.global_offset = spec.LayoutAt(*where).global_offset;  // optional in the file: the layout gives it
+    } catch (const InputError& e) {
+      r.Fail(e.what());
     }
   }
   if (r.Has("hash")) {
@@ -401,7 +410,17 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field, co
     return nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.parse_error.101] "
+    }
     throw InputError(field, StrCat(source, " is not valid JSON: ", ExcerptText(what, 200)));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number too large for a double ("1e400").
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
+    throw InputError(field, StrCat(source, " holds a number out of range: ", ExcerptText(what, 200)));
   }
 }
 

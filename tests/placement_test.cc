@@ -67,6 +67,12 @@ TEST(PlacementTest, ParseErrorsNameTheText) {
       {"_S(0,0)", "split factor 0 must be >= 1"},
       {"P(mean)", "unknown reduce op 'mean'"},
       {"R(1)", "Replicate takes no argument"},
+      {"S(0) R", "unexpected 'R' after 'S(0)' (separate placements with commas)"},
+      {"R R", "it holds a blank"},
+      {"S(0))", "unexpected ')' after 'S(0)'"},
+      {"S(99999999999999999999)", "shard dim '99999999999999999999' is too large"},
+      {"S(99999999999999999999x)", "shard dim '99999999999999999999x' is not an integer"},
+      {"_S(0,99999999999999999999)", "split factor '99999999999999999999' is too large"},
   };
   for (const auto& [text, message] : cases) {
     try {
@@ -81,6 +87,31 @@ TEST(PlacementTest, ParseErrorsNameTheText) {
   EXPECT_THROW(ParsePlacements("S(0),,R"), InputError);
   EXPECT_THROW(ParsePlacements("[S(0), R"), InputError);
   EXPECT_THROW(ParsePlacements("S(0))"), InputError);
+}
+
+TEST(PlacementTest, LargestIntegersParse) {
+  // Every int64 parses (range checks come later, against the tensor): no "not an integer" for a valid number.
+  EXPECT_EQ(Placement::Parse("S(-9223372036854775807)").dim(), -9223372036854775807);
+  EXPECT_EQ(Placement::Parse("_S(0,9223372036854775807)").split_factor(), 9223372036854775807);
+}
+
+TEST(PlacementTest, EchoedTextIsCapped) {
+  std::string huge;
+  for (int i = 0; i < 20000; ++i) huge += "S(0),";
+  huge += "Q";
+  try {
+    ParsePlacements(huge);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u);
+    EXPECT_THAT(e.what(), HasSubstr("characters"));
+  }
+  try {
+    Placement::Parse(std::string(5000, 'S'));
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 600u);
+  }
 }
 
 }  // namespace

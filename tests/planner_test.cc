@@ -395,5 +395,52 @@ TEST(PlanJsonTest, StepFieldsAndTotals) {
   EXPECT_THAT(Explain(plan), HasSubstr("all_to_all"));
 }
 
+TEST(PlanBytesTest, OverflowIsRefusedNotNegative) {
+  // 2^61 float64 elements over 2 ranks: each gathered buffer holds 2^64 bytes (issue 10: printed negative bytes).
+  try {
+    PlanRedistribute(Spec({2}, "S(0)", {int64_t{1} << 61}, DType::kFloat64), ParsePlacements("R"),
+                     PlannerKind::kGreedy);
+    ADD_FAILURE() << "planned";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "shape");
+    EXPECT_THAT(e.what(), HasSubstr("overflows 64-bit integers"));
+  }
+  // The largest that fits: every byte count positive.
+  const Plan plan = PlanRedistribute(Spec({2}, "S(0)", {int64_t{1} << 59}, DType::kFloat64), ParsePlacements("R"),
+                                     PlannerKind::kGreedy);
+  for (int64_t b : plan.steps[0].bytes_received_per_rank) EXPECT_EQ(b, int64_t{1} << 62);
+  for (int64_t b : plan.steps[0].peak_extra_bytes_per_rank) EXPECT_GT(b, 0);
+}
+
+TEST(PlannerSearchTest, ExponentialSearchesAreBounded) {
+  // 8 mesh dims of size 2 with a 2-d tensor: tens of seconds and a GB unbounded; refused within the work bound.
+  const DTensorSpec src = Spec({2, 2, 2, 2, 2, 2, 2, 2}, "S(0),S(1),R,S(0),S(1),R,S(0),S(1)", {64, 64});
+  const Placements dst = ParsePlacements("R,S(0),S(1),R,S(0),S(1),R,S(0)");
+  for (PlannerKind kind : {PlannerKind::kMinCost, PlannerKind::kUpstreamGraph}) {
+    try {
+      PlanRedistribute(src, dst, kind);
+      ADD_FAILURE() << ToString(kind) << " planned";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "planner");
+      EXPECT_THAT(e.what(), HasSubstr("8 mesh dims, 256 ranks"));
+      EXPECT_THAT(e.what(), HasSubstr("--planner greedy"));
+    }
+  }
+  EXPECT_NO_THROW(PlanRedistribute(src, dst, PlannerKind::kGreedy));
+  // Smaller meshes plan within the bound.
+  EXPECT_NO_THROW(PlanRedistribute(Spec({2, 2, 2, 2, 2, 2}, "S(0),S(1),R,S(0),S(1),R", {64, 64}),
+                                   ParsePlacements("R,S(0),S(1),R,S(0),S(1)"), PlannerKind::kMinCost));
+  EXPECT_NO_THROW(PlanRedistribute(Spec({16, 16, 16}, "S(0),S(1),R", {64, 64}), ParsePlacements("R,S(0),S(1)"),
+                                   PlannerKind::kMinCost));
+}
+
+TEST(PlanBytesTest, HugeSplitFactorPlansInstantly) {
+  // _S(0, 10^12) on 4 elements: the split is closed-form (was linear in the split factor: 18 s for 10^9).
+  const Plan plan = PlanRedistribute(Spec({2}, "_S(0,1000000000000)", {4}), ParsePlacements("R"),
+                                     PlannerKind::kGreedy);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].bytes_sent_per_rank, (std::vector<int64_t>{16, 16}));
+}
+
 }  // namespace
 }  // namespace dtsim

@@ -154,5 +154,84 @@ TEST(DTensorSpecTest, IntervalsPartitionTheGlobalTensor) {
   }
 }
 
+// The strided split by definition: every piece of the chunk split into k, chunk-split again over n ranks.
+std::vector<Interval> StridedByDefinition(int64_t length, int64_t k, int64_t n, int64_t r) {
+  std::vector<Interval> out;
+  for (int64_t j = 0; j < k; ++j) {
+    const Interval piece = ChunkRange(length, k, j);
+    const Interval sub = ChunkRange(piece.size(), n, r);
+    if (sub.size() == 0) continue;
+    const Interval global{piece.lo + sub.lo, piece.lo + sub.hi};
+    if (!out.empty() && out.back().hi == global.lo) {
+      out.back().hi = global.hi;
+    } else {
+      out.push_back(global);
+    }
+  }
+  return out;
+}
+
+TEST(ShardIndicesTest, ClosedFormEqualsTheDefinition) {
+  for (int64_t length = 0; length <= 40; ++length) {
+    for (int64_t k = 1; k <= 45; ++k) {
+      for (int64_t n = 1; n <= 5; ++n) {
+        for (int64_t r = 0; r < n; ++r) {
+          const Placement p = Placement::StridedShard(0, k);
+          const auto got = ShardIndices(p, length, n, r);
+          ASSERT_EQ(got, StridedByDefinition(length, k, n, r)) << length << " " << k << " " << n << " " << r;
+          int64_t size = 0;
+          for (const Interval& v : got) size += v.size();
+          EXPECT_EQ(ShardLength(p, length, n, r), size);
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardIndicesTest, HugeSplitFactorsAndLengthsCostNothingAndDoNotOverflow) {
+  // _S(0, 2^62) on a dim of 2^62: chunk 1, every piece one element; rank 0 of 1 owns it all in one range.
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_EQ(ShardIndices(Placement::StridedShard(0, big), big, 1, 0), (std::vector<Interval>{{0, big}}));
+  EXPECT_EQ(ShardLength(Placement::StridedShard(0, INT64_MAX), 4, 2, 1), 0);
+  EXPECT_EQ(ShardLength(Placement::StridedShard(0, INT64_MAX), 4, 2, 0), 4);
+  // chunk * r would overflow here: ChunkRange clamps instead.
+  EXPECT_EQ(ChunkRange(big, INT64_MAX, INT64_MAX - 1), (Interval{big, big}));
+  EXPECT_EQ(ChunkRange(big, big / 2 + 1, big / 2), (Interval{big, big}));
+  // Too many separate ranges per rank is a clear error, not a loop over 5 * 10^11 pieces.
+  try {
+    ShardIndices(Placement::StridedShard(0, 500000000000), 1000000000000, 2, 0);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("500000000000 separate index ranges"));
+  }
+}
+
+TEST(DTensorSpecTest, LimitsAreClearErrors) {
+  auto refused = [](auto make, const std::string& field, const std::string& message) {
+    try {
+      make();
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), field) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(message));
+    }
+  };
+  const DeviceMesh mesh = DeviceMesh::Create({2});
+  refused([&] { DTensorSpec::Create(mesh, {Placement::Replicate()}, std::vector<int64_t>(65, 1)); }, "shape",
+          "65 dims; a tensor has at most 64");
+  refused([&] { DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBor)}, {4}, DType::kBFloat16); },
+          "placements", "'P(bor)' reduces with a bitwise op, which needs an integer or bool dtype, not bfloat16");
+  refused([&] { DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kAvg)}, {4}, DType::kInt32); }, "placements",
+          "'P(avg)' divides, which needs a floating dtype, not int32");
+  EXPECT_NO_THROW(DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBxor)}, {4}, DType::kBool));
+  refused([&] { DeviceMesh::Create(std::vector<int64_t>(65, 1)); }, "mesh", "65 dims; a mesh has at most 64");
+  refused([&] { DeviceMesh::Create({2}, {"a\xff"}); }, "names", "is not valid UTF-8");
+  refused([&] { DeviceMesh::Create({2}, {"a\tb"}); }, "names", "control character");
+  refused([&] { DeviceMesh::Create({2}, {std::string(300, 'n')}); }, "names", "names have at most 256");
+  refused([&] { ParseIntList("9223372036854775808", "shape"); }, "shape", "is too large");
+  refused([&] { ParseIntList("99999999999999999999a", "shape"); }, "shape", "is not an integer");
+  EXPECT_EQ(ParseIntList("-9223372036854775807", "shape"), std::vector<int64_t>{-9223372036854775807});
+}
+
 }  // namespace
 }  // namespace dtsim

@@ -143,6 +143,22 @@ TEST(TraceTest, SchemaIsAContract) {
   placements["final"]["spec"]["placements"] = "[S(]";
   expect_refused(placements.dump(), "final.spec.placements");
   expect_refused(R"({"format": "dtsim-trace", "format": "x"})", "has the key 'format' twice");
+  expect_refused(R"({"format": "dtsim-trace", "version": 1e400})", "holds a number out of range");
+  // Ranks belong to the mesh and coordinates to their ranks (fuzz finding: a trace without coordinates read, but
+  // its written form did not read back). Without coordinate/global_offset the mesh and the layout give them.
+  nlohmann::json outside = good;
+  outside["final"]["ranks"][1]["rank"] = 7;
+  expect_refused(outside.dump(), "final.ranks[1].rank: rank 7 is not in mesh[2]");
+  nlohmann::json wrong_coordinate = good;
+  wrong_coordinate["initial"]["ranks"][1]["coordinate"] = {0};
+  expect_refused(wrong_coordinate.dump(), "initial.ranks[1].coordinate: [0] is not the coordinate of rank 1");
+  nlohmann::json sparse = good;
+  sparse["initial"]["ranks"][1].erase("coordinate");
+  sparse["initial"]["ranks"][1].erase("global_offset");
+  const Trace filled = TraceFromJson(sparse);
+  EXPECT_EQ(filled.initial.ranks[1].coordinate, std::vector<int64_t>{1});
+  EXPECT_EQ(filled.initial.ranks[1].global_offset, std::vector<int64_t>{2});
+  EXPECT_EQ(ToJson(TraceFromJson(ToJson(filled))), ToJson(filled));
   expect_refused(std::string(600, '[') + std::string(600, ']'), "nests JSON deeper than 512 levels");
   EXPECT_THROW(ReadTrace(dir + "/does_not_exist.json"), InputError);
   try {

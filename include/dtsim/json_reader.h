@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtsim {
@@ -19,6 +20,8 @@ namespace dtsim {
 std::string Excerpt(const nlohmann::json& value, size_t max_chars = 80);
 // Shortens text for an error message (invalid UTF-8 replaced, at most `max_chars` characters, then "…").
 std::string ExcerptText(std::string_view text, size_t max_chars = 80);
+// True when `text` is valid UTF-8 (no overlong forms, no surrogates, at most U+10FFFF).
+bool IsValidUtf8(std::string_view text);
 // JSON text with invalid UTF-8 replaced (never throws): what dtsim prints.
 std::string SafeDump(const nlohmann::json& value, int indent = -1);
 

@@ -22,10 +22,17 @@ namespace dtsim {
 
 // The most ranks a mesh may have (2^20): every per-rank table dtsim prints or computes stays finite in time.
 inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 20;
+// The most dims a mesh may have (upstream meshes have a handful; traces allow 64 too).
+inline constexpr int64_t kMaxMeshDims = 64;
+// The longest mesh dim name, in bytes.
+inline constexpr size_t kMaxMeshDimNameBytes = 256;
+// Integer-list texts (--mesh, --shape) longer than this are refused before parsing.
+inline constexpr size_t kMaxIntListTextBytes = size_t{1} << 16;
 
 class DeviceMesh {
  public:
-  // Builds a mesh. `names` is empty or one unique non-empty name per dim; `ranks` is empty (meaning 0..N-1) or the
+  // Builds a mesh. `shape` has 1 to kMaxMeshDims dims; `names` is empty or one unique non-empty name per dim (valid
+  // UTF-8 without control characters, at most kMaxMeshDimNameBytes bytes); `ranks` is empty (meaning 0..N-1) or the
   // N = prod(shape) global ranks in row-major order. Throws InputError naming "mesh", "names" or "ranks".
   // Example: DeviceMesh::Create({2, 4}, {"dp", "tp"}).
   static DeviceMesh Create(std::vector<int64_t> shape, std::vector<std::string> names = {},
@@ -106,7 +113,8 @@ class DeviceMesh {
   std::shared_ptr<const DeviceMesh> root_;
 };
 
-// Parses a comma- or x-separated list of integers ("2x4", "5,10", "[5, 10]"); `field` names it in errors.
+// Parses a comma- or x-separated list of integers ("2x4", "5,10", "[5, 10]"); `field` names it in errors ("is not an
+// integer", "is too large", text over kMaxIntListTextBytes).
 // Empty text gives an empty list (a 0-d shape).
 std::vector<int64_t> ParseIntList(std::string_view text, const std::string& field);
 // Splits "dp,tp" into names, trimming blanks.

@@ -20,6 +20,10 @@
 
 namespace dtsim {
 
+// Placement lists longer than this (in characters) are refused before parsing: a mesh has at most 64 dims, so a
+// real list is a few hundred characters.
+inline constexpr size_t kMaxPlacementTextBytes = size_t{1} << 16;
+
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct, kBand, kBor, kBxor };
 
 // "sum", "avg", "min", "max", "product", "band", "bor", "bxor".
@@ -82,7 +86,8 @@ using Placements = std::vector<Placement>;
 
 // "[S(0), R]".
 std::string ToString(const Placements& placements);
-// Reads "S(0),R" or "[S(0), R]"; throws InputError(field) naming the piece that does not parse.
+// Reads "S(0),R" or "[S(0), R]"; throws InputError(field) naming the piece that does not parse (echoed values are
+// shortened to 80 characters), or for text longer than kMaxPlacementTextBytes.
 Placements ParsePlacements(std::string_view text, const std::string& field = "placements");
 
 }  // namespace dtsim

@@ -37,6 +37,14 @@
 
 namespace dtsim {
 
+// The work the searches of one PlanRedistribute call may do together (min-cost: one unit per rank of every step it
+// builds; upstream's graph-based planner: one unit per mesh dim of every edge it weighs). Both searches grow
+// exponentially with the number of mesh dims (mesh (2,)*8 with a 2-d tensor took 30 s and 1 GB); past this bound (a
+// second or two) PlanRedistribute throws InputError("planner") naming the case instead. Meshes of up to 6 dims of
+// size 2 with 2-d tensors and of up to 5 with 4-d tensors plan inside it (3-d meshes of 16x16x16 too); the greedy
+// planner needs no search unless a _StridedShard is involved.
+inline constexpr int64_t kMaxPlannerSearchWork = int64_t{1} << 20;
+
 // kGreedy: upstream's DEFAULT plan (its greedy passes, or its graph-based planner where upstream uses that: any
 // _StridedShard). kUpstreamGraph: upstream's graph-based planner for every case (what upstream runs under
 // use_min_cost_redistribution_plan()). kMinCost: dtsim's own search, never costlier than upstream's default plan.

@@ -25,6 +25,13 @@
 
 namespace dtsim {
 
+// The most dims a tensor may have, and the most elements (every byte count of a plan then fits in 64 bits or is
+// refused with a clear error).
+inline constexpr int64_t kMaxTensorDims = 64;
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 62;
+// The most separate index ranges one rank may own along one tensor dim (a _S(d,k) with many small pieces).
+inline constexpr int64_t kMaxShardIntervals = int64_t{1} << 20;
+
 // A half-open range [lo, hi) of global indices along one tensor dim.
 struct Interval {
   int64_t lo = 0;
@@ -54,8 +61,9 @@ RankLayout ComputeRankLayout(const std::vector<int64_t>& global_shape, const std
 class DTensorSpec {
  public:
   // Validates and normalises: one placement per mesh dim ("placements: 3 placements for mesh[dp=2, tp=4] of 2
-  // dims"), shape entries >= 0 ("shape: dim 1 has size -3"), shard dims within the tensor rank (negative ones are
-  // normalised). Throws InputError naming the field.
+  // dims"), at most kMaxTensorDims dims and kMaxTensorElements elements, shape entries >= 0 ("shape: dim 1 has size
+  // -3"), shard dims within the tensor rank (negative ones are normalised), Partial reduce ops that can reduce the dtype (band/bor/bxor need an integer or bool dtype, avg a
+  // floating one, as c10d's). Throws InputError naming the field.
   static DTensorSpec Create(DeviceMesh mesh, Placements placements, std::vector<int64_t> shape,
                             DType dtype = DType::kFloat32);
 
@@ -100,8 +108,11 @@ Interval ChunkRange(int64_t length, int64_t n, int64_t r);
 // The indices (relative to the current extent `length`, sorted, as intervals) that the shard-like placement `p`
 // gives rank `r` of `n`: one interval for S(d), up to k for _S(d,k). Empty for an empty shard.
 // _S(0,2) on length 8 over 2 ranks, rank 0: {0:2, 4:6}.
+// Closed-form (no loop over the split factor); InputError("placements") when a rank would own more than
+// kMaxShardIntervals separate ranges.
 std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n, int64_t r);
-// How many indices ShardIndices(p, length, n, r) holds, in O(1): _S(0,2) on length 8 over 2 ranks, rank 0: 4.
+// How many indices ShardIndices(p, length, n, r) holds, in O(1) and never refused: _S(0,2) on length 8 over 2 ranks,
+// rank 0: 4.
 int64_t ShardLength(const Placement& p, int64_t length, int64_t n, int64_t r);
 
 }  // namespace dtsim

@@ -60,11 +60,11 @@ def test_huge_split_factor_is_instant():
 def test_batch_mode_reports_errors_per_line():
     out = run("layout", "--batch", "-", stdin='{"mesh": [2], "shape": [4], "placements": "S(0)"}\nnot json\n'
                                                  '{"mesh": [2], "shape": [4], "placements": "S(5)"}\n')
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # some line failed
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(lines) == 3
     assert lines[0]["ranks"][1]["global_offset"] == [2]
-    assert "line 2 is not JSON" in lines[1]["error"]
+    assert "line 2 is not valid JSON" in lines[1]["error"] and lines[1]["field"] == "batch"
     assert "'S(5)' shards dim 5" in lines[2]["error"]
 
 

@@ -92,7 +92,7 @@ BAD = [
     (["distribute", "--mesh", "2x4", "--shape", "100000,100000", "--step", "0:S(0)"], "shape", "MiB are available"),
     (["redistribute", "--mesh", "1024x1024", "--shape", "1000,1000", "--from", "S(0),R", "--to", "R,R"], "shape", "1048576 simulated ranks needs about"),
     (["redistribute", "--mesh", "2048x1024", "--shape", "4", "--from", "S(0),R", "--to", "R,R", "--meta"], "mesh", "more than 1048576 ranks"),
-    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "submesh", "no dim 'pp'"),
+    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "step", "'pp:S(0)': mesh mesh[dp=2, tp=4] has no dim 'pp'"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0),R"], "step", "2 placements for 1 mesh dim"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tpS(0)"], "step", "is not <dims>:<placements>"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0)", "--step", "tp:S(1)"], "mesh", "already used"),
@@ -117,7 +117,7 @@ def test_batch_reports_bad_lines_and_goes_on():
              '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "P(sum)"}']
     out = subprocess.run([DTSIM, "redistribute", "--batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
                          text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # some line failed
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert results[0]["field"] == "values" and "expected true or false" in results[0]["error"]
     assert results[1]["ok"] and results[1]["ranks"][1]["values"] == [0.0, 1.0, 2.0, 3.0]

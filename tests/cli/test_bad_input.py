@@ -1,0 +1,473 @@
+"""The bad-input table: every subcommand and option given hostile input, as a new user or another tool would.
+
+Each row of BAD_INPUTS runs `dtsim <args>` in a fresh directory (holding only the row's input files) and requires
+  * exit code 2,
+  * a message `dtsim: error: <field>: ...` naming the field and containing the offending value (or its excerpt),
+  * nothing on stdout,
+  * no file left behind: the directory listing (temporaries `*.tmp*` included) is exactly the row's input files,
+  * bounded peak memory (ru_maxrss of the child, from os.wait4; DTSIM_BAD_INPUT_MAX_RSS_MB, default 1024) and time.
+BATCH_ROWS do the same for `--batch` lines: every line is answered (the bad one with {"error", "field", "line"}, never
+"internal"), the exit code is 1, and the answers are flushed line by line.
+
+Adding rows for a command or option of another branch (export, layout --svg/--png, --backend, compare,
+--inject-fault, --timeout): append Row(...) entries below; rows whose command does not exist in this build are
+skipped (see `command_exists`), so they can land before the command does.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field as dc_field
+
+import pytest
+
+DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
+MAX_RSS_MB = int(os.environ.get("DTSIM_BAD_INPUT_MAX_RSS_MB", "1024"))
+TIMEOUT_S = 120
+
+
+@dataclass
+class Row:
+    id: str
+    args: list
+    field: str                      # the field the message must start with
+    says: list                      # substrings the message must contain (the value, the rule)
+    files: dict = dc_field(default_factory=dict)  # input files created in the run directory: name -> bytes/str
+    stdin: bytes = b""
+    code: int = 2
+
+
+def trace_text(**changes):
+    """A valid golden trace with top-level or nested changes applied: changes maps a dotted path to a value."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "traces", "uneven_2x4_S0R_to_RS1.json")
+    with open(root) as f:
+        t = json.load(f)
+    for path, value in changes.items():
+        node = t
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        last = keys[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return json.dumps(t)
+
+
+GOOD_TRACE = trace_text()
+M = ["--mesh", "2x4", "--shape", "5,10"]                       # a valid mesh and shape
+R = ["redistribute", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"]  # a valid redistribution
+HUGE = "S(0)," * 20000 + "R"
+
+BAD_INPUTS = [
+    # ---- dtsim itself ----
+    Row("no-command", [], "command", ["missing"]),
+    Row("unknown-command", ["layuot"], "command", ["unknown command 'layuot'"]),
+    Row("unknown-command-binary", ["\udcff\udcfe"], "command", ["unknown command"]),
+    # ---- layout: placements ----
+    Row("layout-unknown-kind", ["layout", *M, "--placements", "S(0),Q(1)"], "placements", ["'Q(1)' is not a placement"]),
+    Row("layout-shard-dim-out-of-range", ["layout", *M, "--placements", "S(0),S(2)"], "placements",
+        ["'S(2)' shards dim 2 but the tensor has 2 dims"]),
+    Row("layout-negative-dim-out-of-range", ["layout", *M, "--placements", "S(-3),R"], "placements", ["'S(-3)'"]),
+    Row("layout-too-few-placements", ["layout", *M, "--placements", "S(0)"], "placements",
+        ["1 placement [S(0)] for mesh[2, 4] of 2 dims"]),
+    Row("layout-too-many-placements", ["layout", *M, "--placements", "S(0),R,R"], "placements", ["3 placements"]),
+    Row("layout-unmatched-paren", ["layout", *M, "--placements", "S(0,R"], "placements", ["'S(0,R'", "unmatched '('"]),
+    Row("layout-extra-paren", ["layout", *M, "--placements", "S(0)),R"], "placements", ["unmatched ')'"]),
+    Row("layout-blank-separated", ["layout", *M, "--placements", "S(0) R"], "placements",
+        ["'S(0) R'", "unexpected 'R' after 'S(0)'", "commas"]),
+    Row("layout-empty-placement", ["layout", *M, "--placements", "S(0),,R"], "placements", ["empty placement"]),
+    Row("layout-shard-dim-not-integer", ["layout", *M, "--placements", "S(a),R"], "placements",
+        ["shard dim 'a' is not an integer"]),
+    Row("layout-shard-dim-too-large", ["layout", *M, "--placements", "S(99999999999999999999),R"], "placements",
+        ["'99999999999999999999' is too large"]),
+    Row("layout-split-factor-zero", ["layout", *M, "--placements", "_S(0,0),R"], "placements",
+        ["split factor 0 must be >= 1"]),
+    Row("layout-split-factor-too-large", ["layout", *M, "--placements", "_S(0,99999999999999999999),R"],
+        "placements", ["split factor '99999999999999999999' is too large"]),
+    Row("layout-too-many-intervals", ["layout", "--mesh", "2", "--shape", "1000000000000", "--placements",
+                                      "_S(0,500000000000)"], "placements",
+        ["'_S(0,500000000000)'", "500000000000 separate index ranges", "at most 1048576"]),
+    Row("layout-unknown-reduce-op", ["layout", *M, "--placements", "P(mean),R"], "placements",
+        ["unknown reduce op 'mean'"]),
+    Row("layout-replicate-with-arg", ["layout", *M, "--placements", "R(1),R"], "placements",
+        ["Replicate takes no argument"]),
+    Row("layout-huge-placement-list-capped", ["layout", *M, "--placements", HUGE], "placements",
+        ["S(0),S(0)", "characters"]),
+    Row("layout-placement-not-utf8", ["layout", *M, "--placements", "S(0),\udcff"], "placements",
+        ["is not a placement"]),
+    # ---- layout: mesh, names, shape, dtype ----
+    Row("layout-mesh-zero", ["layout", "--mesh", "2x0", "--shape", "5", "--placements", "S(0),R"], "mesh",
+        ["dim 1 has size 0"]),
+    Row("layout-mesh-negative", ["layout", "--mesh", "-2", "--shape", "5", "--placements", "S(0)"], "mesh",
+        ["dim 0 has size -2"]),
+    Row("layout-mesh-not-integer", ["layout", "--mesh", "2xq", "--shape", "5", "--placements", "S(0),R"], "mesh",
+        ["'q' is not an integer"]),
+    Row("layout-mesh-too-large-integer", ["layout", "--mesh", "99999999999999999999", "--shape", "5",
+                                          "--placements", "S(0)"], "mesh", ["'99999999999999999999' is too large"]),
+    Row("layout-mesh-too-many-ranks", ["layout", "--mesh", "1024x1025", "--shape", "5", "--placements", "S(0),R"],
+        "mesh", ["[1024, 1025]", "more than 1048576 ranks"]),
+    Row("layout-mesh-too-many-dims", ["layout", "--mesh", "x".join(["1"] * 65), "--shape", "5", "--placements",
+                                      ",".join(["R"] * 65)], "mesh", ["65 dims", "at most 64"]),
+    Row("layout-mesh-empty", ["layout", "--mesh", "", "--shape", "5", "--placements", "S(0)"], "mesh",
+        ["at least one dim"]),
+    Row("layout-mesh-empty-entry", ["layout", "--mesh", "2,,4", "--shape", "5", "--placements", "S(0),R"], "mesh",
+        ["'2,,4' has an empty entry"]),
+    Row("layout-names-count", ["layout", *M, "--names", "dp", "--placements", "S(0),R"], "names",
+        ["1 names given for a mesh of 2 dims"]),
+    Row("layout-names-duplicate", ["layout", *M, "--names", "dp,dp", "--placements", "S(0),R"], "names",
+        ["duplicate mesh dim name 'dp'"]),
+    Row("layout-names-empty-name", ["layout", *M, "--names", "dp,", "--placements", "S(0),R"], "names",
+        ["a mesh dim name is empty"]),
+    Row("layout-names-not-utf8-json", ["layout", "--mesh", "2", "--names", "\udcff", "--shape", "4",
+                                       "--placements", "S(0)", "--json"], "names", ["is not valid UTF-8"]),
+    Row("layout-names-control-char", ["layout", "--mesh", "2", "--names", "a\tb", "--shape", "4", "--placements",
+                                      "S(0)"], "names", ["control character"]),
+    Row("layout-shape-negative", ["layout", "--mesh", "2", "--shape", "5,-3", "--placements", "S(0)"], "shape",
+        ["dim 1 has size -3"]),
+    Row("layout-shape-too-many-elements", ["layout", "--mesh", "2", "--shape", "4611686018427387904,2",
+                                           "--placements", "S(0)"], "shape", ["more than 2^62 elements"]),
+    Row("layout-shape-too-large-integer", ["layout", "--mesh", "2", "--shape", "9223372036854775808",
+                                           "--placements", "S(0)"], "shape", ["'9223372036854775808' is too large"]),
+    Row("layout-shape-too-many-dims", ["layout", "--mesh", "2", "--shape", ",".join(["1"] * 65), "--placements",
+                                       "R"], "shape", ["65 dims", "at most 64"]),
+    Row("layout-shape-bracket", ["layout", "--mesh", "2", "--shape", "[5,10", "--placements", "S(0)"], "shape",
+        ["'[' without a closing ']'"]),
+    Row("layout-unknown-dtype", ["layout", *M, "--placements", "S(0),R", "--dtype", "float7"], "dtype",
+        ["unknown dtype 'float7'"]),
+    Row("layout-missing-placements", ["layout", *M], "placements", ["missing: give --placements"]),
+    Row("layout-missing-mesh", ["layout", "--shape", "5", "--placements", "S(0)"], "mesh", ["missing"]),
+    Row("layout-unknown-option", ["layout", *M, "--placementz", "S(0),R"], "options", ["--placementz"]),
+    Row("layout-option-twice", ["layout", *M, "--mesh", "4", "--placements", "S(0),R"], "options",
+        ["'--mesh' cannot be specified more than once"]),
+    Row("layout-option-without-value", ["layout", *M, "--placements", "S(0),R", "--dtype"], "options",
+        ["'--dtype' is missing"]),
+    Row("layout-stray-positional", ["layout", *M, "--placements", "S(0),R", "--json", "extra"], "arguments",
+        ["unexpected argument 'extra'"]),
+    Row("layout-stray-positional-binary", ["layout", *M, "--placements", "S(0),R", "--json", "\udcff"],
+        "arguments", ["unexpected argument"]),
+    Row("layout-json-with-value", ["layout", *M, "--placements", "S(0),R", "--json=yes"], "options", ["--json"]),
+    # ---- layout --batch: the file and the flags ----
+    Row("layout-batch-missing-file", ["layout", "--batch", "nope.jsonl"], "batch",
+        ["cannot open 'nope.jsonl'", "No such file or directory"]),
+    Row("layout-batch-directory", ["layout", "--batch", "."], "batch", ["'.' is a directory"]),
+    Row("layout-batch-empty-path", ["layout", "--batch", ""], "batch", ["the path is empty"]),
+    Row("layout-batch-with-mesh", ["layout", "--batch", "-", "--mesh", "2"], "batch",
+        ["--mesh cannot be given with --batch"]),
+    Row("layout-batch-with-json", ["layout", "--batch", "-", "--json"], "batch", ["--json cannot be given with --batch"]),
+    # ---- plan ----
+    Row("plan-unknown-planner", ["plan", *M, "--from", "S(0),R", "--to", "R,R", "--planner", "fastest"], "planner",
+        ["unknown planner 'fastest'"]),
+    Row("plan-to-partial", ["plan", *M, "--from", "S(0),R", "--to", "R,P(sum)"], "to",
+        ["cannot redistribute R to P(sum)"]),
+    Row("plan-partial-op-change", ["plan", *M, "--from", "P(sum),R", "--to", "P(max),R"], "to",
+        ["cannot redistribute P(sum) to P(max)"]),
+    Row("plan-mixed-partials", ["plan", *M, "--from", "P(sum),P(max)", "--to", "R,R"], "from",
+        ["mixes Partial reduce ops {max, sum}"]),
+    Row("plan-to-count", ["plan", *M, "--from", "S(0),R", "--to", "R"], "to", ["has 1 placement for mesh[2, 4]"]),
+    Row("plan-from-count", ["plan", *M, "--from", "S(0)", "--to", "R,R"], "from", ["has 1 placement for mesh[2, 4]"]),
+    Row("plan-from-dim", ["plan", *M, "--from", "S(3),R", "--to", "R,R"], "from", ["'S(3)' shards dim 3"]),
+    Row("plan-to-dim", ["plan", *M, "--from", "S(0),R", "--to", "R,S(2)"], "to", ["'S(2)' shards dim 2"]),
+    Row("plan-missing-to", ["plan", *M, "--from", "S(0),R"], "to", ["missing"]),
+    Row("plan-byte-overflow", ["plan", "--mesh", "2", "--shape", "2305843009213693952", "--from", "S(0)", "--to",
+                               "R", "--dtype", "float64"], "shape",
+        ["[2305843009213693952] float64", "overflows 64-bit integers"]),
+    Row("plan-search-bounded-min-cost", ["plan", "--mesh", "x".join(["2"] * 8), "--shape", "64,64", "--from",
+                                         "S(0),S(1),R,S(0),S(1),R,S(0),S(1)", "--to",
+                                         "R,S(0),S(1),R,S(0),S(1),R,S(0)", "--planner", "min-cost"], "planner",
+        ["min-cost planner's search", "8 mesh dims, 256 ranks", "--planner greedy"]),
+    Row("plan-search-bounded-graph", ["plan", "--mesh", "x".join(["2"] * 8), "--shape", "64,64", "--from",
+                                      "S(0),S(1),R,S(0),S(1),R,S(0),S(1)", "--to",
+                                      "R,S(0),S(1),R,S(0),S(1),R,S(0)", "--planner", "graph"], "planner",
+        ["graph planner's search", "8 mesh dims"]),
+    Row("plan-stray-positional", ["plan", *M, "--from", "S(0),R", "--to", "R,R", "R"], "arguments",
+        ["unexpected argument 'R'"]),
+    Row("plan-batch-with-planner", ["plan", "--batch", "-", "--planner", "min-cost"], "batch",
+        ["--planner cannot be given with --batch"]),
+    # ---- redistribute ----
+    Row("redistribute-to-partial", [*R[:-1], "P(sum)"], "to", ["cannot redistribute S(0) to P(sum)"]),
+    Row("redistribute-too-many-ranks", ["redistribute", "--mesh", "65537", "--shape", "4", "--from", "S(0)",
+                                        "--to", "R"], "mesh", ["65537 ranks", "at most 65536"]),
+    Row("redistribute-too-much-memory", ["redistribute", "--mesh", "8", "--shape", "1000000000000", "--from", "S(0)",
+                                         "--to", "R"], "shape", ["[1000000000000] float32", "MiB", "available"]),
+    Row("redistribute-too-many-blocks", ["redistribute", "--mesh", "2", "--shape", "2000000", "--from", "R", "--to",
+                                         "_S(0,1000000)"], "to", ["'[_S(0,1000000)]'", "1e+06 separate blocks",
+                                                                  "at most 65536"]),
+    Row("redistribute-too-many-blocks-2d", ["redistribute", "--mesh", "2x2", "--shape", "1000,1000", "--from",
+                                            "_S(0,1000),_S(1,1000)", "--to", "R,R"], "from", ["1e+06 separate blocks"]),
+    Row("redistribute-trace-empty-path", [*R, "--trace", ""], "trace", ["the output path is empty"]),
+    Row("redistribute-trace-directory", [*R, "--trace", "."], "trace", ["'.' is a directory"]),
+    Row("redistribute-trace-missing-dir", [*R, "--trace", "missing/t.json"], "trace",
+        ["cannot write 'missing/t.json'", "No such file or directory"]),
+    Row("redistribute-trace-under-a-file", [*R, "--trace", "f.txt/t.json"], "trace",
+        ["cannot write 'f.txt/t.json'", "not a directory"], files={"f.txt": "x"}),
+    Row("redistribute-trace-with-bad-input", [*R[:-1], "P(sum)", "--trace", "t.json"], "to", ["P(sum)"]),
+    Row("redistribute-stray-positional-trace", [*R, "--trace", "t.json", "\udcff"], "arguments",
+        ["unexpected argument"]),
+    Row("redistribute-names-not-utf8-trace", ["redistribute", "--mesh", "2", "--names", "\udcff", "--shape", "4",
+                                              "--from", "S(0)", "--to", "R", "--trace", "t.json"], "names",
+        ["is not valid UTF-8"]),
+    Row("redistribute-batch-with-trace", ["redistribute", "--batch", "-", "--trace", "t.json"], "batch",
+        ["--trace cannot be given with --batch"]),
+    Row("redistribute-unknown-dtype", [*R, "--dtype", "complex64"], "dtype", ["unknown dtype 'complex64'"]),
+    # ---- distribute ----
+    Row("distribute-step-no-colon", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step",
+                                     "tpS(0)"], "step", ["'tpS(0)' is not <dims>:<placements>"]),
+    Row("distribute-step-count", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step",
+                                  "tp:S(0),R"], "step", ["2 placements for 1 mesh dim"]),
+    Row("distribute-step-unknown-dim", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6",
+                                        "--step", "pp:S(0)"], "step", ["'pp:S(0)'", "has no dim 'pp'"]),
+    Row("distribute-step-huge-dim-index", ["distribute", "--mesh", "2x4", "--shape", "8,6", "--step",
+                                           "99999999999999999999:S(0)"], "step", ["has no dim '99999999999999999999'"]),
+    Row("distribute-step-dim-twice", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step",
+                                      "tp:S(0)", "--step", "tp:S(1)"], "mesh", ["already used"]),
+    Row("distribute-missing-step", ["distribute", "--mesh", "2x4", "--shape", "8,6"], "step", ["missing"]),
+    Row("distribute-stray-positional", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "x"],
+        "arguments", ["unexpected argument 'x'"]),
+    # ---- trace-diff ----
+    Row("trace-diff-one-file", ["trace-diff", "a.json"], "file", ["give two trace files, got 1"],
+        files={"a.json": GOOD_TRACE}),
+    Row("trace-diff-missing-file", ["trace-diff", "a.json", "nope.json"], "trace",
+        ["cannot open 'nope.json'", "No such file or directory"], files={"a.json": GOOD_TRACE}),
+    Row("trace-diff-directories", ["trace-diff", ".", "."], "trace", ["'.' is a directory"]),
+    Row("trace-diff-empty-file", ["trace-diff", "a.json", "e.json"], "trace", ["'e.json' is empty"],
+        files={"a.json": GOOD_TRACE, "e.json": ""}),
+    Row("trace-diff-truncated", ["trace-diff", "a.json", "t.json"], "trace", ["'t.json' is not valid JSON"],
+        files={"a.json": GOOD_TRACE, "t.json": GOOD_TRACE[: len(GOOD_TRACE) // 2]}),
+    Row("trace-diff-binary", ["trace-diff", "a.json", "b.bin"], "trace", ["'b.bin' is not valid JSON"],
+        files={"a.json": GOOD_TRACE, "b.bin": bytes(range(256)) * 4}),
+    Row("trace-diff-not-utf8", ["trace-diff", "a.json", "b.json"], "trace", ["'b.json' is not valid JSON"],
+        files={"a.json": GOOD_TRACE, "b.json": b'{"format": "dtsim-trace", "x": "\xff"}'}),
+    Row("trace-diff-wrong-version", ["trace-diff", "a.json", "v.json"], "trace", ["version 99 is not supported"],
+        files={"a.json": GOOD_TRACE, "v.json": trace_text(version=99)}),
+    Row("trace-diff-wrong-format", ["trace-diff", "a.json", "f.json"], "trace", ["format is \"other\""],
+        files={"a.json": GOOD_TRACE, "f.json": trace_text(format="other")}),
+    Row("trace-diff-not-an-object", ["trace-diff", "a.json", "l.json"], "trace", ["holds no JSON object"],
+        files={"a.json": GOOD_TRACE, "l.json": "[1, 2, 3]"}),
+    Row("trace-diff-rank-is-string", ["trace-diff", "a.json", "r.json"], "trace",
+        ["initial.ranks[0].rank", "expected an integer", "\"0\""],
+        files={"a.json": GOOD_TRACE, "r.json": trace_text(**{"initial.ranks.0.rank": "0"})}),
+    Row("trace-diff-hash-number", ["trace-diff", "a.json", "h.json"], "trace", ["final.ranks[1].hash", "got 5"],
+        files={"a.json": GOOD_TRACE, "h.json": trace_text(**{"final.ranks.1.hash": 5})}),
+    Row("trace-diff-negative-shape", ["trace-diff", "a.json", "s.json"], "trace", ["initial.spec.shape[0]", "-5"],
+        files={"a.json": GOOD_TRACE, "s.json": trace_text(**{"initial.spec.shape": [-5, 10]})}),
+    Row("trace-diff-huge-shape", ["trace-diff", "a.json", "s.json"], "trace", ["initial.spec.shape[0]", "1e+20"],
+        files={"a.json": GOOD_TRACE, "s.json": trace_text(**{"initial.spec.shape": [1e20, 10]})}),
+    Row("trace-diff-unknown-dtype", ["trace-diff", "a.json", "d.json"], "trace", ["initial.spec.dtype",
+                                                                                  "unknown dtype 'float7'"],
+        files={"a.json": GOOD_TRACE, "d.json": trace_text(**{"initial.spec.dtype": "float7"})}),
+    Row("trace-diff-bad-placements", ["trace-diff", "a.json", "p.json"], "trace",
+        ["steps[0].placements_after", "'Q' is not a placement"],
+        files={"a.json": GOOD_TRACE, "p.json": trace_text(**{"steps.0.placements_after": "[Q, R]"})}),
+    Row("trace-diff-deep-nesting", ["trace-diff", "a.json", "n.json"], "trace", ["nests JSON deeper than 512"],
+        files={"a.json": GOOD_TRACE, "n.json": "[" * 100000 + "]" * 100000}),
+    Row("trace-diff-huge-number", ["trace-diff", "a.json", "n.json"], "trace", ["number out of range", "1e400"],
+        files={"a.json": GOOD_TRACE, "n.json": '{"format": "dtsim-trace", "version": 1e400}'}),
+    Row("trace-diff-duplicate-key", ["trace-diff", "a.json", "k.json"], "trace", ["the key 'version' twice"],
+        files={"a.json": GOOD_TRACE, "k.json": '{"format": "dtsim-trace", "version": 1, "version": 1}'}),
+    Row("trace-diff-limit-zero", ["trace-diff", "a.json", "a.json", "--limit", "0"], "limit",
+        ["0 is out of range"], files={"a.json": GOOD_TRACE}),
+    Row("trace-diff-limit-not-a-number", ["trace-diff", "a.json", "a.json", "--limit", "many"], "options",
+        ["'many'", "--limit"], files={"a.json": GOOD_TRACE}),
+    Row("trace-diff-three-files", ["trace-diff", "a.json", "a.json", "a.json"], "options",
+        ["too many positional options"], files={"a.json": GOOD_TRACE}),
+    # ---- real backends: --backend, --timeout, --inject-fault, and compare ----
+    Row("redistribute-unknown-backend", [*R, "--backend", "foo"], "backend", ["unknown backend 'foo'"]),
+    Row("redistribute-timeout-zero", [*R, "--timeout", "0"], "timeout", ["above 0", "got 0"]),
+    Row("redistribute-timeout-nan", [*R, "--timeout", "nan"], "timeout", ["got nan"]),
+    Row("redistribute-timeout-huge", [*R, "--timeout", "1e400"], "options", ["'1e400'", "--timeout"]),
+    Row("redistribute-fault-malformed", [*R, "--inject-fault", "bogus"], "inject-fault", ["unknown fault 'bogus'"]),
+    Row("redistribute-fault-on-local", [*R, "--inject-fault", "wrong-offset:1"], "inject-fault",
+        ["'wrong-offset:1' needs a real backend"]),
+    Row("redistribute-batch-with-fault", ["redistribute", "--batch", "-", "--inject-fault", "wrong-offset:1"], "batch",
+        ["--inject-fault cannot be given with --batch"]),
+    Row("distribute-unknown-backend", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "--backend",
+                                       "gloo"], "backend", ["unknown backend 'gloo'"]),
+    Row("compare-np-mismatch", ["compare", "--np", "3", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
+        "np", ["3 ranks for mesh[2]"]),
+    Row("compare-np-zero", ["compare", "--np", "0", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
+        "np", ["0 ranks for mesh[2]"]),
+    Row("compare-local-backend", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                  "R", "--backend", "local"], "backend", ["mpi or nccl"]),
+    Row("compare-keep-a-file", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
+                                "--keep", "f.txt"], "keep", ["'f.txt'", "Not a directory"], files={"f.txt": "x"}),
+    Row("compare-to-partial", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                               "P(sum)"], "to", ["cannot redistribute S(0) to P(sum)"]),
+    Row("compare-stray-positional", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                     "R", "extra"], "arguments", ["unexpected argument 'extra'"]),
+    # ---- rows of other branches' commands go here (skipped until the command exists) ----
+]
+
+# --batch: each row's lines are answered one JSON object per non-blank line; `bad` maps the index (among non-blank
+# lines) of each bad line to (field, text the error must contain).
+CASE = '{"mesh": [2], "shape": [4], "placements": "S(0)"}'
+PLAN_CASE = '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}'
+
+
+@dataclass
+class BatchRow:
+    id: str
+    command: str
+    lines: list                      # bytes or str, joined with b"\n"
+    bad: dict                        # index -> (field, text)
+
+
+BATCH_ROWS = [
+    BatchRow("not-json", "layout", [CASE, "not json", CASE], {1: ("batch", "line 2 is not valid JSON")}),
+    BatchRow("non-utf8-line", "layout", [b"\xff", CASE], {0: ("batch", "line 1 is not valid JSON")}),
+    BatchRow("non-utf8-in-string", "layout", [b'{"mesh": [2], "shape": [4], "placements": "S(0)\xff"}', CASE],
+             {0: ("batch", "is not valid JSON")}),
+    BatchRow("huge-number", "layout", ['{"mesh": [2], "shape": [1e400], "placements": "S(0)"}', CASE],
+             {0: ("batch", "number out of range")}),
+    BatchRow("too-large-integer", "layout", ['{"mesh": [2], "shape": [1e20], "placements": "S(0)"}'],
+             {0: ("shape", "integer 1e+20 is too large")}),
+    BatchRow("uint64-integer", "layout", ['{"mesh": [18446744073709551615], "shape": [4], "placements": "S(0)"}'],
+             {0: ("mesh", "integer 18446744073709551615 is too large")}),
+    BatchRow("float-dim", "layout", ['{"mesh": [2.5], "shape": [4], "placements": "S(0)"}'],
+             {0: ("mesh", "expected an integer, got 2.5")}),
+    BatchRow("not-an-object", "layout", ["[1, 2]", "3", CASE], {0: ("batch", "not a JSON object"),
+                                                                 1: ("batch", "not a JSON object")}),
+    BatchRow("unknown-key", "layout", [CASE[:-1] + ', "placement": "R"}'], {0: ("batch", "unknown key 'placement'")}),
+    BatchRow("duplicate-key", "layout", ['{"mesh": [2], "mesh": [4], "shape": [4], "placements": "S(0)"}'],
+             {0: ("batch", "the key 'mesh' twice")}),
+    BatchRow("deep-nesting", "layout", ["[" * 1000 + "]" * 1000, CASE], {0: ("batch", "deeper than 512")}),
+    BatchRow("wrong-types", "plan", ['{"mesh": [2], "shape": [4], "from": ["S(0)"], "to": "R"}',
+                                     '{"mesh": {"a": 1}, "shape": [4], "from": "S(0)", "to": "R"}',
+                                     '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "R", "planner": 1}', PLAN_CASE],
+             {0: ("from", "expected a string"), 1: ("mesh", "expected a list of integers"),
+              2: ("planner", "expected a string")}),
+    BatchRow("missing-key", "plan", ['{"mesh": [2], "shape": [4], "from": "S(0)"}'], {0: ("to", "missing")}),
+    BatchRow("lone-surrogate-escape", "layout", ['{"mesh": [2], "names": ["\\udcff"], "shape": [4], '
+                                                 '"placements": "S(0)"}'], {0: ("batch", "surrogate")}),
+    BatchRow("names-control-char", "layout", ['{"mesh": [2], "names": ["a\\u0001"], "shape": [4], '
+                                              '"placements": "S(0)"}'], {0: ("names", "control character")}),
+    BatchRow("values-not-bool", "redistribute", [PLAN_CASE[:-1] + ', "values": "yes"}', PLAN_CASE],
+             {0: ("values", "expected true or false")}),
+    BatchRow("overflow", "plan", ['{"mesh": [2], "shape": [2305843009213693952], "from": "S(0)", "to": "R", '
+                                  '"dtype": "float64"}'], {0: ("shape", "overflows 64-bit integers")}),
+    BatchRow("huge-echo-capped", "plan", ['{"mesh": [2], "shape": [4], "from": "' + HUGE + '", "to": "R"}'],
+             {0: ("from", "characters")}),
+    BatchRow("redistribute-too-many-ranks", "redistribute",
+             ['{"mesh": [65537], "shape": [4], "from": "S(0)", "to": "R"}'], {0: ("mesh", "at most 65536")}),
+]
+
+
+def command_exists(name):
+    out = subprocess.run([DTSIM, name, "--help"], capture_output=True, timeout=60)
+    return out.returncode == 0
+
+
+def run_measured(args, cwd, stdin=b""):
+    """Runs dtsim; returns (exit code, stdout, stderr, peak RSS in MiB, seconds)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as inp:
+        inp.write(stdin)
+        inp.seek(0)
+        argv = [os.fsencode(a) for a in [DTSIM, *args]]
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=inp, stdout=out, stderr=err)
+        deadline = start + TIMEOUT_S
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                pytest.fail(f"dtsim {args[:4]} ran longer than {TIMEOUT_S} s")
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), usage.ru_maxrss / 1024, seconds
+
+
+def listing(directory):
+    return sorted(os.listdir(directory))
+
+
+@pytest.mark.parametrize("row", BAD_INPUTS, ids=[r.id for r in BAD_INPUTS])
+def test_bad_input_is_a_clear_error(row, tmp_path):
+    if row.args and row.args[0] in ("export", "compare") and not command_exists(row.args[0]):
+        pytest.skip(f"dtsim {row.args[0]} is not in this build")
+    for name, content in row.files.items():
+        (tmp_path / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    before = listing(tmp_path)
+    code, stdout, stderr, rss_mb, seconds = run_measured(row.args, tmp_path, row.stdin)
+    message = stderr.decode("utf-8", "replace")
+    assert code == row.code, (code, message)
+    assert stdout == b"", stdout[:500]
+    assert message.startswith(f"dtsim: error: {row.field}: "), message
+    assert message.count("\n") <= 1 or row.id.startswith(("no-command", "unknown-command")), message
+    for text in row.says:
+        assert text in message, (text, message)
+    assert len(message) < 4096, f"the message is not capped: {len(message)} characters"
+    assert listing(tmp_path) == before, listing(tmp_path)  # no output file, no *.tmp* left behind
+    assert rss_mb < MAX_RSS_MB, f"peak memory {rss_mb:.0f} MiB"
+
+
+@pytest.mark.parametrize("row", BATCH_ROWS, ids=[r.id for r in BATCH_ROWS])
+def test_batch_bad_lines_are_answered(row, tmp_path):
+    lines = [line.encode() if isinstance(line, str) else line for line in row.lines]
+    code, stdout, stderr, rss_mb, _ = run_measured([row.command, "--batch", "-"], tmp_path, b"\n".join(lines) + b"\n")
+    assert code == 1, (code, stderr)  # 1: some line failed
+    assert stderr == b"", stderr
+    answers = [json.loads(line) for line in stdout.decode("utf-8").splitlines()]
+    assert len(answers) == len(lines), answers
+    for i, answer in enumerate(answers):
+        assert "internal" not in answer, answer
+        if i in row.bad:
+            field, text = row.bad[i]
+            assert answer["field"] == field, answer
+            assert answer["error"].startswith(f"{field}: "), answer
+            assert text in answer["error"], (text, answer)
+            assert answer["line"] == i + 1
+            assert len(answer["error"]) < 4096
+        else:
+            assert "error" not in answer, answer
+    assert listing(tmp_path) == []
+    assert rss_mb < MAX_RSS_MB, f"peak memory {rss_mb:.0f} MiB"
+
+
+def test_batch_exit_code_is_zero_when_every_line_passed(tmp_path):
+    code, stdout, stderr, _, _ = run_measured(["layout", "--batch", "-"], tmp_path, (CASE + "\n\n" + CASE).encode())
+    assert code == 0, stderr
+    assert len(stdout.splitlines()) == 2
+
+
+def test_batch_answers_are_flushed_per_line(tmp_path):
+    # The first answer must arrive while the second line has not been written yet.
+    proc = subprocess.Popen([DTSIM, "layout", "--batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdin.write((CASE + "\n").encode())
+        proc.stdin.flush()
+        first = proc.stdout.readline()
+        assert json.loads(first)["shape"] == [4]
+        proc.stdin.write(b"not json\n")
+        proc.stdin.close()
+        second = proc.stdout.readline()
+        assert json.loads(second)["field"] == "batch"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_batch_line_too_long_is_answered(tmp_path):
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.write(b'{"mesh": [2], "shape": [4], "placements": "' + b" " * (65 << 20) + b'S(0)"}\n')
+        f.write(CASE.encode() + b"\n")
+    code, stdout, stderr, rss_mb, _ = run_measured(["layout", "--batch", str(big)], tmp_path)
+    answers = [json.loads(line) for line in stdout.splitlines()]
+    assert code == 1 and len(answers) == 2, (code, stderr)
+    assert answers[0]["field"] == "batch" and "longer than" in answers[0]["error"]
+    assert "error" not in answers[1]
+    assert rss_mb < MAX_RSS_MB
+
+
+def test_table_is_large_enough():
+    assert len(BAD_INPUTS) + len(BATCH_ROWS) >= 60
+    commands = {r.args[0] for r in BAD_INPUTS if r.args}
+    assert {"layout", "plan", "redistribute", "distribute", "trace-diff"} <= commands
