@@ -443,7 +443,16 @@ Trace ReadTrace(const std::string& path) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw InputError("trace", StrCat("'", ExcerptText(path), "' is empty"));
   }
-  return TraceFromJson(ParseJsonText(text, "trace", StrCat("'", ExcerptText(path), "'")));
+  const nlohmann::json json = ParseJsonText(text, "trace", StrCat("'", ExcerptText(path), "'"));
+  try {
+    return TraceFromJson(json);
+  } catch (const InputError& e) {
+    // Name the file: trace-diff, export and the viewer read two.
+    const std::string what = e.what();
+    const std::string prefix = e.field() + ": ";
+    throw InputError(e.field(), StrCat("'", ExcerptText(path), "': ",
+                                       what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what));
+  }
 }
 
 void WriteFileAtomically(const std::string& path, const std::string& text, const std::string& field) {

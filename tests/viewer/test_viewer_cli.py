@@ -235,5 +235,5 @@ def test_layout_picture_bad_output(tmp_path):
     assert r.stderr.startswith("dtsim: error: png: ") and "is a directory" in r.stderr, r.stderr
     r = run("layout", "--batch", "-", "--png", str(tmp_path / "x.png"))
     assert r.returncode == 2
-    assert r.stderr.startswith("dtsim: error: png: draws one layout; it cannot be combined with --batch"), r.stderr
+    assert r.stderr.startswith("dtsim: error: batch: --png cannot be given with --batch"), r.stderr
     assert list(tmp_path.iterdir()) == []

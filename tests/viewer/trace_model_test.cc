@@ -167,7 +167,7 @@ TEST(TraceModelTest, BadFilesAreInputErrors) {
   EXPECT_THAT(ErrorOf([&] { TraceModel::Load(truncated); }), HasSubstr("is not valid JSON"));
   const std::string v2 = EditedTrace(kUneven, "v2.json", [](nlohmann::json& j) { j["version"] = 2; });
   EXPECT_EQ(ErrorOf([&] { TraceModel::Load(v2); }),
-            "trace: version 2 is not supported (this dtsim reads version 1)");
+            "trace: '" + v2 + "': version 2 is not supported (this dtsim reads version 1)");
   const std::string moved = EditedTrace(kUneven, "final_mesh.json", [](nlohmann::json& j) {
     j["final"]["spec"]["mesh"]["names"] = {"a", "b"};
   });
