@@ -44,6 +44,7 @@ struct Outcome {
   std::optional<at::Tensor> source;  // every rank's source shard (a LocalTensor), when gathered
   std::optional<at::Tensor> result;  // every rank's result shard (a LocalTensor)
   bool ok = false;                   // the verdict, on every rank
+  double tolerance = 0;              // the relative tolerance of the verdict (ArangeTolerance), 0 when exact
   std::string problem;
   std::optional<Trace> trace;
   std::vector<MemoryRow> memory;     // with RunCaseOptions::memory: the start, then one row per step

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 
 #include "dtsim/aten_dtype.h"
@@ -71,11 +72,27 @@ at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec) {
   return ReducePartials(values, spec, partial_dims);
 }
 
-bool ArangeNeedsTolerance(const DTensorSpec& spec) {
-  for (const Placement& p : spec.placements()) {
-    if (p.is_partial() && p.reduce_op() == ReduceOp::kAvg) return true;
+double ArangeTolerance(const DTensorSpec& spec) {
+  const at::ScalarType type = ToScalarType(spec.dtype());
+  if (!at::isFloatingType(type)) return 0;
+  bool avg = false;
+  int64_t rounding_dims = 0, partial_ranks = 1;
+  for (int64_t m = 0; m < spec.mesh().ndim(); ++m) {
+    const Placement& p = spec.placements()[m];
+    if (!p.is_partial()) continue;
+    avg = avg || p.reduce_op() == ReduceOp::kAvg;
+    if (p.reduce_op() == ReduceOp::kSum || p.reduce_op() == ReduceOp::kProduct) ++rounding_dims;
+    partial_ranks *= spec.mesh().size(m);
   }
-  return false;
+  if (!avg && rounding_dims < 2) return 0;
+  double epsilon = 0;
+  switch (type) {
+    case at::kDouble: epsilon = 0x1p-52; break;
+    case at::kFloat: epsilon = 0x1p-23; break;
+    case at::kHalf: epsilon = 0x1p-10; break;
+    default: epsilon = 0x1p-7; break;  // bfloat16
+  }
+  return std::max(1e-6, 8.0 * static_cast<double>(partial_ranks) * epsilon);
 }
 
 }  // namespace dtsim

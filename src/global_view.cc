@@ -140,10 +140,10 @@ Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local) {
   return result;
 }
 
-bool SameValues(const at::Tensor& a, const at::Tensor& b, bool approximate) {
+bool SameValues(const at::Tensor& a, const at::Tensor& b, double rtol) {
   if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
-  if (approximate && at::isFloatingType(a.scalar_type())) {
-    return at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-6, 1e-9, /*equal_nan=*/true);
+  if (rtol > 0 && at::isFloatingType(a.scalar_type())) {
+    return at::allclose(a.to(at::kDouble), b.to(at::kDouble), rtol, 1e-9, /*equal_nan=*/true);
   }
   return at::equal(a, b);
 }

@@ -60,7 +60,7 @@ CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string&
     EXPECT_TRUE(IsMetaData(out.to_local()));
   } else {
     Assembled a = AssembleGlobal(out.spec(), out.to_local());
-    run.ok = a.global && SameValues(*a.global, ExpectedArangeGlobal(src), ArangeNeedsTolerance(src));
+    run.ok = a.global && SameValues(*a.global, ExpectedArangeGlobal(src), ArangeTolerance(src));
   }
   recorder.SetFinal(out.spec(), out.to_local(), *collectives, std::nullopt);
   run.trace = ToJson(recorder.trace());

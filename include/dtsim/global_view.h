@@ -36,7 +36,7 @@ struct Assembled {
 Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local);
 
 // True when `a` and `b` have the same shape and dtype and equal values (bitwise for integers; for floating types
-// exactly equal, or within 1e-6 relative when `approximate`).
-bool SameValues(const at::Tensor& a, const at::Tensor& b, bool approximate = false);
+// exactly equal, or within `rtol` relative when it is above 0).
+bool SameValues(const at::Tensor& a, const at::Tensor& b, double rtol = 0);
 
 }  // namespace dtsim

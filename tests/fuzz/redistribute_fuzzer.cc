@@ -86,7 +86,7 @@ void Check(const Case& c) {
   // The global tensor.
   const Assembled assembled = AssembleGlobal(result.spec(), result.to_local());
   DTSIM_FUZZ_EXPECT(assembled.global.has_value(), what, ": ", assembled.problem);
-  DTSIM_FUZZ_EXPECT(SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeNeedsTolerance(c.src)), what,
+  DTSIM_FUZZ_EXPECT(SameValues(*assembled.global, ExpectedArangeGlobal(c.src), ArangeTolerance(c.src)), what,
                     ": the global tensor after redistribution differs from the expected one");
   recorder.SetFinal(result.spec(), result.to_local(), *collectives, true);
 
