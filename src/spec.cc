@@ -8,18 +8,24 @@
 #include "dtsim/json_reader.h"
 
 namespace dtsim {
+namespace {
+
+// Appends `v` to the sorted intervals `out`, merged with the last one where they touch; empty intervals are dropped.
+void AppendMerged(std::vector<Interval>& out, Interval v) {
+  if (v.size() <= 0) return;
+  if (!out.empty() && out.back().hi == v.lo) {
+    out.back().hi = v.hi;
+  } else {
+    out.push_back(v);
+  }
+}
+
+}  // namespace
 
 std::vector<Interval> ShardIndices(const Placement& p, int64_t length, int64_t n, int64_t r) {
   DTSIM_CHECK(p.is_shard_like(), "ShardIndices of ", p.ToString());
   std::vector<Interval> out;
-  auto push = [&](Interval v) {
-    if (v.size() <= 0) return;
-    if (!out.empty() && out.back().hi == v.lo) {
-      out.back().hi = v.hi;
-    } else {
-      out.push_back(v);
-    }
-  };
+  auto push = [&](Interval v) { AppendMerged(out, v); };
   if (p.is_shard()) {
     push(ChunkRange(length, n, r));
     return out;
@@ -82,14 +88,7 @@ namespace {
 // pass over both lists.
 std::vector<Interval> Compose(const std::vector<Interval>& owned, const std::vector<Interval>& local) {
   std::vector<Interval> out;
-  auto push = [&](Interval v) {
-    if (v.size() <= 0) return;
-    if (!out.empty() && out.back().hi == v.lo) {
-      out.back().hi = v.hi;
-    } else {
-      out.push_back(v);
-    }
-  };
+  auto push = [&](Interval v) { AppendMerged(out, v); };
   size_t i = 0;     // the owned interval under consideration
   int64_t pos = 0;  // local position of the start of owned[i]
   for (const Interval& want : local) {

@@ -102,13 +102,7 @@ class MpiCollectives : public Collectives {
 
  protected:
   void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
-    if (call.kind == CollectiveKind::kSendRecv) {
-      std::vector<int64_t> world(world_size());
-      std::iota(world.begin(), world.end(), 0);
-      MpiWorld::Get().Agree(world, fingerprint, call.sequence, options_.timeout_s);
-      return;
-    }
-    if (const auto* group = MyGroup(call)) MpiWorld::Get().Agree(*group, fingerprint, call.sequence, options_.timeout_s);
+    MpiWorld::Get().AgreeOnCall(call, fingerprint, options_.timeout_s);
   }
 
   void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
@@ -287,16 +281,12 @@ class MpiCollectives : public Collectives {
   }
 
  private:
-  static const std::vector<int64_t>* MyGroup(const CallInfo& call) {
-    if (call.group.empty() || call.group[0] < 0) return nullptr;
-    return &call.groups->groups[call.group[0]];
-  }
   static int64_t GroupSize(const CallInfo& call) {
-    const auto* g = MyGroup(call);
+    const auto* g = MpiWorld::GroupOf(call);
     return g ? static_cast<int64_t>(g->size()) : 0;
   }
   static int64_t Position(const CallInfo& call) { return call.position[0]; }
-  static MPI_Comm Comm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MyGroup(call)); }
+  static MPI_Comm Comm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
 
   // Reductions in group-rank order (the simulation's ReduceInOrder) where MPI's op is not exact and
   // order-independent, and on every rank while a wrong-op fault is armed (so one rank can reduce differently

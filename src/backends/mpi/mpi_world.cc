@@ -113,6 +113,16 @@ MPI_Comm MpiWorld::GroupComm(const std::vector<int64_t>& group) {
 double MpiWorld::WindowSeconds(double timeout_s) { return std::min(1.0, timeout_s / 4); }
 double MpiWorld::WaitSeconds(double timeout_s) { return timeout_s - WindowSeconds(timeout_s); }
 
+void MpiWorld::AgreeOnCall(const CallInfo& call, const std::string& what, double timeout_s) {
+  if (call.kind == CollectiveKind::kSendRecv) {
+    std::vector<int64_t> world(size_);
+    for (int64_t r = 0; r < size_; ++r) world[r] = r;
+    Agree(world, what, call.sequence, timeout_s);
+    return;
+  }
+  if (const auto* group = GroupOf(call)) Agree(*group, what, call.sequence, timeout_s);
+}
+
 void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_in, int64_t sequence,
                      double timeout_s) {
   if (group.size() <= 1) return;

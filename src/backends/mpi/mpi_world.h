@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/collectives.h"
+
 namespace dtsim::internal {
 
 class MpiWorld {
@@ -31,6 +33,14 @@ class MpiWorld {
   // at once with a message naming the group and the two descriptions. A rank that waits longer than `timeout_s`
   // starts the stuck-job report (Stuck).
   void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence, double timeout_s);
+  // Agree for one call of a backend: over this rank's group of `call`, over the whole world for send/recv (whose
+  // pairs are not groups), not at all where this rank takes no part.
+  void AgreeOnCall(const CallInfo& call, const std::string& what, double timeout_s);
+  // This rank's group (global ranks) in `call`, or nullptr where it takes no part.
+  static const std::vector<int64_t>* GroupOf(const CallInfo& call) {
+    if (call.group.empty() || call.group[0] < 0) return nullptr;
+    return &call.groups->groups[call.group[0]];
+  }
 
   // A drop-rank fault: this rank skips call `sequence` and, like a rank whose program took another branch, waits at a
   // collective no other rank makes — until the stuck-job report ends the job.

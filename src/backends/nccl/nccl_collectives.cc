@@ -80,13 +80,7 @@ class NcclCollectives : public Collectives {
 
  protected:
   void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
-    if (call.kind == CollectiveKind::kSendRecv) {
-      std::vector<int64_t> world(world_size());
-      std::iota(world.begin(), world.end(), 0);
-      MpiWorld::Get().Agree(world, fingerprint, call.sequence, options_.timeout_s);
-      return;
-    }
-    if (const auto* group = MyGroup(call)) MpiWorld::Get().Agree(*group, fingerprint, call.sequence, options_.timeout_s);
+    MpiWorld::Get().AgreeOnCall(call, fingerprint, options_.timeout_s);
   }
 
   void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
@@ -287,16 +281,12 @@ class NcclCollectives : public Collectives {
   }
 
  private:
-  static const std::vector<int64_t>* MyGroup(const CallInfo& call) {
-    if (call.group.empty() || call.group[0] < 0) return nullptr;
-    return &call.groups->groups[call.group[0]];
-  }
   static int64_t GroupSize(const CallInfo& call) {
-    const auto* g = MyGroup(call);
+    const auto* g = MpiWorld::GroupOf(call);
     return g ? static_cast<int64_t>(g->size()) : 0;
   }
   static int64_t Position(const CallInfo& call) { return call.position[0]; }
-  static MPI_Comm MpiComm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MyGroup(call)); }
+  static MPI_Comm MpiComm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
 
   bool Ordered(const at::Tensor& x, ReduceOp op) const {
     return !NativeOp(x.scalar_type(), op) || fault().kind == FaultSpec::Kind::kWrongOp;
@@ -325,7 +315,7 @@ class NcclCollectives : public Collectives {
     comms_.emplace(group, comm);
     return comm;
   }
-  ncclComm_t Comm(const CallInfo& call) { return CommOf(*MyGroup(call)); }
+  ncclComm_t Comm(const CallInfo& call) { return CommOf(*MpiWorld::GroupOf(call)); }
 
   // Device buffer `slot` (0: send, 1: receive) of at least `bytes`, grown as needed.
   void* Buffer(int slot, int64_t bytes) {
@@ -369,7 +359,7 @@ class NcclCollectives : public Collectives {
   // recv_bytes[j] bytes from group rank j into `recv` (in order).
   void Exchange(const at::Tensor& send, const std::vector<int64_t>& send_bytes, at::Tensor& recv,
                 const std::vector<int64_t>& recv_bytes, const CallInfo& call) {
-    const std::vector<int64_t>& group = *MyGroup(call);
+    const std::vector<int64_t>& group = *MpiWorld::GroupOf(call);
     ncclComm_t comm = Comm(call);
     char* d_send = static_cast<char*>(Stage(send.contiguous(), 0));
     char* d_recv = static_cast<char*>(Buffer(1, Bytes(recv)));
