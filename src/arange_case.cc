@@ -92,7 +92,7 @@ double ArangeTolerance(const DTensorSpec& spec) {
     case at::kHalf: epsilon = 0x1p-10; break;
     default: epsilon = 0x1p-7; break;  // bfloat16
   }
-  return std::max(1e-6, 8.0 * static_cast<double>(partial_ranks) * epsilon);
+  return std::max(1e-6, static_cast<double>(partial_ranks) * epsilon);
 }
 
 }  // namespace dtsim

@@ -29,7 +29,8 @@ at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec);
 // The relative tolerance comparing results of `spec` needs, 0 for exact. A floating dtype with a Partial avg (it
 // divides), or with a Partial sum/product over more than one mesh dim (the plan and the judge reduce in different
 // orders, and a value beyond the dtype's exact integers rounds differently: bfloat16 [P(sum), P(sum)] on 4x3 ranks
-// of arange(300)) is compared within 8 · (ranks of the Partial dims) · the dtype's epsilon.
+// of arange(300)) is compared within (ranks of the Partial dims) · the dtype's epsilon (the
+// bound on the difference of two summation orders of that many terms).
 double ArangeTolerance(const DTensorSpec& spec);
 
 }  // namespace dtsim
