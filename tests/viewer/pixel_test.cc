@@ -335,10 +335,12 @@ TEST(ViewerBadInputTest, BrokenTruncatedUnknownVersionAndMismatched) {
   const std::string text = testing::ReadJson(Golden(kUneven)).dump(1);
   ExpectInputError(testing::WriteText("truncated.json", text.substr(0, text.size() * 2 / 3)),
                    "dtsim-viewer: error: trace: ");
-  ExpectInputError(EditedTrace(kUneven, "v7.json", [](nlohmann::json& j) { j["version"] = 7; }),
-                   "dtsim-viewer: error: trace: version 7 is not supported");
-  ExpectInputError(EditedTrace(kUneven, "bad_hash.json", [](nlohmann::json& j) { j["final"]["ranks"][2]["hash"] = 5; }),
-                   "dtsim-viewer: error: trace: final.ranks[2].hash: expected \"xxh3:\" and 16 hex digits, got 5");
+  const std::string v7 = EditedTrace(kUneven, "v7.json", [](nlohmann::json& j) { j["version"] = 7; });
+  ExpectInputError(v7, "dtsim-viewer: error: trace: '" + v7 + "': version 7 is not supported");
+  const std::string bad_hash =
+      EditedTrace(kUneven, "bad_hash.json", [](nlohmann::json& j) { j["final"]["ranks"][2]["hash"] = 5; });
+  ExpectInputError(bad_hash, "dtsim-viewer: error: trace: '" + bad_hash +
+                                 "': final.ranks[2].hash: expected \"xxh3:\" and 16 hex digits, got 5");
   ExpectInputError(Golden(kUneven) + " " + Golden("nested_4x2_S0S0_to_S1S1.json"),
                    "dtsim-viewer: error: traces: '" + Golden(kUneven) + "' and '" +
                        Golden("nested_4x2_S0S0_to_S1S1.json") +
