@@ -19,6 +19,7 @@
 namespace dtsim {
 namespace {
 
+using internal::MpiLaunchedCollectives;
 using internal::MpiWorld;
 
 constexpr int kSendRecvTag = 7310;
@@ -85,10 +86,9 @@ at::Tensor StackPieces(const at::Tensor& x, int64_t n, int64_t dim) {
   return at::stack(x.chunk(n, dim), 0).contiguous();
 }
 
-class MpiCollectives : public Collectives {
+class MpiCollectives : public MpiLaunchedCollectives {
  public:
-  explicit MpiCollectives(const RealBackendOptions& options)
-      : Collectives("mpi", MpiWorld::Get().size(), MpiWorld::Get().rank()), options_(options) {
+  explicit MpiCollectives(const RealBackendOptions& options) : MpiLaunchedCollectives("mpi", options) {
     // Ranks on one host share its cores: give each an equal share of LibTorch's intra-op threads.
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int64_t per_host = local ? std::max(1, std::atoi(local)) : 1;
@@ -96,18 +96,7 @@ class MpiCollectives : public Collectives {
     at::set_num_threads(static_cast<int>(std::max<int64_t>(1, cores / per_host)));
   }
 
-  [[noreturn]] void EndJob(const std::string& message, int code, bool print) override {
-    MpiWorld::Get().Abort(message, code, print);
-  }
-
  protected:
-  void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
-    MpiWorld::Get().AgreeOnCall(call, fingerprint, options_.timeout_s);
-  }
-
-  void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
-    MpiWorld::Get().WaitAfterSkipping(fingerprint, call.sequence, options_.timeout_s);
-  }
 
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
@@ -132,7 +121,7 @@ class MpiCollectives : public Collectives {
     shape[dim] = chunk;
     at::Tensor out = at::empty(shape, input.options());
     Check(MPI_Reduce_scatter_block(send.data_ptr(), out.data_ptr(), Count(out.numel()), NativeType(input.scalar_type()),
-                                   NativeOp(input.scalar_type(), op), Comm(call)),
+                                   NativeOp(input.scalar_type(), op), MpiComm(call)),
           "MPI_Reduce_scatter_block");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
@@ -145,7 +134,7 @@ class MpiCollectives : public Collectives {
     at::Tensor x = input.contiguous();
     at::Tensor out = at::empty_like(x);
     Check(MPI_Allreduce(x.data_ptr(), out.data_ptr(), Count(x.numel()), NativeType(x.scalar_type()),
-                        NativeOp(x.scalar_type(), op), Comm(call)),
+                        NativeOp(x.scalar_type(), op), MpiComm(call)),
           "MPI_Allreduce");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
@@ -163,7 +152,7 @@ class MpiCollectives : public Collectives {
     at::Tensor out = root ? at::empty_like(send) : input.clone();
     Check(MPI_Reduce(send.data_ptr(), root ? out.data_ptr() : nullptr, Count(send.numel()),
                      NativeType(input.scalar_type()), NativeOp(input.scalar_type(), op), static_cast<int>(dst),
-                     Comm(call)),
+                     MpiComm(call)),
           "MPI_Reduce");
     if (root && op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
@@ -176,7 +165,7 @@ class MpiCollectives : public Collectives {
     at::Tensor send = StackPieces(input, n, split_dim);
     at::Tensor recv = at::empty_like(send);
     const int piece = Count(Bytes(send) / n);
-    Check(MPI_Alltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE, Comm(call)),
+    Check(MPI_Alltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE, MpiComm(call)),
           "MPI_Alltoall");
     return at::cat(recv.unbind(0), concat_dim);
   }
@@ -190,7 +179,7 @@ class MpiCollectives : public Collectives {
     for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
     const std::vector<int64_t>& mine = input_splits.at(rank());
     std::vector<int64_t> theirs(n);
-    Check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, Comm(call)), "MPI_Alltoall");
+    Check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call)), "MPI_Alltoall");
     auto expected = output_splits.find(rank());
     if (expected != output_splits.end() && expected->second != theirs) {
       MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ", IntListToString(expected->second),
@@ -210,7 +199,7 @@ class MpiCollectives : public Collectives {
     shape[0] = std::accumulate(theirs.begin(), theirs.end(), int64_t{0});
     at::Tensor out = at::empty(shape, x.options());
     Check(MPI_Alltoallv(x.data_ptr(), send_counts.data(), send_displs.data(), MPI_BYTE, out.data_ptr(),
-                        recv_counts.data(), recv_displs.data(), MPI_BYTE, Comm(call)),
+                        recv_counts.data(), recv_displs.data(), MPI_BYTE, MpiComm(call)),
           "MPI_Alltoallv");
     return out;
   }
@@ -218,7 +207,7 @@ class MpiCollectives : public Collectives {
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
     if (GroupSize(call) <= 1) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    Check(MPI_Bcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), Comm(call)), "MPI_Bcast");
+    Check(MPI_Bcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), MpiComm(call)), "MPI_Bcast");
     return out;
   }
 
@@ -230,7 +219,7 @@ class MpiCollectives : public Collectives {
     at::Tensor out = at::empty(shape, input.options());
     at::Tensor send = Position(call) == src ? StackPieces(input, n, dim) : at::Tensor();
     Check(MPI_Scatter(send.defined() ? send.data_ptr() : nullptr, Count(Bytes(out)), MPI_BYTE, out.data_ptr(),
-                      Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), Comm(call)),
+                      Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), MpiComm(call)),
           "MPI_Scatter");
     return out;
   }
@@ -277,16 +266,10 @@ class MpiCollectives : public Collectives {
   }
 
   void DoBarrier(const CallInfo& call) override {
-    if (GroupSize(call) > 1) Check(MPI_Barrier(Comm(call)), "MPI_Barrier");
+    if (GroupSize(call) > 1) Check(MPI_Barrier(MpiComm(call)), "MPI_Barrier");
   }
 
  private:
-  static int64_t GroupSize(const CallInfo& call) {
-    const auto* g = MpiWorld::GroupOf(call);
-    return g ? static_cast<int64_t>(g->size()) : 0;
-  }
-  static int64_t Position(const CallInfo& call) { return call.position[0]; }
-  static MPI_Comm Comm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
 
   // Reductions in group-rank order (the simulation's ReduceInOrder) where MPI's op is not exact and
   // order-independent, and on every rank while a wrong-op fault is armed (so one rank can reduce differently
@@ -308,7 +291,7 @@ class MpiCollectives : public Collectives {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.insert(shape.begin(), GroupSize(call));
     at::Tensor out = at::empty(shape, x.options());
-    Check(MPI_Allgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)), MPI_BYTE, Comm(call)),
+    Check(MPI_Allgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)), MPI_BYTE, MpiComm(call)),
           "MPI_Allgather");
     return out;
   }
@@ -323,12 +306,10 @@ class MpiCollectives : public Collectives {
       out = at::empty(shape, x.options());
     }
     Check(MPI_Gather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.defined() ? out.data_ptr() : nullptr,
-                     Count(Bytes(x)), MPI_BYTE, static_cast<int>(root), Comm(call)),
+                     Count(Bytes(x)), MPI_BYTE, static_cast<int>(root), MpiComm(call)),
           "MPI_Gather");
     return out;
   }
-
-  RealBackendOptions options_;
 };
 
 }  // namespace

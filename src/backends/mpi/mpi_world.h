@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/backends/real_backend.h"
 #include "dtsim/collectives.h"
 
 namespace dtsim::internal {
@@ -84,5 +85,36 @@ class MpiWorld {
 
 // The exit code of a real run that was ended because ranks disagreed or got stuck.
 inline constexpr int kRealRunFailedExitCode = 4;
+
+// The part of a backend whose processes come from mpirun (MPI, and NCCL bootstrapped over MPI): rank and world from
+// MpiWorld, the agreement check and drop-rank faults through it, the job ended with MPI_Abort, and the per-call
+// group helpers. The concrete backend adds the data movement (the Do* hooks).
+class MpiLaunchedCollectives : public Collectives {
+ public:
+  MpiLaunchedCollectives(std::string backend, const RealBackendOptions& options)
+      : Collectives(std::move(backend), MpiWorld::Get().size(), MpiWorld::Get().rank()), options_(options) {}
+
+  [[noreturn]] void EndJob(const std::string& message, int code, bool print) override {
+    MpiWorld::Get().Abort(message, code, print);
+  }
+
+ protected:
+  void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
+    MpiWorld::Get().AgreeOnCall(call, fingerprint, options_.timeout_s);
+  }
+  void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
+    MpiWorld::Get().WaitAfterSkipping(fingerprint, call.sequence, options_.timeout_s);
+  }
+
+  // The size of this rank's group in `call` (0 where it takes no part), its place in it, and its communicator.
+  static int64_t GroupSize(const CallInfo& call) {
+    const auto* g = MpiWorld::GroupOf(call);
+    return g ? static_cast<int64_t>(g->size()) : 0;
+  }
+  static int64_t Position(const CallInfo& call) { return call.position[0]; }
+  static MPI_Comm MpiComm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
+
+  const RealBackendOptions options_;
+};
 
 }  // namespace dtsim::internal

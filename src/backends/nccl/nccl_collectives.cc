@@ -19,6 +19,7 @@
 namespace dtsim {
 namespace {
 
+using internal::MpiLaunchedCollectives;
 using internal::MpiWorld;
 
 int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
@@ -57,10 +58,9 @@ std::optional<ncclRedOp_t> NativeOp(at::ScalarType t, ReduceOp op) {
 
 at::Tensor StackPieces(const at::Tensor& x, int64_t n, int64_t dim) { return at::stack(x.chunk(n, dim), 0).contiguous(); }
 
-class NcclCollectives : public Collectives {
+class NcclCollectives : public MpiLaunchedCollectives {
  public:
-  explicit NcclCollectives(const RealBackendOptions& options)
-      : Collectives("nccl", MpiWorld::Get().size(), MpiWorld::Get().rank()), options_(options) {
+  explicit NcclCollectives(const RealBackendOptions& options) : MpiLaunchedCollectives("nccl", options) {
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0) {
@@ -74,18 +74,7 @@ class NcclCollectives : public Collectives {
     CudaCheck(cudaStreamCreate(&stream_), "cudaStreamCreate");
   }
 
-  [[noreturn]] void EndJob(const std::string& message, int code, bool print) override {
-    MpiWorld::Get().Abort(message, code, print);
-  }
-
  protected:
-  void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
-    MpiWorld::Get().AgreeOnCall(call, fingerprint, options_.timeout_s);
-  }
-
-  void SkipCall(const CallInfo& call, const std::string& fingerprint) override {
-    MpiWorld::Get().WaitAfterSkipping(fingerprint, call.sequence, options_.timeout_s);
-  }
 
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
@@ -281,12 +270,6 @@ class NcclCollectives : public Collectives {
   }
 
  private:
-  static int64_t GroupSize(const CallInfo& call) {
-    const auto* g = MpiWorld::GroupOf(call);
-    return g ? static_cast<int64_t>(g->size()) : 0;
-  }
-  static int64_t Position(const CallInfo& call) { return call.position[0]; }
-  static MPI_Comm MpiComm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
 
   bool Ordered(const at::Tensor& x, ReduceOp op) const {
     return !NativeOp(x.scalar_type(), op) || fault().kind == FaultSpec::Kind::kWrongOp;
@@ -379,7 +362,6 @@ class NcclCollectives : public Collectives {
     }
   }
 
-  RealBackendOptions options_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   void* device_buffers_[2] = {nullptr, nullptr};
