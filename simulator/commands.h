@@ -26,6 +26,9 @@ int RunTraceDiff(const Args& args);
 // dtsim compare: a redistribution simulated and on real ranks (launched with mpirun), diffed.
 int RunCompare(const Args& args);
 
+// dtsim op: one ATen op on DTensors: the sharding strategy chosen, implicit redistributions, outputs, verdict.
+int RunOp(const Args& args);
+
 // dtsim export: a trace as Chrome / Perfetto trace-event JSON.
 int RunExport(const Args& args);
 

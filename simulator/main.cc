@@ -35,6 +35,7 @@ const std::map<std::string, Command>& Commands() {
       {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
       {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
       {"compare", {&dtsim::cli::RunCompare, "run a redistribution simulated and on real ranks (mpirun), diff them"}},
+      {"op", {&dtsim::cli::RunOp, "run one ATen op on DTensors: the strategy chosen, implicit redistributions"}},
       {"export", {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
   };
   return commands;

@@ -38,8 +38,12 @@ at::Tensor ArangeGlobal(const DTensorSpec& spec) {
 }
 
 DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives) {
+  return MakeSourceFromGlobal(spec, ArangeGlobal(spec), std::move(collectives));
+}
+
+DTensor MakeSourceFromGlobal(const DTensorSpec& spec, const at::Tensor& global,
+                             std::shared_ptr<Collectives> collectives) {
   if (!collectives) collectives = MakeLocalCollectives();
-  const at::Tensor global = ArangeGlobal(spec);
   const std::vector<int64_t> partial_dims = PartialDims(spec);
   if (partial_dims.empty()) return DistributeTensor(global, spec.mesh(), spec.placements(), 0, collectives);
   Placements as_replicate = spec.placements();
@@ -53,8 +57,9 @@ DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> c
   return DTensor::FromLocal(local, spec.mesh(), spec.placements(), spec.shape(), std::nullopt, std::move(collectives));
 }
 
-at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec) {
-  const at::Tensor global = ArangeGlobal(spec);
+at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec) { return ExpectedGlobalOf(spec, ArangeGlobal(spec)); }
+
+at::Tensor ExpectedGlobalOf(const DTensorSpec& spec, const at::Tensor& global) {
   const std::vector<int64_t> partial_dims = PartialDims(spec);
   if (partial_dims.empty()) return global;
   std::map<std::vector<int64_t>, at::Tensor> values;

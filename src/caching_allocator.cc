@@ -40,6 +40,10 @@ class CachingCpuAllocator final : public c10::Allocator {
 
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 
+  // Kernels that take scratch memory with raw_allocate (gelu's vectorised path, for one) free it through this:
+  // a cached block goes back to the cache, a small one to the default allocator it came from.
+  c10::DeleterFnPtr raw_deleter() const override { return &RawRelease; }
+
   CachingAllocatorStats Stats() {
     std::lock_guard<std::mutex> lock(mu_);
     return {hits_, misses_, cached_};
@@ -54,6 +58,13 @@ class CachingCpuAllocator final : public c10::Allocator {
 
  private:
   static void Release(void* p);
+  static void RawRelease(void* p);
+
+  // True if `p` is a block this allocator handed out (not a small one of the fallback).
+  bool IsLive(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(p) != 0;
+  }
 
   void GiveLive(void* p) {
     size_t size = 0;
@@ -124,6 +135,14 @@ CachingCpuAllocator* g_allocator = nullptr;  // never destroyed: tensors may out
 std::once_flag g_once;
 
 void CachingCpuAllocator::Release(void* p) { g_allocator->GiveLive(p); }
+
+void CachingCpuAllocator::RawRelease(void* p) {
+  if (g_allocator->IsLive(p)) {
+    g_allocator->GiveLive(p);
+  } else {
+    g_allocator->fallback_->raw_deleter()(p);
+  }
+}
 
 }  // namespace
 

@@ -22,6 +22,13 @@ at::Tensor ArangeGlobal(const DTensorSpec& spec);
 // on `collectives` (default: a fresh simulated world); on a real backend every rank builds only its own shard.
 DTensor MakeArangeSource(const DTensorSpec& spec, std::shared_ptr<Collectives> collectives = nullptr);
 
+// The same construction from any global tensor of the spec's shape and dtype (`dtsim op` uses
+// ((arange(numel) + 3k) mod 7) - 3 for tensor argument k).
+DTensor MakeSourceFromGlobal(const DTensorSpec& spec, const at::Tensor& global,
+                             std::shared_ptr<Collectives> collectives = nullptr);
+// The tensor a source made by MakeSourceFromGlobal(spec, global) stands for (the reduction of its Partials).
+at::Tensor ExpectedGlobalOf(const DTensorSpec& spec, const at::Tensor& global);
+
 // The global tensor the source of `spec` stands for, computed from the arange tensor alone (no collectives): the
 // reduction over the Partial mesh dims of the scaled copies.
 at::Tensor ExpectedArangeGlobal(const DTensorSpec& spec);

@@ -1,0 +1,448 @@
+// dtsim op: runs one ATen op on DTensors of the simulated world and explains what sharding propagation did.
+//
+//   dtsim op mm --mesh 2x4 --names dp,tp --arg 8x16:S(0),R --arg 16x12:R,S(1) [--dtype float32] [--json] [--values]
+//   dtsim op --batch FILE|-     one JSON case per line in, one JSON answer per line out
+//
+// Tensor argument k holds the global values ((arange(numel) + 3k) mod 7) - 3 in the case's dtype, distributed
+// with its placements (Partial placements as the arange cases of `dtsim redistribute` build them: each rank's part
+// of the global tensor times the product of (1 + its coordinate) over the Partial mesh dims). The answer names the
+// chosen strategy and why, every implicit redistribution with its plan, the collectives that ran, the outputs'
+// placements and shards, and a verdict: the outputs against the same op on the global (unsharded) tensors.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <boost/program_options.hpp>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "dtsim/arange_case.h"
+#include "dtsim/aten_dtype.h"
+#include "dtsim/backends/local_collectives.h"
+#include "dtsim/error.h"
+#include "dtsim/local_tensor.h"
+#include "dtsim/ops/dtensor_tensor.h"
+#include "tensor_report.h"
+
+namespace dtsim::cli {
+namespace {
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+// The values of tensor argument k: ((arange(numel) + 3k) mod 7) - 3 (bool: odd of that).
+at::Tensor OpArgGlobal(const DTensorSpec& spec, int64_t k) {
+  at::Tensor t = at::arange(spec.numel(), at::kLong).add(3 * k).remainder(7).sub(3);
+  if (spec.dtype() == DType::kBool) return t.remainder(2).to(at::kBool).reshape(spec.shape());
+  return t.to(ToScalarType(spec.dtype())).reshape(spec.shape());
+}
+
+const c10::OperatorHandle& FindOp(const std::string& text) {
+  const size_t dot = text.find('.');
+  std::string name = text.substr(0, dot);
+  std::string overload = dot == std::string::npos ? "" : text.substr(dot + 1);
+  if (overload == "default") overload = "";
+  if (name.find("::") == std::string::npos) name = "aten::" + name;
+  static std::map<std::string, c10::OperatorHandle> found;
+  auto key = name + "." + overload;
+  auto it = found.find(key);
+  if (it != found.end()) return it->second;
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle) {
+    throw InputError("op", StrCat("'", text, "' is no ATen operator (give a name with an optional overload, e.g. mm, ",
+                                  "add.Tensor, sum.dim_IntList)"));
+  }
+  return found.emplace(key, *handle).first->second;
+}
+
+struct TensorArg {
+  DTensorSpec spec;
+  at::Tensor global;    // the values the DTensor stands for (Partials reduced)
+};
+
+// Builds the IValue of one argument from JSON, by the schema's type. Tensor arguments are DTensors on `coll`.
+c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& mesh, DType dtype,
+                     const std::shared_ptr<Collectives>& coll, std::vector<TensorArg>& tensors, bool meta,
+                     const std::string& field) {
+  const c10::TypePtr& type = arg.real_type();
+  auto tensor = [&](const json& t) -> at::Tensor {
+    if (!t.is_object() || !t.contains("shape") || !t.contains("placements")) {
+      throw InputError(field, StrCat("argument '", arg.name(), "' is a tensor: give {\"shape\": [...], ",
+                                     "\"placements\": \"...\"}"));
+    }
+    const std::vector<int64_t> shape = IntsFromJson(t.at("shape"), field + ".shape");
+    if (!t.at("placements").is_string()) throw InputError(field, "placements must be a string such as \"S(0),R\"");
+    const DTensorSpec spec = DTensorSpec::Create(mesh, ParsePlacements(t.at("placements").get<std::string>(),
+                                                                       field + ".placements"),
+                                                 shape, dtype);
+    const at::Tensor global = OpArgGlobal(spec, static_cast<int64_t>(tensors.size()));
+    DTensor dt = MakeSourceFromGlobal(spec, global, coll);
+    (void)meta;
+    tensors.push_back({spec, ExpectedGlobalOf(spec, global)});
+    return ops::AsTensor(dt);
+  };
+  const c10::TypeKind kind = type->kind();
+  if (j.is_null()) {
+    if (kind != c10::TypeKind::OptionalType) {
+      throw InputError(field, StrCat("argument '", arg.name(), "' of type ", type->str(), " cannot be null"));
+    }
+    return c10::IValue();
+  }
+  c10::TypePtr inner = type;
+  if (kind == c10::TypeKind::OptionalType) inner = type->castRaw<c10::OptionalType>()->getElementType();
+  switch (inner->kind()) {
+    case c10::TypeKind::TensorType:
+      return tensor(j);
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      if (!j.is_number_integer()) throw InputError(field, StrCat("argument '", arg.name(), "' must be an int"));
+      return j.get<int64_t>();
+    case c10::TypeKind::FloatType:
+      if (!j.is_number()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a number"));
+      return j.get<double>();
+    case c10::TypeKind::BoolType:
+      if (!j.is_boolean()) throw InputError(field, StrCat("argument '", arg.name(), "' must be true or false"));
+      return j.get<bool>();
+    case c10::TypeKind::NumberType:
+      if (j.is_boolean()) return c10::Scalar(j.get<bool>());
+      if (j.is_number_integer()) return c10::Scalar(j.get<int64_t>());
+      if (j.is_number()) return c10::Scalar(j.get<double>());
+      throw InputError(field, StrCat("argument '", arg.name(), "' must be a number"));
+    case c10::TypeKind::StringType:
+      if (!j.is_string()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a string"));
+      return j.get<std::string>();
+    case c10::TypeKind::ListType: {
+      const c10::TypePtr elem = inner->castRaw<c10::ListType>()->getElementType();
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        if (!j.is_array()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of tensors"));
+        std::vector<at::Tensor> list;
+        for (const json& t : j) list.push_back(tensor(t));
+        return list;
+      }
+      if (elem->kind() == c10::TypeKind::IntType || elem->kind() == c10::TypeKind::SymIntType) {
+        if (j.is_number_integer()) return std::vector<int64_t>{j.get<int64_t>()};
+        return IntsFromJson(j, field);
+      }
+      if (elem->kind() == c10::TypeKind::BoolType && j.is_array()) {
+        c10::List<bool> list;
+        for (const json& b : j) {
+          if (!b.is_boolean()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of bools"));
+          list.push_back(b.get<bool>());
+        }
+        return list;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw InputError(field, StrCat("argument '", arg.name(), "' of type ", type->str(),
+                                 " cannot be given on the command line (only null)"));
+}
+
+struct Counter : CollectiveObserver {
+  std::map<std::string, int64_t> counts;
+  void OnCollective(const CollectiveRecord& r) override { ++counts[std::string(ToString(r.kind))]; }
+};
+
+struct Recorder : ops::OpObserver {
+  std::vector<ops::OpEvent> events;
+  void OnOp(const ops::OpEvent& e) override { events.push_back(e); }
+};
+
+struct OpCase {
+  std::string op;
+  DeviceMesh mesh = DeviceMesh::Create({1});
+  DType dtype = DType::kFloat32;
+  json args = json::array();
+  bool values = false;
+};
+
+// Runs one case; the answer in the batch format plus the text explanation.
+json RunOpCase(const OpCase& c, std::string* text) {
+  const c10::OperatorHandle& handle = FindOp(c.op);
+  const c10::FunctionSchema& schema = handle.schema();
+  std::shared_ptr<Collectives> coll = MakeLocalCollectives();
+  std::vector<TensorArg> tensors;
+  torch::jit::Stack stack;
+  const auto& schema_args = schema.arguments();
+  if (c.args.size() > schema_args.size()) {
+    throw InputError("args", StrCat(c.args.size(), " arguments for ", schema, " which takes ", schema_args.size()));
+  }
+  for (size_t i = 0; i < schema_args.size(); ++i) {
+    if (i < c.args.size()) {
+      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, false,
+                               StrCat("args[", i, "]")));
+    } else if (schema_args[i].default_value()) {
+      stack.push_back(*schema_args[i].default_value());
+    } else {
+      throw InputError("args", StrCat("argument '", schema_args[i].name(), "' of ", schema, " is required"));
+    }
+  }
+  if (tensors.empty()) throw InputError("args", "give at least one tensor argument");
+  // The expected outputs: the op on the global tensors.
+  torch::jit::Stack global_stack = stack;
+  {
+    size_t k = 0;
+    for (c10::IValue& v : global_stack) {
+      if (v.isTensor() && ops::IsDTensor(v.toTensor())) {
+        v = tensors[k++].global.clone();
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> list;
+        for (size_t e = 0; e < v.toTensorList().size(); ++e) list.push_back(tensors[k++].global.clone());
+        v = list;
+      }
+    }
+  }
+  Counter counter;
+  Recorder recorder;
+  coll->SetObserver(&counter);
+  ops::OpObserver* previous = ops::SetOpObserver(&recorder);
+  try {
+    handle.callBoxed(&stack);
+  } catch (const c10::Error& e) {
+    // The op itself refuses these inputs (as it would on plain tensors): bad input, not a dtsim bug.
+    ops::SetOpObserver(previous);
+    coll->SetObserver(nullptr);
+    std::string what = e.what_without_backtrace();
+    throw InputError("op", StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n'))));
+  } catch (...) {
+    ops::SetOpObserver(previous);
+    coll->SetObserver(nullptr);
+    throw;
+  }
+  ops::SetOpObserver(previous);
+  coll->SetObserver(nullptr);
+  handle.callBoxed(&global_stack);
+  DTSIM_CHECK(!recorder.events.empty(), c.op, ": no op event recorded");
+  const ops::OpEvent& ev = recorder.events.back();
+
+  json answer;
+  answer["op"] = c.op;
+  answer["strategy"] = ev.decision.ToString();
+  answer["reason"] = ev.decision.reason;
+  answer["cost_us"] = ev.decision.cost;
+  json redistributes = json::array();
+  for (const ops::OpRedistribution& r : ev.redistributions) {
+    json steps = json::array();
+    for (const PlanStep& s : r.plan.steps) steps.push_back(ToJson(s, r.plan.mesh_dim_labels));
+    redistributes.push_back({{"arg", r.input}, {"from", ToString(r.from)}, {"to", ToString(r.to)}, {"plan", steps}});
+  }
+  answer["redistributes"] = redistributes;
+  json counts = json::object();
+  for (const char* k : {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"}) counts[k] = 0;
+  for (const auto& [k, n] : counter.counts) counts[k] = n;
+  answer["collective_counts"] = counts;
+  json outputs = json::array();
+  bool ok = true;
+  std::vector<std::string> mismatches;
+  size_t out_index = 0;
+  auto add_output = [&](const at::Tensor& t, const at::Tensor& expected) {
+    if (!t.defined()) {
+      outputs.push_back(nullptr);
+      return;
+    }
+    const DTensor dt = ops::GetDTensor(t);
+    json o;
+    o["shape"] = dt.shape();
+    o["placements"] = ToString(dt.placements());
+    json ranks = json::array();
+    for (int64_t r : coll->HeldRanks(dt.to_local())) {
+      const at::Tensor shard = coll->Shard(dt.to_local(), r);
+      json jr = {{"rank", r}, {"local_shape", shard.sizes().vec()}};
+      if (c.values) jr["values"] = ValuesToJson(shard);
+      ranks.push_back(jr);
+    }
+    o["ranks"] = ranks;
+    outputs.push_back(o);
+    // Verdict: the gathered output against the unsharded result.
+    at::Tensor full = dt.FullTensor();
+    bool same;
+    if (at::isFloatingType(full.scalar_type())) {
+      const double tol = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? 1e-4 : 2e-2;
+      same = full.sizes() == expected.sizes() &&
+             at::allclose(full.to(at::kDouble), expected.to(at::kDouble), tol, tol, /*equal_nan=*/true);
+    } else {
+      same = full.sizes() == expected.sizes() && at::equal(full, expected);
+    }
+    if (!same) {
+      ok = false;
+      mismatches.push_back(StrCat("output ", out_index));
+    }
+    ++out_index;
+  };
+  for (size_t r = 0; r < stack.size(); ++r) {
+    const c10::IValue& v = stack[r];
+    if (v.isTensor()) {
+      add_output(v.toTensor(), global_stack[r].toTensor());
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      const auto expected = global_stack[r].toTensorList();
+      for (size_t e = 0; e < list.size(); ++e) add_output(list[e], expected[e]);
+    }
+  }
+  answer["outputs"] = outputs;
+  answer["verdict"] = ok ? "OK" : "MISMATCH";
+
+  if (text != nullptr) {
+    std::ostringstream out;
+    out << "aten." << c.op << " on " << c.mesh.ToString() << " " << ToString(c.dtype) << "\n";
+    for (size_t i = 0; i < ev.inputs.size(); ++i) {
+      out << "  input " << i << "  shape " << IntListToString(ev.inputs[i].shape) << "  "
+          << ToString(ev.input_placements[i]) << "\n";
+    }
+    out << "strategy: " << ev.decision.ToString() << "  (" << ev.decision.reason << ", cost "
+        << std::fixed << std::setprecision(2) << ev.decision.cost << " us)\n";
+    out << "candidates (" << ev.decision.candidates.size() << ", upstream's order; * = chosen):\n";
+    for (size_t s = 0; s < ev.decision.candidates.size(); ++s) {
+      const auto& cand = ev.decision.candidates[s];
+      std::ostringstream ins;
+      for (size_t i = 0; i < cand.candidate.inputs.size(); ++i) ins << (i ? ", " : "") << ToString(cand.candidate.inputs[i]);
+      std::ostringstream outs;
+      for (size_t i = 0; i < cand.candidate.outputs.size(); ++i) {
+        outs << (i ? ", " : "") << (cand.candidate.outputs[i] ? ToString(*cand.candidate.outputs[i]) : "None");
+      }
+      out << (s == ev.decision.chosen ? "  * " : "    ") << std::setw(10) << cand.cost << " us  " << ins.str()
+          << " -> " << outs.str() << "\n";
+    }
+    if (ev.redistributions.empty()) out << "implicit redistributions: none\n";
+    for (const ops::OpRedistribution& r : ev.redistributions) {
+      out << "implicit redistribution of input " << r.input << ": " << ToString(r.from) << " -> " << ToString(r.to)
+          << "\n";
+      for (const PlanStep& s : r.plan.steps) {
+        out << "    mesh dim " << c.mesh.DimLabel(s.mesh_dim) << ": " << s.from.ToString() << " -> "
+            << s.to.ToString() << "  " << ToString(s.collective);
+        if (s.communicates()) {
+          int64_t max_bytes = 0;
+          for (int64_t b : s.bytes_sent_per_rank) max_bytes = std::max(max_bytes, b);
+          out << "  groups " << s.groups.size() << " x " << (s.groups.empty() ? 0 : s.groups[0].size())
+              << "  bytes/rank <= " << max_bytes;
+        }
+        out << "\n";
+      }
+    }
+    out << "collectives:";
+    for (const auto& [k, n] : counts.items()) out << " " << k << " " << n.get<int64_t>();
+    out << "\n";
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (outputs[o].is_null()) continue;
+      out << "output " << o << ": shape " << outputs[o]["shape"].dump() << "  " << outputs[o]["placements"].get<std::string>()
+          << "\n";
+      for (const json& r : outputs[o]["ranks"]) {
+        out << "  rank " << std::setw(3) << r["rank"].get<int64_t>() << "  local_shape " << r["local_shape"].dump();
+        if (r.contains("values")) out << "  " << r["values"].dump();
+        out << "\n";
+      }
+    }
+    out << "verdict: " << (ok ? "OK — every output equals the op on the global tensors"
+                              : "MISMATCH — differs from the op on the global tensors: ")
+        << (ok ? "" : mismatches.front()) << "\n";
+    *text = out.str();
+  }
+  return answer;
+}
+
+OpCase CaseFromJson(const json& j) {
+  CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values"}, {"mesh", "op"});
+  OpCase c;
+  c.mesh = MeshFromJson(j);
+  c.op = StringFromJson(j, "op");
+  if (j.contains("args")) {
+    if (!j.at("args").is_array()) throw InputError("args", "must be a list of arguments in schema order");
+    c.args = j.at("args");
+  }
+  if (j.contains("dtype")) c.dtype = ParseDType(StringFromJson(j, "dtype"));
+  if (j.contains("values")) {
+    if (!j.at("values").is_boolean()) throw InputError("values", "must be true or false");
+    c.values = j.at("values").get<bool>();
+  }
+  return c;
+}
+
+// "8x16:S(0),R" is a tensor; anything else is JSON (3, 1.5, true, [0, 1], null, "tanh").
+json ArgFromText(const std::string& text, size_t index) {
+  const size_t colon = text.find(':');
+  if (colon != std::string::npos && text.find('{') == std::string::npos) {
+    std::string shape = text.substr(0, colon);
+    for (char& ch : shape) {
+      if (ch == 'x') ch = ',';
+    }
+    return {{"shape", shape.empty() ? std::vector<int64_t>{} : ParseIntList(shape, StrCat("arg ", index))},
+            {"placements", text.substr(colon + 1)}};
+  }
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    throw InputError("arg", StrCat("'", text, "' is neither a tensor (SHAPE:PLACEMENTS, e.g. 8x16:S(0),R) nor a ",
+                                   "JSON value (3, 1.5, true, [0, 1], null, \"tanh\")"));
+  }
+  return j;
+}
+
+}  // namespace
+
+json OpBatchCase(const json& j) { return RunOpCase(CaseFromJson(j), nullptr); }
+
+int RunOp(const Args& args) {
+  TensorOptions o;
+  std::string op, batch;
+  std::vector<std::string> arg_texts;
+  bool json_out = false, values = false, list = false;
+  po::options_description desc("dtsim op options");
+  desc.add_options()
+      ("help", "show this help")
+      ("op", po::value(&op), "ATen op with optional overload: mm, add.Tensor, sum.dim_IntList, _softmax")
+      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
+      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
+      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type of the tensor arguments")
+      ("arg", po::value(&arg_texts)->composing(),
+       "an argument in schema order (repeat): a tensor SHAPE:PLACEMENTS (8x16:S(0),R; 0-d: :R) or a JSON value")
+      ("json", po::bool_switch(&json_out), "print one JSON object (the batch answer format)")
+      ("values", po::bool_switch(&values), "include every rank's output values (row-major)")
+      ("batch", po::value(&batch), "JSON cases, one per line, from a file or - (stdin); JSON answers out")
+      ("list", po::bool_switch(&list), "list the ops that have a sharding strategy");
+  po::positional_options_description pos;
+  pos.add("op", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError("options", e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: dtsim op OP --mesh 2x4 [--names dp,tp] --arg 8x16:S(0),R --arg 16x12:R,S(1) [--dtype D] "
+                 "[--json] [--values]\n       dtsim op --batch FILE|-\n       dtsim op --list\n"
+              << desc;
+    return 0;
+  }
+  if (list) {
+    for (const std::string& name : ops::RegisteredOps()) std::cout << name << "\n";
+    return 0;
+  }
+  if (vm.count("batch")) {
+    RefuseOptionsWithBatch(vm, {"op", "mesh", "names", "arg", "json", "values"});
+    return RunJsonLines(batch, OpBatchCase);
+  }
+  if (op.empty()) throw InputError("op", "missing: give an ATen op such as mm or add.Tensor");
+  RequireOptions(vm, {"mesh"});
+  OpCase c;
+  c.mesh = DeviceMesh::Parse(o.mesh, o.names);
+  c.op = op;
+  c.dtype = ParseDType(o.dtype);
+  c.values = values;
+  for (size_t i = 0; i < arg_texts.size(); ++i) c.args.push_back(ArgFromText(arg_texts[i], i));
+  std::string text;
+  json answer = RunOpCase(c, json_out ? nullptr : &text);
+  if (json_out) {
+    std::cout << answer.dump() << "\n";
+  } else {
+    std::cout << text;
+  }
+  return answer["verdict"] == "OK" ? 0 : 1;
+}
+
+}  // namespace dtsim::cli

@@ -1,0 +1,572 @@
+// The DTensor wrapper tensor and its dispatcher kernel: unwrap, propagate, redistribute, run locally, wrap.
+#include "dtsim/ops/dtensor_tensor.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/TensorImpl.h>
+
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "dtsim/aten_dtype.h"
+#include "dtsim/error.h"
+#include "dtsim/local_tensor.h"
+#include "dtsim/redistribute.h"
+#include "dtsim/transition.h"
+
+namespace dtsim {
+namespace ops {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// The wrapper TensorImpl: global sizes and strides, no storage, the DTensor inside.
+
+constexpr c10::DispatchKeySet kDTensorKeys = c10::DispatchKeySet({c10::DispatchKey::PrivateUse2,
+                                                                  c10::DispatchKey::ADInplaceOrView,
+                                                                  c10::DispatchKey::AutogradPrivateUse2});
+
+c10::Device DeviceOf(const at::Tensor& local) {
+  if (IsLocalTensor(local)) return LocalShards(local).front().device();
+  return local.device();
+}
+
+class DTensorImpl final : public c10::TensorImpl {
+ public:
+  explicit DTensorImpl(DTensor dt)
+      : c10::TensorImpl(kDTensorKeys, at::scalarTypeToTypeMeta(ToScalarType(dt.spec().dtype())),
+                        DeviceOf(dt.to_local())),
+        dt_(std::move(dt)) {
+    set_storage_access_should_throw();
+    set_sizes_and_strides(dt_.shape(), dt_.stride());
+  }
+  const DTensor& dtensor() const { return dt_; }
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
+                                                              bool allow_tensor_metadata_change) const override {
+    auto impl = c10::make_intrusive<DTensorImpl>(dt_);
+    copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
+    return impl;
+  }
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
+                                                              bool allow_tensor_metadata_change) const override {
+    auto impl = c10::make_intrusive<DTensorImpl>(dt_);
+    copy_tensor_metadata(this, impl.get(), std::move(version_counter), allow_tensor_metadata_change);
+    return impl;
+  }
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override {
+    auto* other = dynamic_cast<DTensorImpl*>(impl.get());
+    DTSIM_CHECK(other != nullptr, "shallow_copy_from a non-DTensor into a DTensor");
+    copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
+    dt_ = other->dt_;
+  }
+
+ private:
+  const char* tensorimpl_type_name() const override { return "dtsim::DTensorImpl"; }
+  DTensor dt_;
+};
+
+DTensorImpl* FindImpl(const at::Tensor& t) {
+  if (!t.defined() || !t.key_set().has(c10::DispatchKey::PrivateUse2)) return nullptr;
+  return dynamic_cast<DTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+thread_local OpObserver* g_observer = nullptr;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The decision cache: (op, input specs, other arguments) → decision and output metadata, as upstream caches
+// propagation per OpSchema.
+
+struct CachedCall {
+  ShardingDecision decision;
+  std::vector<std::optional<TensorMeta>> outputs;
+};
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const CachedCall>> entries;
+};
+Cache& GetCache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+TensorMeta MetaOf(const at::Tensor& t) {
+  return TensorMeta{t.sizes().vec(), t.strides().vec(), t.scalar_type()};
+}
+
+// One tensor input of the call: a DTensor, or a 0-d plain tensor standing for a replicated scalar.
+struct Input {
+  at::Tensor wrapper;           // the argument as passed
+  std::optional<DTensor> dt;    // nullopt for a plain scalar tensor
+};
+
+void AppendInts(std::string& key, c10::IntArrayRef v) {
+  for (int64_t x : v) {
+    key += std::to_string(x);
+    key += ',';
+  }
+}
+
+std::string OpName(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+// Per-rank (simulated) or this rank's (real) integers as a SymInt.
+c10::SymInt PerRank(const DTensor& ref, const std::function<int64_t(int64_t)>& fn) {
+  Collectives& coll = ref.collectives();
+  const std::vector<int64_t> ranks = coll.HeldRanks(ref.to_local());
+  if (!coll.simulated()) return c10::SymInt(fn(ranks.front()));
+  std::vector<int64_t> values;
+  values.reserve(ranks.size());
+  for (int64_t r : ranks) values.push_back(fn(r));
+  return MakeLocalInt(ranks, std::move(values));
+}
+
+// The local sizes of a tensor of `shape` with `placements` on every held rank, as SymInts.
+std::vector<c10::SymInt> LocalSizes(const DTensor& ref, const std::vector<int64_t>& shape,
+                                    const Placements& placements) {
+  const DeviceMesh& mesh = ref.mesh();
+  MeshView view(mesh);
+  std::vector<std::vector<int64_t>> per_rank;
+  const std::vector<int64_t> ranks = ref.collectives().HeldRanks(ref.to_local());
+  for (int64_t r : ranks) per_rank.push_back(LocalShapeAt(shape, mesh.shape(), view.Coordinate(r), placements));
+  std::vector<c10::SymInt> out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    size_t i = 0;
+    std::unordered_map<int64_t, size_t> index;
+    for (size_t k = 0; k < ranks.size(); ++k) index[ranks[k]] = k;
+    out.push_back(PerRank(ref, [&](int64_t r) { return per_rank[index.at(r)][d]; }));
+    (void)i;
+  }
+  return out;
+}
+
+bool IsShapeArgOp(const std::string& name) {
+  static const char* kOps[] = {"aten::new_empty", "aten::new_full",  "aten::new_ones",   "aten::new_zeros",
+                               "aten::expand",    "aten::expand_copy", "aten::reshape",  "aten::view",
+                               "aten::view_copy", "aten::_unsafe_view", "aten::select_backward",
+                               "aten::slice_backward", "aten::new_empty_strided"};
+  for (const char* k : kOps) {
+    if (name == k) return true;
+  }
+  return false;
+}
+
+void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n_args = schema.arguments().size();
+  const size_t base = stack->size() - n_args;
+  const std::string name = OpName(op);
+  const std::string short_name = name.substr(name.find("::") + 2);
+
+  // 1. Classify the arguments.
+  OpCallInfo call;
+  call.schema = &schema;
+  call.name = name;
+  call.meta.assign(n_args, std::nullopt);
+  call.list_meta.assign(n_args, {});
+  std::vector<Input> inputs;
+  std::vector<size_t> input_arg;  // the argument each input comes from
+  std::optional<DTensor> ref;  // the first DTensor argument (a copy: `inputs` grows)
+  auto add_tensor = [&](const at::Tensor& t, size_t a, bool in_list) {
+    if (DTensorImpl* impl = FindImpl(t)) {
+      if (ref && impl->dtensor().mesh() != ref->mesh()) {
+        throw InputError(schema.arguments()[a].name(),
+                         StrCat("aten.", short_name, ": DTensor arguments on different meshes: ",
+                                ref->mesh().ToString(), " and ", impl->dtensor().mesh().ToString()));
+      }
+      inputs.push_back({t, impl->dtensor()});
+      if (!ref) ref = impl->dtensor();
+    } else if (t.dim() == 0 && !in_list) {
+      inputs.push_back({t, std::nullopt});
+    } else {
+      throw InputError(schema.arguments()[a].name(),
+                       StrCat("aten.", short_name, ": got mixed torch.Tensor and DTensor, need to convert all ",
+                              "torch.Tensor to DTensor before calling distributed operators! (argument '",
+                              schema.arguments()[a].name(), "' is a plain tensor of shape ",
+                              IntListToString(t.sizes().vec()), ")"));
+    }
+    input_arg.push_back(a);
+  };
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = (*stack)[base + a];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) continue;
+      add_tensor(t, a, false);
+      call.meta[a] = MetaOf(t);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        add_tensor(t, a, true);
+        call.list_meta[a].push_back(MetaOf(t));
+      }
+    } else if (v.isList() && schema.arguments()[a].real_type()->kind() == c10::TypeKind::ListType) {
+      // Tensor?[] (index): not supported by any strategy yet; refuse clearly if it holds DTensors.
+      for (const c10::IValue& e : v.toList()) {
+        if (e.isTensor() && FindImpl(e.toTensor())) {
+          throw InputError(schema.arguments()[a].name(),
+                           StrCat("aten.", short_name, ": optional-tensor list arguments are not supported"));
+        }
+      }
+    }
+  }
+  DTSIM_CHECK(ref.has_value(), "DTensor kernel reached without a DTensor argument: ", name);
+  const DeviceMesh mesh = ref->mesh();
+  call.mesh_shape = mesh.shape();
+  const std::shared_ptr<Collectives> collectives = ref->collectives_ptr();
+  std::vector<Placements> current;
+  for (const Input& in : inputs) {
+    current.push_back(in.dt ? in.dt->placements() : Placements(mesh.ndim(), Placement::Replicate()));
+    call.inputs.push_back(MetaOf(in.wrapper));
+  }
+  call.args.assign(stack->begin() + base, stack->end());
+
+  // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
+  std::string key = name;
+  key += '|';
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = (*stack)[base + a];
+    if (v.isTensor() || v.isTensorList()) {
+      auto add = [&](const at::Tensor& t) {
+        if (!t.defined()) {
+          key += "u;";
+          return;
+        }
+        key += c10::toString(t.scalar_type());
+        key += '[';
+        AppendInts(key, t.sizes());
+        key += '/';
+        AppendInts(key, t.strides());
+        if (DTensorImpl* impl = FindImpl(t)) key += ToString(impl->dtensor().placements());
+        key += "];";
+      };
+      if (v.isTensor()) {
+        add(v.toTensor());
+      } else {
+        for (const at::Tensor& t : v.toTensorList()) add(t);
+      }
+    } else {
+      std::ostringstream s;
+      s << v;
+      key += s.str();
+      key += ';';
+    }
+  }
+  std::shared_ptr<const CachedCall> cached;
+  bool cache_hit = false;
+  {
+    Cache& cache = GetCache();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end()) {
+      cached = it->second;
+      cache_hit = true;
+    }
+  }
+  if (!cached) {
+    if (FindStrategy(name) == nullptr) ThrowNoStrategy(name, current);
+    // Output metadata: the op on meta tensors of the global shapes.
+    torch::jit::Stack meta_stack(stack->begin() + base, stack->end());
+    auto to_meta = [](const at::Tensor& t) {
+      return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    };
+    for (size_t a = 0; a < n_args; ++a) {
+      c10::IValue& v = meta_stack[a];
+      if (v.isTensor() && v.toTensor().defined()) {
+        v = to_meta(v.toTensor());
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> list;
+        for (const at::Tensor& t : v.toTensorList()) list.push_back(to_meta(t));
+        v = c10::IValue(list);
+      }
+    }
+    torch::jit::Stack saved = meta_stack;
+    try {
+      op.callBoxed(&meta_stack);
+    } catch (const c10::Error& e) {
+      // No meta kernel (flip, roll, ...): the op on uninitialised CPU tensors of the global shapes instead, when
+      // they are small; upstream's fake tensors use Python meta functions that LibTorch does not have.
+      int64_t numel = 0;
+      for (const TensorMeta& m : call.inputs) {
+        int64_t n = 1;
+        for (int64_t d : m.shape) n *= d;
+        numel += n;
+      }
+      const bool meta_data = DeviceOf(ref->to_local()).is_meta();
+      if (meta_data || numel > (int64_t{1} << 24)) {
+        throw InputError("op", StrCat("aten.", short_name, ": ", e.what_without_backtrace()));
+      }
+      meta_stack = saved;
+      for (c10::IValue& v : meta_stack) {
+        if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_meta()) {
+          const at::Tensor& t = v.toTensor();
+          v = at::zeros_like(t, at::TensorOptions().device(at::kCPU));
+        } else if (v.isTensorList()) {
+          std::vector<at::Tensor> list;
+          for (const at::Tensor& t : v.toTensorList()) list.push_back(at::zeros_like(t, at::TensorOptions().device(at::kCPU)));
+          v = c10::IValue(list);
+        }
+      }
+      try {
+        op.callBoxed(&meta_stack);
+      } catch (const c10::Error& e2) {
+        throw InputError("op", StrCat("aten.", short_name, ": ", e2.what_without_backtrace()));
+      }
+    }
+    for (const c10::IValue& r : meta_stack) {
+      if (r.isTensor()) {
+        const at::Tensor& t = r.toTensor();
+        call.outputs.push_back(t.defined() ? std::optional<TensorMeta>(MetaOf(t)) : std::nullopt);
+      } else if (r.isTensorList()) {
+        for (const at::Tensor& t : r.toTensorList()) call.outputs.push_back(MetaOf(t));
+      }
+    }
+    // LibTorch's C++ meta kernel of native_layer_norm gives mean/rstd the input's sizes for an empty input; the CPU
+    // kernel and upstream's fake tensors give the normalised dims size 1.
+    if (name == "aten::native_layer_norm" && call.outputs.size() == 3 && call.outputs[1] && call.outputs[2]) {
+      const std::vector<int64_t>& in_shape = call.inputs[0].shape;
+      const int64_t axis = static_cast<int64_t>(in_shape.size()) - static_cast<int64_t>(call.IntList(1).size());
+      std::vector<int64_t> stats(in_shape.begin(), in_shape.begin() + std::max<int64_t>(axis, 0));
+      stats.resize(in_shape.size(), 1);
+      for (size_t o : {size_t{1}, size_t{2}}) {
+        TensorMeta& m = *call.outputs[o];
+        m.shape = stats;
+        m.stride.assign(stats.size(), 1);
+        for (int64_t d = static_cast<int64_t>(stats.size()) - 2; d >= 0; --d) {
+          m.stride[d] = m.stride[d + 1] * std::max<int64_t>(stats[d + 1], 1);
+        }
+      }
+    }
+    auto entry = std::make_shared<CachedCall>();
+    entry->decision = PropagateSharding(call, mesh, current);
+    entry->outputs = call.outputs;
+    // One output placement for several tensor outputs: every output gets it (upstream does the same).
+    if (entry->decision.output_placements.size() == 1 && entry->outputs.size() > 1) {
+      entry->decision.output_placements.resize(entry->outputs.size(), entry->decision.output_placements[0]);
+    }
+    cached = entry;
+    Cache& cache = GetCache();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.entries.emplace(key, cached);
+  }
+  const ShardingDecision& decision = cached->decision;
+
+  // 3. Redistribute the inputs that need it.
+  OpEvent event;
+  const bool observe = g_observer != nullptr;
+  std::vector<at::Tensor> locals(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Input& in = inputs[i];
+    const Placements& target = decision.input_placements[i];
+    if (!in.dt) {
+      if (target != current[i]) {
+        throw InputError("op", StrCat("aten.", short_name, ": a scalar tensor argument would need placements ",
+                                      ToString(target), "; make it a DTensor first"));
+      }
+      locals[i] = in.wrapper;
+      continue;
+    }
+    if (target == current[i]) {
+      locals[i] = in.dt->to_local();
+      continue;
+    }
+    if (call.inplace() && i == 0) {
+      throw InputError("op", StrCat("aten.", short_name, ": in-place operations that require placement changes ",
+                                    "are not supported (self is ", ToString(current[i]), ", the op needs ",
+                                    ToString(target), "); use the out-of-place op"));
+    }
+    // Everything but R -> P through the planner and the collectives, then R -> P locally (upstream's internal
+    // Replicate -> Partial: sum divides by the group size), which touches no other mesh dim.
+    DTensor dt = *in.dt;
+    Placements planned = target;
+    for (size_t m = 0; m < target.size(); ++m) {
+      if (current[i][m].is_replicate() && target[m].is_partial()) planned[m] = current[i][m];
+    }
+    OpRedistribution r;
+    r.input = i;
+    r.from = current[i];
+    r.to = target;
+    RedistributeOptions options;
+    options.plan_out = &r.plan;
+    if (dt.placements() != planned) dt = dt.Redistribute(mesh, planned, options);
+    if (planned != target) {
+      at::Tensor local = dt.to_local();
+      DTensorSpec spec = dt.spec();
+      for (size_t m = 0; m < target.size(); ++m) {
+        if (spec.placements()[m] == target[m]) continue;
+        const Transition t{static_cast<int64_t>(m), spec.placements()[m], target[m]};
+        local = ApplyTransition(local, spec, t, *collectives);
+        spec = SpecAfter(spec, t);
+      }
+      dt = MakeDTensor(spec, local, collectives, dt.stride());
+    }
+    locals[i] = dt.to_local();
+    if (observe) event.redistributions.push_back(std::move(r));
+  }
+
+  // 4. Run the op on the local data.
+  torch::jit::Stack local_stack(stack->begin() + base, stack->end());
+  {
+    size_t i = 0;
+    for (size_t a = 0; a < n_args; ++a) {
+      c10::IValue& v = local_stack[a];
+      if (v.isTensor()) {
+        if (v.toTensor().defined()) v = locals[i++];
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> list;
+        for (size_t k = 0; k < v.toTensorList().size(); ++k) list.push_back(locals[i++]);
+        v = c10::IValue(list);
+      }
+    }
+  }
+  const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
+  // Shape arguments are global: give each rank its local output shape (upstream's op_to_shape_and_stride_idx).
+  if (IsShapeArgOp(name) && !decision.output_placements.empty() && decision.output_placements[0] && out_meta[0]) {
+    const Placements& p = *decision.output_placements[0];
+    if (std::any_of(p.begin(), p.end(), [](const Placement& x) { return x.is_shard_like(); })) {
+      const DTensor& any = *ref;
+      local_stack[1] = c10::IValue(LocalSizes(any, out_meta[0]->shape, p));
+      if (name == "aten::new_empty_strided") {
+        throw InputError("op", "aten.new_empty_strided on a sharded output is not supported yet");
+      }
+    }
+  }
+  if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
+    // Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze rewrite).
+    const auto& shape = inputs[0].dt->shape();
+    std::vector<int64_t> dims;
+    std::vector<int64_t> asked;
+    if (n_args == 1) {
+      for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) asked.push_back(d);
+    } else {
+      asked = call.IntList(1);
+    }
+    for (int64_t d : asked) {
+      const int64_t nd = NormalizeDim(d, static_cast<int64_t>(shape.size()));
+      if (nd < static_cast<int64_t>(shape.size()) && shape[nd] == 1) dims.push_back(nd);
+    }
+    at::Tensor out = call.inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
+                                    : at::_ops::squeeze_dims::call(locals[0], dims);
+    local_stack.clear();
+    local_stack.emplace_back(out);
+  } else {
+    op.callBoxed(&local_stack);
+  }
+
+  // 5. Wrap the results.
+  std::vector<c10::IValue> results;
+  size_t k = 0;
+  auto wrap = [&](const at::Tensor& local, size_t out_index) -> at::Tensor {
+    if (!local.defined()) return local;
+    DTSIM_CHECK(out_index < out_meta.size() && out_meta[out_index] && out_index < decision.output_placements.size() &&
+                    decision.output_placements[out_index],
+                name, ": output ", out_index, " has no spec");
+    const TensorMeta& m = *out_meta[out_index];
+    DTensorSpec spec =
+        DTensorSpec::Create(mesh, *decision.output_placements[out_index], m.shape, FromScalarType(m.dtype));
+    if (observe) event.outputs.push_back(spec);
+    return AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride));
+  };
+  // In-place and out= ops return the mutated argument itself.
+  std::vector<size_t> mutated;
+  for (size_t a = 0; a < n_args; ++a) {
+    const auto* alias = schema.arguments()[a].alias_info();
+    if (alias != nullptr && alias->isWrite() && (*stack)[base + a].isTensor()) mutated.push_back(a);
+  }
+  for (size_t r = 0; r < local_stack.size(); ++r) {
+    const c10::IValue& v = local_stack[r];
+    if (v.isTensor()) {
+      const auto* alias = r < schema.returns().size() ? schema.returns()[r].alias_info() : nullptr;
+      if (alias != nullptr && alias->isWrite() && !mutated.empty()) {
+        // The returned tensor is the mutated argument: hand back its wrapper.
+        size_t which = std::min(r, mutated.size() - 1);
+        results.push_back((*stack)[base + mutated[which]]);
+        if (observe && FindImpl((*stack)[base + mutated[which]].toTensor())) {
+          event.outputs.push_back(GetDTensor((*stack)[base + mutated[which]].toTensor()).spec());
+        }
+        ++k;
+      } else {
+        results.push_back(wrap(v.toTensor(), k++));
+      }
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) list.push_back(wrap(t, k++));
+      results.emplace_back(list);
+    } else {
+      results.push_back(v);
+    }
+  }
+  torch::jit::drop(*stack, n_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+
+  if (observe) {
+    event.op = name;
+    event.inputs = call.inputs;
+    event.input_placements = current;
+    event.decision = decision;
+    event.cache_hit = cache_hit;
+    g_observer->OnOp(event);
+  }
+}
+
+struct Registration {
+  std::vector<c10::RegistrationHandleRAII> handles;
+};
+
+}  // namespace
+
+void EnsureDTensorDispatch() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static Registration* reg = new Registration();
+    auto& d = c10::Dispatcher::singleton();
+    reg->handles.push_back(d.registerFallback(c10::DispatchKey::PrivateUse2,
+                                              c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(),
+                                              "dtsim DTensor fallback"));
+    // Every op that does not decompose (no CompositeImplicitAutograd kernel) gets the kernel directly, so that
+    // CompositeExplicitAutograd kernels do not run on the wrapper; composite ops decompose first, as upstream's.
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      auto handle = d.findOp(name);
+      if (!handle || !handle->hasSchema()) continue;
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse2)) continue;
+      if (name.name.rfind("aten::", 0) != 0 && name.name.rfind("prims::", 0) != 0) continue;
+      reg->handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse2,
+                                            c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(),
+                                            std::nullopt, nullptr, "dtsim DTensor kernel"));
+    }
+  });
+}
+
+at::Tensor AsTensor(const DTensor& dt) {
+  EnsureDTensorDispatch();
+  return at::Tensor(c10::make_intrusive<DTensorImpl>(dt));
+}
+
+bool IsDTensor(const at::Tensor& t) { return FindImpl(t) != nullptr; }
+
+std::optional<DTensor> FindDTensor(const at::Tensor& t) {
+  if (DTensorImpl* impl = FindImpl(t)) return impl->dtensor();
+  return std::nullopt;
+}
+
+DTensor GetDTensor(const at::Tensor& t, const std::string& field) {
+  if (DTensorImpl* impl = FindImpl(t)) return impl->dtensor();
+  throw InputError(field, t.defined() ? "expected a DTensor, got a plain tensor" : "expected a DTensor, got none");
+}
+
+OpObserver* SetOpObserver(OpObserver* observer) {
+  OpObserver* previous = g_observer;
+  g_observer = observer;
+  return previous;
+}
+
+void ClearShardingCache() {
+  Cache& cache = GetCache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.entries.clear();
+}
+
+}  // namespace ops
+}  // namespace dtsim
