@@ -7,9 +7,11 @@
 //
 // The layer: y = x W^T with W of shape [16, 12] on a (dp=2, tp=4) mesh. W is stored FSDP x TP-sharded
 // [S(0), S(1)] (rows over dp, input features over tp); x [3, 12] has its features sharded over tp [R, S(1)].
-// Forward: FSDP gathers the weight over dp ([S(0), S(1)] -> [R, S(1)]), each rank multiplies its feature slices,
-// giving partial sums over tp ([R, P(sum)]), and an all-reduce over tp gives every rank y ([R, R]). The result is
-// checked against the global x W^T computed directly (integer-valued floats: exact).
+// Forward: FSDP gathers the weight over dp ([S(0), S(1)] -> [R, S(1)]); `at::matmul(x, w.t())` on the DTensors then
+// runs through dtsim's sharding propagation exactly as upstream's would: t() gives W^T as [R, S(0)], and mm of
+// [R, S(1)] x [R, S(0)] shards the contracting dim on tp, so every rank multiplies its feature slices with no
+// communication and the result is partial sums over tp ([R, P(sum)]); an all-reduce over tp gives every rank y
+// ([R, R]). The result is checked against the global x W^T computed directly (integer-valued floats: exact).
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -18,6 +20,7 @@
 
 #include "dtsim/backends/backends.h"
 #include "dtsim/dtensor.h"
+#include "dtsim/ops/dtensor_tensor.h"
 #include "dtsim/real_run.h"
 #include "dtsim/trace.h"
 #include "dtsim/trace_recorder.h"
@@ -47,10 +50,13 @@ int main(int argc, char** argv) {
   meta.command = "example tp_fsdp_linear";
   TracedRedistribution gathered = RedistributeWithTrace(w, ParsePlacements("R,S(1)"), meta);
 
-  // TP: each rank multiplies its feature slices — partial sums over tp.
-  at::Tensor y_local = at::matmul(xs.to_local(), gathered.result.to_local().t());
-  DTensor y_partial = DTensor::FromLocal(y_local, mesh, ParsePlacements("R,P(sum)"), std::vector<int64_t>{3, 16},
-                                         std::nullopt, comm);
+  // TP: matmul on the DTensors; sharding propagation keeps both operands in place and returns partial sums over tp.
+  const at::Tensor y_tensor = at::matmul(ops::AsTensor(xs), ops::AsTensor(gathered.result).t());
+  const DTensor y_partial = ops::GetDTensor(y_tensor);
+  if (ToString(y_partial.placements()) != "[R, P(sum)]") {
+    std::cerr << "tp_fsdp_linear: matmul gave " << ToString(y_partial.placements()) << ", expected [R, P(sum)]\n";
+    return 1;
+  }
   TracedRedistribution reduced = RedistributeWithTrace(y_partial, ParsePlacements("R,R"), meta);
 
   // Every rank now holds y; check it against x W^T computed directly.
