@@ -142,6 +142,36 @@ std::vector<c10::SymInt> LocalSizes(const DTensor& ref, const std::vector<int64_
   return out;
 }
 
+// Upstream's _MaskPartial lookup for a vocabulary-sharded embedding weight (placements with S(0) where the output
+// is P(sum)): every rank looks up the indices inside its rows [lo, hi) (shifted by lo), the others read row 0 and
+// their output rows are zeroed; the sum over the ranks is the embedding. nullopt when the weight is not sharded so.
+std::optional<at::Tensor> MaskedEmbedding(const DeviceMesh& mesh, Collectives& coll, const std::vector<int64_t>& shape,
+                                          const Placements& weight, const Placements& output,
+                                          const at::Tensor& weight_local, const at::Tensor& indices_local) {
+  bool masked = false;
+  for (size_t m = 0; m < weight.size(); ++m) {
+    masked = masked || (weight[m].is_shard_like() && weight[m].dim() == 0 && output[m].is_partial());
+  }
+  if (!masked) return std::nullopt;
+  const DTensorSpec spec = DTensorSpec::Create(mesh, weight, shape);
+  MeshView view(mesh);
+  return coll.MapShards(std::vector<at::Tensor>{weight_local, indices_local},
+                        [&](int64_t rank, const std::vector<at::Tensor>& s) {
+                          const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
+                          const int64_t lo = layout.global_offset[0];
+                          const int64_t hi = lo + layout.local_shape[0];
+                          if (hi == lo) {  // an empty shard of the vocabulary (uneven): contributes nothing
+                            std::vector<int64_t> sizes = s[1].sizes().vec();
+                            sizes.push_back(s[0].size(1));
+                            return at::zeros(sizes, s[0].options());
+                          }
+                          const at::Tensor outside = s[1].lt(lo).logical_or(s[1].ge(hi));
+                          const at::Tensor local_idx = (s[1] - lo).masked_fill(outside, 0);
+                          at::Tensor out = at::embedding(s[0], local_idx);
+                          return out.masked_fill(outside.unsqueeze(-1), 0);
+                        });
+}
+
 bool IsShapeArgOp(const std::string& name) {
   static const char* kOps[] = {"aten::new_empty", "aten::new_full",  "aten::new_ones",   "aten::new_zeros",
                                "aten::expand",    "aten::expand_copy", "aten::reshape",  "aten::view",
@@ -221,6 +251,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     call.inputs.push_back(MetaOf(in.wrapper));
   }
   call.args.assign(stack->begin() + base, stack->end());
+  call.current = current;
 
   // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
   std::string key = name;
@@ -432,7 +463,15 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       }
     }
   }
-  if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
+  std::optional<at::Tensor> masked;
+  if (name == "aten::embedding" && !decision.output_placements.empty() && decision.output_placements[0]) {
+    masked = MaskedEmbedding(mesh, *collectives, inputs[0].dt->shape(), decision.input_placements[0],
+                             *decision.output_placements[0], locals[0], locals[1]);
+  }
+  if (masked) {
+    local_stack.clear();
+    local_stack.emplace_back(*masked);
+  } else if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
     // Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze rewrite).
     const auto& shape = inputs[0].dt->shape();
     std::vector<int64_t> dims;
@@ -514,6 +553,22 @@ struct Registration {
   std::vector<c10::RegistrationHandleRAII> handles;
 };
 
+// reshape decomposes to _reshape_alias(size, stride) on a tensor that is no Python subclass; upstream's DTensor (a
+// subclass) gets view(size) instead. Both are the same view of a contiguous-enough tensor: run view.
+at::Tensor ReshapeAliasAsView(c10::DispatchKeySet, const at::Tensor& self, c10::SymIntArrayRef size,
+                              c10::SymIntArrayRef /*stride*/) {
+  return at::_ops::view::call(self, size);
+}
+
+// scaled_dot_product_attention on DTensors takes the math path (matmul, softmax, ...: every piece has a strategy
+// and autograd runs through it); the fused CPU kernel it would pick has no strategy (upstream decomposes it too).
+at::Tensor SdpaMath(c10::DispatchKeySet, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                    std::optional<double> scale, bool enable_gqa) {
+  return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, attn_mask, dropout_p, is_causal, std::nullopt,
+                                                            scale, enable_gqa));
+}
+
 }  // namespace
 
 void EnsureDTensorDispatch() {
@@ -526,6 +581,17 @@ void EnsureDTensorDispatch() {
                                               "dtsim DTensor fallback"));
     // Every op that does not decompose (no CompositeImplicitAutograd kernel) gets the kernel directly, so that
     // CompositeExplicitAutograd kernels do not run on the wrapper; composite ops decompose first, as upstream's.
+    // Redirects for DTensors only: autograd-level kernels, so the replacement decomposes and records autograd.
+    for (c10::DispatchKey key : {c10::DispatchKey::AutogradPrivateUse2}) {
+      reg->handles.push_back(d.registerImpl(
+          c10::OperatorName("aten::_reshape_alias", ""), key,
+          c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(ReshapeAliasAsView)), std::nullopt, nullptr,
+          "dtsim DTensor: _reshape_alias as view"));
+      reg->handles.push_back(d.registerImpl(
+          c10::OperatorName("aten::scaled_dot_product_attention", ""), key,
+          c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(SdpaMath)), std::nullopt, nullptr,
+          "dtsim DTensor: scaled_dot_product_attention by its math path"));
+    }
     for (const c10::OperatorName& name : d.getAllOpNames()) {
       auto handle = d.findOp(name);
       if (!handle || !handle->hasSchema()) continue;

@@ -86,6 +86,8 @@ struct OpCallInfo {
   // The tensor inputs in schema order (every Tensor / defined Tensor? argument, and Tensor[] elements in order):
   // rule entries after the outputs correspond to these.
   std::vector<TensorMeta> inputs;
+  // The current placements of each tensor input (OpCallInfo::inputs order), before any redistribution.
+  std::vector<Placements> current;
   // The sizes of the mesh the inputs live on (mean's even-shard check, nll_loss, softmax backward).
   std::vector<int64_t> mesh_shape;
   // Argument accessors by position (the value's default where not given): Int(1), IntList(1), Double(2), Bool(3).
