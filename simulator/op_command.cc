@@ -226,13 +226,26 @@ json RunOpCase(const OpCase& c, std::string* text) {
   answer["strategy"] = ev.decision.ToString();
   answer["reason"] = ev.decision.reason;
   answer["cost_us"] = ev.decision.cost;
+  // A composite op (matmul, linear, softmax.int, ...) decomposes before the DTensor kernel, as before upstream's
+  // __torch_dispatch__: every op it ran is listed, and the implicit redistributions of all of them.
+  const bool composite = recorder.events.size() > 1;
   json redistributes = json::array();
-  for (const ops::OpRedistribution& r : ev.redistributions) {
-    json steps = json::array();
-    for (const PlanStep& s : r.plan.steps) steps.push_back(ToJson(s, r.plan.mesh_dim_labels));
-    redistributes.push_back({{"arg", r.input}, {"from", ToString(r.from)}, {"to", ToString(r.to)}, {"plan", steps}});
+  json op_list = json::array();
+  for (const ops::OpEvent& e : recorder.events) {
+    json own = json::array();
+    for (const ops::OpRedistribution& r : e.redistributions) {
+      json steps = json::array();
+      for (const PlanStep& s : r.plan.steps) steps.push_back(ToJson(s, r.plan.mesh_dim_labels));
+      json entry = {{"arg", r.input}, {"from", ToString(r.from)}, {"to", ToString(r.to)}, {"plan", steps}};
+      own.push_back(entry);
+      if (composite) entry["op"] = e.op;
+      redistributes.push_back(entry);
+    }
+    op_list.push_back({{"op", e.op}, {"strategy", e.decision.ToString()}, {"reason", e.decision.reason},
+                       {"redistributes", own}});
   }
   answer["redistributes"] = redistributes;
+  if (composite) answer["ops"] = op_list;
   json counts = json::object();
   for (const char* k : {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"}) counts[k] = 0;
   for (const auto& [k, n] : counter.counts) counts[k] = n;
@@ -309,10 +322,23 @@ json RunOpCase(const OpCase& c, std::string* text) {
       out << (s == ev.decision.chosen ? "  * " : "    ") << std::setw(10) << cand.cost << " us  " << ins.str()
           << " -> " << outs.str() << "\n";
     }
-    if (ev.redistributions.empty()) out << "implicit redistributions: none\n";
-    for (const ops::OpRedistribution& r : ev.redistributions) {
-      out << "implicit redistribution of input " << r.input << ": " << ToString(r.from) << " -> " << ToString(r.to)
-          << "\n";
+    if (composite) {
+      out << "aten." << c.op << " decomposed into " << recorder.events.size()
+          << " ops before the DTensor dispatch (as upstream's); the last one is shown above:\n";
+      for (const ops::OpEvent& e : recorder.events) {
+        out << "  " << e.op.substr(e.op.find("::") + 2) << ": " << e.decision.ToString() << "  (" << e.decision.reason
+            << (e.redistributions.empty() ? "" : StrCat(", ", e.redistributions.size(), " implicit redistribution",
+                                                        e.redistributions.size() == 1 ? "" : "s"))
+            << ")\n";
+      }
+    }
+    size_t total = 0;
+    for (const ops::OpEvent& e : recorder.events) total += e.redistributions.size();
+    if (total == 0) out << "implicit redistributions: none\n";
+    for (const ops::OpEvent& e : recorder.events) for (const ops::OpRedistribution& r : e.redistributions) {
+      out << "implicit redistribution of input " << r.input
+          << (composite ? " of " + e.op.substr(e.op.find("::") + 2) : std::string()) << ": " << ToString(r.from)
+          << " -> " << ToString(r.to) << "\n";
       for (const PlanStep& s : r.plan.steps) {
         out << "    mesh dim " << c.mesh.DimLabel(s.mesh_dim) << ": " << s.from.ToString() << " -> "
             << s.to.ToString() << "  " << ToString(s.collective);
