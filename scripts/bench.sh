@@ -7,6 +7,8 @@
 #                                      fresh destination memory for both; all_gather_warm: with reused pages
 #   bench all_gather_peak_memory ratio <x>   peak resident memory growth of one all_gather / (inputs + outputs)
 #   bench redistribute_<case> ratio <x>      upstream DTensor.redistribute / dtsim's (bench/redistribute_cases.json)
+#   bench op_<family>_vs_upstream ratio <x>  upstream DTensor op under LocalTensorMode / dtsim's (8 ranks, bench/op_bench.cc)
+#   bench op_<family>_dispatch_overhead ratio <x>  the op on the local data alone / the DTensor op (1 = no overhead)
 #   bench mpi_overhead_<case> ratio <x>      raw MPI call time / dtsim's MPI collective, 8 ranks x 16 MiB (mpirun)
 # Issue 11 (world-size scaling and replicas; bench/scale_bench.cc, bench/upstream_memory_bench.py):
 #   bench meta_4096 ratio <x>          1 s / time of planning and simulating 16x16x16 ranks [S(0),S(1),R] -> [R,S(0),S(1)]
@@ -24,7 +26,7 @@
 # dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
 # the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim >&2
+configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim_op_bench dtsim >&2
 if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_mpi_bench:'; then
   configure_and_build --target dtsim_mpi_bench >&2
 fi
@@ -38,6 +40,9 @@ bench="$DTSIM_BUILD/bench/dtsim_bench"
 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \
   "$bench" --benchmark_filter='BM_PairedAllGather' --benchmark_out="$out/warm.json" --benchmark_out_format=json >&2
 "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_bench.py" > "$out/upstream.json"
+# Issue 15: one DTensor op per family (8 ranks, 16x16 shards), dtsim paired with the local op alone, and upstream.
+"$DTSIM_BUILD/bench/dtsim_op_bench" --benchmark_out="$out/ops.json" --benchmark_out_format=json >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_op_bench.py" > "$out/upstream_ops.json"
 # DTensor redistribute on the cases of bench/redistribute_cases.json, dtsim and upstream, twice: with the default
 # allocator, and with c10's transparent-huge-page allocation (THP_MEM_ALLOC_ENABLE=1, what the dtsim command line
 # uses) for both sides — the large cases are bound by first-touch page faults on their fresh outputs.
@@ -82,6 +87,13 @@ def load(name):
     return {b["name"].split("/")[0]: b for b in json.load(open(os.path.join(out, name)))["benchmarks"]}
 
 paired, warm, peak = load("paired.json"), load("warm.json"), load("peak.json")
+ops, up_ops = load("ops.json"), json.load(open(os.path.join(out, "upstream_ops.json")))
+for family in ("matrix", "pointwise", "math", "view"):
+    b = ops["BM_Op" + family.capitalize()]
+    print(f"bench op_{family}_vs_upstream ratio {up_ops[family + '_us'] / b['b_us']:.1f}   "
+          f"(upstream DTensor under LocalTensorMode {up_ops[family + '_us']:.0f} us, dtsim {b['b_us']:.1f} us)")
+    print(f"bench op_{family}_dispatch_overhead ratio {b['a_us'] / b['b_us']:.2f}   "
+          f"(the local op alone {b['a_us']:.1f} us, the DTensor op {b['b_us']:.1f} us)")
 up = json.load(open(os.path.join(out, "upstream.json")))
 for case, name in (("add", "BM_PairedAdd"), ("chain", "BM_PairedChain")):
     b = paired[name]

@@ -187,15 +187,21 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   const c10::FunctionSchema& schema = op.schema();
   const size_t n_args = schema.arguments().size();
   const size_t base = stack->size() - n_args;
-  const std::string name = OpName(op);
-  const std::string short_name = name.substr(name.find("::") + 2);
+  // The op's names, made once per operator.
+  thread_local std::unordered_map<const void*, std::pair<std::string, std::string>> names;
+  auto named = names.find(&schema);
+  if (named == names.end()) {
+    std::string full = OpName(op);
+    named = names.emplace(&schema, std::make_pair(full, full.substr(full.find("::") + 2))).first;
+  }
+  const std::string& name = named->second.first;
+  const std::string& short_name = named->second.second;
 
   // 1. Classify the arguments.
-  OpCallInfo call;
+  OpCallInfo call;  // name and schema always; the rest only when needed (fill_call below)
   call.schema = &schema;
   call.name = name;
-  call.meta.assign(n_args, std::nullopt);
-  call.list_meta.assign(n_args, {});
+  bool call_filled = false;
   std::vector<Input> inputs;
   std::vector<size_t> input_arg;  // the argument each input comes from
   std::optional<DTensor> ref;  // the first DTensor argument (a copy: `inputs` grows)
@@ -225,12 +231,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) continue;
       add_tensor(t, a, false);
-      call.meta[a] = MetaOf(t);
     } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        add_tensor(t, a, true);
-        call.list_meta[a].push_back(MetaOf(t));
-      }
+      for (const at::Tensor& t : v.toTensorList()) add_tensor(t, a, true);
     } else if (v.isList() && schema.arguments()[a].real_type()->kind() == c10::TypeKind::ListType) {
       // Tensor?[] (index): not supported by any strategy yet; refuse clearly if it holds DTensors.
       for (const c10::IValue& e : v.toList()) {
@@ -242,16 +244,31 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     }
   }
   DTSIM_CHECK(ref.has_value(), "DTensor kernel reached without a DTensor argument: ", name);
-  const DeviceMesh mesh = ref->mesh();
-  call.mesh_shape = mesh.shape();
+  const DeviceMesh& mesh = ref->mesh();
   const std::shared_ptr<Collectives> collectives = ref->collectives_ptr();
   std::vector<Placements> current;
+  current.reserve(inputs.size());
   for (const Input& in : inputs) {
     current.push_back(in.dt ? in.dt->placements() : Placements(mesh.ndim(), Placement::Replicate()));
-    call.inputs.push_back(MetaOf(in.wrapper));
   }
-  call.args.assign(stack->begin() + base, stack->end());
-  call.current = current;
+  auto fill_call = [&] {
+    if (call_filled) return;
+    call_filled = true;
+    call.meta.assign(n_args, std::nullopt);
+    call.list_meta.assign(n_args, {});
+    for (size_t a = 0; a < n_args; ++a) {
+      const c10::IValue& v = (*stack)[base + a];
+      if (v.isTensor() && v.toTensor().defined()) {
+        call.meta[a] = MetaOf(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) call.list_meta[a].push_back(MetaOf(t));
+      }
+    }
+    call.mesh_shape = mesh.shape();
+    for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper));
+    call.args.assign(stack->begin() + base, stack->end());
+    call.current = current;
+  };
 
   // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
   std::string key = name;
@@ -277,9 +294,19 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       } else {
         for (const at::Tensor& t : v.toTensorList()) add(t);
       }
+    } else if (v.isInt()) {
+      key += std::to_string(v.toInt());
+      key += ';';
+    } else if (v.isBool()) {
+      key += v.toBool() ? "T;" : "F;";
+    } else if (v.isNone()) {
+      key += "N;";
+    } else if (v.isIntList()) {
+      AppendInts(key, v.toIntList().vec());
+      key += ';';
     } else {
       std::ostringstream s;
-      s << v;
+      s << v.tagKind() << ':' << v;
       key += s.str();
       key += ';';
     }
@@ -297,6 +324,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   }
   if (!cached) {
     if (FindStrategy(name) == nullptr) ThrowNoStrategy(name, current);
+    fill_call();
     // Output metadata: the op on meta tensors of the global shapes.
     torch::jit::Stack meta_stack(stack->begin() + base, stack->end());
     auto to_meta = [](const at::Tensor& t) {
@@ -479,6 +507,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     if (n_args == 1) {
       for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) asked.push_back(d);
     } else {
+      fill_call();
       asked = call.IntList(1);
     }
     for (int64_t d : asked) {
@@ -540,6 +569,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   for (auto& r : results) stack->push_back(std::move(r));
 
   if (observe) {
+    fill_call();
     event.op = name;
     event.inputs = call.inputs;
     event.input_placements = current;
