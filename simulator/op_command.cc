@@ -24,7 +24,9 @@
 #include "dtsim/aten_dtype.h"
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/error.h"
+#include "dtsim/json_reader.h"
 #include "dtsim/local_tensor.h"
+#include "dtsim/meta.h"
 #include "dtsim/ops/dtensor_tensor.h"
 #include "tensor_report.h"
 
@@ -74,14 +76,30 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
       throw InputError(field, StrCat("argument '", arg.name(), "' is a tensor: give {\"shape\": [...], ",
                                      "\"placements\": \"...\"}"));
     }
+    for (const auto& [key, value] : t.items()) {
+      if (key != "shape" && key != "placements") {
+        throw InputError(field, StrCat("unknown key '", ExcerptText(key), "' in a tensor argument (expected shape, ",
+                                       "placements)"));
+      }
+    }
     const std::vector<int64_t> shape = IntsFromJson(t.at("shape"), field + ".shape");
     if (!t.at("placements").is_string()) throw InputError(field, "placements must be a string such as \"S(0),R\"");
-    const DTensorSpec spec = DTensorSpec::Create(mesh, ParsePlacements(t.at("placements").get<std::string>(),
-                                                                       field + ".placements"),
-                                                 shape, dtype);
+    std::optional<DTensorSpec> made;
+    try {
+      made = DTensorSpec::Create(mesh, ParsePlacements(t.at("placements").get<std::string>(), "placements"), shape,
+                                 dtype);
+    } catch (const InputError& e) {
+      throw InputError(field, StrCat("tensor argument '", arg.name(), "': ", e.what()));
+    }
+    const DTensorSpec& spec = *made;
+    // Every tensor argument is simulated on every rank, and the check computes the op on the global tensors too.
+    CheckSimulationFits(spec, mesh.size(), meta);
+    if (meta) {
+      tensors.push_back({spec, at::empty(spec.shape(), at::TensorOptions().dtype(ToScalarType(dtype)).device(at::kMeta))});
+      return ops::AsTensor(MakeMetaDTensor(spec, coll));
+    }
     const at::Tensor global = OpArgGlobal(spec, static_cast<int64_t>(tensors.size()));
     DTensor dt = MakeSourceFromGlobal(spec, global, coll);
-    (void)meta;
     tensors.push_back({spec, ExpectedGlobalOf(spec, global)});
     return ops::AsTensor(dt);
   };
@@ -160,6 +178,7 @@ struct OpCase {
   DType dtype = DType::kFloat32;
   json args = json::array();
   bool values = false;
+  bool meta = false;  // metadata-only: meta-tensor shards, shapes and collectives, no values
 };
 
 // Runs one case; the answer in the batch format plus the text explanation.
@@ -175,7 +194,7 @@ json RunOpCase(const OpCase& c, std::string* text) {
   }
   for (size_t i = 0; i < schema_args.size(); ++i) {
     if (i < c.args.size()) {
-      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, false,
+      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta,
                                StrCat("args[", i, "]")));
     } else if (schema_args[i].default_value()) {
       stack.push_back(*schema_args[i].default_value());
@@ -267,14 +286,24 @@ json RunOpCase(const OpCase& c, std::string* text) {
     for (int64_t r : coll->HeldRanks(dt.to_local())) {
       const at::Tensor shard = coll->Shard(dt.to_local(), r);
       json jr = {{"rank", r}, {"local_shape", shard.sizes().vec()}};
-      if (c.values) jr["values"] = ValuesToJson(shard);
+      if (c.values && !c.meta) jr["values"] = ValuesToJson(shard);
       ranks.push_back(jr);
     }
     o["ranks"] = ranks;
     outputs.push_back(o);
-    // Verdict: the gathered output against the unsharded result.
-    at::Tensor full = dt.FullTensor();
+    // Verdict: the gathered output against the unsharded result (metadata-only: every rank's local shape against
+    // its layout, and the global shape against the op on meta tensors).
     bool same;
+    if (c.meta) {
+      same = dt.shape() == expected.sizes().vec() && !FindShapeMismatch(dt.spec(), dt.to_local(), *coll);
+      if (!same) {
+        ok = false;
+        mismatches.push_back(StrCat("output ", out_index));
+      }
+      ++out_index;
+      return;
+    }
+    at::Tensor full = dt.FullTensor();
     if (at::isFloatingType(full.scalar_type())) {
       const double tol = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? 1e-4 : 2e-2;
       same = full.sizes() == expected.sizes() &&
@@ -358,13 +387,23 @@ json RunOpCase(const OpCase& c, std::string* text) {
       if (outputs[o].is_null()) continue;
       out << "output " << o << ": shape " << outputs[o]["shape"].dump() << "  " << outputs[o]["placements"].get<std::string>()
           << "\n";
-      for (const json& r : outputs[o]["ranks"]) {
+      const json& ranks = outputs[o]["ranks"];
+      if (ranks.size() > 256) {  // big worlds: the distinct local shapes and how many ranks hold each
+        std::map<std::string, int64_t> shapes;
+        for (const json& r : ranks) ++shapes[r["local_shape"].dump()];
+        out << "  " << ranks.size() << " ranks; local shapes:";
+        for (const auto& [shape, n] : shapes) out << " " << shape << " x " << n;
+        out << "\n";
+        continue;
+      }
+      for (const json& r : ranks) {
         out << "  rank " << std::setw(3) << r["rank"].get<int64_t>() << "  local_shape " << r["local_shape"].dump();
         if (r.contains("values")) out << "  " << r["values"].dump();
         out << "\n";
       }
     }
-    out << "verdict: " << (ok ? "OK — every output equals the op on the global tensors"
+    out << "verdict: " << (ok ? (c.meta ? "OK — every rank's output shape is its layout's (metadata only)"
+                                          : "OK — every output equals the op on the global tensors")
                               : "MISMATCH — differs from the op on the global tensors: ")
         << (ok ? "" : mismatches.front()) << "\n";
     *text = out.str();
@@ -373,7 +412,7 @@ json RunOpCase(const OpCase& c, std::string* text) {
 }
 
 OpCase CaseFromJson(const json& j) {
-  CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values"}, {"mesh", "op"});
+  CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values", "meta"}, {"mesh", "op"});
   OpCase c;
   c.mesh = MeshFromJson(j);
   c.op = StringFromJson(j, "op");
@@ -386,6 +425,11 @@ OpCase CaseFromJson(const json& j) {
     if (!j.at("values").is_boolean()) throw InputError("values", "must be true or false");
     c.values = j.at("values").get<bool>();
   }
+  if (j.contains("meta")) {
+    if (!j.at("meta").is_boolean()) throw InputError("meta", "expected true or false");
+    c.meta = j.at("meta").get<bool>();
+  }
+  if (c.meta && c.values) throw InputError("values", "--values needs data: metadata-only runs have no values");
   return c;
 }
 
@@ -416,7 +460,7 @@ int RunOp(const Args& args) {
   TensorOptions o;
   std::string op, batch;
   std::vector<std::string> arg_texts;
-  bool json_out = false, values = false, list = false;
+  bool json_out = false, values = false, list = false, meta = false;
   po::options_description desc("dtsim op options");
   desc.add_options()
       ("help", "show this help")
@@ -429,6 +473,7 @@ int RunOp(const Args& args) {
       ("json", po::bool_switch(&json_out), "print one JSON object (the batch answer format)")
       ("values", po::bool_switch(&values), "include every rank's output values (row-major)")
       ("batch", po::value(&batch), "JSON cases, one per line, from a file or - (stdin); JSON answers out")
+      ("meta", po::bool_switch(&meta), "metadata-only: shapes, placements and collectives on meta tensors, no data")
       ("list", po::bool_switch(&list), "list the ops that have a sharding strategy");
   po::positional_options_description pos;
   pos.add("op", 1);
@@ -450,7 +495,7 @@ int RunOp(const Args& args) {
     return 0;
   }
   if (vm.count("batch")) {
-    RefuseOptionsWithBatch(vm, {"op", "mesh", "names", "arg", "json", "values"});
+    RefuseOptionsWithBatch(vm, {});
     return RunJsonLines(batch, OpBatchCase);
   }
   if (op.empty()) throw InputError("op", "missing: give an ATen op such as mm or add.Tensor");
@@ -460,6 +505,8 @@ int RunOp(const Args& args) {
   c.op = op;
   c.dtype = ParseDType(o.dtype);
   c.values = values;
+  c.meta = meta;
+  if (c.meta && c.values) throw InputError("values", "--values needs data: metadata-only runs have no values");
   for (size_t i = 0; i < arg_texts.size(); ++i) c.args.push_back(ArgFromText(arg_texts[i], i));
   std::string text;
   json answer = RunOpCase(c, json_out ? nullptr : &text);

@@ -186,6 +186,35 @@ BAD_INPUTS = [
         ["unexpected argument 'R'"]),
     Row("plan-batch-with-planner", ["plan", "--batch", "-", "--planner", "min-cost"], "batch",
         ["--planner cannot be given with --batch"]),
+    # ---- op ----
+    Row("op-missing", ["op", "--mesh", "2"], "op", ["missing"]),
+    Row("op-unknown", ["op", "nope", "--mesh", "2", "--arg", "4:S(0)"], "op", ["'nope' is no ATen operator"]),
+    Row("op-no-mesh", ["op", "mm", "--arg", "4x4:R", "--arg", "4x4:R"], "mesh", ["missing"]),
+    Row("op-bad-placement", ["op", "mm", "--mesh", "2", "--arg", "4x4:S(5)", "--arg", "4x4:R"], "args[0]",
+        ["tensor argument 'self'", "'S(5)' shards dim 5"]),
+    Row("op-placements-for-other-mesh", ["op", "mm", "--mesh", "2", "--arg", "4x4:S(0),R", "--arg", "4x4:R"],
+        "args[0]", ["2 placements"]),
+    Row("op-arg-not-json", ["op", "mm", "--mesh", "2", "--arg", "notjson", "--arg", "4x4:R"], "arg", ["'notjson'"]),
+    Row("op-missing-argument", ["op", "mm", "--mesh", "2", "--arg", "4x4:R"], "args", ["'mat2'", "is required"]),
+    Row("op-too-many-arguments", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--arg", "1"],
+        "args", ["3 arguments"]),
+    Row("op-number-for-tensor", ["op", "mm", "--mesh", "2", "--arg", "3", "--arg", "4x4:R"], "args[0]",
+        ["argument 'self' is a tensor"]),
+    Row("op-float-for-int", ["op", "transpose.int", "--mesh", "2", "--arg", "4x4:R", "--arg", "0.5", "--arg", "1"],
+        "args[1]", ["'dim0' must be an int"]),
+    Row("op-no-strategy", ["op", "renorm", "--mesh", "2", "--arg", "4x4:S(0)", "--arg", "2", "--arg", "0",
+                           "--arg", "1.0"], "op", ["aten.renorm does not have a sharding strategy"]),
+    Row("op-shapes-do-not-multiply", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "5x4:R"], "op",
+        ["cannot be multiplied"]),
+    Row("op-too-big", ["op", "mm", "--mesh", "2", "--arg", "100000x100000:R", "--arg", "100000x4:R"], "shape",
+        ["MiB"]),
+    Row("op-too-many-ranks", ["op", "mm", "--mesh", "1048577", "--arg", "4x4:R", "--arg", "4x4:R"], "mesh",
+        ["more than 1048576 ranks"]),
+    Row("op-meta-with-values", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--meta", "--values"],
+        "values", ["--values needs data"]),
+    Row("op-bad-dtype", ["op", "mm", "--mesh", "2", "--dtype", "foo", "--arg", "4x4:R", "--arg", "4x4:R"], "dtype",
+        ["'foo'"]),
+    Row("op-batch-with-op", ["op", "mm", "--batch", "-"], "batch", []),
     # ---- redistribute ----
     Row("redistribute-to-partial", [*R[:-1], "P(sum)"], "to", ["cannot redistribute S(0) to P(sum)"]),
     Row("redistribute-too-many-ranks", ["redistribute", "--mesh", "1048577", "--shape", "4", "--from", "S(0)",
@@ -338,6 +367,7 @@ BAD_INPUTS = [
 # lines) of each bad line to (field, text the error must contain).
 CASE = '{"mesh": [2], "shape": [4], "placements": "S(0)"}'
 PLAN_CASE = '{"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}'
+OP_CASE = '{"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}'
 
 
 @dataclass
@@ -388,6 +418,13 @@ BATCH_ROWS = [
              {0: ("mesh", "more than 1048576 ranks")}),
     BatchRow("meta-not-bool", "redistribute", [PLAN_CASE[:-1] + ', "meta": "yes"}', PLAN_CASE],
              {0: ("meta", "expected true or false")}),
+    BatchRow("op-unknown-tensor-key", "op", ['{"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "R", '
+                                           '"x": 1}]}', OP_CASE], {0: ("args[0]", "unknown key 'x'")}),
+    BatchRow("op-args-not-list", "op", ['{"mesh": [2], "op": "neg", "args": "x"}', OP_CASE],
+             {0: ("args", "must be a list")}),
+    BatchRow("op-unknown-op", "op", ['{"mesh": [2], "op": "nope", "args": []}', OP_CASE],
+             {0: ("op", "is no ATen operator")}),
+    BatchRow("op-meta-not-bool", "op", [OP_CASE[:-1] + ', "meta": 1}', OP_CASE], {0: ("meta", "expected true or false")}),
     BatchRow("ranks-not-in-mesh", "layout", [CASE[:-1] + ', "ranks": "5"}', CASE],
              {0: ("ranks", "rank 5 is not in")}),
 ]
