@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(placements mesh_options batch_layout batch_plan batch_redistribute trace trace_diff
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(placements mesh_options batch_layout batch_plan batch_redistribute batch_op trace trace_diff
                                      redistribute)
 configure_and_build_asan --target $(printf "fuzz_%s " "${TARGETS[@]}")
 

@@ -141,5 +141,7 @@ inline constexpr size_t kMaxBatchLineBytes = size_t{64} << 20;
 nlohmann::json LayoutCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
 nlohmann::json PlanCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
 nlohmann::json RedistributeCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
+// One `dtsim op --batch` line (op_command.cc).
+nlohmann::json OpBatchCase(const nlohmann::json& c, const CaseLimits& limits = CaseLimits());
 
 }  // namespace dtsim::cli

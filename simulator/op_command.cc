@@ -69,7 +69,7 @@ struct TensorArg {
 // Builds the IValue of one argument from JSON, by the schema's type. Tensor arguments are DTensors on `coll`.
 c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& mesh, DType dtype,
                      const std::shared_ptr<Collectives>& coll, std::vector<TensorArg>& tensors, bool meta,
-                     const std::string& field) {
+                     const CaseLimits& limits, const std::string& field) {
   const c10::TypePtr& type = arg.real_type();
   auto tensor = [&](const json& t) -> at::Tensor {
     if (!t.is_object() || !t.contains("shape") || !t.contains("placements")) {
@@ -93,7 +93,7 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
     }
     const DTensorSpec& spec = *made;
     // Every tensor argument is simulated on every rank, and the check computes the op on the global tensors too.
-    CheckSimulationFits(spec, mesh.size(), meta);
+    CheckSimulationFits(spec, mesh.size(), meta, limits);
     if (meta) {
       tensors.push_back({spec, at::empty(spec.shape(), at::TensorOptions().dtype(ToScalarType(dtype)).device(at::kMeta))});
       return ops::AsTensor(MakeMetaDTensor(spec, coll));
@@ -179,6 +179,7 @@ struct OpCase {
   json args = json::array();
   bool values = false;
   bool meta = false;  // metadata-only: meta-tensor shards, shapes and collectives, no values
+  CaseLimits limits;  // simulation limits (the fuzz targets lower them)
 };
 
 // Runs one case; the answer in the batch format plus the text explanation.
@@ -194,7 +195,7 @@ json RunOpCase(const OpCase& c, std::string* text) {
   }
   for (size_t i = 0; i < schema_args.size(); ++i) {
     if (i < c.args.size()) {
-      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta,
+      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta, c.limits,
                                StrCat("args[", i, "]")));
     } else if (schema_args[i].default_value()) {
       stack.push_back(*schema_args[i].default_value());
@@ -411,10 +412,11 @@ json RunOpCase(const OpCase& c, std::string* text) {
   return answer;
 }
 
-OpCase CaseFromJson(const json& j) {
+OpCase CaseFromJson(const json& j, const CaseLimits& limits) {
   CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values", "meta"}, {"mesh", "op"});
   OpCase c;
-  c.mesh = MeshFromJson(j);
+  c.mesh = MeshFromJson(j, limits);
+  c.limits = limits;
   c.op = StringFromJson(j, "op");
   if (j.contains("args")) {
     if (!j.at("args").is_array()) throw InputError("args", "must be a list of arguments in schema order");
@@ -454,7 +456,7 @@ json ArgFromText(const std::string& text, size_t index) {
 
 }  // namespace
 
-json OpBatchCase(const json& j) { return RunOpCase(CaseFromJson(j), nullptr); }
+json OpBatchCase(const json& j, const CaseLimits& limits) { return RunOpCase(CaseFromJson(j, limits), nullptr); }
 
 int RunOp(const Args& args) {
   TensorOptions o;
@@ -496,7 +498,7 @@ int RunOp(const Args& args) {
   }
   if (vm.count("batch")) {
     RefuseOptionsWithBatch(vm, {});
-    return RunJsonLines(batch, OpBatchCase);
+    return RunJsonLines(batch, [](const json& j) { return OpBatchCase(j, CaseLimits()); });
   }
   if (op.empty()) throw InputError("op", "missing: give an ATen op such as mm or add.Tensor");
   RequireOptions(vm, {"mesh"});
