@@ -479,6 +479,8 @@ void RegisterTensorOps() {
                        } else {
                          num_outputs = info.IntList(1).size();
                        }
+                       // The op's own output count where known (splitting an empty dim gives one empty piece).
+                       if (!info.outputs.empty()) num_outputs = info.outputs.size();
                        const Placements in =
                            IsDimSharded(current.at(0), dim) ? UnshardDim(current[0], dim) : current[0];
                        return std::vector<Candidate>{

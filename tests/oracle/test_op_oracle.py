@@ -32,8 +32,15 @@ Families of ops are switched on by name (FAMILIES below); DTSIM_OP_FAMILIES (com
 test runs, default DEFAULT_FAMILIES (the ones dtsim passes today). DTSIM_OP_ORACLE_CASES is the number of cases per
 family, DTSIM_OP_ORACLE_JOBS the number of upstream worker processes (default 2).
 
+Refusals: upstream's exception is classified. "invalid": the op fails on the global tensors too; "refusal": a DTensor
+user-facing refusal (REFUSALS) — dtsim must refuse both. "crash": upstream fails on a valid op (amax over empty
+shards, expand of a sharded size-1 dim, ...) — then dtsim may refuse, or answer with shards whose reassembled global
+tensor equals the op on the global tensors ("judged by the global op"). "timeout": upstream hung (CASE_TIMEOUT).
+
 Standalone, to iterate: python tests/oracle/test_op_oracle.py --family matrix --cases 50 --show
-(without DTSIM_BIN or build/dtsim it prints upstream's expected answers instead of comparing).
+(uses DTSIM_BIN or build/dtsim; without one, or with --upstream-only, it prints upstream's expected answers instead).
+--jobs N upstream workers, --op NAME only that op, --dump FILE / --answers FILE save and reuse upstream's answers
+(cases not in the file are asked), --crosscheck compares the collective counts with CommDebugMode's.
 """
 import argparse
 import collections
@@ -61,12 +68,14 @@ import upstream  # noqa: E402
 MESHES = [[2], [4], [8], [3], [2, 2], [2, 4], [4, 2], [2, 3]]
 # Families the ctest entry runs when DTSIM_OP_FAMILIES is not set: those dtsim passes today. Add a family here when
 # its C++ lands and passes.
-DEFAULT_FAMILIES = []
-CASES_PER_FAMILY = int(os.environ.get("DTSIM_OP_ORACLE_CASES", "800"))
-# Keyword-only schema arguments (add's alpha, var's correction/keepdim, addmm's beta/alpha) cannot be given in the
-# positional "args" of the batch format; a generator may still draw them (so the cases do not depend on this switch)
-# and they are sent as "kwargs" only when DTSIM_OP_KWARGS=1.
-SEND_KWARGS = os.environ.get("DTSIM_OP_KWARGS", "0") == "1"
+DEFAULT_FAMILIES = ["matrix", "pointwise", "math", "view", "tensor_list"]
+CASES_PER_FAMILY = int(os.environ.get("DTSIM_OP_ORACLE_CASES", "750"))
+# Keyword-only schema arguments (add's alpha, var's correction/keepdim, addmm's beta/alpha): upstream gets them as
+# keywords; dtsim's batch format takes every argument positionally in schema order, so wire() places them there
+# (arguments between the last given one and a keyword take their schema defaults).
+# Seconds one upstream op call may take (a few ms is usual): upstream has hung on some empty reshapes; such a case
+# has no oracle and is counted as "upstream timed out", not compared.
+CASE_TIMEOUT = 20
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # VALUE TOLERANCE. The inputs are small integers (-3..3, times Partial factors up to 8), so matmuls and sums are exact
@@ -265,7 +274,10 @@ def new_view_shape(rng, shape):
 def view_like(op):
     def gen(rng, mesh):
         shape = rand_shape(rng, mesh, rng.randint(1, 3))
-        return op, [T(rng, mesh, shape), new_view_shape(rng, shape)], {}
+        new = new_view_shape(rng, shape)
+        if math.prod(shape) == 0:
+            new = list(shape)  # upstream's view propagation loops forever on some empty reshapes ([0] → [0, 3])
+        return op, [T(rng, mesh, shape), new], {}
     return gen
 
 
@@ -366,7 +378,7 @@ FAMILIES = {
         view_like("view"), g_transpose, g_t, g_permute, g_unsqueeze, g_squeeze, g_expand, view_like("_unsafe_view"),
         g_select, g_slice, g_split,
     ],
-    # A Tensor[] argument given as a JSON list of tensor arguments; off unless named (the format may not take it).
+    # A Tensor[] argument given as a JSON list of tensor arguments (counted in order among the tensor arguments).
     "tensor_list": [g_cat],
 }
 
@@ -382,7 +394,7 @@ def family_cases(family, count):
         case = {"mesh": mesh, "op": op, "args": args, "values": True}
         if rng.random() < 0.15:
             case["dtype"] = "bfloat16"
-        if kwargs and SEND_KWARGS:
+        if kwargs:
             case["kwargs"] = kwargs
         case["family"] = family  # the test's own key, not sent to dtsim
         cases.append(case)
@@ -390,8 +402,25 @@ def family_cases(family, count):
 
 
 def wire(case):
-    """The batch line dtsim reads."""
-    return {k: v for k, v in case.items() if k != "family"}
+    """The batch line dtsim reads: keyword arguments folded into "args" in schema order."""
+    line = {k: v for k, v in case.items() if k not in ("family", "kwargs")}
+    kwargs = dict(case.get("kwargs", {}))
+    if kwargs:
+        name, _, overload = case["op"].partition(".")
+        schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+        args = list(case["args"])
+        for argument in schema.arguments[len(args):]:
+            if not kwargs:
+                break
+            if argument.name in kwargs:
+                args.append(kwargs.pop(argument.name))
+            else:
+                default = argument.default_value
+                assert default is None or isinstance(default, (bool, int, float)), (case["op"], argument.name)
+                args.append(default)
+        assert not kwargs, (case["op"], kwargs)
+        line["args"] = args
+    return line
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -433,6 +462,7 @@ class Recorder:
     def __init__(self):
         import importlib
         self.active = False
+        self.timed_out = False
         self.redistributions = []
         self.counts = collections.Counter()
         self.depth = 0
@@ -463,10 +493,21 @@ class Recorder:
 
     @contextlib.contextmanager
     def recording(self):
+        """Records one op call; raises TimeoutError (and sets timed_out) when it runs over CASE_TIMEOUT seconds."""
+        import signal
         self.redistributions, self.counts, self.depth, self.active = [], collections.Counter(), 0, True
+        self.timed_out = False
+
+        def expire(*_):
+            self.timed_out = True
+            raise TimeoutError(f"over {CASE_TIMEOUT}s")
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.alarm(CASE_TIMEOUT)
         try:
             yield self
         finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
             self.active = False
 
 
@@ -533,7 +574,8 @@ def _nonfinite_to_none(v):
 # dtsim's answer instead.
 REFUSALS = ("Mixed Partial reduce types", "requires redistribution. Please redistribute",
             "Cannot flatten unevenly sharded", "Cannot unflatten unevenly sharded", "not supported yet",
-            "redistributing to Partial is for internal use only")
+            "redistributing to Partial is for internal use only",
+            "in-place operations that require placement changes", "Cannot shard unevenly distributed tensor")
 
 
 def plain(x):
@@ -603,6 +645,8 @@ def upstream_answer(mesh, world, case, recorder, crosscheck=False):
             error = None
         except Exception as e:  # noqa: BLE001  classified below
             error = e
+            if recorder.timed_out:
+                return {"error": f"upstream took over {CASE_TIMEOUT}s", "kind": "timeout"}
             global_args = [plain(a) for a in args]
     if error is None:
         redistributes = [{"arg": inputs.get(id(local), "internal"), "from": canonical(current.placements),
@@ -706,7 +750,7 @@ def counts_of(d):
     return {k: v for k, v in (d or {}).items() if v}
 
 
-def values_close(a, b, dtype, integral, tol):
+def values_close(a, b, integral, tol):
     """Flat float64 tensors `a` (expected) and `b` (dtsim's): None or a problem text."""
     if a.shape != b.shape:
         return f"{a.numel()} values expected, {b.numel()} from dtsim"
@@ -773,8 +817,8 @@ def judge_by_global(case, want, got):
             problems.append(f"output {n}: {full}")
             continue
         integral = not w["dtype"].startswith(("float", "bfloat"))
-        p = values_close(torch.tensor(flat_values(w["values"], []), dtype=torch.float64), full.flatten(), None,
-                         integral, TOLERANCE[case.get("dtype", "float32")])
+        p = values_close(torch.tensor(flat_values(w["values"], []), dtype=torch.float64), full.flatten(), integral,
+                         TOLERANCE[case.get("dtype", "float32")])
         if p:
             problems.append(f"output {n} (judged by the global op): {p}")
     return problems
@@ -782,6 +826,10 @@ def judge_by_global(case, want, got):
 
 def compare(case, want, got):
     """The differences between upstream's answer `want` and dtsim's `got` (empty list: they agree)."""
+    if got.get("internal"):
+        return [f"dtsim internal error: {got.get('error')}"]
+    if want.get("kind") == "timeout":
+        return []
     if "error" in want and want.get("kind") == "crash":
         return [] if "error" in got else judge_by_global(case, want, got)
     if "error" in want or "error" in got:
@@ -829,7 +877,7 @@ def compare(case, want, got):
             a = torch.tensor(flat_values(wrank["values"], []), dtype=torch.float64)
             b = torch.tensor(flat_values(grank["values"], []), dtype=torch.float64)
             integral = not w.get("dtype", "float").startswith(("float", "bfloat"))
-            p = values_close(a, b, None, integral, tol)
+            p = values_close(a, b, integral, tol)
             if p:
                 problems.append(f"output {n} rank {wrank['rank']}: {p}")
                 break
@@ -845,7 +893,7 @@ def enabled_families(text=None):
     if text is None or text.strip() == "":
         return list(DEFAULT_FAMILIES)
     if text.strip() == "all":
-        return [f for f in FAMILIES if f != "tensor_list"]
+        return list(FAMILIES)
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in FAMILIES]
     if unknown:
@@ -853,7 +901,26 @@ def enabled_families(text=None):
     return names
 
 
-def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional=False):
+def run_dtsim(lines):
+    """`dtsim op --batch -` on the cases: one parsed answer per case. Like upstream.run_batch, but an internal error
+    on a line is that case's mismatch rather than the end of the run."""
+    import subprocess
+    text = "".join(json.dumps(c) + "\n" for c in lines)
+    out = subprocess.run([upstream.dtsim_bin(), "op", "--batch", "-"], input=text, capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode in (0, 1), (out.returncode, out.stderr[-2000:])
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(answers) == len(lines), (len(answers), len(lines), out.stderr[-2000:])
+    # The exit code is 1 exactly when some line failed.
+    assert out.returncode == (1 if any("error" in r for r in answers) else 0), out.returncode
+    return answers
+
+
+def case_key(case):
+    return json.dumps(wire(case), sort_keys=True)
+
+
+def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional=False, cached=None):
     """Generates, asks both sides, compares. Returns (cases, upstream answers, dtsim answers or None, mismatches,
     timings). With dtsim_optional a failing dtsim run is reported in timings["dtsim_error"] instead of raised."""
     cases = [c for f in families for c in family_cases(f, count)]
@@ -864,7 +931,7 @@ def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional
         nonlocal got, dtsim_error
         t = time.time()
         try:
-            got = upstream.run_batch("op", [wire(c) for c in cases])
+            got = run_dtsim([wire(c) for c in cases])
         except Exception as e:  # noqa: BLE001  reported by the caller
             dtsim_error = e
         timings["dtsim"] = time.time() - t
@@ -873,7 +940,10 @@ def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional
     if thread:
         thread.start()
     t = time.time()
-    want = upstream_answers(cases, jobs, crosscheck)
+    cached = cached or {}
+    todo = [c for c in cases if case_key(c) not in cached]
+    fresh = dict(zip(map(case_key, todo), upstream_answers(todo, jobs, crosscheck) if todo else []))
+    want = [cached.get(case_key(c)) or fresh[case_key(c)] for c in cases]
     timings["upstream"] = time.time() - t
     if thread:
         thread.join()
@@ -893,8 +963,9 @@ def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional
 def summary(cases, want, mismatches):
     by_family = collections.Counter(c["family"] for c in cases)
     bad = collections.Counter(c["family"] for _, c, *_ in mismatches)
-    refused = collections.Counter(c["family"] for c, w in zip(cases, want) if "error" in w)
-    return {f: f"{by_family[f] - bad[f]}/{by_family[f]} agree ({refused[f]} refused by upstream)" for f in by_family}
+    kinds = collections.Counter((c["family"], w.get("kind", "answered")) for c, w in zip(cases, want))
+    return {f: f"{by_family[f] - bad[f]}/{by_family[f]} agree (upstream: " +
+            ", ".join(f"{n} {k}" for (g, k), n in sorted(kinds.items()) if g == f) + ")" for f in by_family}
 
 
 def short(case):
@@ -926,6 +997,7 @@ def main():
     parser.add_argument("--crosscheck", action="store_true",
                         help="also count collectives with CommDebugMode and report where it differs")
     parser.add_argument("--dump", help="write the cases and upstream's answers to this JSON-lines file")
+    parser.add_argument("--answers", help="reuse upstream's answers from a --dump file (cases not in it are asked)")
     args = parser.parse_args()
     families = enabled_families(",".join(args.family or ["all"]))
     if not os.environ.get("DTSIM_BIN"):
@@ -938,8 +1010,14 @@ def main():
         generate = family_cases
         family_cases = lambda f, n: [c for c in generate(f, n) if c["op"] == args.op]  # noqa: E731
     start = time.time()
+    cached = {}
+    if args.answers:
+        with open(args.answers) as f:
+            for line in f:
+                entry = json.loads(line)
+                cached[json.dumps(entry["case"], sort_keys=True)] = entry["upstream"]
     cases, want, got, mismatches, timings = run(families, args.cases, args.jobs, use_dtsim, args.crosscheck,
-                                                dtsim_optional=True)
+                                                dtsim_optional=True, cached=cached)
     if "dtsim_error" in timings:
         print(f"dtsim op --batch failed ({timings['dtsim_error']}); showing upstream's side only")
     elapsed = time.time() - start
