@@ -238,8 +238,12 @@ json RunOpCase(const OpCase& c, std::string* text) {
   ops::SetOpObserver(previous);
   coll->SetObserver(nullptr);
   handle.callBoxed(&global_stack);
-  DTSIM_CHECK(!recorder.events.empty(), c.op, ": no op event recorded");
-  const ops::OpEvent& ev = recorder.events.back();
+  // An op may return without reaching the DTensor kernel (contiguous of a contiguous tensor returns it): no
+  // strategy, no redistribution; the outputs are still reported and checked.
+  ops::OpEvent none_ran;
+  none_ran.op = c.op;
+  none_ran.decision.reason = "no DTensor op ran (the op returned its input's view or itself)";
+  const ops::OpEvent& ev = recorder.events.empty() ? none_ran : recorder.events.back();
 
   json answer;
   answer["op"] = c.op;
@@ -274,6 +278,9 @@ json RunOpCase(const OpCase& c, std::string* text) {
   bool ok = true;
   std::vector<std::string> mismatches;
   size_t out_index = 0;
+  // Ops whose outputs hold uninitialised memory: only shapes are checked (replicas need not agree).
+  const bool uninitialized = c.op.rfind("empty", 0) == 0 || c.op.rfind("new_empty", 0) == 0 ||
+                             c.op.rfind("_empty", 0) == 0;
   auto add_output = [&](const at::Tensor& t, const at::Tensor& expected) {
     if (!t.defined()) {
       outputs.push_back(nullptr);
@@ -287,7 +294,7 @@ json RunOpCase(const OpCase& c, std::string* text) {
     for (int64_t r : coll->HeldRanks(dt.to_local())) {
       const at::Tensor shard = coll->Shard(dt.to_local(), r);
       json jr = {{"rank", r}, {"local_shape", shard.sizes().vec()}};
-      if (c.values && !c.meta) jr["values"] = ValuesToJson(shard);
+      if (c.values && !c.meta && !uninitialized) jr["values"] = ValuesToJson(shard);
       ranks.push_back(jr);
     }
     o["ranks"] = ranks;
@@ -295,7 +302,7 @@ json RunOpCase(const OpCase& c, std::string* text) {
     // Verdict: the gathered output against the unsharded result (metadata-only: every rank's local shape against
     // its layout, and the global shape against the op on meta tensors).
     bool same;
-    if (c.meta) {
+    if (c.meta || uninitialized) {
       same = dt.shape() == expected.sizes().vec() && !FindShapeMismatch(dt.spec(), dt.to_local(), *coll);
       if (!same) {
         ok = false;

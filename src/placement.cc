@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <limits>
+#include <set>
 
 #include "dtsim/error.h"
 #include "dtsim/json_reader.h"
@@ -259,6 +260,19 @@ Placements ParsePlacements(std::string_view text, const std::string& field) {
   if (depth != 0) throw InputError(field, StrCat("'", shown, "' has an unmatched '('"));
   flush();
   return result;
+}
+
+void CheckNoMixedPartials(const Placements& placements, const std::string& field) {
+  std::set<std::string> ops;
+  for (const Placement& p : placements) {
+    if (p.is_partial()) ops.insert(ToString(p.reduce_op()));
+  }
+  if (ops.size() <= 1) return;
+  if (ops == std::set<std::string>{"avg", "sum"}) return;
+  std::string names;
+  for (const std::string& op : ops) names += (names.empty() ? "" : ", ") + op;
+  throw InputError(field, StrCat("'", ExcerptText(ToString(placements)), "' mixes Partial reduce ops {", names,
+                                 "}; only sum with avg may be mixed (upstream refuses the rest)"));
 }
 
 }  // namespace dtsim

@@ -39,20 +39,6 @@ int64_t Bytes(int64_t item, const std::vector<int64_t>& shape, int64_t times, co
                            ")"));
 }
 
-// Refuses a placement list that mixes Partial reduce ops other than sum with avg (upstream's
-// assert_no_mixed_partial_types).
-void CheckNoMixedPartials(const Placements& placements, const std::string& field) {
-  std::set<std::string> ops;
-  for (const Placement& p : placements) {
-    if (p.is_partial()) ops.insert(ToString(p.reduce_op()));
-  }
-  if (ops.size() <= 1) return;
-  if (ops == std::set<std::string>{"avg", "sum"}) return;
-  std::string names;
-  for (const std::string& op : ops) names += (names.empty() ? "" : ", ") + op;
-  throw InputError(field, StrCat("'", ExcerptText(ToString(placements)), "' mixes Partial reduce ops {", names,
-                                 "}; only sum with avg may be mixed (upstream refuses the rest)"));
-}
 
 
 // The coordinate of every rank position.

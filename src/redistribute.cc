@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "dtsim/dtensor.h"
+#include "dtsim/mesh_view.h"
 #include "dtsim/error.h"
 #include "dtsim/local_tensor.h"
 #include "dtsim/planner.h"

@@ -273,6 +273,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
   std::string key = name;
   key += '|';
+  AppendInts(key, mesh.shape());  // the decision depends on the mesh's sizes (costs, shardability)
+  key += '|';
   for (size_t a = 0; a < n_args; ++a) {
     const c10::IValue& v = (*stack)[base + a];
     if (v.isTensor() || v.isTensorList()) {
@@ -625,7 +627,14 @@ void EnsureDTensorDispatch() {
     for (const c10::OperatorName& name : d.getAllOpNames()) {
       auto handle = d.findOp(name);
       if (!handle || !handle->hasSchema()) continue;
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+      // Upstream's DTensor is a CPU wrapper tensor: an op decomposes at AutogradCPU by its CompositeImplicitAutograd
+      // kernel unless it has a CPU or CompositeExplicitAutograd kernel (then its autograd kernel runs and the op
+      // reaches __torch_dispatch__ whole: silu_backward). The same rule here: ops that decompose for a CPU tensor get
+      // no kernel at PrivateUse2, so they decompose for a DTensor too (matmul, linear, reshape, softmax.int, ...).
+      const bool cpu_kernel = handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+                              handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+                              handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) && !cpu_kernel) continue;
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse2)) continue;
       if (name.name.rfind("aten::", 0) != 0 && name.name.rfind("prims::", 0) != 0) continue;
       reg->handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse2,

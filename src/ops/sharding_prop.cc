@@ -261,10 +261,49 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
   const Placements& cur = current.placements();
   if (std::all_of(cur.begin(), cur.end(), [](const Placement& p) { return p.is_replicate(); })) return 0.0;
   if (cur == target) return 0.0;
-  for (const Placements* list : {&cur, &target}) {
-    for (const Placement& p : *list) {
-      if (p.is_strided_shard()) return kInf;
+  // _StridedShard: inside op propagation upstream's specs carry use_strided_shard_as_shard_order = False (the
+  // _StridedShard comes from a view op, or the strategy inherits the flag), so the shard order is the default one and
+  // every step from or to a _StridedShard costs 0 in _compute_placement_transition_cost (its is_shard() is false for
+  // _StridedShard). dtsim plans the same move with _S(d,k) read as S(d) and prices those steps at 0.
+  bool strided = false;
+  Placements plain_cur = cur, plain_target = target;
+  std::vector<bool> strided_dim(cur.size(), false);
+  for (size_t i = 0; i < cur.size(); ++i) {
+    if (cur[i].is_strided_shard() || target[i].is_strided_shard()) {
+      strided = true;
+      strided_dim[i] = true;
+      if (cur[i].is_strided_shard()) plain_cur[i] = Placement::Shard(cur[i].dim());
+      if (target[i].is_strided_shard()) plain_target[i] = Placement::Shard(target[i].dim());
     }
+  }
+  if (strided) {
+    const DTensorSpec plain = DTensorSpec::Create(current.mesh(), plain_cur, current.shape(), current.dtype());
+    const MeshTopo topo = BuildTopo(current.mesh());
+    int64_t shards = 1;
+    for (size_t i = 0; i < cur.size(); ++i) {
+      if (cur[i].is_shard()) shards *= current.mesh().size(static_cast<int64_t>(i));
+    }
+    double bytes = static_cast<double>(ItemSize(current.dtype()) * current.numel()) / static_cast<double>(shards) /
+                   1024.0 / 1024.0 / 1024.0;
+    Placements to = plain_target;
+    for (size_t i = 0; i < to.size(); ++i) {
+      if (plain_cur[i].is_replicate() && to[i].is_partial()) to[i] = plain_cur[i];
+    }
+    if (plain_cur == to) return 0.0;
+    Plan plan;
+    try {
+      plan = PlanRedistribute(plain, to, PlannerKind::kGreedy);
+    } catch (const InputError&) {
+      return kInf;
+    }
+    double cost = 0.0;
+    for (const PlanStep& step : plan.steps) {
+      if (strided_dim[step.mesh_dim]) continue;  // upstream prices a step touching a _StridedShard at 0
+      const double c = TransitionCost(step.upstream_from, step.upstream_to, topo, step.mesh_dim, &bytes);
+      if (std::isinf(c)) return kInf;
+      cost += c;
+    }
+    return cost;
   }
   // R → P runs locally at no cost and leaves the bytes alone (upstream's transition cost falls through to 0): plan
   // to the target with those mesh dims left Replicate (planning through a mixed-Partial state such as

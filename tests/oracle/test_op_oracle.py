@@ -19,18 +19,20 @@ values but those values times sum/avg/max/min of the factors; both sides build t
 
 How upstream's answer is read (all in one Python process per worker, one fake process group per mesh shape):
   * redistributions: torch.distributed.tensor._dispatch.redistribute_local_tensor is wrapped while the op runs; each
-    call names (current spec, target spec) of one flat argument, identified by the identity of its local tensor.
+    call names (current spec, target spec) of one flat argument, identified by the identity of its local tensor
+    (_redistribute's own name of it too, which DTensor.redistribute inside custom handlers such as argmax's reaches).
   * collectives: CommDebugMode does count correctly under LocalTensorMode on torch 2.13 (checked with `--crosscheck`,
     which also counts the functional collectives by wrapping them), but it intercepts every dispatched op and costs
     time, so the test counts by wrapping the functional-collective entry points DTensor calls
     (funcol.all_gather_single/all_gather_tensor/reduce_scatter_single/reduce_scatter_tensor/all_reduce/
     all_to_all_single and shard_dim_alltoall), counting only the outermost call of a nest.
-  * outputs: the DTensor results (tuples/lists flattened in order; None skipped), their placements and every rank's
-    local tensor (LocalTensor._local_tensors).
+  * outputs: the DTensor results (tuples/lists flattened in order; an output the op did not compute stays in its
+    place as None, as dtsim's null), their placements and every rank's local tensor (LocalTensor._local_tensors).
 
 Families of ops are switched on by name (FAMILIES below); DTSIM_OP_FAMILIES (comma list, or "all") picks the ones the
 test runs, default DEFAULT_FAMILIES (the ones dtsim passes today). DTSIM_OP_ORACLE_CASES is the number of cases per
-family, DTSIM_OP_ORACLE_JOBS the number of upstream worker processes (default 2).
+family (default FAMILY_CASES, 750 for a family it does not list), DTSIM_OP_ORACLE_JOBS the number of upstream
+worker processes (default 2).
 
 Refusals: upstream's exception is classified. "invalid": the op fails on the global tensors too; "refusal": a DTensor
 user-facing refusal (REFUSALS) — dtsim must refuse both. "crash": upstream fails on a valid op (amax over empty
@@ -68,8 +70,19 @@ import upstream  # noqa: E402
 MESHES = [[2], [4], [8], [3], [2, 2], [2, 4], [4, 2], [2, 3]]
 # Families the ctest entry runs when DTSIM_OP_FAMILIES is not set: those dtsim passes today. Add a family here when
 # its C++ lands and passes.
-DEFAULT_FAMILIES = ["matrix", "pointwise", "math", "view", "tensor_list"]
-CASES_PER_FAMILY = int(os.environ.get("DTSIM_OP_ORACLE_CASES", "750"))
+DEFAULT_FAMILIES = ["matrix", "pointwise", "math", "view", "tensor_list", "pointwise2", "backward", "tensor",
+                    "reductions2"]
+# Left out for now (run them with DTSIM_OP_FAMILIES or --family):
+#   argminmax: argmax/argmin along a sharded dim — upstream's custom argminmax_handler reduces each shard locally and
+#     all_gathers values and indices (2 all_gathers, no input redistribution); dtsim runs the registered strategy,
+#     which redistributes the input (1 all_gather). Same results, other communication (docs/dtensor.md).
+# Cases per family: DTSIM_OP_ORACLE_CASES for every family when set, else FAMILY_CASES (default 750) — the newer
+# families run fewer so the ctest entry stays within a few minutes on 2 cores.
+CASES_PER_FAMILY = int(os.environ["DTSIM_OP_ORACLE_CASES"]) if os.environ.get("DTSIM_OP_ORACLE_CASES") else None
+FAMILY_CASES = {"backward": 300, "tensor": 300, "reductions2": 300, "pointwise2": 300, "argminmax": 100}
+# Ops whose output values are unspecified (uninitialised memory): shapes, placements, redistributions and collectives
+# are compared, values are not.
+NO_VALUES_OPS = {"empty_like", "new_empty", "new_empty_strided", "empty_strided"}
 # Keyword-only schema arguments (add's alpha, var's correction/keepdim, addmm's beta/alpha): upstream gets them as
 # keywords; dtsim's batch format takes every argument positionally in schema order, so wire() places them there
 # (arguments between the last given one and a keyword take their schema defaults).
@@ -359,6 +372,204 @@ def g_cat(rng, mesh):
     return "cat", [tensors, d], {}
 
 
+# --- Transformer forward/backward ops (families backward, tensor, reductions2, pointwise2) ---------------------------
+# Not expressible in the batch format (one dtype for every tensor argument, ScalarType arguments only as null), so
+# not generated: _softmax_backward_data / _log_softmax_backward_data (input_dtype is a required ScalarType),
+# nll_loss_forward / nll_loss_backward, embedding_dense_backward and index_select (int64 targets/indices next to
+# float tensors), masked_fill and where.self (bool masks), _to_copy/cumsum/prod with a dtype (ScalarType).
+# _fused_rms_norm_backward has no CPU kernel (upstream cannot run it under LocalTensorMode on CPU).
+
+def rand_ndim(rng, lo=1, hi=3):
+    return rng.randint(lo, hi)
+
+
+def same_shape(op, *extra, n=2, kw=None):
+    """`n` tensor arguments of one shape (gradient and saved tensor of a pointwise backward), then `extra`."""
+    def gen(rng, mesh):
+        shape = rand_shape(rng, mesh, rng.randint(0, 3) if rng.random() < 0.1 else rand_ndim(rng))
+        args = [T(rng, mesh, shape) for _ in range(n)]
+        args += [rng.choice(e) if isinstance(e, list) else e for e in extra]
+        return op, args, (kw(rng) if kw else {})
+    return gen
+
+
+def g_gelu_backward(rng, mesh):
+    op, args, _ = same_shape("gelu_backward")(rng, mesh)
+    r = rng.random()
+    return op, args, ({} if r < 0.3 else {"approximate": "none" if r < 0.6 else "tanh"})
+
+
+def norm_shapes(rng, mesh):
+    """(input shape, normalized shape, shape of the saved mean/rstd: outer dims then 1s)."""
+    ndim = rand_ndim(rng)
+    shape = rand_shape(rng, mesh, ndim)
+    k = rng.randint(1, min(2, ndim))
+    return shape, shape[ndim - k:], shape[:ndim - k] + [1] * k
+
+
+def g_layer_norm_backward(rng, mesh):
+    shape, normalized, stat = norm_shapes(rng, mesh)
+    weight = T(rng, mesh, normalized) if rng.random() < 0.7 else None
+    bias = T(rng, mesh, normalized) if rng.random() < 0.6 else None
+    mask = [rng.random() < 0.8, weight is not None and rng.random() < 0.8, bias is not None and rng.random() < 0.8]
+    return "native_layer_norm_backward", [T(rng, mesh, shape), T(rng, mesh, shape), normalized, T(rng, mesh, stat),
+                                          T(rng, mesh, stat), weight, bias, mask], {}
+
+
+def g_select_backward(rng, mesh):
+    ndim = rand_ndim(rng)
+    sizes = rand_shape(rng, mesh, ndim)
+    d = rng.randrange(ndim)
+    sizes[d] = max(sizes[d], 1)
+    grad = sizes[:d] + sizes[d + 1:]
+    return "select_backward", [T(rng, mesh, grad), sizes, d, rng.randrange(sizes[d])], {}
+
+
+def rand_slice(rng, n):
+    """(start, end, step) of a slice of a dim of size n, with end clipped as ATen clips it; the sliced length."""
+    step = rng.choice([1, 1, 2, 3])
+    start = rng.randint(0, n)
+    end = rng.randint(start, n)
+    return start, end, step, len(range(start, end, step))
+
+
+def g_slice_backward(rng, mesh):
+    ndim = rand_ndim(rng)
+    sizes = rand_shape(rng, mesh, ndim)
+    d = rng.randrange(ndim)
+    start, end, step, length = rand_slice(rng, sizes[d])
+    grad = list(sizes)
+    grad[d] = length
+    return "slice_backward", [T(rng, mesh, grad), sizes, d, start, end, step], {}
+
+
+def one_tensor(op, *extra, zero_d=0.1):
+    """One tensor argument (sometimes 0-d), then `extra` (a list: one of them)."""
+    def gen(rng, mesh):
+        ndim = 0 if rng.random() < zero_d else rand_ndim(rng)
+        args = [T(rng, mesh, rand_shape(rng, mesh, ndim))]
+        args += [rng.choice(e) if isinstance(e, list) else e for e in extra]
+        return op, args, {}
+    return gen
+
+
+def new_factory(op, fill=False):
+    def gen(rng, mesh):
+        self_ = T(rng, mesh, rand_shape(rng, mesh, rand_ndim(rng, 0, 2)))
+        args = [self_, rand_shape(rng, mesh, rand_ndim(rng, 0, 3))]
+        if fill:
+            args.append(rng.choice([0, 1.5, -2, 7]))
+        return op, args, {}
+    return gen
+
+
+def g_copy_(rng, mesh):
+    shape = rand_shape(rng, mesh, rand_ndim(rng))
+    src = list(shape) if rng.random() < 0.8 else broadcast_partner(rng, shape)
+    return "copy_", [T(rng, mesh, shape), T(rng, mesh, src)], {}
+
+
+def g_slice_steps(rng, mesh):
+    ndim = rand_ndim(rng)
+    shape = rand_shape(rng, mesh, ndim)
+    d = rng.randrange(-ndim, ndim)
+    n = shape[d]
+    start = rng.choice([None, 0, rng.randint(0, n), -rng.randint(1, n + 2)])
+    end = rng.choice([None, n, rng.randint(0, n + 2), -rng.randint(1, n + 2)])
+    return "slice.Tensor", [T(rng, mesh, shape), d, start, end, rng.choice([1, 2, 3, 4])], {}
+
+
+def g_stack(rng, mesh):
+    ndim = rng.randint(0, 3)
+    shape = rand_shape(rng, mesh, ndim)
+    tensors = [T(rng, mesh, shape) for _ in range(rng.randint(1, 3))]
+    return "stack", [tensors, rng.randrange(-ndim - 1, ndim + 1)], {}
+
+
+def g_unbind(rng, mesh):
+    ndim = rand_ndim(rng)
+    shape = rand_shape(rng, mesh, ndim)
+    d = rng.randrange(-ndim, ndim)
+    shape[d] = min(shape[d], 5)  # an output per index
+    return "unbind.int", [T(rng, mesh, shape), d], {}
+
+
+def g_split_with_sizes(rng, mesh):
+    ndim = rand_ndim(rng)
+    shape = rand_shape(rng, mesh, ndim)
+    d = rng.randrange(-ndim, ndim)
+    left, sizes = shape[d], []
+    while left > 0 and len(sizes) < 4:
+        s = rng.randint(0 if rng.random() < 0.1 else 1, left)
+        sizes.append(s)
+        left -= s
+    if left or not sizes:
+        sizes.append(left)
+    return "split_with_sizes", [T(rng, mesh, shape), sizes, d], {}
+
+
+def g_var_std(op):
+    def gen(rng, mesh):
+        ndim = rand_ndim(rng)
+        args = [T(rng, mesh, rand_shape(rng, mesh, ndim)), None if rng.random() < 0.2 else rand_dims(rng, ndim)]
+        kw = {}
+        if rng.random() < 0.8:
+            kw["correction"] = rng.choice([0, 1, 2, 0.5])
+        if rng.random() < 0.6:
+            kw["keepdim"] = rng.random() < 0.5
+        return op, args, kw
+    return gen
+
+
+def g_arg_reduction(op):
+    def gen(rng, mesh):
+        ndim = rand_ndim(rng)
+        dim = None if rng.random() < 0.25 else rng.randrange(-ndim, ndim)
+        return op, [T(rng, mesh, rand_shape(rng, mesh, ndim)), dim, rng.random() < 0.4], {}
+    return gen
+
+
+def g_any_all_dims(rng, mesh):
+    ndim = rand_ndim(rng)
+    return "any.dims", [T(rng, mesh, rand_shape(rng, mesh, ndim)), rand_dims(rng, ndim), rng.random() < 0.4], {}
+
+
+def binary_0d(op):
+    """A broadcasting binary op where one side is often a 0-d tensor (a scalar tensor, e.g. a loss scale)."""
+    def gen(rng, mesh):
+        shape = rand_shape(rng, mesh, rand_ndim(rng))
+        r = rng.random()
+        other = [] if r < 0.4 else broadcast_partner(rng, shape)
+        a, b = [shape, other] if rng.random() < 0.6 else [other, shape]
+        return op, [T(rng, mesh, a), T(rng, mesh, b)], {}
+    return gen
+
+
+def g_lerp(rng, mesh):
+    shape = rand_shape(rng, mesh, rand_ndim(rng))
+    a, b = [shape, broadcast_partner(rng, shape)] if rng.random() < 0.6 else [shape, shape]
+    return "lerp.Scalar", [T(rng, mesh, a), T(rng, mesh, b), rng.choice([0.5, 0.25, 1, -1.5])], {}
+
+
+def addc(op):
+    def gen(rng, mesh):
+        shape = rand_shape(rng, mesh, rand_ndim(rng))
+        shapes = [shape, broadcast_partner(rng, shape), broadcast_partner(rng, shape)]
+        rng.shuffle(shapes)
+        kw = {"value": rng.choice([0.5, -2, 1])} if rng.random() < 0.5 else {}
+        return op, [T(rng, mesh, s) for s in shapes], kw
+    return gen
+
+
+def inplace_binary(op):
+    """self (the in-place target) with the full shape, other broadcasting into it (sometimes 0-d)."""
+    def gen(rng, mesh):
+        shape = rand_shape(rng, mesh, rand_ndim(rng))
+        other = [] if rng.random() < 0.25 else broadcast_partner(rng, shape)
+        return op, [T(rng, mesh, shape), T(rng, mesh, other)], {}
+    return gen
+
+
 # THE FAMILY LIST: family name → its generators (each drawn with equal chance within the family).
 FAMILIES = {
     "matrix": [g_mm, g_addmm, g_bmm, g_baddbmm],
@@ -380,7 +591,40 @@ FAMILIES = {
     ],
     # A Tensor[] argument given as a JSON list of tensor arguments (counted in order among the tensor arguments).
     "tensor_list": [g_cat],
+    # What a transformer's backward runs besides matmuls (see the comment above the generators for what the batch
+    # format cannot express).
+    "backward": [
+        same_shape("threshold_backward", [0, 0.5, -1]), g_gelu_backward, same_shape("silu_backward"),
+        same_shape("sigmoid_backward"), same_shape("tanh_backward"), g_layer_norm_backward,
+        g_select_backward, g_slice_backward,
+    ],
+    "tensor": [
+        one_tensor("clone"), one_tensor("contiguous"), one_tensor("detach"), one_tensor("alias"),
+        one_tensor("_to_copy"), one_tensor("zeros_like"), one_tensor("ones_like"), one_tensor("empty_like"),
+        new_factory("new_zeros"), new_factory("new_ones"), new_factory("new_empty"), new_factory("new_full", True),
+        one_tensor("fill_.Scalar", [0, 1.5, -3]), one_tensor("zero_"), g_copy_, g_select, g_slice_steps, g_stack,
+        g_unbind, g_split_with_sizes,
+    ],
+    "reductions2": [
+        reduction("sum.dim_IntList"), reduction("mean.dim"), reduction("amax"), reduction("amin"),
+        one_tensor("prod", zero_d=0), reduction("prod.dim_int", single_dim=True), g_var_std("var.correction"),
+        g_var_std("std.correction"),
+        one_tensor("cumsum", [0, -1], zero_d=0), reduction("logsumexp"), one_tensor("max", zero_d=0.2),
+        one_tensor("min", zero_d=0.2), one_tensor("all"), one_tensor("any"), g_any_all_dims,
+    ],
+    "argminmax": [g_arg_reduction("argmax"), g_arg_reduction("argmin")],
+    "pointwise2": [
+        one_tensor("clamp_min", [0, -1.5, 2]), one_tensor("clamp_max", [0, 1.5, -2]), binary("maximum"),
+        binary("minimum"), binary_0d("mul.Tensor"), binary_0d("div.Tensor"), binary_0d("pow.Tensor_Tensor"), g_lerp,
+        addc("addcmul"), addc("addcdiv"), one_tensor("abs"), one_tensor("reciprocal"), one_tensor("erf"),
+        one_tensor("sin"), one_tensor("cos"), one_tensor("log"), one_tensor("neg_"), inplace_binary("mul_.Tensor"),
+        one_tensor("mul_.Scalar", [2, -0.5]),
+    ],
 }
+
+
+def family_count(family):
+    return CASES_PER_FAMILY if CASES_PER_FAMILY is not None else FAMILY_CASES.get(family, 750)
 
 
 def family_cases(family, count):
@@ -474,6 +718,16 @@ class Recorder:
                 self.redistributions.append((local, current, target))
             return original(local, current, target, *a, **k)
         d.redistribute_local_tensor = redistribute
+        # Custom op handlers (argmin/argmax: _nonlinear_redux) redistribute a Partial input with DTensor.redistribute,
+        # which reaches _redistribute's own name of the function, not _dispatch's: record those too.
+        r = importlib.import_module("torch.distributed.tensor._redistribute")
+        original_r = r.redistribute_local_tensor
+
+        def redistribute_r(local, current, target, *a, **k):
+            if self.active:
+                self.redistributions.append((local, current, target))
+            return original_r(local, current, target, *a, **k)
+        r.redistribute_local_tensor = redistribute_r
         for module_name, fn_name, kind in self.COUNTED:
             module = importlib.import_module(module_name)
             if hasattr(module, fn_name):
@@ -575,7 +829,8 @@ def _nonfinite_to_none(v):
 REFUSALS = ("Mixed Partial reduce types", "requires redistribution. Please redistribute",
             "Cannot flatten unevenly sharded", "Cannot unflatten unevenly sharded", "not supported yet",
             "redistributing to Partial is for internal use only",
-            "in-place operations that require placement changes", "Cannot shard unevenly distributed tensor")
+            "in-place operations that require placement changes", "Cannot shard unevenly distributed tensor",
+            "Attempted to unbind along the sharded dimension")
 
 
 def plain(x):
@@ -590,7 +845,9 @@ def plain(x):
 
 
 def flat_outputs(result):
-    return [t for t in (list(result) if isinstance(result, (tuple, list)) else [result]) if t is not None]
+    """An op's result as a list of outputs; an output the op did not compute (native_layer_norm_backward with
+    output_mask false) stays in its place as None, as dtsim's answer lists it as null."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def upstream_answer(mesh, world, case, recorder, crosscheck=False):
@@ -621,6 +878,14 @@ def upstream_answer(mesh, world, case, recorder, crosscheck=False):
         except Exception as e:  # noqa: BLE001  from_local refuses mixed Partial kinds
             return {"error": error_text(e), "kind": "refusal"}
         comm = None
+        # Ops upstream is known to answer wrongly (UPSTREAM_WRONG_VALUES): the global result, taken before the op
+        # runs (it may mutate its arguments), judges dtsim where the two disagree on values.
+        reference_first = None
+        if case["op"] in UPSTREAM_WRONG_VALUES:
+            try:
+                reference_first = flat_outputs(op(*[plain(a) for a in args], **kwargs))
+            except Exception:  # noqa: BLE001  then there is nothing to judge by; compared as usual
+                reference_first = None
         try:
             with recorder.recording(), contextlib.ExitStack() as stack:
                 if crosscheck:
@@ -629,6 +894,9 @@ def upstream_answer(mesh, world, case, recorder, crosscheck=False):
                 result = op(*args, **kwargs)
             outputs = []
             for out in flat_outputs(result):
+                if out is None:
+                    outputs.append(None)
+                    continue
                 if not isinstance(out, DTensor):
                     raise RuntimeError(f"output is a {type(out).__name__}, not a DTensor")
                 local = out.to_local()
@@ -653,6 +921,10 @@ def upstream_answer(mesh, world, case, recorder, crosscheck=False):
                           "to": canonical(target.placements)} for local, current, target in recorder.redistributions]
         answer = {"op": case["op"], "redistributes": redistributes, "collective_counts": dict(recorder.counts),
                   "outputs": outputs}
+        if reference_first is not None:
+            answer["global_outputs"] = [{"shape": list(t.shape), "values": json_values(t),
+                                         "dtype": str(t.dtype).replace("torch.", "")} if t is not None else None
+                                        for t in reference_first]
         if comm is not None:
             answer["commdebug_counts"] = dict(collections.Counter(
                 {COLLECTIVE_KINDS.get(str(k).split(".")[-1], str(k)): v for k, v in comm.get_comm_counts().items()}))
@@ -665,7 +937,8 @@ def upstream_answer(mesh, world, case, recorder, crosscheck=False):
         return {"error": error_text(error), "kind": "refusal"}
     return {"error": error_text(error), "kind": "crash",
             "global_outputs": [{"shape": list(t.shape), "values": json_values(t),
-                                "dtype": str(t.dtype).replace("torch.", "")} for t in reference]}
+                                "dtype": str(t.dtype).replace("torch.", "")} if t is not None else None
+                               for t in reference]}
 
 
 def error_text(e):
@@ -809,12 +1082,19 @@ def judge_by_global(case, want, got):
     if len(go) != len(wo):
         return [f"number of outputs: global op {len(wo)}, dtsim {len(go)}"]
     for n, (w, g) in enumerate(zip(wo, go)):
+        if w is None or g is None:
+            if (w is None) != (g is None):
+                problems.append(f"output {n}: global op {'None' if w is None else 'a tensor'}, dtsim "
+                                f"{'null' if g is None else 'a tensor'}")
+            continue
         if list(w["shape"]) != list(g.get("shape", [])):
             problems.append(f"output {n} shape: global op {w['shape']}, dtsim {g.get('shape')}")
             continue
         full = assemble(case["mesh"], g.get("placements", ""), w["shape"], g.get("ranks", []))
         if isinstance(full, str):
             problems.append(f"output {n}: {full}")
+            continue
+        if case["op"] in NO_VALUES_OPS:
             continue
         integral = not w["dtype"].startswith(("float", "bfloat"))
         p = values_close(torch.tensor(flat_values(w["values"], []), dtype=torch.float64), full.flatten(), integral,
@@ -824,7 +1104,28 @@ def judge_by_global(case, want, got):
     return problems
 
 
+# Ops whose upstream answer can be wrong while its layout is right: native_layer_norm_backward reads a mean/rstd that a
+# redistribution left non-contiguous (stride (4, 1, 1) after S(1) -> S(0)) as if contiguous, on torch 2.13 (reproduced
+# on plain tensors). For these the upstream side also records the op on the global tensors, and a values-only
+# difference is settled by it: dtsim must equal the global op where upstream does not.
+UPSTREAM_WRONG_VALUES = {"native_layer_norm_backward"}
+
+
 def compare(case, want, got):
+    """The differences between upstream's answer `want` and dtsim's `got` (empty list: they agree)."""
+    problems = compare_with_upstream(case, want, got)
+    if problems and "global_outputs" in want and all(" rank " in p and "values" in p for p in problems):
+        upstream_wrong = judge_by_global(case, want, want)
+        if upstream_wrong and not judge_by_global(case, want, got):
+            UPSTREAM_WRONG.append((case, upstream_wrong))
+            return []
+    return problems
+
+
+UPSTREAM_WRONG = []  # (case, how upstream's values differ from the global op): listed, not failed
+
+
+def compare_with_upstream(case, want, got):
     """The differences between upstream's answer `want` and dtsim's `got` (empty list: they agree)."""
     if got.get("internal"):
         return [f"dtsim internal error: {got.get('error')}"]
@@ -842,6 +1143,11 @@ def compare(case, want, got):
     if len(wo) != len(go):
         return [f"number of outputs: upstream {len(wo)}, dtsim {len(go)}"]
     for n, (w, g) in enumerate(zip(wo, go)):
+        if w is None or g is None:
+            if (w is None) != (g is None):
+                problems.append(f"output {n}: upstream {'None' if w is None else 'a tensor'}, dtsim "
+                                f"{'null' if g is None else 'a tensor'}")
+            continue
         if canonical_text(w["placements"]) != canonical_text(g.get("placements", "")):
             problems.append(f"output {n} placements: upstream {w['placements']}, dtsim {g.get('placements')}")
         if list(w["shape"]) != list(g.get("shape", [])):
@@ -859,6 +1165,8 @@ def compare(case, want, got):
         return problems  # values only make sense once the layout agrees
     tol = TOLERANCE[case.get("dtype", "float32")]
     for n, (w, g) in enumerate(zip(wo, go)):
+        if w is None:
+            continue
         granks = {r.get("rank"): r for r in g.get("ranks", [])}
         for wrank in w["ranks"]:
             grank = granks.get(wrank["rank"])
@@ -869,7 +1177,7 @@ def compare(case, want, got):
                 problems.append(f"output {n} rank {wrank['rank']} local shape: upstream {wrank['local_shape']}, "
                                 f"dtsim {grank.get('local_shape')}")
                 break
-            if "values" not in wrank:
+            if "values" not in wrank or case["op"] in NO_VALUES_OPS:
                 continue
             if "values" not in grank:
                 problems.append(f"output {n} rank {wrank['rank']}: dtsim gives no values")
@@ -923,7 +1231,7 @@ def case_key(case):
 def run(families, count, jobs=None, dtsim=True, crosscheck=False, dtsim_optional=False, cached=None):
     """Generates, asks both sides, compares. Returns (cases, upstream answers, dtsim answers or None, mismatches,
     timings). With dtsim_optional a failing dtsim run is reported in timings["dtsim_error"] instead of raised."""
-    cases = [c for f in families for c in family_cases(f, count)]
+    cases = [c for f in families for c in family_cases(f, family_count(f) if count is None else count)]
     timings = {}
     got, dtsim_error = None, None
 
@@ -978,7 +1286,7 @@ def test_ops_match_upstream():
     if not families:
         pytest.skip("no op family enabled (DTSIM_OP_FAMILIES is empty and DEFAULT_FAMILIES lists none)")
     start = time.time()
-    cases, want, _, mismatches, timings = run(families, CASES_PER_FAMILY)
+    cases, want, _, mismatches, timings = run(families, None)
     print(f"\n{len(cases)} cases in {time.time() - start:.1f}s (upstream {timings['upstream']:.1f}s, dtsim "
           f"{timings.get('dtsim', 0):.1f}s): {summary(cases, want, mismatches)}")
     by_problem = collections.Counter(p.split(":")[0] for *_, problems in mismatches for p in problems[:1])
@@ -989,7 +1297,7 @@ def test_ops_match_upstream():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--family", action="append", help="op family (repeatable, or a comma list, or 'all')")
-    parser.add_argument("--cases", type=int, default=50, help="cases per family")
+    parser.add_argument("--cases", type=int, default=50, help="cases per family (0: the test's own counts)")
     parser.add_argument("--jobs", type=int, default=1, help="upstream worker processes")
     parser.add_argument("--show", action="store_true", help="print every mismatch (or, without dtsim, every answer)")
     parser.add_argument("--op", help="keep only cases of this op (after generation)")
@@ -1016,7 +1324,7 @@ def main():
             for line in f:
                 entry = json.loads(line)
                 cached[json.dumps(entry["case"], sort_keys=True)] = entry["upstream"]
-    cases, want, got, mismatches, timings = run(families, args.cases, args.jobs, use_dtsim, args.crosscheck,
+    cases, want, got, mismatches, timings = run(families, args.cases or None, args.jobs, use_dtsim, args.crosscheck,
                                                 dtsim_optional=True, cached=cached)
     if "dtsim_error" in timings:
         print(f"dtsim op --batch failed ({timings['dtsim_error']}); showing upstream's side only")
@@ -1040,7 +1348,7 @@ def main():
             for c, w in zip(cases, want):
                 print(short(c))
                 print("  ->", json.dumps({k: v for k, v in w.items() if k != "outputs"}),
-                      [(o["shape"], o["placements"]) for o in w.get("outputs", [])])
+                      [(o["shape"], o["placements"]) for o in w.get("outputs", []) if o])
         return 0
     print(summary(cases, want, mismatches))
     problems = collections.Counter(p.split(":")[0] for *_, ps in mismatches for p in ps[:1])
