@@ -12,31 +12,16 @@
 
 #include "dtsim/dtensor.h"
 #include "dtsim/ops/dtensor_tensor.h"
+#include "paired.h"
 
 namespace {
 
 using dtsim::DeviceMesh;
 using dtsim::ParsePlacements;
+using dtsim::bench::Paired;
 
-// Alternates batches of `a` and `b` and keeps each one's fastest batch (background load hits both alike).
-void Paired(benchmark::State& state, const std::function<void()>& a, const std::function<void()>& b) {
-  using Clock = std::chrono::steady_clock;
-  double best_a = 1e300, best_b = 1e300;
-  const int rounds = 200, batch = 20;
-  for (auto _ : state) {
-    for (int round = 0; round < rounds; ++round) {
-      auto t0 = Clock::now();
-      for (int i = 0; i < batch; ++i) a();
-      auto t1 = Clock::now();
-      for (int i = 0; i < batch; ++i) b();
-      auto t2 = Clock::now();
-      best_a = std::min(best_a, std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
-      best_b = std::min(best_b, std::chrono::duration<double, std::micro>(t2 - t1).count() / batch);
-    }
-  }
-  state.counters["a_us"] = best_a;  // the local op alone
-  state.counters["b_us"] = best_b;  // the DTensor op
-}
+constexpr int kRounds = 200, kBatch = 20;  // a_us: the local op alone, b_us: the DTensor op
+
 
 const DeviceMesh& Mesh() {
   static DeviceMesh mesh = DeviceMesh::Create({8});
@@ -57,28 +42,28 @@ Inputs Make(const char* pa, const std::vector<int64_t>& shape_b, const char* pb)
 void BM_OpMatrix(benchmark::State& state) {  // mm: [S(0)] x [R] -> [S(0)]
   Inputs in = Make("S(0)", {16, 16}, "R");
   Paired(state, [&] { benchmark::DoNotOptimize(at::mm(in.la, in.lb)); },
-         [&] { benchmark::DoNotOptimize(at::mm(in.da, in.db)); });
+         [&] { benchmark::DoNotOptimize(at::mm(in.da, in.db)); }, kRounds, kBatch);
 }
 BENCHMARK(BM_OpMatrix)->Iterations(1);
 
 void BM_OpPointwise(benchmark::State& state) {  // add: [S(0)] + [S(0)] -> [S(0)]
   Inputs in = Make("S(0)", {128, 16}, "S(0)");
   Paired(state, [&] { benchmark::DoNotOptimize(at::add(in.la, in.lb)); },
-         [&] { benchmark::DoNotOptimize(at::add(in.da, in.db)); });
+         [&] { benchmark::DoNotOptimize(at::add(in.da, in.db)); }, kRounds, kBatch);
 }
 BENCHMARK(BM_OpPointwise)->Iterations(1);
 
 void BM_OpMath(benchmark::State& state) {  // sum over dim 1 of [S(0)] -> [S(0)]
   Inputs in = Make("S(0)", {128, 16}, "S(0)");
   Paired(state, [&] { benchmark::DoNotOptimize(at::sum(in.la, {1})); },
-         [&] { benchmark::DoNotOptimize(at::sum(in.da, {1})); });
+         [&] { benchmark::DoNotOptimize(at::sum(in.da, {1})); }, kRounds, kBatch);
 }
 BENCHMARK(BM_OpMath)->Iterations(1);
 
 void BM_OpView(benchmark::State& state) {  // transpose(0, 1) of [S(0)] -> [S(1)]
   Inputs in = Make("S(0)", {128, 16}, "S(0)");
   Paired(state, [&] { benchmark::DoNotOptimize(at::transpose(in.la, 0, 1)); },
-         [&] { benchmark::DoNotOptimize(at::transpose(in.da, 0, 1)); });
+         [&] { benchmark::DoNotOptimize(at::transpose(in.da, 0, 1)); }, kRounds, kBatch);
 }
 BENCHMARK(BM_OpView)->Iterations(1);
 

@@ -11,7 +11,6 @@ in dtsim), so scripts/bench.sh divides them by dtsim's time for `bench op_<famil
 import json
 import logging
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -20,22 +19,9 @@ from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
+from upstream_bench import best_us  # the same timing rule as the other upstream benchmarks
+
 WORLD = 8
-
-
-def best_us(fn, repeats=5):
-    fn()
-    start = time.perf_counter()
-    fn()
-    one = time.perf_counter() - start
-    calls = max(1, int(0.2 / max(one, 1e-7)))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e6
 
 
 def main():

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dtsim/collectives.h"
+#include "dtsim/mesh_view.h"
 #include "dtsim/spec.h"
 
 namespace dtsim {
@@ -33,22 +34,6 @@ namespace dtsim {
 struct Plan;
 struct PlanStep;
 
-// The ranks a mesh's DTensors live on in this world and their coordinates (see "Submeshes in simulation").
-class MeshView {
- public:
-  explicit MeshView(const DeviceMesh& mesh) : mesh_(&mesh) {}
-  // Every rank that holds a shard: the root mesh's ranks.
-  const std::vector<int64_t>& ranks() const;
-  // The coordinate of a world rank in this mesh (its own submesh of the family).
-  std::vector<int64_t> Coordinate(int64_t rank) const;
-  // Coordinate(rank)[dim] in O(mesh dims) without allocating (per-rank loops of big worlds).
-  int64_t CoordinateAlong(int64_t rank, int64_t dim) const;
-  // The groups that run a collective along mesh dim `dim`, in every submesh of the family at once.
-  GroupSet Groups(int64_t dim) const;
-
- private:
-  const DeviceMesh* mesh_;
-};
 
 // Options of Redistribute; defaults in comments.
 struct RedistributeOptions {
@@ -124,7 +109,5 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh, const
 // InputError if the meshes share a dim or have different roots, or if the result is no layout placements describe.
 DTensor DistributeTensor(const DTensor& tensor, const DeviceMesh& mesh, const Placements& placements);
 
-// Mixed Partial kinds other than sum with avg → InputError(field), as upstream's assert_no_mixed_partial_types.
-void CheckNoMixedPartials(const Placements& placements, const std::string& field);
 
 }  // namespace dtsim

@@ -90,4 +90,9 @@ std::string ToString(const Placements& placements);
 // shortened to 80 characters), or for text longer than kMaxPlacementTextBytes.
 Placements ParsePlacements(std::string_view text, const std::string& field = "placements");
 
+// Refuses (InputError(field)) a placement list that mixes Partial reduce ops other than sum with avg, as upstream's
+// assert_no_mixed_partial_types: "from: '[P(sum), P(max)]' mixes Partial reduce ops {max, sum}; only sum with avg
+// may be mixed (upstream refuses the rest)". The one check used by the planner, DTensor and the op layer.
+void CheckNoMixedPartials(const Placements& placements, const std::string& field);
+
 }  // namespace dtsim

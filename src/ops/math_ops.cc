@@ -22,23 +22,9 @@ namespace {
 // Call helpers.
 // ---------------------------------------------------------------------------------------------------------------------
 
-// The mesh shape of the call when OpCallInfo carries one (a `mesh_shape` member, sizes per mesh dim); nullopt while
-// the header has no such member. Upstream needs mesh dim sizes for its evenness checks (mean, nll_loss) and for
+// The mesh shape of the call: upstream needs mesh dim sizes for its evenness checks (mean, nll_loss) and for
 // DTensorSpec.num_shards (softmax backward).
-template <typename T, typename = void>
-struct HasMeshShape : std::false_type {};
-template <typename T>
-struct HasMeshShape<T, std::void_t<decltype(std::declval<const T&>().mesh_shape)>> : std::true_type {};
-
-template <typename T>
-std::optional<std::vector<int64_t>> MeshShapeOf(const T& call) {
-  if constexpr (HasMeshShape<T>::value) {
-    return std::vector<int64_t>(call.mesh_shape.begin(), call.mesh_shape.end());
-  } else {
-    (void)call;
-    return std::nullopt;
-  }
-}
+std::optional<std::vector<int64_t>> MeshShapeOf(const OpCallInfo& call) { return call.mesh_shape; }
 
 // The size of mesh dim `i`, or 2 where the mesh shape is unknown (the smallest size that communicates).
 int64_t MeshDimSize(const std::optional<std::vector<int64_t>>& mesh_shape, size_t i) {

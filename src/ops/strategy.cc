@@ -168,6 +168,12 @@ bool OpCallInfo::IsScalar(size_t i) const {
          v.isSymFloat();
 }
 
+const std::vector<int64_t>& OpCallInfo::MeshSizes(size_t mesh_ndim) const {
+  DTSIM_CHECK(mesh_shape.size() == mesh_ndim, name, ": mesh has ", mesh_shape.size(), " dims but the input has ",
+              mesh_ndim, " placements");
+  return mesh_shape;
+}
+
 bool OpCallInfo::inplace() const {
   const size_t colon = name.find("::");
   std::string base = name.substr(colon == std::string::npos ? 0 : colon + 2);

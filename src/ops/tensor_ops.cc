@@ -99,25 +99,6 @@ Placements ShiftAfterRemove(const Placements& placements, int64_t remove_dim) {
   return out;
 }
 
-// Detects OpCallInfo::mesh_shape (the size of each mesh dim; equal's choice counts shards), which strategy.h does not
-// declare yet (requested), so this compiles either way.
-template <typename T, typename = void>
-struct HasMeshShape : std::false_type {};
-template <typename T>
-struct HasMeshShape<T, std::void_t<decltype(std::declval<const T&>().mesh_shape)>> : std::true_type {};
-
-template <typename T>
-std::vector<int64_t> MeshSizesOf(const T& info, size_t mesh_ndim) {
-  if constexpr (HasMeshShape<T>::value) {
-    std::vector<int64_t> sizes(info.mesh_shape.begin(), info.mesh_shape.end());
-    DTSIM_CHECK(sizes.size() == mesh_ndim, info.name, ": mesh has ", sizes.size(), " dims but the input has ",
-                mesh_ndim, " placements");
-    return sizes;
-  } else {
-    (void)mesh_ndim;
-    throw InternalError(info.name + ": this strategy needs the mesh shape (OpCallInfo::mesh_shape)");
-  }
-}
 
 // Upstream's DTensorSpec.num_shards: the product of the mesh sizes of the sharded mesh dims.
 int64_t NumShards(const Placements& placements, const std::vector<int64_t>& mesh_sizes) {
@@ -244,7 +225,7 @@ void RegisterTensorOps() {
                        if (InputMeta(info, 0).ndim() == 0 || InputMeta(info, 1).ndim() == 0) {
                          return std::vector<Candidate>{Make({}, {AllReplicate(mesh_ndim), AllReplicate(mesh_ndim)})};
                        }
-                       const std::vector<int64_t> mesh = MeshSizesOf(info, mesh_ndim);
+                       const std::vector<int64_t> mesh = info.MeshSizes(mesh_ndim);
                        const Placements& pick =
                            NumShards(current[0], mesh) >= NumShards(current[1], mesh) ? current[0] : current[1];
                        const Placements follow = PartialToReplicate(pick);

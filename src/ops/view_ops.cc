@@ -733,30 +733,6 @@ class ViewShardingPropagator {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// The mesh shape of a call.
-// ---------------------------------------------------------------------------------------------------------------
-
-// Detects OpCallInfo::mesh_shape (the size of each mesh dim), which view propagation needs for its divisibility
-// checks; strategy.h does not declare it yet (requested), so this compiles either way.
-template <typename T, typename = void>
-struct HasMeshShape : std::false_type {};
-template <typename T>
-struct HasMeshShape<T, std::void_t<decltype(std::declval<const T&>().mesh_shape)>> : std::true_type {};
-
-template <typename T>
-std::vector<int64_t> MeshSizesOf(const T& info, size_t mesh_ndim) {
-  if constexpr (HasMeshShape<T>::value) {
-    std::vector<int64_t> sizes(info.mesh_shape.begin(), info.mesh_shape.end());
-    DTSIM_CHECK(sizes.size() == mesh_ndim, info.name, ": mesh has ", sizes.size(), " dims but the input has ",
-                mesh_ndim, " placements");
-    return sizes;
-  } else {
-    (void)mesh_ndim;
-    throw InternalError(info.name + ": view sharding propagation needs the mesh shape (OpCallInfo::mesh_shape)");
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // Registration.
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -774,7 +750,7 @@ void RegisterViewStrategy(const std::vector<std::string>& ops, DimMapFn dim_map,
     DTSIM_CHECK(!current.empty(), info.name, ": view op without input placements");
     const DimMap rules = dim_map(info);
     const Placements& src = current[0];
-    const std::vector<int64_t> mesh_sizes = MeshSizesOf(info, src.size());
+    const std::vector<int64_t> mesh_sizes = info.MeshSizes(src.size());
     ViewShardingPropagator propagator(info.name, src, SelfMeta(info).shape, rules, mesh_sizes, strict_view);
     auto [input_tgt, output] = propagator.Run();
     Candidate candidate;

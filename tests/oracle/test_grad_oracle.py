@@ -300,20 +300,9 @@ def upstream_answer(mesh, world, case):
 def upstream_worker(cases):
     """Upstream's answer for a list of (index, case), in this process: one fake process group per mesh shape."""
     import logging
-    from torch.distributed.device_mesh import init_device_mesh
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    groups = collections.defaultdict(list)
-    for i, c in cases:
-        groups[tuple(c["mesh"])].append((i, c))
-    answers = {}
-    for mesh_shape, items in sorted(groups.items()):
-        world = math.prod(mesh_shape)
-        with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", mesh_shape)
-            for i, c in items:
-                answers[i] = upstream_answer(mesh, world, c)
-    return answers
+    return upstream.answer_per_mesh(cases, upstream_answer)
 
 
 def upstream_answers(cases, jobs=None):

@@ -949,22 +949,13 @@ def upstream_worker(cases, crosscheck=False):
     """Runs upstream on a list of (index, case) in this process: one fake process group per mesh shape.
     Returns {index: answer} and the seconds spent."""
     import logging
-    from torch.distributed.device_mesh import init_device_mesh
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
     torch.set_num_threads(1)
     recorder = Recorder()
     start = time.time()
-    groups = collections.defaultdict(list)
-    for i, c in cases:
-        groups[tuple(c["mesh"])].append((i, c))
-    answers = {}
-    for mesh_shape, items in sorted(groups.items()):
-        world = math.prod(mesh_shape)
-        with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", mesh_shape)
-            for i, c in items:
-                answers[i] = upstream_answer(mesh, world, c, recorder, crosscheck)
+    answers = upstream.answer_per_mesh(
+        cases, lambda mesh, world, c: upstream_answer(mesh, world, c, recorder, crosscheck))
     return answers, time.time() - start
 
 

@@ -186,3 +186,14 @@ def transform_infos(mesh, case, world, graph=None, dtype=torch.float32):
         logical = [[per_rank(v, r) for v in info.logical_shape] for r in range(world)]
         out.append((info.mesh_dim, placement_text(a), placement_text(b), logical))
     return out
+
+
+def answer_per_mesh(cases, answer):
+    """answer(mesh, world, case) for each (index, case) of `cases`, one fake process group and DeviceMesh per mesh
+    shape (by_mesh); returns {index: answer}."""
+    answers = {}
+    for _, world, mesh, positions in by_mesh([c for _, c in cases]):
+        for k in positions:
+            index, case = cases[k]
+            answers[index] = answer(mesh, world, case)
+    return answers

@@ -44,8 +44,9 @@ struct ShardingDecision {
 };
 
 // Upstream's redistribute_cost (torch/distributed/tensor/_collective_utils.py) of moving `current` to `target`:
-// 0 when `current` is all-Replicate or equal to `target`; infinity for _StridedShard (upstream cannot order its
-// shards) and for refused moves (S → P, P(a) → P(b)); otherwise the alpha-beta cost of the steps of upstream's
+// 0 when `current` is all-Replicate or equal to `target`; infinity for refused moves (S → P, P(a) → P(b)); a step
+// from or to a _StridedShard costs 0 (inside op propagation upstream's specs treat _StridedShard with the default shard
+// order, and its transition cost prices such steps at 0: _StridedShard is not is_shard()); otherwise the alpha-beta cost of the steps of upstream's
 // default plan, with the bytes of each step as upstream tracks them (all_gather multiplies by the group size,
 // reduce_scatter divides) and upstream's MeshTopoInfo for a CPU mesh (one device per host: every mesh dim of more
 // than one rank is inter-host, 87.7 × 0.22 GB/s and 2.7 us per hop). R → P costs 0.

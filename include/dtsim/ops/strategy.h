@@ -88,8 +88,10 @@ struct OpCallInfo {
   std::vector<TensorMeta> inputs;
   // The current placements of each tensor input (OpCallInfo::inputs order), before any redistribution.
   std::vector<Placements> current;
-  // The sizes of the mesh the inputs live on (mean's even-shard check, nll_loss, softmax backward).
+  // The sizes of the mesh the inputs live on (mean's even-shard check, nll_loss, softmax backward, view ops).
   std::vector<int64_t> mesh_shape;
+  // mesh_shape, checked to have `mesh_ndim` dims (one per placement of the inputs).
+  const std::vector<int64_t>& MeshSizes(size_t mesh_ndim) const;
   // Argument accessors by position (the value's default where not given): Int(1), IntList(1), Double(2), Bool(3).
   int64_t Int(size_t i) const;
   std::optional<int64_t> OptInt(size_t i) const;
