@@ -172,6 +172,96 @@ std::optional<at::Tensor> MaskedEmbedding(const DeviceMesh& mesh, Collectives& c
                         });
 }
 
+// Upstream's argminmax_handler (torch/distributed/tensor/_nonlinear_redux.py) for argmax / argmin(self, dim?,
+// keepdim): a Partial input is made Replicate first; every rank reduces its own shard (the extreme value and its
+// index, made global with the shard's offset); over each mesh dim that shards the reduced dim (every sharded mesh dim
+// when dim is None) the values and the indices are all-gathered along the reduced dim; the rank holding the extreme
+// value wins. Returns the local result, laid out as the registered strategy's output placements say.
+at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> dim, bool keepdim,
+                     std::vector<OpRedistribution>* redistributions) {
+  DTensor dt = input;
+  const DeviceMesh& mesh = dt.mesh();
+  Placements no_partial = dt.placements();
+  for (Placement& p : no_partial) {
+    if (p.is_partial()) p = Placement::Replicate();
+  }
+  if (no_partial != dt.placements()) {
+    OpRedistribution r;
+    r.from = dt.placements();
+    r.to = no_partial;
+    RedistributeOptions options;
+    options.plan_out = &r.plan;
+    dt = dt.Redistribute(mesh, no_partial, options);
+    if (redistributions != nullptr) redistributions->push_back(std::move(r));
+  }
+  const int64_t ndim = static_cast<int64_t>(dt.shape().size());
+  if (dim) dim = NormalizeDim(*dim, ndim);
+  std::vector<int64_t> shard_mesh_dims;
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    const Placement& p = dt.placements()[m];
+    if (p.is_strided_shard()) {
+      throw InputError("op", StrCat(is_max ? "aten.argmax" : "aten.argmin", " does not support _StridedShard!"));
+    }
+    if (p.is_shard() && (!dim || p.dim() == *dim)) shard_mesh_dims.push_back(m);
+  }
+  Collectives& coll = dt.collectives();
+  const DTensorSpec& spec = dt.spec();
+  MeshView view(mesh);
+  auto reduce = [&](const at::Tensor& s) -> std::pair<at::Tensor, at::Tensor> {
+    if (!dim) {
+      return {(is_max ? s.max() : s.min()).unsqueeze(0), (is_max ? s.argmax() : s.argmin()).unsqueeze(0)};
+    }
+    auto [values, indices] = is_max ? at::max(s, *dim, true) : at::min(s, *dim, true);
+    return {values, indices};
+  };
+  auto expected_shape = [&](const at::Tensor& s) {
+    if (!dim) return keepdim ? std::vector<int64_t>(s.dim(), 1) : std::vector<int64_t>{};
+    std::vector<int64_t> shape = s.sizes().vec();
+    if (keepdim) {
+      if (!shape.empty()) shape[*dim] = 1;
+    } else if (!shape.empty()) {
+      shape.erase(shape.begin() + *dim);
+    }
+    return shape;
+  };
+  const at::Tensor local = dt.to_local();
+  if (shard_mesh_dims.empty()) {
+    return coll.MapShards(local, [&](int64_t, const at::Tensor& s) {
+      return reduce(s).second.reshape(expected_shape(s));
+    });
+  }
+  at::Tensor values = coll.MapShards(local, [&](int64_t, const at::Tensor& s) { return reduce(s).first; });
+  at::Tensor indices = coll.MapShards(local, [&](int64_t rank, const at::Tensor& s) {
+    const at::Tensor li = reduce(s).second;
+    const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
+    if (dim) return li + layout.global_offset[*dim];
+    // A flat index of the shard -> a flat index of the global tensor.
+    at::Tensor global = at::zeros_like(li);
+    at::Tensor remaining = li;
+    for (int64_t i = 0; i < ndim; ++i) {
+      int64_t local_stride = 1, global_stride = 1;
+      for (int64_t k = i + 1; k < ndim; ++k) {
+        local_stride *= layout.local_shape[k];
+        global_stride *= spec.shape()[k];
+      }
+      const at::Tensor coord = remaining.div(local_stride, "floor");
+      remaining = remaining.remainder(local_stride);
+      global = global + (coord + layout.global_offset[i]) * global_stride;
+    }
+    return global;
+  });
+  const int64_t gather_dim = dim ? *dim : 0;
+  for (int64_t m : shard_mesh_dims) {
+    values = coll.AllGather(values, view.Groups(m), gather_dim);
+    indices = coll.AllGather(indices, view.Groups(m), gather_dim);
+  }
+  return coll.MapShards(std::vector<at::Tensor>{values, indices, local},
+                        [&](int64_t, const std::vector<at::Tensor>& s) {
+                          const at::Tensor winner = is_max ? s[0].argmax(gather_dim, true) : s[0].argmin(gather_dim, true);
+                          return s[1].gather(gather_dim, winner).reshape(expected_shape(s[2]));
+                        });
+}
+
 bool IsShapeArgOp(const std::string& name) {
   static const char* kOps[] = {"aten::new_empty", "aten::new_full",  "aten::new_ones",   "aten::new_zeros",
                                "aten::expand",    "aten::expand_copy", "aten::reshape",  "aten::view",
@@ -416,6 +506,31 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   // 3. Redistribute the inputs that need it.
   OpEvent event;
   const bool observe = g_observer != nullptr;
+  auto finish = [&](std::vector<c10::IValue> results) {
+    torch::jit::drop(*stack, n_args);
+    for (auto& r : results) stack->push_back(std::move(r));
+    if (observe) {
+      fill_call();
+      event.op = name;
+      event.inputs = call.inputs;
+      event.input_placements = current;
+      event.decision = decision;
+      event.cache_hit = cache_hit;
+      g_observer->OnOp(event);
+    }
+  };
+  if ((name == "aten::argmax" || name == "aten::argmin") && inputs.size() == 1 && inputs[0].dt) {
+    // Upstream's custom handler (argminmax_handler), not the registered strategy, runs these: see ArgMinMax.
+    const c10::IValue& dim = (*stack)[base + 1];
+    at::Tensor local = ArgMinMax(*inputs[0].dt, name == "aten::argmax",
+                                 dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
+                                 (*stack)[base + 2].toBool(), observe ? &event.redistributions : nullptr);
+    const TensorMeta& m = *cached->outputs.at(0);
+    DTensorSpec spec = DTensorSpec::Create(mesh, *decision.output_placements.at(0), m.shape, FromScalarType(m.dtype));
+    if (observe) event.outputs.push_back(spec);
+    finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride)))});
+    return;
+  }
   std::vector<at::Tensor> locals(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
@@ -567,18 +682,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       results.push_back(v);
     }
   }
-  torch::jit::drop(*stack, n_args);
-  for (auto& r : results) stack->push_back(std::move(r));
-
-  if (observe) {
-    fill_call();
-    event.op = name;
-    event.inputs = call.inputs;
-    event.input_placements = current;
-    event.decision = decision;
-    event.cache_hit = cache_hit;
-    g_observer->OnOp(event);
-  }
+  finish(std::move(results));
 }
 
 struct Registration {

@@ -202,3 +202,28 @@ TEST(OpDispatchTest, EmbeddingPlacementsMatchUpstream) {
 
 }  // namespace
 }  // namespace dtsim::ops
+
+namespace dtsim::ops {
+namespace {
+
+// argmax / argmin run upstream's handler: local arg-reduction, then all_gathers of values and indices over the mesh
+// dims that shard the reduced dim; the result equals the plain op, uneven shards included.
+TEST(OpDispatchTest, ArgMaxGathersLocalWinners) {
+  DeviceMesh mesh = DeviceMesh::Create({2, 2});
+  at::Tensor x = at::randn({5, 7});
+  for (const char* p : {"S(0),S(1)", "S(1),R", "R,S(0)", "S(0),S(0)"}) {
+    SCOPED_TRACE(p);
+    for (std::optional<int64_t> dim : {std::optional<int64_t>(), std::optional<int64_t>(0),
+                                       std::optional<int64_t>(1)}) {
+      for (bool keepdim : {false, true}) {
+        at::Tensor got = at::argmax(Dist(x, mesh, p), dim, keepdim);
+        EXPECT_TRUE(at::equal(Full(got), at::argmax(x, dim, keepdim)));
+        got = at::argmin(Dist(x, mesh, p), dim, keepdim);
+        EXPECT_TRUE(at::equal(Full(got), at::argmin(x, dim, keepdim)));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtsim::ops

@@ -71,11 +71,7 @@ MESHES = [[2], [4], [8], [3], [2, 2], [2, 4], [4, 2], [2, 3]]
 # Families the ctest entry runs when DTSIM_OP_FAMILIES is not set: those dtsim passes today. Add a family here when
 # its C++ lands and passes.
 DEFAULT_FAMILIES = ["matrix", "pointwise", "math", "view", "tensor_list", "pointwise2", "backward", "tensor",
-                    "reductions2"]
-# Left out for now (run them with DTSIM_OP_FAMILIES or --family):
-#   argminmax: argmax/argmin along a sharded dim — upstream's custom argminmax_handler reduces each shard locally and
-#     all_gathers values and indices (2 all_gathers, no input redistribution); dtsim runs the registered strategy,
-#     which redistributes the input (1 all_gather). Same results, other communication (docs/dtensor.md).
+                    "reductions2", "argminmax"]
 # Cases per family: DTSIM_OP_ORACLE_CASES for every family when set, else FAMILY_CASES (default 750) — the newer
 # families run fewer so the ctest entry stays within a few minutes on 2 cores.
 CASES_PER_FAMILY = int(os.environ["DTSIM_OP_ORACLE_CASES"]) if os.environ.get("DTSIM_OP_ORACLE_CASES") else None
