@@ -11,6 +11,7 @@ void RegisterMathOps();       // math_ops.cc: reductions, softmax, norms, losses
 void RegisterViewOps();       // view_ops.cc: view, reshape, transpose, permute, unsqueeze, squeeze, expand, ...
 void RegisterTensorOps();     // tensor_ops.cc: clone, contiguous, detach, copy_, *_like, cat, stack, split, slice, ...
 void RegisterEmbeddingOps();  // embedding_ops.cc: embedding and its backward
+void RegisterRandomOps();     // random_ops.cc: in-place samplers, dropout, multinomial
 
 }  // namespace ops
 }  // namespace dtsim

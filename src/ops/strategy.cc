@@ -80,6 +80,7 @@ void EnsureStrategiesRegistered() {
     RegisterViewOps();
     RegisterTensorOps();
     RegisterEmbeddingOps();
+    RegisterRandomOps();
     RegisterPointwiseOps();
   });
 }

@@ -227,3 +227,20 @@ TEST(OpDispatchTest, ArgMaxGathersLocalWinners) {
 
 }  // namespace
 }  // namespace dtsim::ops
+
+namespace dtsim::ops {
+namespace {
+
+// Dropout keeps its input's sharding (upstream's random ops strategy): every rank drops its own elements; the kept
+// ones are scaled by 1 / (1 - p). Values are per-rank draws (dtsim's seeded generators), so the check is structural.
+TEST(OpDispatchTest, DropoutKeepsShardingAndScalesKeptValues) {
+  DeviceMesh mesh = DeviceMesh::Create({4});
+  at::Tensor x = at::ones({8, 6});
+  at::Tensor y = at::dropout(Dist(x, mesh, "S(0)"), 0.25, /*train=*/true);
+  EXPECT_EQ(ToString(GetDTensor(y).placements()), "[S(0)]");
+  at::Tensor full = Full(y);
+  EXPECT_TRUE(at::logical_or(full.eq(0), full.sub(1 / 0.75).abs().lt(1e-6)).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace dtsim::ops
