@@ -80,6 +80,8 @@ thread_local OpObserver* g_observer = nullptr;
 struct CachedCall {
   ShardingDecision decision;
   std::vector<std::optional<TensorMeta>> outputs;
+  // The spec of each output (validated once), where the decision and the metadata give one.
+  std::vector<std::optional<DTensorSpec>> out_specs;
 };
 struct Cache {
   std::mutex mu;
@@ -361,7 +363,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   };
 
   // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
-  std::string key = name;
+  thread_local std::string key;  // reused: keeps its capacity from call to call
+  key.assign(name);
   key += '|';
   AppendInts(key, mesh.shape());  // the decision depends on the mesh's sizes (costs, shardability)
   key += '|';
@@ -495,6 +498,14 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     // One output placement for several tensor outputs: every output gets it (upstream does the same).
     if (entry->decision.output_placements.size() == 1 && entry->outputs.size() > 1) {
       entry->decision.output_placements.resize(entry->outputs.size(), entry->decision.output_placements[0]);
+    }
+    for (size_t o = 0; o < entry->outputs.size(); ++o) {
+      const bool has = entry->outputs[o] && o < entry->decision.output_placements.size() &&
+                       entry->decision.output_placements[o];
+      entry->out_specs.push_back(has ? std::optional<DTensorSpec>(DTensorSpec::Create(
+                                           mesh, *entry->decision.output_placements[o], entry->outputs[o]->shape,
+                                           FromScalarType(entry->outputs[o]->dtype)))
+                                     : std::nullopt);
     }
     cached = entry;
     Cache& cache = GetCache();
@@ -648,8 +659,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
                     decision.output_placements[out_index],
                 name, ": output ", out_index, " has no spec");
     const TensorMeta& m = *out_meta[out_index];
-    DTensorSpec spec =
-        DTensorSpec::Create(mesh, *decision.output_placements[out_index], m.shape, FromScalarType(m.dtype));
+    DTensorSpec spec = *cached->out_specs.at(out_index);
     if (observe) event.outputs.push_back(spec);
     return AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride));
   };
