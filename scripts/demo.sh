@@ -39,7 +39,12 @@ echo "   The result is [_S(0,4), S(0)] on the parent mesh; ranks 0..7 hold rows 
 step "$DTSIM" distribute --mesh 2x4 --names dp,tp --shape 7,3 --step "tp:S(0)" --step "dp:S(0)" --values
 
 echo
-echo "== 6. Look instead of reading: the layout inspector. A trace of the nested case of step 3, then screenshots of"
+echo "== 6. An implicit redistribution: x @ w with x = [S(0), S(1)] (contracting dim sharded over tp) and"
+echo "   w = [R, S(1)]. Sharding propagation (upstream's rules and costs) picks the cheapest strategy and moves x."
+step "$DTSIM" op mm --mesh 2x4 --names dp,tp --arg "8x16:S(0),S(1)" --arg "16x12:R,S(1)" \
+  | grep -v -E '^ +([0-9.]+|inf) us|^  rank'
+echo
+echo "== 7. Look instead of reading: the layout inspector. A trace of the nested case of step 3, then screenshots of"
 echo "   both demo traces drawn by dtsim-viewer (headless, under xvfb-run), a picture of one layout, and the uneven"
 echo "   run as a Perfetto timeline."
 "$DTSIM" redistribute --mesh 4x2 --names dp,tp --shape 13,6 --from "S(0),S(0)" --to "S(1),S(1)" \

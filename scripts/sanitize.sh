@@ -9,7 +9,7 @@ for f in "$DTSIM_ROOT"/tests/fuzz/*_fuzzer.cc; do
   name="$(basename "$f" _fuzzer.cc)"
   fuzz_targets+=("fuzz_$name")
 done
-configure_and_build_asan --target dtsim dtsim_layout_tests dtsim_core_tests "${fuzz_targets[@]}"
+configure_and_build_asan --target dtsim dtsim_layout_tests dtsim_core_tests dtsim_ops_tests "${fuzz_targets[@]}"
 
 # LibTorch is built with gcc and not instrumented; see docs/reliability.md for why each option is set.
 export ASAN_OPTIONS="detect_leaks=0:detect_odr_violation=0:abort_on_error=1:strict_string_checks=1"
@@ -18,6 +18,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 log "sanitizer step: GoogleTest suites"
 "$DTSIM_ASAN_BUILD/tests/dtsim_layout_tests" --gtest_brief=1
 "$DTSIM_ASAN_BUILD/tests/dtsim_core_tests" --gtest_brief=1
+"$DTSIM_ASAN_BUILD/tests/dtsim_ops_tests" --gtest_brief=1
 log "sanitizer step: fuzz corpora"
 (cd "$DTSIM_ASAN_BUILD" && ctest --output-on-failure -L fuzz -j "${DTSIM_JOBS:-2}")
 log "sanitizer step: bad-input table"
