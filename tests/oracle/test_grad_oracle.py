@@ -250,20 +250,11 @@ def make_leaf(mesh, mesh_shape, k, spec):
     DTensor.from_local, which costs a fraction of distribute_tensor's scatter under LocalTensorMode."""
     from torch.distributed._local_tensor import LocalTensor
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
     shape = spec["shape"]
     placements = upstream.normalised(spec["placements"].split(","), len(shape))
     with torch._C._DisableTorchDispatch():  # plain tensors even inside LocalTensorMode
         full = leaf_values(k, shape)
-        shards = {}
-        for r in range(math.prod(mesh_shape)):
-            coordinate = [r // math.prod(mesh_shape[m + 1:]) % mesh_shape[m] for m in range(len(mesh_shape))]
-            local_shape, offset = _compute_local_shape_and_global_offset(shape, mesh_shape, coordinate, placements)
-            t = full
-            for d, (o, n) in enumerate(zip(offset, local_shape)):
-                t = t.narrow(d, min(o, shape[d]), n)
-            shards[r] = t.clone(memory_format=torch.contiguous_format)
-        local = LocalTensor(shards)
+        local = LocalTensor(upstream.shards_of(full, mesh_shape, placements))
     return DTensor.from_local(local, mesh, placements, run_check=False, shape=full.shape, stride=full.stride())
 
 

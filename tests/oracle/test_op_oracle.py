@@ -777,7 +777,6 @@ def make_dtensor(mesh, mesh_shape, spec, k, dtype):
     mesh dims, as src/arange_case.cc does."""
     from torch.distributed._local_tensor import LocalTensor
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
     from torch.distributed.tensor.placement_types import Partial
     shape = spec["shape"]
     texts = spec["placements"].split(",") if spec["placements"] else []
@@ -787,17 +786,7 @@ def make_dtensor(mesh, mesh_shape, spec, k, dtype):
     partial_dims = [m for m, p in enumerate(placements) if isinstance(p, Partial)]
     with torch._C._DisableTorchDispatch():  # plain tensors even inside LocalTensorMode
         full = global_values(k, shape, dtype)
-        shards = {}
-        for r in range(math.prod(mesh_shape)):
-            coordinate = [r // math.prod(mesh_shape[m + 1:]) % mesh_shape[m] for m in range(len(mesh_shape))]
-            local_shape, offset = _compute_local_shape_and_global_offset(shape, mesh_shape, coordinate, placements)
-            t = full
-            for d, (o, n) in enumerate(zip(offset, local_shape)):
-                t = t.narrow(d, min(o, shape[d]), n)
-            if partial_dims:
-                t = (t * math.prod(1 + coordinate[m] for m in partial_dims)).to(dtype)
-            shards[r] = t.clone(memory_format=torch.contiguous_format)  # own storage: in-place ops
-        local = LocalTensor(shards)
+        local = LocalTensor(upstream.shards_of(full, mesh_shape, placements, partial_dims, dtype))
     return DTensor.from_local(local, mesh, placements, run_check=False, shape=full.shape, stride=full.stride())
 
 

@@ -197,3 +197,25 @@ def answer_per_mesh(cases, answer):
             index, case = cases[k]
             answers[index] = answer(mesh, world, case)
     return answers
+
+
+def shards_of(full, mesh_shape, placements, partial_dims=(), dtype=None):
+    """Every rank's shard of the plain tensor `full` as upstream lays it out (its own layout function, Partial mesh
+    dims read as Replicate), each contiguous with storage of its own (in-place ops may write it); with `partial_dims`
+    scaled by prod(1 + coordinate[m]) over them (dtsim's arange construction of a Partial source), cast to `dtype`.
+    Returns {rank: tensor}; call with torch dispatch disabled when inside LocalTensorMode."""
+    import math
+    import torch
+    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+    shape = list(full.shape)
+    shards = {}
+    for r in range(math.prod(mesh_shape)):
+        coordinate = [r // math.prod(mesh_shape[m + 1:]) % mesh_shape[m] for m in range(len(mesh_shape))]
+        local_shape, offset = _compute_local_shape_and_global_offset(shape, mesh_shape, coordinate, placements)
+        t = full
+        for d, (o, n) in enumerate(zip(offset, local_shape)):
+            t = t.narrow(d, min(o, shape[d]), n)
+        if partial_dims:
+            t = (t * math.prod(1 + coordinate[m] for m in partial_dims)).to(dtype or full.dtype)
+        shards[r] = t.clone(memory_format=torch.contiguous_format)
+    return shards
