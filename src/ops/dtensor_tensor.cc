@@ -98,8 +98,9 @@ TensorMeta MetaOf(const at::Tensor& t) {
 
 // One tensor input of the call: a DTensor, or a 0-d plain tensor standing for a replicated scalar.
 struct Input {
-  at::Tensor wrapper;           // the argument as passed
-  std::optional<DTensor> dt;    // nullopt for a plain scalar tensor
+  at::Tensor wrapper;            // the argument as passed
+  const DTensor* dt = nullptr;   // inside the wrapper's impl (alive while the argument is on the stack); null for a
+                                 // plain scalar tensor
 };
 
 void AppendInts(std::string& key, c10::IntArrayRef v) {
@@ -296,7 +297,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   bool call_filled = false;
   std::vector<Input> inputs;
   std::vector<size_t> input_arg;  // the argument each input comes from
-  std::optional<DTensor> ref;  // the first DTensor argument (a copy: `inputs` grows)
+  const DTensor* ref = nullptr;  // the first DTensor argument
   auto add_tensor = [&](const at::Tensor& t, size_t a, bool in_list) {
     if (DTensorImpl* impl = FindImpl(t)) {
       if (ref && impl->dtensor().mesh() != ref->mesh()) {
@@ -304,10 +305,10 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
                          StrCat("aten.", short_name, ": DTensor arguments on different meshes: ",
                                 ref->mesh().ToString(), " and ", impl->dtensor().mesh().ToString()));
       }
-      inputs.push_back({t, impl->dtensor()});
-      if (!ref) ref = impl->dtensor();
+      inputs.push_back({t, &impl->dtensor()});
+      if (!ref) ref = &impl->dtensor();
     } else if (t.dim() == 0 && !in_list) {
-      inputs.push_back({t, std::nullopt});
+      inputs.push_back({t, nullptr});
     } else {
       throw InputError(schema.arguments()[a].name(),
                        StrCat("aten.", short_name, ": got mixed torch.Tensor and DTensor, need to convert all ",
@@ -335,7 +336,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       }
     }
   }
-  DTSIM_CHECK(ref.has_value(), "DTensor kernel reached without a DTensor argument: ", name);
+  DTSIM_CHECK(ref != nullptr, "DTensor kernel reached without a DTensor argument: ", name);
   const DeviceMesh& mesh = ref->mesh();
   const std::shared_ptr<Collectives> collectives = ref->collectives_ptr();
   std::vector<Placements> current;
@@ -517,9 +518,9 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   // 3. Redistribute the inputs that need it.
   OpEvent event;
   const bool observe = g_observer != nullptr;
+  // Replaces the arguments by the results; the observer hears of the call first (the arguments, and the DTensors
+  // `ref` and `inputs` point into, are alive until the drop).
   auto finish = [&](std::vector<c10::IValue> results) {
-    torch::jit::drop(*stack, n_args);
-    for (auto& r : results) stack->push_back(std::move(r));
     if (observe) {
       fill_call();
       event.op = name;
@@ -529,6 +530,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       event.cache_hit = cache_hit;
       g_observer->OnOp(event);
     }
+    torch::jit::drop(*stack, n_args);
+    for (auto& r : results) stack->push_back(std::move(r));
   };
   if ((name == "aten::argmax" || name == "aten::argmin") && inputs.size() == 1 && inputs[0].dt) {
     // Upstream's custom handler (argminmax_handler), not the registered strategy, runs these: see ArgMinMax.
