@@ -134,13 +134,11 @@ std::vector<c10::SymInt> LocalSizes(const DTensor& ref, const std::vector<int64_
   std::vector<std::vector<int64_t>> per_rank;
   const std::vector<int64_t> ranks = ref.collectives().HeldRanks(ref.to_local());
   for (int64_t r : ranks) per_rank.push_back(LocalShapeAt(shape, mesh.shape(), view.Coordinate(r), placements));
+  std::unordered_map<int64_t, size_t> index;  // rank -> its row of per_rank
+  for (size_t k = 0; k < ranks.size(); ++k) index[ranks[k]] = k;
   std::vector<c10::SymInt> out;
   for (size_t d = 0; d < shape.size(); ++d) {
-    size_t i = 0;
-    std::unordered_map<int64_t, size_t> index;
-    for (size_t k = 0; k < ranks.size(); ++k) index[ranks[k]] = k;
     out.push_back(PerRank(ref, [&](int64_t r) { return per_rank[index.at(r)][d]; }));
-    (void)i;
   }
   return out;
 }
