@@ -262,13 +262,20 @@ Placements ParsePlacements(std::string_view text, const std::string& field) {
   return result;
 }
 
+bool HasMixedPartials(const Placements& placements) {
+  std::set<ReduceOp> ops;
+  for (const Placement& p : placements) {
+    if (p.is_partial()) ops.insert(p.reduce_op());
+  }
+  return ops.size() > 1 && ops != std::set<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg};
+}
+
 void CheckNoMixedPartials(const Placements& placements, const std::string& field) {
-  std::set<std::string> ops;
+  if (!HasMixedPartials(placements)) return;
+  std::set<std::string> ops;  // sorted by name for the message: {max, sum}
   for (const Placement& p : placements) {
     if (p.is_partial()) ops.insert(ToString(p.reduce_op()));
   }
-  if (ops.size() <= 1) return;
-  if (ops == std::set<std::string>{"avg", "sum"}) return;
   std::string names;
   for (const std::string& op : ops) names += (names.empty() ? "" : ", ") + op;
   throw InputError(field, StrCat("'", ExcerptText(ToString(placements)), "' mixes Partial reduce ops {", names,

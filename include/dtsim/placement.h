@@ -94,5 +94,7 @@ Placements ParsePlacements(std::string_view text, const std::string& field = "pl
 // assert_no_mixed_partial_types: "from: '[P(sum), P(max)]' mixes Partial reduce ops {max, sum}; only sum with avg
 // may be mixed (upstream refuses the rest)". The one check used by the planner, DTensor and the op layer.
 void CheckNoMixedPartials(const Placements& placements, const std::string& field);
+// True when CheckNoMixedPartials would refuse `placements` (op propagation drops such candidates).
+bool HasMixedPartials(const Placements& placements);
 
 }  // namespace dtsim

@@ -78,14 +78,6 @@ double TransitionCost(const Placement& from, const Placement& to, const MeshTopo
   return 0.0;
 }
 
-bool MixedPartials(const Placements& p) {
-  std::set<ReduceOp> ops;
-  for (const Placement& x : p) {
-    if (x.is_partial()) ops.insert(x.reduce_op());
-  }
-  if (ops.size() <= 1) return false;
-  return !(ops.size() == 2 && ops.count(ReduceOp::kSum) && ops.count(ReduceOp::kAvg));
-}
 
 // Upstream's is_tensor_shardable: every sharded tensor dim has at least as many elements as shards.
 bool Shardable(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const Placements& p) {
@@ -220,7 +212,7 @@ std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh&
         const auto& e = concrete[idx[d]][pos];
         p.push_back(e ? *e : Placement::Replicate());
       }
-      if (MixedPartials(p)) skip = true;
+      if (HasMixedPartials(p)) skip = true;
       specs[pos] = std::move(p);
     }
     for (size_t o = 0; o < n_out; ++o) c.outputs.push_back(specs[o]);
@@ -265,54 +257,20 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
   // _StridedShard comes from a view op, or the strategy inherits the flag), so the shard order is the default one and
   // every step from or to a _StridedShard costs 0 in _compute_placement_transition_cost (its is_shard() is false for
   // _StridedShard). dtsim plans the same move with _S(d,k) read as S(d) and prices those steps at 0.
-  bool strided = false;
-  Placements plain_cur = cur, plain_target = target;
+  Placements plain_cur = cur, to = target;
   std::vector<bool> strided_dim(cur.size(), false);
   for (size_t i = 0; i < cur.size(); ++i) {
-    if (cur[i].is_strided_shard() || target[i].is_strided_shard()) {
-      strided = true;
-      strided_dim[i] = true;
-      if (cur[i].is_strided_shard()) plain_cur[i] = Placement::Shard(cur[i].dim());
-      if (target[i].is_strided_shard()) plain_target[i] = Placement::Shard(target[i].dim());
-    }
-  }
-  if (strided) {
-    const DTensorSpec plain = DTensorSpec::Create(current.mesh(), plain_cur, current.shape(), current.dtype());
-    const MeshTopo topo = BuildTopo(current.mesh());
-    int64_t shards = 1;
-    for (size_t i = 0; i < cur.size(); ++i) {
-      if (cur[i].is_shard()) shards *= current.mesh().size(static_cast<int64_t>(i));
-    }
-    double bytes = static_cast<double>(ItemSize(current.dtype()) * current.numel()) / static_cast<double>(shards) /
-                   1024.0 / 1024.0 / 1024.0;
-    Placements to = plain_target;
-    for (size_t i = 0; i < to.size(); ++i) {
-      if (plain_cur[i].is_replicate() && to[i].is_partial()) to[i] = plain_cur[i];
-    }
-    if (plain_cur == to) return 0.0;
-    Plan plan;
-    try {
-      plan = PlanRedistribute(plain, to, PlannerKind::kGreedy);
-    } catch (const InputError&) {
-      return kInf;
-    }
-    double cost = 0.0;
-    for (const PlanStep& step : plan.steps) {
-      if (strided_dim[step.mesh_dim]) continue;  // upstream prices a step touching a _StridedShard at 0
-      const double c = TransitionCost(step.upstream_from, step.upstream_to, topo, step.mesh_dim, &bytes);
-      if (std::isinf(c)) return kInf;
-      cost += c;
-    }
-    return cost;
+    strided_dim[i] = cur[i].is_strided_shard() || target[i].is_strided_shard();
+    if (cur[i].is_strided_shard()) plain_cur[i] = Placement::Shard(cur[i].dim());
+    if (target[i].is_strided_shard()) to[i] = Placement::Shard(target[i].dim());
   }
   // R → P runs locally at no cost and leaves the bytes alone (upstream's transition cost falls through to 0): plan
   // to the target with those mesh dims left Replicate (planning through a mixed-Partial state such as
   // [P(min), P(sum)] would be refused although upstream runs it).
-  const Placements& from = cur;
-  Placements to = target;
   for (size_t i = 0; i < to.size(); ++i) {
-    if (cur[i].is_replicate() && to[i].is_partial()) to[i] = cur[i];
+    if (plain_cur[i].is_replicate() && to[i].is_partial()) to[i] = plain_cur[i];
   }
+  if (plain_cur == to) return 0.0;
   const MeshTopo topo = BuildTopo(current.mesh());
   int64_t num_shards = 1;
   for (size_t i = 0; i < cur.size(); ++i) {
@@ -320,15 +278,18 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
   }
   double bytes_gb = static_cast<double>(ItemSize(current.dtype()) * current.numel()) /
                     static_cast<double>(num_shards) / 1024.0 / 1024.0 / 1024.0;
-  if (from == to) return 0.0;
   Plan plan;
   try {
-    plan = PlanRedistribute(current, to, PlannerKind::kGreedy);
+    const bool strided = plain_cur != cur;
+    plan = PlanRedistribute(
+        strided ? DTensorSpec::Create(current.mesh(), plain_cur, current.shape(), current.dtype()) : current, to,
+        PlannerKind::kGreedy);
   } catch (const InputError&) {
     return kInf;  // a move upstream refuses (S → P, P(a) → P(b), mixed Partials)
   }
   double cost = 0.0;
   for (const PlanStep& step : plan.steps) {
+    if (strided_dim[step.mesh_dim]) continue;  // upstream prices a step touching a _StridedShard at 0
     const double c = TransitionCost(step.upstream_from, step.upstream_to, topo, step.mesh_dim, &bytes_gb);
     if (std::isinf(c)) return kInf;
     cost += c;
