@@ -1,14 +1,13 @@
 // dtsim_bench: the cost of LocalTensor dispatch and of the simulated all_gather.
-//   BM_LocalAdd / BM_DirectAdd       8-rank 16x16 float add: one LocalTensor op vs 8 direct at::add calls
-//   BM_LocalChain / BM_DirectChain   10 small ops in a row, same comparison
-//   BM_LocalAllGather / BM_Memcpy    8 ranks x 16 MiB shards all_gather vs memcpy of the same destination bytes
-//                                    (BM_MemcpyFreshDst: memcpy into freshly allocated destinations)
+//   BM_LocalAdd / BM_DirectAdd       8-rank 16x16 float add: one LocalTensor op vs 8 direct at::add
+//   calls BM_LocalChain / BM_DirectChain   10 small ops in a row, same comparison BM_LocalAllGather
+//   / BM_Memcpy    8 ranks x 16 MiB shards all_gather vs memcpy of the same destination bytes
+//                                    (BM_MemcpyFreshDst: memcpy into freshly allocated
+//                                    destinations)
 //   BM_AllGatherPeakMemory           peak resident memory of one all_gather / (inputs + outputs)
 // scripts/bench.sh runs it and prints the ratios; docs/performance.md has the numbers.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
-
-#include "paired.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +18,9 @@
 #include <vector>
 
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/collectives.h"
-#include "dtsim/local_tensor.h"
+#include "dtsim/tensor/collectives.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "paired.h"
 
 namespace {
 
@@ -34,7 +34,8 @@ std::vector<int64_t> World() {
 
 std::vector<at::Tensor> Shards(int64_t salt) {
   std::vector<at::Tensor> s;
-  for (int64_t r = 0; r < kRanks; ++r) s.push_back(at::arange(256, at::kFloat).reshape({16, 16}) + r + salt);
+  for (int64_t r = 0; r < kRanks; ++r)
+    s.push_back(at::arange(256, at::kFloat).reshape({16, 16}) + r + salt);
   return s;
 }
 
@@ -86,7 +87,9 @@ int64_t ShardFloats(const benchmark::State& state) { return state.range(0) * (1 
 
 void BM_LocalAllGather(benchmark::State& state) {
   const int64_t n = ShardFloats(state);
-  at::Tensor in = dtsim::MakeLocalTensor(World(), [&](int64_t r) { return at::full({n / 1024, 1024}, float(r)); });
+  at::Tensor in = dtsim::MakeLocalTensor(World(), [&](int64_t r) {
+    return at::full({n / 1024, 1024}, float(r));
+  });
   auto coll = dtsim::MakeLocalCollectives();
   dtsim::GroupSet group = dtsim::GroupSet::Of(World());
   for (auto _ : state) {
@@ -97,14 +100,16 @@ void BM_LocalAllGather(benchmark::State& state) {
 }
 BENCHMARK(BM_LocalAllGather)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The floor: memcpy of the same destination bytes (8 destinations of 8 shards) into preallocated buffers.
+// The floor: memcpy of the same destination bytes (8 destinations of 8 shards) into preallocated
+// buffers.
 void BM_Memcpy(benchmark::State& state) {
   const int64_t n = ShardFloats(state);
   std::vector<std::vector<float>> in(kRanks, std::vector<float>(n, 1.0f));
   std::vector<std::vector<float>> out(kRanks, std::vector<float>(kRanks * n, 0.0f));
   for (auto _ : state) {
     for (int64_t dst = 0; dst < kRanks; ++dst) {
-      for (int64_t src = 0; src < kRanks; ++src) std::memcpy(out[dst].data() + src * n, in[src].data(), n * 4);
+      for (int64_t src = 0; src < kRanks; ++src)
+        std::memcpy(out[dst].data() + src * n, in[src].data(), n * 4);
     }
     benchmark::ClobberMemory();
   }
@@ -112,20 +117,22 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// memcpy of the 8 shards into each of 8 freshly malloc'ed destinations (no zeroing), then free them: the all_gather
-// floor with first-touch page faults included.
+// memcpy of the 8 shards into each of 8 freshly malloc'ed destinations (no zeroing), then free
+// them: the all_gather floor with first-touch page faults included.
 void MemcpyIntoFreshBuffers(const std::vector<std::vector<float>>& in, int64_t n) {
-    std::vector<float*> out(kRanks);
-    for (int64_t dst = 0; dst < kRanks; ++dst) {
-      out[dst] = static_cast<float*>(std::malloc(kRanks * n * 4));
-      for (int64_t src = 0; src < kRanks; ++src) std::memcpy(out[dst] + src * n, in[src].data(), n * 4);
-    }
-    benchmark::ClobberMemory();
-    for (float* p : out) std::free(p);
+  std::vector<float*> out(kRanks);
+  for (int64_t dst = 0; dst < kRanks; ++dst) {
+    out[dst] = static_cast<float*>(std::malloc(kRanks * n * 4));
+    for (int64_t src = 0; src < kRanks; ++src)
+      std::memcpy(out[dst] + src * n, in[src].data(), n * 4);
+  }
+  benchmark::ClobberMemory();
+  for (float* p : out) std::free(p);
 }
 
-// The floor when the destination is fresh memory, as an all_gather's output is: allocate the 8 destinations
-// (no zeroing), memcpy into them, free them. Page faults of first touch are included, as in BM_LocalAllGather.
+// The floor when the destination is fresh memory, as an all_gather's output is: allocate the 8
+// destinations (no zeroing), memcpy into them, free them. Page faults of first touch are included,
+// as in BM_LocalAllGather.
 void BM_MemcpyFreshDst(benchmark::State& state) {
   const int64_t n = ShardFloats(state);
   std::vector<std::vector<float>> in(kRanks, std::vector<float>(n, 1.0f));
@@ -166,12 +173,13 @@ BENCHMARK(BM_PairedChain)->Iterations(1);
 void BM_PairedAllGather(benchmark::State& state) {
   const int64_t n = ShardFloats(state);
   std::vector<std::vector<float>> in(kRanks, std::vector<float>(n, 1.0f));
-  at::Tensor lt = dtsim::MakeLocalTensor(World(), [&](int64_t r) { return at::full({n / 1024, 1024}, float(r)); });
+  at::Tensor lt = dtsim::MakeLocalTensor(World(), [&](int64_t r) {
+    return at::full({n / 1024, 1024}, float(r));
+  });
   auto coll = dtsim::MakeLocalCollectives();
   dtsim::GroupSet group = dtsim::GroupSet::Of(World());
   Paired(
-      state,
-      [&] { MemcpyIntoFreshBuffers(in, n); },
+      state, [&] { MemcpyIntoFreshBuffers(in, n); },
       [&] { benchmark::DoNotOptimize(coll->AllGather(lt, group, 0)); }, 4, 1);
 }
 BENCHMARK(BM_PairedAllGather)->Arg(16)->Iterations(1)->Unit(benchmark::kMillisecond);
@@ -191,7 +199,9 @@ void BM_AllGatherPeakMemory(benchmark::State& state) {
   const double in_bytes = double(kRanks) * n * 4, out_bytes = double(kRanks) * kRanks * n * 4;
   for (auto _ : state) {
     int64_t base_kb = ReadStatusKb("VmRSS");
-    at::Tensor in = dtsim::MakeLocalTensor(World(), [&](int64_t r) { return at::full({n / 1024, 1024}, float(r)); });
+    at::Tensor in = dtsim::MakeLocalTensor(World(), [&](int64_t r) {
+      return at::full({n / 1024, 1024}, float(r));
+    });
     { std::ofstream("/proc/self/clear_refs") << "5"; }  // resets VmHWM to the current RSS
     auto coll = dtsim::MakeLocalCollectives();
     at::Tensor out = coll->AllGather(in, dtsim::GroupSet::Of(World()), 0);

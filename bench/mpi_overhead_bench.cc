@@ -1,8 +1,9 @@
-// What dtsim's MPI backend costs over the raw MPI call moving the same bytes: run under `mpirun -np 8`, it times
-// all_gather and all_reduce of 16 MiB per rank through Collectives (validation, the agreement check, byte
-// accounting, the record for an observer, the output tensor from the caching allocator, as the dtsim command line
-// runs) and the bare MPI_Allgather / MPI_Allreduce into a preallocated buffer, interleaved, best of each. Rank 0
-// prints one JSON object: {"<case>": {"raw_us": ..., "dtsim_us": ...}, ...}.
+// What dtsim's MPI backend costs over the raw MPI call moving the same bytes: run under `mpirun -np
+// 8`, it times all_gather and all_reduce of 16 MiB per rank through Collectives (validation, the
+// agreement check, byte accounting, the record for an observer, the output tensor from the caching
+// allocator, as the dtsim command line runs) and the bare MPI_Allgather / MPI_Allreduce into a
+// preallocated buffer, interleaved, best of each. Rank 0 prints one JSON object: {"<case>":
+// {"raw_us": ..., "dtsim_us": ...}, ...}.
 #include <ATen/ATen.h>
 #include <mpi.h>
 
@@ -13,7 +14,7 @@
 #include <string>
 
 #include "dtsim/backends/mpi_collectives.h"
-#include "dtsim/caching_allocator.h"
+#include "dtsim/tensor/caching_allocator.h"
 
 namespace {
 
@@ -42,7 +43,8 @@ int main(int argc, char** argv) {
   const int64_t count = bytes / 4;
   at::Tensor input = at::arange(count, at::kFloat).remainder(1000) + comm->rank();
   at::Tensor raw_out = at::empty({n * count}, at::kFloat);
-  raw_out.fill_(0);  // touch the raw side's output once: it is reused, as a caller's buffer would be
+  raw_out.fill_(
+      0);  // touch the raw side's output once: it is reused, as a caller's buffer would be
   double best_raw_ag = 1e9, best_dtsim_ag = 1e9, best_raw_ar = 1e9, best_dtsim_ar = 1e9;
   auto time = [&](auto&& body) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -51,12 +53,13 @@ int main(int argc, char** argv) {
     return Seconds(t);
   };
   auto raw_ag = [&] {
-    MPI_Allgather(input.data_ptr(), static_cast<int>(bytes), MPI_BYTE, raw_out.data_ptr(), static_cast<int>(bytes),
-                  MPI_BYTE, MPI_COMM_WORLD);
+    MPI_Allgather(input.data_ptr(), static_cast<int>(bytes), MPI_BYTE, raw_out.data_ptr(),
+                  static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD);
   };
   auto dtsim_ag = [&] { at::Tensor out = comm->AllGather(input, all, 0); };
   auto raw_ar = [&] {
-    MPI_Allreduce(input.data_ptr(), raw_out.data_ptr(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(input.data_ptr(), raw_out.data_ptr(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
   };
   auto dtsim_ar = [&] { at::Tensor out = comm->AllReduce(input, all, dtsim::ReduceOp::kSum); };
   for (int i = 0; i < repeats; ++i) {
@@ -77,10 +80,12 @@ int main(int argc, char** argv) {
   double local[4] = {best_raw_ag, best_dtsim_ag, best_raw_ar, best_dtsim_ar}, slowest[4];
   MPI_Reduce(local, slowest, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (comm->rank() == 0) {
-    std::printf("{\"all_gather\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, "
-                "\"all_reduce\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, \"ranks\": %lld, \"bytes_per_rank\": %lld}\n",
-                slowest[0] * 1e6, slowest[1] * 1e6, slowest[2] * 1e6, slowest[3] * 1e6, static_cast<long long>(n),
-                static_cast<long long>(bytes));
+    std::printf(
+        "{\"all_gather\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, "
+        "\"all_reduce\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, \"ranks\": %lld, "
+        "\"bytes_per_rank\": %lld}\n",
+        slowest[0] * 1e6, slowest[1] * 1e6, slowest[2] * 1e6, slowest[3] * 1e6,
+        static_cast<long long>(n), static_cast<long long>(bytes));
   }
   return 0;
 }

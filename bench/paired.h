@@ -1,6 +1,6 @@
-// Paired measurement for a shared machine, used by the benchmarks: alternates batches of `a` and `b` and keeps each
-// one's fastest batch, so background load hits both alike. Reports the counters a_us and b_us (per call) and
-// b_over_a.
+// Paired measurement for a shared machine, used by the benchmarks: alternates batches of `a` and
+// `b` and keeps each one's fastest batch, so background load hits both alike. Reports the counters
+// a_us and b_us (per call) and b_over_a.
 #pragma once
 
 #include <benchmark/benchmark.h>

@@ -1,15 +1,22 @@
-// dtsim_scale_bench: how dtsim's cost grows with the world size, and the memory of replicas (issue 11).
+// dtsim_scale_bench: how dtsim's cost grows with the world size, and the memory of replicas (issue
+// 11).
 //
-//   BM_MetaRedistribute/<ranks>    metadata-only: a cube mesh (4x4x4 = 64 ... 16x16x16 = 4,096 ranks), a 4096x4096
-//                                  float32 tensor, [S(0), S(1), R] -> [R, S(0), S(1)]: MakeMetaDTensor + Redistribute
-//                                  (the plan and its simulation on meta tensors). bench meta_4096 / meta_scaling.
-//   BM_DataRedistribute/<ranks>    data: mesh (N), shape [4], S(0) -> R (an all_gather over every rank), the case
-//                                  that took an hour at 65,536 ranks when each rank's replica was materialised.
-//   BM_LayoutJson/<ranks>          the JSON of `dtsim layout --placements R --ranks all`, streamed to nowhere.
-//   BM_RedistributeLargeMemory     8 ranks x 16 MiB, S(0) -> R on data: peak RSS growth (from before the source
-//                                  shards exist to the end of the redistribution), reported as counters; run alone in
-//                                  a process of its own (scripts/bench.sh) with DTSIM_BENCH_CACHE=0 (c10's default
-//                                  allocator). The others run as the command line does (caching allocator on).
+//   BM_MetaRedistribute/<ranks>    metadata-only: a cube mesh (4x4x4 = 64 ... 16x16x16 = 4,096
+//   ranks), a 4096x4096
+//                                  float32 tensor, [S(0), S(1), R] -> [R, S(0), S(1)]:
+//                                  MakeMetaDTensor + Redistribute (the plan and its simulation on
+//                                  meta tensors). bench meta_4096 / meta_scaling.
+//   BM_DataRedistribute/<ranks>    data: mesh (N), shape [4], S(0) -> R (an all_gather over every
+//   rank), the case
+//                                  that took an hour at 65,536 ranks when each rank's replica was
+//                                  materialised.
+//   BM_LayoutJson/<ranks>          the JSON of `dtsim layout --placements R --ranks all`, streamed
+//   to nowhere. BM_RedistributeLargeMemory     8 ranks x 16 MiB, S(0) -> R on data: peak RSS growth
+//   (from before the source
+//                                  shards exist to the end of the redistribution), reported as
+//                                  counters; run alone in a process of its own (scripts/bench.sh)
+//                                  with DTSIM_BENCH_CACHE=0 (c10's default allocator). The others
+//                                  run as the command line does (caching allocator on).
 // scripts/bench.sh prints the ratios; docs/performance.md has the numbers.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -20,12 +27,12 @@
 #include <streambuf>
 #include <string>
 
-#include "dtsim/arange_case.h"
-#include "dtsim/caching_allocator.h"
-#include "dtsim/dtensor.h"
-#include "dtsim/layout_report.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/meta.h"
+#include "dtsim/core/arange_case.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/meta.h"
+#include "dtsim/layout/layout_report.h"
+#include "dtsim/tensor/caching_allocator.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace {
 
@@ -61,7 +68,12 @@ void BM_MetaRedistribute(benchmark::State& state) {
   }
   state.counters["ranks"] = static_cast<double>(mesh.size());
 }
-BENCHMARK(BM_MetaRedistribute)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MetaRedistribute)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_DataRedistribute(benchmark::State& state) {
   const DeviceMesh mesh = DeviceMesh::Create({state.range(0)});
@@ -73,7 +85,12 @@ void BM_DataRedistribute(benchmark::State& state) {
     benchmark::DoNotOptimize(out.to_local());
   }
 }
-BENCHMARK(BM_DataRedistribute)->Arg(1024)->Arg(8192)->Arg(65536)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DataRedistribute)
+    ->Arg(1024)
+    ->Arg(8192)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 class NullBuffer : public std::streambuf {
  protected:
@@ -82,7 +99,8 @@ class NullBuffer : public std::streambuf {
 };
 
 void BM_LayoutJson(benchmark::State& state) {
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({state.range(0)}), ParsePlacements("R"), {4});
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Create({state.range(0)}), ParsePlacements("R"), {4});
   NullBuffer null;
   std::ostream out(&null);
   const dtsim::RankSelection all = dtsim::RankSelection::Parse("all");
@@ -126,8 +144,8 @@ BENCHMARK(BM_RedistributeLargeMemory)->Iterations(1)->Unit(benchmark::kMilliseco
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the dtsim command line runs (caching allocator and heap tuning), unless DTSIM_BENCH_CACHE=0: the peak-memory
-  // case runs that way, with c10's default allocator, in a process of its own.
+  // As the dtsim command line runs (caching allocator and heap tuning), unless DTSIM_BENCH_CACHE=0:
+  // the peak-memory case runs that way, with c10's default allocator, in a process of its own.
   const char* cache = std::getenv("DTSIM_BENCH_CACHE");
   if (cache == nullptr || std::string(cache) != "0") dtsim::EnableCachingCpuAllocator();
   benchmark::Initialize(&argc, argv);

@@ -1,17 +1,21 @@
-// A 2-D (FSDP x TP) linear layer, written once against the DTensor API: it runs unchanged on the simulated world
-// (one process holds all 8 ranks) and on real ranks under mpirun, and writes traces that `dtsim trace-diff` compares.
+// A 2-D (FSDP x TP) linear layer, written once against the DTensor API: it runs unchanged on the
+// simulated world (one process holds all 8 ranks) and on real ranks under mpirun, and writes traces
+// that `dtsim trace-diff` compares.
 //
-//   build/examples/tp_fsdp_linear --trace-prefix /tmp/sim                      # simulated, 8 ranks in one process
-//   mpirun -np 8 build/examples/tp_fsdp_linear --trace-prefix /tmp/real        # 8 MPI ranks
-//   build/dtsim trace-diff /tmp/sim_weight.json /tmp/real_weight.json          # "traces agree"
+//   build/examples/tp_fsdp_linear --trace-prefix /tmp/sim                      # simulated, 8 ranks
+//   in one process mpirun -np 8 build/examples/tp_fsdp_linear --trace-prefix /tmp/real        # 8
+//   MPI ranks build/dtsim trace-diff /tmp/sim_weight.json /tmp/real_weight.json          # "traces
+//   agree"
 //
-// The layer: y = x W^T with W of shape [16, 12] on a (dp=2, tp=4) mesh. W is stored FSDP x TP-sharded
-// [S(0), S(1)] (rows over dp, input features over tp); x [3, 12] has its features sharded over tp [R, S(1)].
-// Forward: FSDP gathers the weight over dp ([S(0), S(1)] -> [R, S(1)]); `at::matmul(x, w.t())` on the DTensors then
-// runs through dtsim's sharding propagation exactly as upstream's would: t() gives W^T as [R, S(0)], and mm of
-// [R, S(1)] x [R, S(0)] shards the contracting dim on tp, so every rank multiplies its feature slices with no
-// communication and the result is partial sums over tp ([R, P(sum)]); an all-reduce over tp gives every rank y
-// ([R, R]). The result is checked against the global x W^T computed directly (integer-valued floats: exact).
+// The layer: y = x W^T with W of shape [16, 12] on a (dp=2, tp=4) mesh. W is stored FSDP x
+// TP-sharded [S(0), S(1)] (rows over dp, input features over tp); x [3, 12] has its features
+// sharded over tp [R, S(1)]. Forward: FSDP gathers the weight over dp ([S(0), S(1)] -> [R, S(1)]);
+// `at::matmul(x, w.t())` on the DTensors then runs through dtsim's sharding propagation exactly as
+// upstream's would: t() gives W^T as [R, S(0)], and mm of [R, S(1)] x [R, S(0)] shards the
+// contracting dim on tp, so every rank multiplies its feature slices with no communication and the
+// result is partial sums over tp ([R, P(sum)]); an all-reduce over tp gives every rank y
+// ([R, R]). The result is checked against the global x W^T computed directly (integer-valued
+// floats: exact).
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -19,11 +23,11 @@
 #include <string>
 
 #include "dtsim/backends/backends.h"
-#include "dtsim/dtensor.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/real_run.h"
+#include "dtsim/core/trace_recorder.h"
 #include "dtsim/ops/dtensor_tensor.h"
-#include "dtsim/real_run.h"
-#include "dtsim/trace.h"
-#include "dtsim/trace_recorder.h"
+#include "dtsim/trace/trace.h"
 
 using namespace dtsim;
 
@@ -50,11 +54,13 @@ int main(int argc, char** argv) {
   meta.command = "example tp_fsdp_linear";
   TracedRedistribution gathered = RedistributeWithTrace(w, ParsePlacements("R,S(1)"), meta);
 
-  // TP: matmul on the DTensors; sharding propagation keeps both operands in place and returns partial sums over tp.
+  // TP: matmul on the DTensors; sharding propagation keeps both operands in place and returns
+  // partial sums over tp.
   const at::Tensor y_tensor = at::matmul(ops::AsTensor(xs), ops::AsTensor(gathered.result).t());
   const DTensor y_partial = ops::GetDTensor(y_tensor);
   if (ToString(y_partial.placements()) != "[R, P(sum)]") {
-    std::cerr << "tp_fsdp_linear: matmul gave " << ToString(y_partial.placements()) << ", expected [R, P(sum)]\n";
+    std::cerr << "tp_fsdp_linear: matmul gave " << ToString(y_partial.placements())
+              << ", expected [R, P(sum)]\n";
     return 1;
   }
   TracedRedistribution reduced = RedistributeWithTrace(y_partial, ParsePlacements("R,R"), meta);
@@ -68,11 +74,16 @@ int main(int argc, char** argv) {
       WriteJsonFileAtomically(prefix + "_weight.json", ToJson(*gathered.trace));
       WriteJsonFileAtomically(prefix + "_output.json", ToJson(*reduced.trace));
     }
-    std::cout << "tp_fsdp_linear on " << (comm->simulated() ? std::string("the simulated world of 8 ranks")
-                                                            : std::to_string(comm->world_size()) + " " +
-                                                                  comm->backend() + " ranks")
-              << ": y = x W^T has shape [3, 16]; " << (any_wrong ? "WRONG on some rank" : "equal to the direct product")
-              << (prefix.empty() ? "" : "; traces " + prefix + "_weight.json, " + prefix + "_output.json") << "\n";
+    std::cout << "tp_fsdp_linear on "
+              << (comm->simulated()
+                      ? std::string("the simulated world of 8 ranks")
+                      : std::to_string(comm->world_size()) + " " + comm->backend() + " ranks")
+              << ": y = x W^T has shape [3, 16]; "
+              << (any_wrong ? "WRONG on some rank" : "equal to the direct product")
+              << (prefix.empty()
+                      ? ""
+                      : "; traces " + prefix + "_weight.json, " + prefix + "_output.json")
+              << "\n";
   }
   return any_wrong ? 1 : 0;
 }

@@ -19,6 +19,7 @@ PIP_PACKAGES=("torch==$TORCH_VERSION" numpy pytest)
 # The viewer: Dear ImGui (Debian's libimgui.a ships its GLFW and OpenGL3 backends), GLFW, stb_image_write; headless
 # screenshots and pixel tests run under xvfb-run (xauth) on Mesa's software OpenGL (llvmpipe, in libgl1-mesa-dri).
 APT_PACKAGES+=(libimgui-dev libglfw3-dev libstb-dev libgl1-mesa-dri xvfb xauth)  # viewer
+APT_PACKAGES+=(clang-format-14)  # scripts/format.sh and the ctest `format` check
 APT_PACKAGES+=(time)  # scripts/bench.sh: wall time and peak RSS of command-line runs (/usr/bin/time, issue 11)
 
 log() { echo "[setup] $*" >&2; }

@@ -7,17 +7,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <limits>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <optional>
 
 #include "dtsim/backends/backends.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
-#include "dtsim/trace.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/trace.h"
 
 namespace dtsim::cli {
 
@@ -25,7 +25,8 @@ namespace po = boost::program_options;
 
 namespace {
 bool g_silenced = false;
-std::shared_ptr<Collectives> g_real_backend;  // the real backend of this process's run, for EndRealJob
+std::shared_ptr<Collectives>
+    g_real_backend;  // the real backend of this process's run, for EndRealJob
 
 // A stream buffer that drops everything: stdout of the ranks that do not report.
 class NullBuffer : public std::streambuf {
@@ -42,22 +43,26 @@ void EndRealJob(const std::string& message, int code) {
 }
 
 void AddBackendOptions(po::options_description& desc, BackendCliOptions& o) {
-  desc.add_options()
-      ("backend", po::value(&o.backend)->default_value(o.backend),
-       "local (simulate every rank here), mpi or nccl (real ranks: launch with mpirun -np <mesh size>)")
-      ("timeout", po::value(&o.timeout)->default_value(o.timeout),
-       "real backends: seconds a rank waits for the others at a collective before the whole job ends")
-      ("inject-fault", po::value(&o.fault),
-       "real backends: wrong-offset:R, wrong-op:R, drop-rank:R or stall-rank:R:SECONDS (optionally @K)");
+  desc.add_options()("backend", po::value(&o.backend)->default_value(o.backend),
+                     "local (simulate every rank here), mpi or nccl (real ranks: launch with "
+                     "mpirun -np <mesh size>)")(
+      "timeout", po::value(&o.timeout)->default_value(o.timeout),
+      "real backends: seconds a rank waits for the others at a collective before the whole job "
+      "ends")("inject-fault", po::value(&o.fault),
+              "real backends: wrong-offset:R, wrong-op:R, drop-rank:R or stall-rank:R:SECONDS "
+              "(optionally @K)");
 }
 
 std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault) {
   if (!(o.timeout > 0) || o.timeout > 86400) {
-    throw InputError("timeout", StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
+    throw InputError(
+        "timeout",
+        StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
   }
   *fault = ParseFault(o.fault);
   if (fault->active() && o.backend == "local") {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' needs a real backend (--backend mpi or nccl); "
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault),
+                                            "' needs a real backend (--backend mpi or nccl); "
                                             "the simulated world computes every rank at once"));
   }
   BackendOptions options;
@@ -72,8 +77,9 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* 
     g_silenced = true;
   }
   if (fault->active() && fault->rank >= backend->world_size()) {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault->rank, " but the ",
-                                            o.backend, " world has ranks 0..", backend->world_size() - 1));
+    throw InputError("inject-fault",
+                     StrCat("'", ExcerptText(o.fault), "' names rank ", fault->rank, " but the ",
+                            o.backend, " world has ranks 0..", backend->world_size() - 1));
   }
   return backend;
 }
@@ -81,24 +87,27 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* 
 void CheckMeshFitsWorld(const Collectives& backend, const DeviceMesh& mesh) {
   if (backend.simulated()) return;
   if (backend.world_size() != mesh.size()) {
-    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks but the ", backend.backend(),
-                                    " world has ", backend.world_size(), ": launch with mpirun -np ", mesh.size()));
+    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks but the ",
+                                    backend.backend(), " world has ", backend.world_size(),
+                                    ": launch with mpirun -np ", mesh.size()));
   }
   std::vector<int64_t> sorted = mesh.ranks();
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] != static_cast<int64_t>(i)) {
-      throw InputError("mesh", StrCat(mesh.ToString(), " must hold the world's ranks 0..", mesh.size() - 1,
-                                      " on a real backend"));
+      throw InputError("mesh", StrCat(mesh.ToString(), " must hold the world's ranks 0..",
+                                      mesh.size() - 1, " on a real backend"));
     }
   }
 }
 
-std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh, FaultSpec* fault) {
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh,
+                                         FaultSpec* fault) {
   FaultSpec parsed = ParseFault(o.fault);
   if (parsed.active() && o.backend != "local" && parsed.rank >= mesh.size()) {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", parsed.rank, " but ",
-                                            mesh.ToString(), " has ranks 0..", mesh.size() - 1));
+    throw InputError("inject-fault",
+                     StrCat("'", ExcerptText(o.fault), "' names rank ", parsed.rank, " but ",
+                            mesh.ToString(), " has ranks 0..", mesh.size() - 1));
   }
   std::shared_ptr<Collectives> backend = MakeBackend(o, fault);
   CheckMeshFitsWorld(*backend, mesh);
@@ -106,18 +115,18 @@ std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const Devic
 }
 
 void AddTensorOptions(po::options_description& desc, TensorOptions& o, const char* dtype_help) {
-  desc.add_options()
-      ("help,h", "show this help")
-      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("shape", po::value(&o.shape), "global tensor shape, e.g. 5,10")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), dtype_help);
+  desc.add_options()("help,h", "show this help")("mesh", po::value(&o.mesh),
+                                                 "mesh shape, e.g. 2x4")(
+      "names", po::value(&o.names), "mesh dim names, e.g. dp,tp")("shape", po::value(&o.shape),
+                                                                  "global tensor shape, e.g. 5,10")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), dtype_help);
 }
 
 po::variables_map ParseOptions(const Args& args, const po::options_description& desc) {
   po::variables_map vm;
   const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
-  for (const std::string& extra : po::collect_unrecognized(parsed.options, po::include_positional)) {
+  for (const std::string& extra :
+       po::collect_unrecognized(parsed.options, po::include_positional)) {
     throw InputError("arguments", StrCat("unexpected argument '", ExcerptText(extra, 40),
                                          "' (options are written --name value; see --help)"));
   }
@@ -132,15 +141,19 @@ void RequireOptions(const po::variables_map& vm, std::initializer_list<const cha
   }
 }
 
-void RefuseOptionsWithBatch(const po::variables_map& vm, std::initializer_list<const char*> allowed) {
+void RefuseOptionsWithBatch(const po::variables_map& vm,
+                            std::initializer_list<const char*> allowed) {
   if (vm["batch"].as<std::string>().empty()) {
     throw InputError("batch", "the path is empty (give a file, or - for stdin)");
   }
   for (const auto& [name, value] : vm) {
     if (name == "batch" || value.defaulted()) continue;
     if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
-    throw InputError("batch", StrCat("--", name, " cannot be given with --batch (every line of the batch gives its own "
-                                     "case; put \"", name, "\" in the lines)"));
+    throw InputError("batch",
+                     StrCat("--", name,
+                            " cannot be given with --batch (every line of the batch gives its own "
+                            "case; put \"",
+                            name, "\" in the lines)"));
   }
 }
 
@@ -152,12 +165,14 @@ void CheckOutputPath(const std::string& path, const std::string& field) {
     throw InputError(field, StrCat("'", shown, "' is a directory; give a file path"));
   }
   const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (::stat(dir.c_str(), &st) != 0) {
     throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
   }
   if (!S_ISDIR(st.st_mode)) {
-    throw InputError(field, StrCat("cannot write '", shown, "': '", ExcerptText(dir), "' is not a directory"));
+    throw InputError(
+        field, StrCat("cannot write '", shown, "': '", ExcerptText(dir), "' is not a directory"));
   }
   if (::access(dir.c_str(), W_OK) != 0) {
     throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
@@ -167,7 +182,8 @@ void CheckOutputPath(const std::string& path, const std::string& field) {
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {
   if (value.is_string()) return ParseIntList(value.get_ref<const std::string&>(), field);
   JsonReader r(value, field);
-  if (!value.is_array()) r.Fail(StrCat("expected a list of integers or a text like \"2x4\", got ", Excerpt(value)));
+  if (!value.is_array())
+    r.Fail(StrCat("expected a list of integers or a text like \"2x4\", got ", Excerpt(value)));
   return r.AsInts(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 1024);
 }
 
@@ -189,13 +205,14 @@ DeviceMesh MeshFromJson(const nlohmann::json& c, const CaseLimits& limits) {
     } else if (n.is_array()) {
       names = JsonReader(n, "names").AsStrings();
     } else {
-      throw InputError("names", StrCat("expected a list of names or a text like \"dp,tp\", got ", Excerpt(n)));
+      throw InputError(
+          "names", StrCat("expected a list of names or a text like \"dp,tp\", got ", Excerpt(n)));
     }
   }
   DeviceMesh mesh = DeviceMesh::Create(IntsFromJson(c["mesh"], "mesh"), names);
   if (mesh.size() > limits.max_ranks) {
-    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks; at most ", limits.max_ranks,
-                                    " are allowed here"));
+    throw InputError("mesh", StrCat(mesh.ToString(), " has ", mesh.size(), " ranks; at most ",
+                                    limits.max_ranks, " are allowed here"));
   }
   return mesh;
 }
@@ -211,9 +228,10 @@ void CheckCaseKeys(const nlohmann::json& c, std::initializer_list<const char*> a
 
 DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> shape, DType dtype) {
   if (static_cast<int64_t>(from.size()) != mesh.ndim()) {
-    throw InputError("from", StrCat("'", ExcerptText(ToString(from)), "' has ", from.size(), " placement",
-                                    from.size() == 1 ? "" : "s", " for ", mesh.ToString(), " of ", mesh.ndim(),
-                                    " dim", mesh.ndim() == 1 ? "" : "s"));
+    throw InputError(
+        "from", StrCat("'", ExcerptText(ToString(from)), "' has ", from.size(), " placement",
+                       from.size() == 1 ? "" : "s", " for ", mesh.ToString(), " of ", mesh.ndim(),
+                       " dim", mesh.ndim() == 1 ? "" : "s"));
   }
   for (Placement& p : from) p = p.Normalized(static_cast<int64_t>(shape.size()), "from");
   try {
@@ -227,8 +245,10 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
 
 namespace {
 
-// A number from a file such as /proc/meminfo ("MemAvailable:" in kB) or a cgroup file; nullopt if absent.
-std::optional<int64_t> ReadKeyedNumber(const char* path, const std::string& wanted_key, int64_t scale) {
+// A number from a file such as /proc/meminfo ("MemAvailable:" in kB) or a cgroup file; nullopt if
+// absent.
+std::optional<int64_t> ReadKeyedNumber(const char* path, const std::string& wanted_key,
+                                       int64_t scale) {
   std::ifstream in(path);
   std::string key;
   int64_t value = 0;
@@ -247,9 +267,9 @@ std::optional<int64_t> ReadNumber(const char* path) {
   return std::nullopt;
 }
 
-// Memory a simulated rank needs beyond its tensor data (tensor headers, per-rank tables of the plan and the reports):
-// 1.5 KiB measured for S(0) -> R on 2^20 ranks, in data and metadata-only runs alike (docs/performance.md); with a
-// margin for longer plans and traces.
+// Memory a simulated rank needs beyond its tensor data (tensor headers, per-rank tables of the plan
+// and the reports): 1.5 KiB measured for S(0) -> R on 2^20 ranks, in data and metadata-only runs
+// alike (docs/performance.md); with a margin for longer plans and traces.
 constexpr int64_t kBytesPerSimulatedRank = 8 << 10;
 
 }  // namespace
@@ -274,42 +294,50 @@ std::optional<int64_t> AvailableMemory() {
   return out;
 }
 
-void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta, const CaseLimits& limits) {
-  // The mesh caps the rank count at kMaxMeshRanks (the fuzz targets ask for fewer); what remains is memory: every
-  // rank's tensor headers and tables, and in a data run its tensors (every rank may hold a whole copy: a Partial
-  // source or a local split of replicas gives each rank its own; a step holds its input and output).
+void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta,
+                         const CaseLimits& limits) {
+  // The mesh caps the rank count at kMaxMeshRanks (the fuzz targets ask for fewer); what remains is
+  // memory: every rank's tensor headers and tables, and in a data run its tensors (every rank may
+  // hold a whole copy: a Partial source or a local split of replicas gives each rank its own; a
+  // step holds its input and output).
   if (world_size > limits.max_simulated_ranks) {
-    throw InputError("mesh", StrCat(spec.mesh().ToString(), " has ", world_size, " ranks; this run simulates at most ",
-                                    limits.max_simulated_ranks));
+    throw InputError("mesh",
+                     StrCat(spec.mesh().ToString(), " has ", world_size,
+                            " ranks; this run simulates at most ", limits.max_simulated_ranks));
   }
-  const std::optional<int64_t> available = limits.max_simulation_bytes ? limits.max_simulation_bytes
-                                                                      : AvailableMemory();
+  const std::optional<int64_t> available =
+      limits.max_simulation_bytes ? limits.max_simulation_bytes : AvailableMemory();
   if (!available) return;
   const long double overhead = static_cast<long double>(world_size) * kBytesPerSimulatedRank;
   const long double data =
       meta ? 0 : static_cast<long double>(spec.numel()) * ItemSize(spec.dtype()) * (world_size + 2);
   if (overhead + data <= *available) return;
-  const std::string estimate = StrCat("about ", static_cast<int64_t>((overhead + data) / (1 << 20)), " MiB, but ",
-                                      *available / (1 << 20), " MiB are available");
+  const std::string estimate = StrCat("about ", static_cast<int64_t>((overhead + data) / (1 << 20)),
+                                      " MiB, but ", *available / (1 << 20), " MiB are available");
   if (data >= overhead) {
-    throw InputError("shape", StrCat(IntListToString(spec.shape()), " ", ToString(spec.dtype()), " on ", world_size,
-                                     " simulated ranks needs ", estimate, "; simulate a smaller tensor (or use --meta: "
+    throw InputError("shape", StrCat(IntListToString(spec.shape()), " ", ToString(spec.dtype()),
+                                     " on ", world_size, " simulated ranks needs ", estimate,
+                                     "; simulate a smaller tensor (or use --meta: "
                                      "shapes only, no data)"));
   }
-  throw InputError("mesh", StrCat(spec.mesh().ToString(), ": ", meta ? "a metadata-only run of " : "a run of ",
-                                  world_size, " simulated ranks needs ", estimate));
+  throw InputError(
+      "mesh", StrCat(spec.mesh().ToString(), ": ", meta ? "a metadata-only run of " : "a run of ",
+                     world_size, " simulated ranks needs ", estimate));
 }
 
 bool IsOutOfMemory(const std::exception& e) {
   const std::string_view what = e.what();
   return dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-         what.find("can't allocate memory") != std::string_view::npos ||     // c10's DefaultCPUAllocator
-         what.find("caching allocator: cannot allocate") != std::string_view::npos;  // dtsim's (caching_allocator.h)
+         what.find("can't allocate memory") !=
+             std::string_view::npos ||  // c10's DefaultCPUAllocator
+         what.find("caching allocator: cannot allocate") !=
+             std::string_view::npos;  // dtsim's (caching_allocator.h)
 }
 
 void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field) {
-  // An upper bound per tensor dim: the ranges of every _S on it add up (a later shard of the same dim splits what
-  // the earlier ones left, so their ranges compose into at most the sum); a plain shard keeps one range.
+  // An upper bound per tensor dim: the ranges of every _S on it add up (a later shard of the same
+  // dim splits what the earlier ones left, so their ranges compose into at most the sum); a plain
+  // shard keeps one range.
   std::vector<long double> ranges(spec.ndim(), 0);
   for (const Placement& p : spec.placements()) {
     if (!p.is_strided_shard()) continue;
@@ -318,10 +346,12 @@ void CheckSimulationBlocks(const DTensorSpec& spec, const std::string& field) {
   long double blocks = 1;
   for (long double r : ranges) blocks *= std::max<long double>(1, r);
   if (blocks > kMaxBlocksPerRank) {
-    throw InputError(field, StrCat("'", ExcerptText(ToString(spec.placements())), "' on shape ",
-                                   ExcerptText(IntListToString(spec.shape())), " may cut a rank's shard into ",
-                                   static_cast<double>(blocks), " separate blocks; a simulation handles at most ",
-                                   kMaxBlocksPerRank, " per rank (dtsim layout and dtsim plan take more)"));
+    throw InputError(
+        field,
+        StrCat("'", ExcerptText(ToString(spec.placements())), "' on shape ",
+               ExcerptText(IntListToString(spec.shape())), " may cut a rank's shard into ",
+               static_cast<double>(blocks), " separate blocks; a simulation handles at most ",
+               kMaxBlocksPerRank, " per rank (dtsim layout and dtsim plan take more)"));
   }
 }
 
@@ -332,29 +362,33 @@ BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase
   try {
     const nlohmann::json c = ParseJsonText(line, "batch", StrCat("line ", line_no));
     if (!c.is_object()) {
-      throw InputError("batch", StrCat("line ", line_no, " is not a JSON object (it holds ", c.type_name(), " ",
-                                       Excerpt(c, 40), "); give one case object per line"));
+      throw InputError(
+          "batch", StrCat("line ", line_no, " is not a JSON object (it holds ", c.type_name(), " ",
+                          Excerpt(c, 40), "); give one case object per line"));
     }
     return BatchAnswer{run(c), false};
   } catch (const InputError& e) {
     return error(e.what(), e.field());
   } catch (const std::exception& e) {
     if (IsOutOfMemory(e)) {
-      return error("memory: out of memory while running this case; simulate a smaller tensor", "memory");
+      return error("memory: out of memory while running this case; simulate a smaller tensor",
+                   "memory");
     }
-    // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes on.
+    // A bug in dtsim, not bad input: reported on this line (marked "internal") so the batch goes
+    // on.
     const std::string what = e.what();
-    return BatchAnswer{{{"error", "internal error: " + ExcerptText(what.substr(0, what.find('\n')), 500)},
-                        {"internal", true},
-                        {"line", line_no}},
-                       true};
+    return BatchAnswer{
+        {{"error", "internal error: " + ExcerptText(what.substr(0, what.find('\n')), 500)},
+         {"internal", true},
+         {"line", line_no}},
+        true};
   }
 }
 
 namespace {
 
-// Reads one line (without its '\n') of at most `max` bytes; a longer line is consumed to its end and `too_long` set.
-// False at the end of input.
+// Reads one line (without its '\n') of at most `max` bytes; a longer line is consumed to its end
+// and `too_long` set. False at the end of input.
 bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_long) {
   line.clear();
   too_long = false;
@@ -385,11 +419,15 @@ int RunJsonLines(const std::string& path, const BatchCase& run) {
   if (path != "-") {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
-      throw InputError("batch", StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+      throw InputError("batch",
+                       StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
     }
-    if (S_ISDIR(st.st_mode)) throw InputError("batch", StrCat("'", ExcerptText(path), "' is a directory, not a file"));
+    if (S_ISDIR(st.st_mode))
+      throw InputError("batch", StrCat("'", ExcerptText(path), "' is a directory, not a file"));
     file.open(path, std::ios::binary);
-    if (!file) throw InputError("batch", StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+    if (!file)
+      throw InputError("batch",
+                       StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
     in = &file;
   }
   std::string line;
@@ -401,7 +439,8 @@ int RunJsonLines(const std::string& path, const BatchCase& run) {
     if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     BatchAnswer answer;
     if (too_long) {
-      answer = {{{"error", StrCat("batch: line ", line_no, " is longer than ", kMaxBatchLineBytes, " bytes")},
+      answer = {{{"error", StrCat("batch: line ", line_no, " is longer than ", kMaxBatchLineBytes,
+                                  " bytes")},
                  {"field", "batch"},
                  {"line", line_no}},
                 true};

@@ -1,5 +1,6 @@
-// The dtsim command line: one function per subcommand, each taking the arguments after the subcommand name.
-// A command returns the process exit code; bad input throws dtsim::InputError (main prints it and exits 2).
+// The dtsim command line: one function per subcommand, each taking the arguments after the
+// subcommand name. A command returns the process exit code; bad input throws dtsim::InputError
+// (main prints it and exits 2).
 #pragma once
 
 #include <string>
@@ -14,7 +15,8 @@ int RunLayout(const Args& args);
 // dtsim plan: the redistribution plan from one placement list to another (greedy or min-cost).
 int RunPlan(const Args& args);
 
-// dtsim redistribute: runs a redistribution on the simulated world: plan, layouts, shards, verdict, trace.
+// dtsim redistribute: runs a redistribution on the simulated world: plan, layouts, shards, verdict,
+// trace.
 int RunRedistribute(const Args& args);
 
 // dtsim distribute: distributes a tensor step by step over submeshes of one root (TP + FSDP).
@@ -26,7 +28,8 @@ int RunTraceDiff(const Args& args);
 // dtsim compare: a redistribution simulated and on real ranks (launched with mpirun), diffed.
 int RunCompare(const Args& args);
 
-// dtsim op: one ATen op on DTensors: the sharding strategy chosen, implicit redistributions, outputs, verdict.
+// dtsim op: one ATen op on DTensors: the sharding strategy chosen, implicit redistributions,
+// outputs, verdict.
 int RunOp(const Args& args);
 
 // dtsim export: a trace as Chrome / Perfetto trace-event JSON.

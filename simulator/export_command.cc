@@ -1,17 +1,18 @@
 // dtsim export: a trace in another tool's format.
 //
 //   dtsim export --format perfetto trace.json out.json [--with other.json]
-// Writes Chrome / Perfetto trace-event JSON (viewer/model/perfetto_export.h): one process per rank, one slice per
-// step and per collective (estimated time for simulated runs, measured time for real ones), flow arrows between the
-// ranks of each group. --with adds a second trace's ranks as further processes, so a simulated and a real run sit
-// side by side in one Perfetto view. The output is written atomically; bad input is exit 2 with no file written.
+// Writes Chrome / Perfetto trace-event JSON (viewer/model/perfetto_export.h): one process per rank,
+// one slice per step and per collective (estimated time for simulated runs, measured time for real
+// ones), flow arrows between the ranks of each group. --with adds a second trace's ranks as further
+// processes, so a simulated and a real run sit side by side in one Perfetto view. The output is
+// written atomically; bad input is exit 2 with no file written.
 #include <boost/program_options.hpp>
 #include <iostream>
 
 #include "commands.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
-#include "dtsim/trace.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/trace.h"
 #include "viewer/model/perfetto_export.h"
 
 namespace po = boost::program_options;
@@ -36,10 +37,10 @@ std::string BaseName(const std::string& path) {
 int RunExport(const Args& args) {
   ExportOptions o;
   po::options_description desc("dtsim export options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("format", po::value(&o.format), "output format: perfetto (Chrome / Perfetto trace-event JSON)")
-      ("with", po::value(&o.with), "a second trace (e.g. the real run) to export beside the first");
+  desc.add_options()("help,h", "show this help")(
+      "format", po::value(&o.format),
+      "output format: perfetto (Chrome / Perfetto trace-event JSON)")(
+      "with", po::value(&o.with), "a second trace (e.g. the real run) to export beside the first");
   po::options_description hidden;
   hidden.add_options()("file", po::value(&o.files));
   po::options_description all;
@@ -50,20 +51,26 @@ int RunExport(const Args& args) {
   po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << "usage: dtsim export --format perfetto trace.json out.json [--with other.json]\n" << desc;
+    std::cout << "usage: dtsim export --format perfetto trace.json out.json [--with other.json]\n"
+              << desc;
     return 0;
   }
   if (o.format.empty()) throw InputError("format", "missing: give --format perfetto");
   if (o.format != "perfetto") {
-    throw InputError("format", StrCat("'", ExcerptText(o.format), "' is not supported (supported: perfetto)"));
+    throw InputError(
+        "format", StrCat("'", ExcerptText(o.format), "' is not supported (supported: perfetto)"));
   }
   if (o.files.size() != 2) {
-    throw InputError("file", StrCat("give the trace and the output file (dtsim export --format perfetto trace.json "
-                                    "out.json), got ", o.files.size(), " file", o.files.size() == 1 ? "" : "s"));
+    throw InputError(
+        "file",
+        StrCat("give the trace and the output file (dtsim export --format perfetto trace.json "
+               "out.json), got ",
+               o.files.size(), " file", o.files.size() == 1 ? "" : "s"));
   }
   const std::string& out = o.files[1];
   if (out == o.files[0] || (!o.with.empty() && out == o.with)) {
-    throw InputError("file", StrCat("the output '", ExcerptText(out), "' would overwrite an input trace"));
+    throw InputError("file",
+                     StrCat("the output '", ExcerptText(out), "' would overwrite an input trace"));
   }
   const Trace first = ReadTrace(o.files[0]);
   std::vector<viewer::PerfettoSource> sources = {{&first, ""}};

@@ -1,5 +1,5 @@
-// dtsim: entry point. Picks the subcommand and applies the error policy: InputError and option errors → exit 2 with
-// "dtsim: error: <field>: <message>", internal errors → exit 3.
+// dtsim: entry point. Picks the subcommand and applies the error policy: InputError and option
+// errors → exit 2 with "dtsim: error: <field>: <message>", internal errors → exit 3.
 #include <boost/program_options/errors.hpp>
 #include <iostream>
 #include <map>
@@ -7,9 +7,9 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "dtsim/caching_allocator.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/tensor/caching_allocator.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -30,27 +30,40 @@ struct Command {
 const std::map<std::string, Command>& Commands() {
   static const std::map<std::string, Command> commands = {
       {"layout", {&dtsim::cli::RunLayout, "which part of the global tensor every rank holds"}},
-      {"plan", {&dtsim::cli::RunPlan, "the steps (collectives, bytes, cost) that redistribute a tensor"}},
-      {"redistribute", {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
-      {"trace-diff", {&dtsim::cli::RunTraceDiff, "where two traces of a run part (simulated vs real, two builds)"}},
-      {"distribute", {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
-      {"compare", {&dtsim::cli::RunCompare, "run a redistribution simulated and on real ranks (mpirun), diff them"}},
-      {"op", {&dtsim::cli::RunOp, "run one ATen op on DTensors: the strategy chosen, implicit redistributions"}},
-      {"export", {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
+      {"plan",
+       {&dtsim::cli::RunPlan, "the steps (collectives, bytes, cost) that redistribute a tensor"}},
+      {"redistribute",
+       {&dtsim::cli::RunRedistribute, "run a redistribution on the simulated world and check it"}},
+      {"trace-diff",
+       {&dtsim::cli::RunTraceDiff,
+        "where two traces of a run part (simulated vs real, two builds)"}},
+      {"distribute",
+       {&dtsim::cli::RunDistribute, "distribute a tensor step by step over submeshes (TP + FSDP)"}},
+      {"compare",
+       {&dtsim::cli::RunCompare,
+        "run a redistribution simulated and on real ranks (mpirun), diff them"}},
+      {"op",
+       {&dtsim::cli::RunOp,
+        "run one ATen op on DTensors: the strategy chosen, implicit redistributions"}},
+      {"export",
+       {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
   };
   return commands;
 }
 
 void PrintUsage(std::ostream& out) {
-  out << "usage: dtsim <command> [options]   (dtsim <command> --help for its options)\n\ncommands:\n";
-  for (const auto& [name, command] : Commands()) out << "  " << name << "  " << command.summary << "\n";
+  out << "usage: dtsim <command> [options]   (dtsim <command> --help for its "
+         "options)\n\ncommands:\n";
+  for (const auto& [name, command] : Commands())
+    out << "  " << name << "  " << command.summary << "\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large blocks. Not under
-  // AddressSanitizer, which must see every allocation and free to find use-after-free (docs/reliability.md).
+  // Large simulated tensors are allocated and freed per rank again and again: reuse freed large
+  // blocks. Not under AddressSanitizer, which must see every allocation and free to find
+  // use-after-free (docs/reliability.md).
 #if !defined(__SANITIZE_ADDRESS__) && !DTSIM_HAS_ASAN
   dtsim::EnableCachingCpuAllocator();
 #endif
@@ -66,12 +79,14 @@ int main(int argc, char** argv) {
   }
   auto it = Commands().find(name);
   if (it == Commands().end()) {
-    std::cerr << "dtsim: error: command: unknown command '" << dtsim::ExcerptText(name, 40) << "'\n";
+    std::cerr << "dtsim: error: command: unknown command '" << dtsim::ExcerptText(name, 40)
+              << "'\n";
     PrintUsage(std::cerr);
     return 2;
   }
   dtsim::cli::Args args(argv + 2, argv + argc);
-  // On a real run every rank meets the same input errors: rank 0 reports them (the others are Silenced()).
+  // On a real run every rank meets the same input errors: rank 0 reports them (the others are
+  // Silenced()).
   auto report = [](const std::string& text) {
     if (!dtsim::cli::Silenced()) std::cerr << text << "\n";
   };
@@ -84,7 +99,8 @@ int main(int argc, char** argv) {
     report(std::string("dtsim: error: options: ") + dtsim::ExcerptText(e.what(), 300));
     return 2;
   } catch (const dtsim::InternalError& e) {
-    dtsim::cli::EndRealJob(std::string("internal error: ") + e.what(), 3);  // returns when no real run is on
+    dtsim::cli::EndRealJob(std::string("internal error: ") + e.what(),
+                           3);  // returns when no real run is on
     std::cerr << "dtsim: " << e.what() << "\n";
     return 3;
   } catch (const std::exception& e) {
@@ -93,7 +109,8 @@ int main(int argc, char** argv) {
     if (dtsim::cli::IsOutOfMemory(e)) {
       // A resource limit, not a bug: the up-front estimates (CheckSimulationFits) let this through.
       dtsim::cli::EndRealJob("memory: out of memory", 2);
-      std::cerr << "dtsim: error: memory: out of memory; simulate a smaller tensor or fewer ranks\n";
+      std::cerr
+          << "dtsim: error: memory: out of memory; simulate a smaller tensor or fewer ranks\n";
       return 2;
     }
     dtsim::cli::EndRealJob("internal error: " + what, 3);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::cli {
 
@@ -25,7 +25,7 @@ nlohmann::json MemoryToJson(const std::vector<MemoryRow>& rows, bool per_rank) {
   nlohmann::json out = nlohmann::json::array();
   for (const MemoryRow& row : rows) {
     const MemoryStats s = Summarize(row);
-    nlohmann::json j = {{"step", row.step},      {"label", row.label},      {"min_bytes", s.min},
+    nlohmann::json j = {{"step", row.step},         {"label", row.label}, {"min_bytes", s.min},
                         {"median_bytes", s.median}, {"max_bytes", s.max}, {"max_rank", s.max_rank}};
     if (per_rank) j["peak_bytes_per_rank"] = row.bytes;
     out.push_back(std::move(j));
@@ -50,19 +50,22 @@ std::string FormatBytes(int64_t bytes) {
 namespace {
 // Characters, not bytes ("→" is three bytes of UTF-8).
 size_t DisplayWidth(const std::string& text) {
-  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+  return std::count_if(text.begin(), text.end(),
+                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
 }
 }  // namespace
 
 std::string RenderMemory(const std::vector<MemoryRow>& rows) {
   std::string out =
-      "peak memory per rank (live shards + padding buffers + collective outputs; the start: live bytes):\n";
+      "peak memory per rank (live shards + padding buffers + collective outputs; the start: live "
+      "bytes):\n";
   size_t width = 0;
   for (const MemoryRow& row : rows) width = std::max(width, DisplayWidth(row.label));
   for (const MemoryRow& row : rows) {
     const MemoryStats s = Summarize(row);
-    out += StrCat("  ", row.label, std::string(width - DisplayWidth(row.label), ' '), "   min ", FormatBytes(s.min),
-                  "  median ", FormatBytes(s.median), "  max ", FormatBytes(s.max), " (rank ", s.max_rank, ")\n");
+    out += StrCat("  ", row.label, std::string(width - DisplayWidth(row.label), ' '), "   min ",
+                  FormatBytes(s.min), "  median ", FormatBytes(s.median), "  max ",
+                  FormatBytes(s.max), " (rank ", s.max_rank, ")\n");
   }
   return out;
 }

@@ -1,6 +1,7 @@
-// The per-step memory report of `dtsim plan --memory` and `dtsim redistribute --memory`: for the start and for every
-// step, each rank's peak bytes of live tensor buffers (its shards, padding buffers, collective outputs) as a
-// MemoryMeter (dtsim/memory_meter.h) measured them, summarised as min / median / max and the rank at the max.
+// The per-step memory report of `dtsim plan --memory` and `dtsim redistribute --memory`: for the
+// start and for every step, each rank's peak bytes of live tensor buffers (its shards, padding
+// buffers, collective outputs) as a MemoryMeter (dtsim/tensor/memory_meter.h) measured them,
+// summarised as min / median / max and the rank at the max.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +27,12 @@ struct MemoryStats {
 
 MemoryStats Summarize(const MemoryRow& row);
 
-// [{"step", "label", "min_bytes", "median_bytes", "max_bytes", "max_rank", "peak_bytes_per_rank"?}]; the per-rank list
-// when `per_rank` (small worlds and --ranks all).
+// [{"step", "label", "min_bytes", "median_bytes", "max_bytes", "max_rank",
+// "peak_bytes_per_rank"?}]; the per-rank list when `per_rank` (small worlds and --ranks all).
 nlohmann::json MemoryToJson(const std::vector<MemoryRow>& rows, bool per_rank);
 
-// "peak memory per rank (...)" then one line per row: "  step 1  dim 0: S(0) → R  all_gather   min 64 B  median
-// 64 B  max 1.5 KiB (rank 3)".
+// "peak memory per rank (...)" then one line per row: "  step 1  dim 0: S(0) → R  all_gather   min
+// 64 B  median 64 B  max 1.5 KiB (rank 3)".
 std::string RenderMemory(const std::vector<MemoryRow>& rows);
 
 // "1.5 KiB" (exact bytes below 1 KiB).

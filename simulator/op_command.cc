@@ -1,13 +1,22 @@
-// dtsim op: runs one ATen op on DTensors of the simulated world and explains what sharding propagation did.
+// dtsim op: runs one ATen op on DTensors of the simulated world and explains what sharding
+// propagation did.
 //
-//   dtsim op mm --mesh 2x4 --names dp,tp --arg 8x16:S(0),R --arg 16x12:R,S(1) [--dtype float32] [--json] [--values]
-//   dtsim op --batch FILE|-     one JSON case per line in, one JSON answer per line out
+//   dtsim op mm --mesh 2x4 --names dp,tp --arg 8x16:S(0),R --arg 16x12:R,S(1) [--dtype float32]
+//            [--json] [--values] [--meta]
+//   dtsim op --batch FILE|-          one JSON case per line in, one JSON answer per line out
+//   mpirun -np 8 dtsim op mm --backend mpi <the same flags>       the op on real ranks
 //
-// Tensor argument k holds the global values ((arange(numel) + 3k) mod 7) - 3 in the case's dtype, distributed
-// with its placements (Partial placements as the arange cases of `dtsim redistribute` build them: each rank's part
-// of the global tensor times the product of (1 + its coordinate) over the Partial mesh dims). The answer names the
-// chosen strategy and why, every implicit redistribution with its plan, the collectives that ran, the outputs'
-// placements and shards, and a verdict: the outputs against the same op on the global (unsharded) tensors.
+// On real ranks (--backend mpi|nccl) every rank distributes its arguments, runs the op through the
+// same op layer (propagation, implicit redistributions over the backend's collectives, the local
+// op on its own shard), and rank 0 gathers every rank's output shards for the same answer; the
+// simulated answer and the real one are equal when the backend is right.
+//
+// Tensor argument k holds the global values ((arange(numel) + 3k) mod 7) - 3 in the case's dtype,
+// distributed with its placements (Partial placements as the arange cases of `dtsim redistribute`
+// build them: each rank's part of the global tensor times the product of (1 + its coordinate) over
+// the Partial mesh dims). The answer names the chosen strategy and why, every implicit
+// redistribution with its plan, the collectives that ran, the outputs' placements and shards, and a
+// verdict: the outputs against the same op on the global (unsharded) tensors.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -20,14 +29,17 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "dtsim/arange_case.h"
-#include "dtsim/aten_dtype.h"
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/meta.h"
+#include "dtsim/core/arange_case.h"
+#include "dtsim/core/meta.h"
+#include "dtsim/core/real_run.h"
+#include "dtsim/core/trace_recorder.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 #include "dtsim/ops/dtensor_tensor.h"
+#include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/op_trace.h"
 #include "tensor_report.h"
 
 namespace dtsim::cli {
@@ -55,47 +67,55 @@ const c10::OperatorHandle& FindOp(const std::string& text) {
   if (it != found.end()) return it->second;
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle) {
-    throw InputError("op", StrCat("'", text, "' is no ATen operator (give a name with an optional overload, e.g. mm, ",
-                                  "add.Tensor, sum.dim_IntList)"));
+    throw InputError(
+        "op",
+        StrCat("'", text, "' is no ATen operator (give a name with an optional overload, e.g. mm, ",
+               "add.Tensor, sum.dim_IntList)"));
   }
   return found.emplace(key, *handle).first->second;
 }
 
 struct TensorArg {
   DTensorSpec spec;
-  at::Tensor global;    // the values the DTensor stands for (Partials reduced)
+  at::Tensor global;  // the values the DTensor stands for (Partials reduced)
 };
 
-// Builds the IValue of one argument from JSON, by the schema's type. Tensor arguments are DTensors on `coll`.
+// Builds the IValue of one argument from JSON, by the schema's type. Tensor arguments are DTensors
+// on `coll`.
 c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& mesh, DType dtype,
-                     const std::shared_ptr<Collectives>& coll, std::vector<TensorArg>& tensors, bool meta,
-                     const CaseLimits& limits, const std::string& field) {
+                     const std::shared_ptr<Collectives>& coll, std::vector<TensorArg>& tensors,
+                     bool meta, const CaseLimits& limits, const std::string& field) {
   const c10::TypePtr& type = arg.real_type();
   auto tensor = [&](const json& t) -> at::Tensor {
     if (!t.is_object() || !t.contains("shape") || !t.contains("placements")) {
-      throw InputError(field, StrCat("argument '", arg.name(), "' is a tensor: give {\"shape\": [...], ",
-                                     "\"placements\": \"...\"}"));
+      throw InputError(field,
+                       StrCat("argument '", arg.name(), "' is a tensor: give {\"shape\": [...], ",
+                              "\"placements\": \"...\"}"));
     }
     for (const auto& [key, value] : t.items()) {
       if (key != "shape" && key != "placements") {
-        throw InputError(field, StrCat("unknown key '", ExcerptText(key), "' in a tensor argument (expected shape, ",
-                                       "placements)"));
+        throw InputError(field, StrCat("unknown key '", ExcerptText(key),
+                                       "' in a tensor argument (expected shape, ", "placements)"));
       }
     }
     const std::vector<int64_t> shape = IntsFromJson(t.at("shape"), field + ".shape");
-    if (!t.at("placements").is_string()) throw InputError(field, "placements must be a string such as \"S(0),R\"");
+    if (!t.at("placements").is_string())
+      throw InputError(field, "placements must be a string such as \"S(0),R\"");
     std::optional<DTensorSpec> made;
     try {
-      made = DTensorSpec::Create(mesh, ParsePlacements(t.at("placements").get<std::string>(), "placements"), shape,
-                                 dtype);
+      made = DTensorSpec::Create(
+          mesh, ParsePlacements(t.at("placements").get<std::string>(), "placements"), shape, dtype);
     } catch (const InputError& e) {
       throw InputError(field, StrCat("tensor argument '", arg.name(), "': ", e.what()));
     }
     const DTensorSpec& spec = *made;
-    // Every tensor argument is simulated on every rank, and the check computes the op on the global tensors too.
+    // Every tensor argument is simulated on every rank, and the check computes the op on the global
+    // tensors too.
     CheckSimulationFits(spec, mesh.size(), meta, limits);
     if (meta) {
-      tensors.push_back({spec, at::empty(spec.shape(), at::TensorOptions().dtype(ToScalarType(dtype)).device(at::kMeta))});
+      tensors.push_back(
+          {spec, at::empty(spec.shape(),
+                           at::TensorOptions().dtype(ToScalarType(dtype)).device(at::kMeta))});
       return ops::AsTensor(MakeMetaDTensor(spec, coll));
     }
     const at::Tensor global = OpArgGlobal(spec, static_cast<int64_t>(tensors.size()));
@@ -106,24 +126,29 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
   const c10::TypeKind kind = type->kind();
   if (j.is_null()) {
     if (kind != c10::TypeKind::OptionalType) {
-      throw InputError(field, StrCat("argument '", arg.name(), "' of type ", type->str(), " cannot be null"));
+      throw InputError(
+          field, StrCat("argument '", arg.name(), "' of type ", type->str(), " cannot be null"));
     }
     return c10::IValue();
   }
   c10::TypePtr inner = type;
-  if (kind == c10::TypeKind::OptionalType) inner = type->castRaw<c10::OptionalType>()->getElementType();
+  if (kind == c10::TypeKind::OptionalType)
+    inner = type->castRaw<c10::OptionalType>()->getElementType();
   switch (inner->kind()) {
     case c10::TypeKind::TensorType:
       return tensor(j);
     case c10::TypeKind::IntType:
     case c10::TypeKind::SymIntType:
-      if (!j.is_number_integer()) throw InputError(field, StrCat("argument '", arg.name(), "' must be an int"));
+      if (!j.is_number_integer())
+        throw InputError(field, StrCat("argument '", arg.name(), "' must be an int"));
       return j.get<int64_t>();
     case c10::TypeKind::FloatType:
-      if (!j.is_number()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a number"));
+      if (!j.is_number())
+        throw InputError(field, StrCat("argument '", arg.name(), "' must be a number"));
       return j.get<double>();
     case c10::TypeKind::BoolType:
-      if (!j.is_boolean()) throw InputError(field, StrCat("argument '", arg.name(), "' must be true or false"));
+      if (!j.is_boolean())
+        throw InputError(field, StrCat("argument '", arg.name(), "' must be true or false"));
       return j.get<bool>();
     case c10::TypeKind::NumberType:
       if (j.is_boolean()) return c10::Scalar(j.get<bool>());
@@ -131,12 +156,14 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
       if (j.is_number()) return c10::Scalar(j.get<double>());
       throw InputError(field, StrCat("argument '", arg.name(), "' must be a number"));
     case c10::TypeKind::StringType:
-      if (!j.is_string()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a string"));
+      if (!j.is_string())
+        throw InputError(field, StrCat("argument '", arg.name(), "' must be a string"));
       return j.get<std::string>();
     case c10::TypeKind::ListType: {
       const c10::TypePtr elem = inner->castRaw<c10::ListType>()->getElementType();
       if (elem->kind() == c10::TypeKind::TensorType) {
-        if (!j.is_array()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of tensors"));
+        if (!j.is_array())
+          throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of tensors"));
         std::vector<at::Tensor> list;
         for (const json& t : j) list.push_back(tensor(t));
         return list;
@@ -148,7 +175,8 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
       if (elem->kind() == c10::TypeKind::BoolType && j.is_array()) {
         c10::List<bool> list;
         for (const json& b : j) {
-          if (!b.is_boolean()) throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of bools"));
+          if (!b.is_boolean())
+            throw InputError(field, StrCat("argument '", arg.name(), "' must be a list of bools"));
           list.push_back(b.get<bool>());
         }
         return list;
@@ -162,14 +190,49 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
                                  " cannot be given on the command line (only null)"));
 }
 
+// Counts the collectives; forwards them to the trace being recorded, if any.
 struct Counter : CollectiveObserver {
   std::map<std::string, int64_t> counts;
-  void OnCollective(const CollectiveRecord& r) override { ++counts[std::string(ToString(r.kind))]; }
+  CollectiveObserver* also = nullptr;
+  void OnCollective(const CollectiveRecord& r) override {
+    ++counts[std::string(ToString(r.kind))];
+    if (also != nullptr) also->OnCollective(r);
+  }
 };
 
+// The op events; with `record`, each implicit redistribution's trace (this rank's part on real
+// ranks: rank 0 merges them afterwards).
 struct Recorder : ops::OpObserver {
   std::vector<ops::OpEvent> events;
+  bool record = false;
+  TraceMeta meta;
+  Collectives* comm = nullptr;
+  Counter* counter = nullptr;
+  std::optional<TraceRecorder> current;
+  std::vector<OpTraceRedistribution> traces;
+
   void OnOp(const ops::OpEvent& e) override { events.push_back(e); }
+  void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
+                           const Plan& plan) override {
+    if (!record) return;
+    TraceMeta m = meta;
+    m.planner = ToString(plan.planner);
+    current.emplace(m, /*hashes=*/meta.data);
+    current->SetInitial(source.spec(), source.to_local(), *comm);
+    counter->also = &*current;
+    traces.push_back({op, static_cast<int64_t>(input), Trace{}});
+  }
+  void OnRedistributeStep(const PlanStep& step, const DTensorSpec& spec,
+                          const at::Tensor& local) override {
+    if (current) current->EndStep(step, spec, local, *comm);
+  }
+  void OnRedistributeEnd(const DTensor& result) override {
+    if (!current) return;
+    counter->also = nullptr;
+    current->SetFinal(result.spec(), result.to_local(), *comm, std::nullopt);
+    traces.back().trace = std::move(current->trace());
+    current.reset();
+  }
 };
 
 struct OpCase {
@@ -180,27 +243,46 @@ struct OpCase {
   bool values = false;
   bool meta = false;  // metadata-only: meta-tensor shards, shapes and collectives, no values
   CaseLimits limits;  // simulation limits (the fuzz targets lower them)
+  // Real ranks (MakeBackend) or nullptr: a fresh simulated world for the case.
+  std::shared_ptr<Collectives> backend;
+  FaultSpec fault;  // real backends: strikes the op's own collectives only
+  // Set: record an op trace (op_trace.h) of the implicit redistributions; its meta.
+  std::optional<TraceMeta> trace_meta;
+  std::optional<std::string> trace_path;  // batch key "trace": where the line's op trace goes
+};
+
+// The answer, and the op trace on the reporting rank when the case asked for one.
+struct OpOutcome {
+  json answer;
+  std::optional<OpTrace> trace;
 };
 
 // Runs one case; the answer in the batch format plus the text explanation.
-json RunOpCase(const OpCase& c, std::string* text) {
+OpOutcome RunOpCase(const OpCase& c, std::string* text) {
   const c10::OperatorHandle& handle = FindOp(c.op);
   const c10::FunctionSchema& schema = handle.schema();
-  std::shared_ptr<Collectives> coll = MakeLocalCollectives();
+  std::shared_ptr<Collectives> coll = c.backend ? c.backend : MakeLocalCollectives();
+  if (c.meta && !coll->simulated()) {
+    throw InputError("meta", StrCat("--meta simulates every rank in this process (the local "
+                                    "backend), not on the ",
+                                    coll->backend(), " backend"));
+  }
   std::vector<TensorArg> tensors;
   torch::jit::Stack stack;
   const auto& schema_args = schema.arguments();
   if (c.args.size() > schema_args.size()) {
-    throw InputError("args", StrCat(c.args.size(), " arguments for ", schema, " which takes ", schema_args.size()));
+    throw InputError("args", StrCat(c.args.size(), " arguments for ", schema, " which takes ",
+                                    schema_args.size()));
   }
   for (size_t i = 0; i < schema_args.size(); ++i) {
     if (i < c.args.size()) {
-      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta, c.limits,
-                               StrCat("args[", i, "]")));
+      stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta,
+                               c.limits, StrCat("args[", i, "]")));
     } else if (schema_args[i].default_value()) {
       stack.push_back(*schema_args[i].default_value());
     } else {
-      throw InputError("args", StrCat("argument '", schema_args[i].name(), "' of ", schema, " is required"));
+      throw InputError(
+          "args", StrCat("argument '", schema_args[i].name(), "' of ", schema, " is required"));
     }
   }
   if (tensors.empty()) throw InputError("args", "give at least one tensor argument");
@@ -213,33 +295,56 @@ json RunOpCase(const OpCase& c, std::string* text) {
         v = tensors[k++].global.clone();
       } else if (v.isTensorList()) {
         std::vector<at::Tensor> list;
-        for (size_t e = 0; e < v.toTensorList().size(); ++e) list.push_back(tensors[k++].global.clone());
+        for (size_t e = 0; e < v.toTensorList().size(); ++e)
+          list.push_back(tensors[k++].global.clone());
         v = list;
       }
     }
   }
   Counter counter;
   Recorder recorder;
+  if (c.trace_meta) {
+    recorder.record = true;
+    recorder.meta = *c.trace_meta;
+    recorder.meta.backend = coll->backend();
+    recorder.meta.world_size = c.mesh.size();
+    recorder.meta.data = !c.meta;
+    recorder.comm = coll.get();
+    recorder.counter = &counter;
+  }
   coll->SetObserver(&counter);
   ops::OpObserver* previous = ops::SetOpObserver(&recorder);
+  if (!coll->simulated()) coll->SetFault(c.fault);
   try {
     handle.callBoxed(&stack);
   } catch (const c10::Error& e) {
-    // The op itself refuses these inputs (as it would on plain tensors): bad input, not a dtsim bug.
+    // The op itself refuses these inputs (as it would on plain tensors): bad input, not a dtsim
+    // bug.
     ops::SetOpObserver(previous);
     coll->SetObserver(nullptr);
+    if (!coll->simulated()) coll->SetFault(FaultSpec{});
     std::string what = e.what_without_backtrace();
     throw InputError("op", StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n'))));
   } catch (...) {
     ops::SetOpObserver(previous);
     coll->SetObserver(nullptr);
+    if (!coll->simulated()) coll->SetFault(FaultSpec{});
     throw;
   }
   ops::SetOpObserver(previous);
   coll->SetObserver(nullptr);
+  if (!coll->simulated() && c.fault.active()) {
+    const bool struck = AnyRank(*coll, coll->fault_struck());
+    coll->SetFault(FaultSpec{});
+    if (!struck && IsReportingRank(*coll)) {
+      std::cerr << "dtsim: warning: the fault " << c.fault.ToString()
+                << " did not strike: no collective this op ran on rank " << c.fault.rank
+                << " is one it can affect\n";
+    }
+  }
   handle.callBoxed(&global_stack);
-  // An op may return without reaching the DTensor kernel (contiguous of a contiguous tensor returns it): no
-  // strategy, no redistribution; the outputs are still reported and checked.
+  // An op may return without reaching the DTensor kernel (contiguous of a contiguous tensor returns
+  // it): no strategy, no redistribution; the outputs are still reported and checked.
   ops::OpEvent none_ran;
   none_ran.op = c.op;
   none_ran.decision.reason = "no DTensor op ran (the op returned its input's view or itself)";
@@ -250,7 +355,8 @@ json RunOpCase(const OpCase& c, std::string* text) {
   answer["strategy"] = ev.decision.ToString();
   answer["reason"] = ev.decision.reason;
   answer["cost_us"] = ev.decision.cost;
-  // A composite op (matmul, linear, softmax.int, ...) decomposes before the DTensor kernel, as before upstream's
+  // A composite op (matmul, linear, softmax.int, ...) decomposes before the DTensor kernel, as
+  // before upstream's
   // __torch_dispatch__: every op it ran is listed, and the implicit redistributions of all of them.
   const bool composite = recorder.events.size() > 1;
   json redistributes = json::array();
@@ -260,12 +366,15 @@ json RunOpCase(const OpCase& c, std::string* text) {
     for (const ops::OpRedistribution& r : e.redistributions) {
       json steps = json::array();
       for (const PlanStep& s : r.plan.steps) steps.push_back(ToJson(s, r.plan.mesh_dim_labels));
-      json entry = {{"arg", r.input}, {"from", ToString(r.from)}, {"to", ToString(r.to)}, {"plan", steps}};
+      json entry = {
+          {"arg", r.input}, {"from", ToString(r.from)}, {"to", ToString(r.to)}, {"plan", steps}};
       own.push_back(entry);
       if (composite) entry["op"] = e.op;
       redistributes.push_back(entry);
     }
-    op_list.push_back({{"op", e.op}, {"strategy", e.decision.ToString()}, {"reason", e.decision.reason},
+    op_list.push_back({{"op", e.op},
+                       {"strategy", e.decision.ToString()},
+                       {"reason", e.decision.reason},
                        {"redistributes", own}});
   }
   answer["redistributes"] = redistributes;
@@ -291,19 +400,23 @@ json RunOpCase(const OpCase& c, std::string* text) {
     o["shape"] = dt.shape();
     o["placements"] = ToString(dt.placements());
     json ranks = json::array();
-    for (int64_t r : coll->HeldRanks(dt.to_local())) {
-      const at::Tensor shard = coll->Shard(dt.to_local(), r);
-      json jr = {{"rank", r}, {"local_shape", shard.sizes().vec()}};
-      if (c.values && !c.meta && !uninitialized) jr["values"] = ValuesToJson(shard);
-      ranks.push_back(jr);
+    // Every rank's shard on the reporting rank (real ranks: gathered to rank 0).
+    if (const std::optional<at::Tensor> all = GatherShards(*coll, dt.to_local())) {
+      for (int64_t r : LocalRanks(*all)) {
+        const at::Tensor shard = LocalShard(*all, r);
+        json jr = {{"rank", r}, {"local_shape", shard.sizes().vec()}};
+        if (c.values && !c.meta && !uninitialized) jr["values"] = ValuesToJson(shard);
+        ranks.push_back(jr);
+      }
     }
     o["ranks"] = ranks;
     outputs.push_back(o);
-    // Verdict: the gathered output against the unsharded result (metadata-only: every rank's local shape against
-    // its layout, and the global shape against the op on meta tensors).
+    // Verdict: the gathered output against the unsharded result (metadata-only: every rank's local
+    // shape against its layout, and the global shape against the op on meta tensors).
     bool same;
     if (c.meta || uninitialized) {
-      same = dt.shape() == expected.sizes().vec() && !FindShapeMismatch(dt.spec(), dt.to_local(), *coll);
+      same = dt.shape() == expected.sizes().vec() &&
+             !FindShapeMismatch(dt.spec(), dt.to_local(), *coll);
       if (!same) {
         ok = false;
         mismatches.push_back(StrCat("output ", out_index));
@@ -313,9 +426,11 @@ json RunOpCase(const OpCase& c, std::string* text) {
     }
     at::Tensor full = dt.FullTensor();
     if (at::isFloatingType(full.scalar_type())) {
-      const double tol = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? 1e-4 : 2e-2;
+      const double tol =
+          full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? 1e-4 : 2e-2;
       same = full.sizes() == expected.sizes() &&
-             at::allclose(full.to(at::kDouble), expected.to(at::kDouble), tol, tol, /*equal_nan=*/true);
+             at::allclose(full.to(at::kDouble), expected.to(at::kDouble), tol, tol,
+                          /*equal_nan=*/true);
     } else {
       same = full.sizes() == expected.sizes() && at::equal(full, expected);
     }
@@ -336,7 +451,24 @@ json RunOpCase(const OpCase& c, std::string* text) {
     }
   }
   answer["outputs"] = outputs;
+  // Real ranks: the verdict is every rank's (one differing rank fails the run).
+  if (!coll->simulated()) ok = !AnyRank(*coll, !ok);
   answer["verdict"] = ok ? "OK" : "MISMATCH";
+  OpOutcome outcome;
+  if (c.trace_meta) {
+    // Every rank takes part in each gather; rank 0 keeps the merged traces.
+    OpTrace t;
+    t.meta = recorder.meta;
+    t.meta.planner = "";
+    t.op = c.op;
+    t.strategy = ev.decision.ToString();
+    t.ok = ok;
+    for (OpTraceRedistribution& r : recorder.traces) {
+      std::optional<Trace> merged = GatherTrace(*coll, r.trace);
+      if (merged) t.redistributions.push_back({r.op, r.arg, std::move(*merged)});
+    }
+    if (IsReportingRank(*coll)) outcome.trace = std::move(t);
+  }
 
   if (text != nullptr) {
     std::ostringstream out;
@@ -351,52 +483,59 @@ json RunOpCase(const OpCase& c, std::string* text) {
     for (size_t s = 0; s < ev.decision.candidates.size(); ++s) {
       const auto& cand = ev.decision.candidates[s];
       std::ostringstream ins;
-      for (size_t i = 0; i < cand.candidate.inputs.size(); ++i) ins << (i ? ", " : "") << ToString(cand.candidate.inputs[i]);
+      for (size_t i = 0; i < cand.candidate.inputs.size(); ++i)
+        ins << (i ? ", " : "") << ToString(cand.candidate.inputs[i]);
       std::ostringstream outs;
       for (size_t i = 0; i < cand.candidate.outputs.size(); ++i) {
-        outs << (i ? ", " : "") << (cand.candidate.outputs[i] ? ToString(*cand.candidate.outputs[i]) : "None");
+        outs << (i ? ", " : "")
+             << (cand.candidate.outputs[i] ? ToString(*cand.candidate.outputs[i]) : "None");
       }
-      out << (s == ev.decision.chosen ? "  * " : "    ") << std::setw(10) << cand.cost << " us  " << ins.str()
-          << " -> " << outs.str() << "\n";
+      out << (s == ev.decision.chosen ? "  * " : "    ") << std::setw(10) << cand.cost << " us  "
+          << ins.str() << " -> " << outs.str() << "\n";
     }
     if (composite) {
       out << "aten." << c.op << " decomposed into " << recorder.events.size()
           << " ops before the DTensor dispatch (as upstream's); the last one is shown above:\n";
       for (const ops::OpEvent& e : recorder.events) {
-        out << "  " << e.op.substr(e.op.find("::") + 2) << ": " << e.decision.ToString() << "  (" << e.decision.reason
-            << (e.redistributions.empty() ? "" : StrCat(", ", e.redistributions.size(), " implicit redistribution",
-                                                        e.redistributions.size() == 1 ? "" : "s"))
+        out << "  " << e.op.substr(e.op.find("::") + 2) << ": " << e.decision.ToString() << "  ("
+            << e.decision.reason
+            << (e.redistributions.empty()
+                    ? ""
+                    : StrCat(", ", e.redistributions.size(), " implicit redistribution",
+                             e.redistributions.size() == 1 ? "" : "s"))
             << ")\n";
       }
     }
     size_t total = 0;
     for (const ops::OpEvent& e : recorder.events) total += e.redistributions.size();
     if (total == 0) out << "implicit redistributions: none\n";
-    for (const ops::OpEvent& e : recorder.events) for (const ops::OpRedistribution& r : e.redistributions) {
-      out << "implicit redistribution of input " << r.input
-          << (composite ? " of " + e.op.substr(e.op.find("::") + 2) : std::string()) << ": " << ToString(r.from)
-          << " -> " << ToString(r.to) << "\n";
-      for (const PlanStep& s : r.plan.steps) {
-        out << "    mesh dim " << c.mesh.DimLabel(s.mesh_dim) << ": " << s.from.ToString() << " -> "
-            << s.to.ToString() << "  " << ToString(s.collective);
-        if (s.communicates()) {
-          int64_t max_bytes = 0;
-          for (int64_t b : s.bytes_sent_per_rank) max_bytes = std::max(max_bytes, b);
-          out << "  groups " << s.groups.size() << " x " << (s.groups.empty() ? 0 : s.groups[0].size())
-              << "  bytes/rank <= " << max_bytes;
+    for (const ops::OpEvent& e : recorder.events)
+      for (const ops::OpRedistribution& r : e.redistributions) {
+        out << "implicit redistribution of input " << r.input
+            << (composite ? " of " + e.op.substr(e.op.find("::") + 2) : std::string()) << ": "
+            << ToString(r.from) << " -> " << ToString(r.to) << "\n";
+        for (const PlanStep& s : r.plan.steps) {
+          out << "    mesh dim " << c.mesh.DimLabel(s.mesh_dim) << ": " << s.from.ToString()
+              << " -> " << s.to.ToString() << "  " << ToString(s.collective);
+          if (s.communicates()) {
+            int64_t max_bytes = 0;
+            for (int64_t b : s.bytes_sent_per_rank) max_bytes = std::max(max_bytes, b);
+            out << "  groups " << s.groups.size() << " x "
+                << (s.groups.empty() ? 0 : s.groups[0].size()) << "  bytes/rank <= " << max_bytes;
+          }
+          out << "\n";
         }
-        out << "\n";
       }
-    }
     out << "collectives:";
     for (const auto& [k, n] : counts.items()) out << " " << k << " " << n.get<int64_t>();
     out << "\n";
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (outputs[o].is_null()) continue;
-      out << "output " << o << ": shape " << outputs[o]["shape"].dump() << "  " << outputs[o]["placements"].get<std::string>()
-          << "\n";
+      out << "output " << o << ": shape " << outputs[o]["shape"].dump() << "  "
+          << outputs[o]["placements"].get<std::string>() << "\n";
       const json& ranks = outputs[o]["ranks"];
-      if (ranks.size() > 256) {  // big worlds: the distinct local shapes and how many ranks hold each
+      if (ranks.size() >
+          256) {  // big worlds: the distinct local shapes and how many ranks hold each
         std::map<std::string, int64_t> shapes;
         for (const json& r : ranks) ++shapes[r["local_shape"].dump()];
         out << "  " << ranks.size() << " ranks; local shapes:";
@@ -405,28 +544,41 @@ json RunOpCase(const OpCase& c, std::string* text) {
         continue;
       }
       for (const json& r : ranks) {
-        out << "  rank " << std::setw(3) << r["rank"].get<int64_t>() << "  local_shape " << r["local_shape"].dump();
+        out << "  rank " << std::setw(3) << r["rank"].get<int64_t>() << "  local_shape "
+            << r["local_shape"].dump();
         if (r.contains("values")) out << "  " << r["values"].dump();
         out << "\n";
       }
     }
-    out << "verdict: " << (ok ? (c.meta ? "OK — every rank's output shape is its layout's (metadata only)"
-                                          : "OK — every output equals the op on the global tensors")
-                              : "MISMATCH — differs from the op on the global tensors: ")
-        << (ok ? "" : mismatches.front()) << "\n";
+    if (!coll->simulated()) {
+      out << "ran on " << coll->world_size() << " " << coll->backend() << " ranks";
+      if (c.fault.active()) out << " with the fault " << c.fault.ToString() << " injected";
+      out << "\n";
+    }
+    out << "verdict: "
+        << (ok ? (c.meta ? "OK — every rank's output shape is its layout's (metadata only)"
+                         : "OK — every output equals the op on the global tensors")
+               : "MISMATCH — differs from the op on the global tensors: ")
+        << (ok                   ? ""
+            : mismatches.empty() ? "on another rank"
+                                 : mismatches.front())
+        << "\n";
     *text = out.str();
   }
-  return answer;
+  outcome.answer = std::move(answer);
+  return outcome;
 }
 
 OpCase CaseFromJson(const json& j, const CaseLimits& limits) {
-  CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values", "meta"}, {"mesh", "op"});
+  CheckCaseKeys(j, {"mesh", "names", "op", "args", "dtype", "values", "meta", "trace"},
+                {"mesh", "op"});
   OpCase c;
   c.mesh = MeshFromJson(j, limits);
   c.limits = limits;
   c.op = StringFromJson(j, "op");
   if (j.contains("args")) {
-    if (!j.at("args").is_array()) throw InputError("args", "must be a list of arguments in schema order");
+    if (!j.at("args").is_array())
+      throw InputError("args", "must be a list of arguments in schema order");
     c.args = j.at("args");
   }
   if (j.contains("dtype")) c.dtype = ParseDType(StringFromJson(j, "dtype"));
@@ -438,7 +590,15 @@ OpCase CaseFromJson(const json& j, const CaseLimits& limits) {
     if (!j.at("meta").is_boolean()) throw InputError("meta", "expected true or false");
     c.meta = j.at("meta").get<bool>();
   }
-  if (c.meta && c.values) throw InputError("values", "--values needs data: metadata-only runs have no values");
+  if (j.contains("trace")) {
+    c.trace_path = JsonReader(j["trace"], "trace").AsString();
+    TraceMeta meta;
+    meta.command = "op";
+    meta.argv = "dtsim op --batch";
+    c.trace_meta = meta;
+  }
+  if (c.meta && c.values)
+    throw InputError("values", "--values needs data: metadata-only runs have no values");
   return c;
 }
 
@@ -450,40 +610,75 @@ json ArgFromText(const std::string& text, size_t index) {
     for (char& ch : shape) {
       if (ch == 'x') ch = ',';
     }
-    return {{"shape", shape.empty() ? std::vector<int64_t>{} : ParseIntList(shape, StrCat("arg ", index))},
+    return {{"shape",
+             shape.empty() ? std::vector<int64_t>{} : ParseIntList(shape, StrCat("arg ", index))},
             {"placements", text.substr(colon + 1)}};
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    throw InputError("arg", StrCat("'", text, "' is neither a tensor (SHAPE:PLACEMENTS, e.g. 8x16:S(0),R) nor a ",
-                                   "JSON value (3, 1.5, true, [0, 1], null, \"tanh\")"));
+    throw InputError(
+        "arg",
+        StrCat("'", text, "' is neither a tensor (SHAPE:PLACEMENTS, e.g. 8x16:S(0),R) nor a ",
+               "JSON value (3, 1.5, true, [0, 1], null, \"tanh\")"));
   }
   return j;
 }
 
 }  // namespace
 
-json OpBatchCase(const json& j, const CaseLimits& limits) { return RunOpCase(CaseFromJson(j, limits), nullptr); }
+namespace {
+// One batch line on `backend` (nullptr: the simulated world): the answer on the reporting rank
+// (null elsewhere); the line's op trace written to its "trace" path (checked first; written only
+// when limits.write_files).
+json RunOpLine(const json& j, const CaseLimits& limits,
+               const std::shared_ptr<Collectives>& backend) {
+  OpCase c = CaseFromJson(j, limits);
+  if (backend) {
+    CheckMeshFitsWorld(*backend, c.mesh);
+    c.backend = backend;
+  }
+  const bool reporting = !backend || IsReportingRank(*backend);
+  if (c.trace_path && limits.write_files && reporting) CheckOutputPath(*c.trace_path, "trace");
+  OpOutcome out = RunOpCase(c, nullptr);
+  if (out.trace && c.trace_path && limits.write_files) {
+    WriteJsonFileAtomically(*c.trace_path, ToJson(*out.trace));
+  }
+  return reporting ? out.answer : json();
+}
+}  // namespace
+
+json OpBatchCase(const json& j, const CaseLimits& limits) { return RunOpLine(j, limits, nullptr); }
+
+namespace {
+struct OpCliOptions : TensorOptions, BackendCliOptions {};
+}  // namespace
 
 int RunOp(const Args& args) {
-  TensorOptions o;
+  OpCliOptions o;
   std::string op, batch;
   std::vector<std::string> arg_texts;
   bool json_out = false, values = false, list = false, meta = false;
+  std::string trace;
   po::options_description desc("dtsim op options");
-  desc.add_options()
-      ("help", "show this help")
-      ("op", po::value(&op), "ATen op with optional overload: mm, add.Tensor, sum.dim_IntList, _softmax")
-      ("mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")
-      ("names", po::value(&o.names), "mesh dim names, e.g. dp,tp")
-      ("dtype", po::value(&o.dtype)->default_value(o.dtype), "element type of the tensor arguments")
-      ("arg", po::value(&arg_texts)->composing(),
-       "an argument in schema order (repeat): a tensor SHAPE:PLACEMENTS (8x16:S(0),R; 0-d: :R) or a JSON value")
-      ("json", po::bool_switch(&json_out), "print one JSON object (the batch answer format)")
-      ("values", po::bool_switch(&values), "include every rank's output values (row-major)")
-      ("batch", po::value(&batch), "JSON cases, one per line, from a file or - (stdin); JSON answers out")
-      ("meta", po::bool_switch(&meta), "metadata-only: shapes, placements and collectives on meta tensors, no data")
-      ("list", po::bool_switch(&list), "list the ops that have a sharding strategy");
+  desc.add_options()("help", "show this help")(
+      "op", po::value(&op),
+      "ATen op with optional overload: mm, add.Tensor, sum.dim_IntList, _softmax")(
+      "mesh", po::value(&o.mesh), "mesh shape, e.g. 2x4")("names", po::value(&o.names),
+                                                          "mesh dim names, e.g. dp,tp")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), "element type of the tensor arguments")(
+      "arg", po::value(&arg_texts)->composing(),
+      "an argument in schema order (repeat): a tensor SHAPE:PLACEMENTS (8x16:S(0),R; 0-d: :R) or a "
+      "JSON value")("json", po::bool_switch(&json_out),
+                    "print one JSON object (the batch answer format)")(
+      "values", po::bool_switch(&values), "include every rank's output values (row-major)")(
+      "batch", po::value(&batch),
+      "JSON cases, one per line, from a file or - (stdin); JSON answers out")(
+      "meta", po::bool_switch(&meta),
+      "metadata-only: shapes, placements and collectives on meta tensors, no data")(
+      "list", po::bool_switch(&list), "list the ops that have a sharding strategy")(
+      "trace", po::value(&trace),
+      "write an op trace (every implicit redistribution, as trace-diff compares) to this path");
+  AddBackendOptions(desc, o);
   po::positional_options_description pos;
   pos.add("op", 1);
   po::variables_map vm;
@@ -494,8 +689,11 @@ int RunOp(const Args& args) {
     throw InputError("options", e.what());
   }
   if (vm.count("help")) {
-    std::cout << "usage: dtsim op OP --mesh 2x4 [--names dp,tp] --arg 8x16:S(0),R --arg 16x12:R,S(1) [--dtype D] "
-                 "[--json] [--values]\n       dtsim op --batch FILE|-\n       dtsim op --list\n"
+    std::cout << "usage: dtsim op OP --mesh 2x4 [--names dp,tp] --arg 8x16:S(0),R --arg "
+                 "16x12:R,S(1) [--dtype D] "
+                 "[--json] [--values] [--meta] [--trace out.json]\n       dtsim op --batch "
+                 "FILE|-\n       dtsim op --list\n"
+                 "       mpirun -np 8 dtsim op OP --backend mpi <the same flags>   (real ranks)\n"
               << desc;
     return 0;
   }
@@ -504,8 +702,16 @@ int RunOp(const Args& args) {
     return 0;
   }
   if (vm.count("batch")) {
-    RefuseOptionsWithBatch(vm, {});
-    return RunJsonLines(batch, [](const json& j) { return OpBatchCase(j, CaseLimits()); });
+    // One backend for every line; on real ranks each line's mesh must match the world.
+    RefuseOptionsWithBatch(vm, {"backend", "timeout"});
+    FaultSpec fault;
+    std::shared_ptr<Collectives> real = o.backend == "local" ? nullptr : MakeBackend(o, &fault);
+    if (real && batch == "-") {
+      throw InputError(
+          "batch",
+          "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
+    }
+    return RunJsonLines(batch, [&](const json& j) { return RunOpLine(j, CaseLimits(), real); });
   }
   if (op.empty()) throw InputError("op", "missing: give an ATen op such as mm or add.Tensor");
   RequireOptions(vm, {"mesh"});
@@ -515,14 +721,32 @@ int RunOp(const Args& args) {
   c.dtype = ParseDType(o.dtype);
   c.values = values;
   c.meta = meta;
-  if (c.meta && c.values) throw InputError("values", "--values needs data: metadata-only runs have no values");
+  if (o.backend != "local" || vm.count("inject-fault"))
+    c.backend = MakeBackend(o, c.mesh, &c.fault);
+  if (c.meta && c.values)
+    throw InputError("values", "--values needs data: metadata-only runs have no values");
   for (size_t i = 0; i < arg_texts.size(); ++i) c.args.push_back(ArgFromText(arg_texts[i], i));
+  const bool want_trace = vm.count("trace") > 0;
+  if (want_trace) {
+    if (trace.empty()) throw InputError("trace", "the output path is empty");
+    // Checked before the run (on real ranks rank 0 alone writes).
+    if (!c.backend || IsReportingRank(*c.backend)) CheckOutputPath(trace, "trace");
+    TraceMeta tm;
+    tm.command = "op";
+    tm.argv = "dtsim op";
+    for (const std::string& a : args) tm.argv += " " + a;
+    c.trace_meta = tm;
+  }
   std::string text;
-  json answer = RunOpCase(c, json_out ? nullptr : &text);
+  OpOutcome outcome = RunOpCase(c, json_out ? nullptr : &text);
+  const json& answer = outcome.answer;
+  if (c.backend && !IsReportingRank(*c.backend)) return answer["verdict"] == "OK" ? 0 : 1;
+  if (outcome.trace) WriteJsonFileAtomically(trace, ToJson(*outcome.trace));
   if (json_out) {
     std::cout << answer.dump() << "\n";
   } else {
     std::cout << text;
+    if (want_trace) std::cout << "trace written to " << trace << "\n";
   }
   return answer["verdict"] == "OK" ? 0 : 1;
 }

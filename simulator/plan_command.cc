@@ -1,12 +1,16 @@
 // dtsim plan: prints the steps that redistribute a tensor from one placement list to another.
 //
-//   dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype float32]
-//              [--planner greedy|graph|min-cost] [--json] [--meta] [--memory] [--ranks auto|all|summary|0,5,8-15]
+//   dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from "S(0),R" --to "R,S(1)" [--dtype
+//   float32]
+//              [--planner greedy|graph|min-cost] [--json] [--meta] [--memory] [--ranks
+//              auto|all|summary|0,5,8-15]
 //
-// --meta runs the plan on the simulated world with meta tensors (shapes, no data; the executor and collectives of a
-// real run) and adds every rank's local shape after each step; --memory adds every rank's peak memory per step,
-// measured on that run (on meta tensors with --meta, else on the arange data as `dtsim redistribute` runs it).
-//   dtsim plan --batch cases.jsonl   one JSON case per line in ({"mesh", "names"?, "shape", "from", "to", "dtype"?,
+// --meta runs the plan on the simulated world with meta tensors (shapes, no data; the executor and
+// collectives of a real run) and adds every rank's local shape after each step; --memory adds every
+// rank's peak memory per step, measured on that run (on meta tensors with --meta, else on the
+// arange data as `dtsim redistribute` runs it).
+//   dtsim plan --batch cases.jsonl   one JSON case per line in ({"mesh", "names"?, "shape", "from",
+//   "to", "dtype"?,
 //                                    "planner"?}), one JSON plan (or {"error": ...}) per line out
 #include <boost/program_options.hpp>
 #include <iostream>
@@ -15,11 +19,11 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
-#include "dtsim/planner.h"
-#include "dtsim/rank_selection.h"
-#include "dtsim/spec.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/planner.h"
+#include "dtsim/layout/rank_selection.h"
+#include "dtsim/layout/spec.h"
 #include "memory_report.h"
 #include "redistribute_command.h"
 
@@ -30,17 +34,19 @@ namespace {
 
 // Options of `dtsim plan`; defaults in comments.
 struct PlanOptions : TensorOptions {  // --mesh, --names, --shape, --dtype
-  std::string from;                 // required: "S(0),R"
-  std::string to;                   // required: "R,S(1)"
-  std::string planner = "greedy";   // greedy (upstream's default), graph or min-cost
-  bool json = false;                // print one JSON object instead of text
-  std::string batch;                // "" = single case; a path or "-" for stdin
-  bool meta = false;                // run the plan on meta tensors; report every rank's shape after each step
-  bool memory = false;              // run the plan and report every rank's peak memory per step
-  std::string ranks = "auto";       // which ranks the per-step states list (auto: all up to 256 ranks, else summary)
+  std::string from;                   // required: "S(0),R"
+  std::string to;                     // required: "R,S(1)"
+  std::string planner = "greedy";     // greedy (upstream's default), graph or min-cost
+  bool json = false;                  // print one JSON object instead of text
+  std::string batch;                  // "" = single case; a path or "-" for stdin
+  bool meta = false;    // run the plan on meta tensors; report every rank's shape after each step
+  bool memory = false;  // run the plan and report every rank's peak memory per step
+  std::string ranks =
+      "auto";  // which ranks the per-step states list (auto: all up to 256 ranks, else summary)
 };
 
-// The per-rank states after each step of `trace` as JSON: the listed ranks, or a summary of their shapes.
+// The per-rank states after each step of `trace` as JSON: the listed ranks, or a summary of their
+// shapes.
 nlohmann::json StepStatesToJson(const Trace& trace, const RankSelection& selection) {
   nlohmann::json out = nlohmann::json::array();
   for (const TraceStep& step : trace.steps) {
@@ -72,7 +78,8 @@ std::string RenderStepStates(const Trace& trace, const RankSelection& selection)
       for (const RankState& r : step.ranks_after) {
         if (!selection.Includes(r.rank)) continue;
         out += StrCat("    rank ", r.rank, " ", IntListToString(r.coordinate), "  local_shape ",
-                      IntListToString(r.local_shape), "  global_offset ", IntListToString(r.global_offset), "\n");
+                      IntListToString(r.local_shape), "  global_offset ",
+                      IntListToString(r.global_offset), "\n");
       }
     } else {
       ShapeSummary summary;
@@ -90,9 +97,11 @@ std::string RenderStepStates(const Trace& trace, const RankSelection& selection)
 }
 
 Plan PlanFromJson(const nlohmann::json& c, const CaseLimits& limits) {
-  CheckCaseKeys(c, {"mesh", "names", "shape", "from", "to", "dtype", "planner"}, {"mesh", "shape", "from", "to"});
+  CheckCaseKeys(c, {"mesh", "names", "shape", "from", "to", "dtype", "planner"},
+                {"mesh", "shape", "from", "to"});
   DType dtype = c.contains("dtype") ? ParseDType(StringFromJson(c, "dtype")) : DType::kFloat32;
-  PlannerKind kind = c.contains("planner") ? ParsePlannerKind(StringFromJson(c, "planner")) : PlannerKind::kGreedy;
+  PlannerKind kind =
+      c.contains("planner") ? ParsePlannerKind(StringFromJson(c, "planner")) : PlannerKind::kGreedy;
   DeviceMesh mesh = MeshFromJson(c, limits);
   DTensorSpec src = SourceSpec(std::move(mesh), ParsePlacements(StringFromJson(c, "from"), "from"),
                                IntsFromJson(c["shape"], "shape"), dtype);
@@ -101,27 +110,33 @@ Plan PlanFromJson(const nlohmann::json& c, const CaseLimits& limits) {
 
 }  // namespace
 
-nlohmann::json PlanCase(const nlohmann::json& c, const CaseLimits& limits) { return ToJson(PlanFromJson(c, limits)); }
+nlohmann::json PlanCase(const nlohmann::json& c, const CaseLimits& limits) {
+  return ToJson(PlanFromJson(c, limits));
+}
 
 int RunPlan(const Args& args) {
   PlanOptions o;
   po::options_description desc("dtsim plan options");
   AddTensorOptions(desc, o, "element type (sizes in bytes)");
-  desc.add_options()
-      ("from", po::value(&o.from), "source placements, one per mesh dim, e.g. S(0),R")
-      ("to", po::value(&o.to), "target placements, e.g. R,S(1)")
-      ("planner", po::value(&o.planner)->default_value(o.planner),
-       "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")
-      ("json", po::bool_switch(&o.json), "print one JSON object")
-      ("batch", po::value(&o.batch), "read JSON cases, one per line, from a file or - (stdin); print JSON lines")
-      ("meta", po::bool_switch(&o.meta), "run the plan on meta tensors (no data): every rank's shape after each step")
-      ("memory", po::bool_switch(&o.memory),
-       "run the plan (on meta tensors with --meta, else on data) and print every rank's peak memory per step")
-      ("ranks", po::value(&o.ranks)->default_value(o.ranks),
-       "ranks --meta lists: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. 0,5,8-15");
+  desc.add_options()("from", po::value(&o.from),
+                     "source placements, one per mesh dim, e.g. S(0),R")(
+      "to", po::value(&o.to), "target placements, e.g. R,S(1)")(
+      "planner", po::value(&o.planner)->default_value(o.planner),
+      "greedy (upstream's default plan), graph (upstream's graph-based planner) or min-cost")(
+      "json", po::bool_switch(&o.json), "print one JSON object")(
+      "batch", po::value(&o.batch),
+      "read JSON cases, one per line, from a file or - (stdin); print JSON lines")(
+      "meta", po::bool_switch(&o.meta),
+      "run the plan on meta tensors (no data): every rank's shape after each step")(
+      "memory", po::bool_switch(&o.memory),
+      "run the plan (on meta tensors with --meta, else on data) and print every rank's peak memory "
+      "per step")("ranks", po::value(&o.ranks)->default_value(o.ranks),
+                  "ranks --meta lists: auto (all up to 256 ranks, else a summary of shapes), all, "
+                  "summary, or e.g. 0,5,8-15");
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
-    std::cout << "usage: dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" --to \"R,S(1)\" "
+    std::cout << "usage: dtsim plan --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" --to "
+                 "\"R,S(1)\" "
                  "[--planner greedy|graph|min-cost] [--json]\n"
               << desc;
     return 0;

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "dtsim/aten_dtype.h"
-#include "dtsim/dtensor.h"
-#include "dtsim/error.h"
-#include "dtsim/local_tensor.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace dtsim::cli {
 
@@ -34,7 +34,8 @@ nlohmann::json RanksToJson(const DTensorSpec& spec, const at::Tensor& local, boo
   MeshView view(spec.mesh());
   for (int64_t rank : view.ranks()) {
     if (!selection.Includes(rank)) continue;
-    RankLayout l = ComputeRankLayout(spec.shape(), spec.mesh().shape(), view.Coordinate(rank), spec.placements(), rank);
+    RankLayout l = ComputeRankLayout(spec.shape(), spec.mesh().shape(), view.Coordinate(rank),
+                                     spec.placements(), rank);
     at::Tensor shard = LocalShard(local, rank);
     nlohmann::json r = {{"rank", rank},
                         {"coordinate", l.coordinate},
@@ -46,8 +47,8 @@ nlohmann::json RanksToJson(const DTensorSpec& spec, const at::Tensor& local, boo
   return ranks;
 }
 
-void AddRanksJson(nlohmann::json& out, const DTensorSpec& spec, const at::Tensor& local, bool values,
-                  const RankSelection& selection) {
+void AddRanksJson(nlohmann::json& out, const DTensorSpec& spec, const at::Tensor& local,
+                  bool values, const RankSelection& selection) {
   MeshView view(spec.mesh());
   selection.CheckAgainst(view.ranks(), spec.mesh().ToString());
   const int64_t world = static_cast<int64_t>(view.ranks().size());
@@ -64,7 +65,8 @@ void AddRanksJson(nlohmann::json& out, const DTensorSpec& spec, const at::Tensor
 
 namespace {
 
-// A value as people write it: integers without a fraction ("12"), others with up to 6 significant digits.
+// A value as people write it: integers without a fraction ("12"), others with up to 6 significant
+// digits.
 std::string FormatValue(double v) {
   char buf[32];
   if (v == static_cast<double>(static_cast<int64_t>(v)) && v > -1e15 && v < 1e15) {
@@ -88,7 +90,8 @@ std::string RenderValues(const DTensorSpec& spec, const at::Tensor& local) {
       continue;
     }
     // Rows of the last dim, one per line; leading dims flattened.
-    at::Tensor d = shard.to(at::kDouble).contiguous().reshape({-1, shard.dim() == 0 ? 1 : shard.size(-1)});
+    at::Tensor d =
+        shard.to(at::kDouble).contiguous().reshape({-1, shard.dim() == 0 ? 1 : shard.size(-1)});
     std::vector<std::string> cells;
     size_t width = 1;
     const double* p = d.const_data_ptr<double>();

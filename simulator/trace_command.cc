@@ -1,15 +1,17 @@
-// dtsim trace-diff: where two traces of a redistribution part (simulated vs real ranks, or two builds).
+// dtsim trace-diff: where two traces of a redistribution part (simulated vs real ranks, or two
+// builds).
 //
 //   dtsim trace-diff A.json B.json [--limit 20]
-// Prints "traces agree" (exit 0) or the differences in run order, the first being where the runs part (exit 1).
-// Unreadable or invalid traces are input errors (exit 2).
+// Prints "traces agree" (exit 0) or the differences in run order, the first being where the runs
+// part (exit 1). Unreadable or invalid traces are input errors (exit 2).
 #include <boost/program_options.hpp>
 #include <iostream>
 
 #include "commands.h"
-#include "dtsim/error.h"
-#include "dtsim/trace.h"
-#include "dtsim/trace_diff.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/trace/op_trace.h"
+#include "dtsim/trace/trace.h"
+#include "dtsim/trace/trace_diff.h"
 
 namespace po = boost::program_options;
 
@@ -19,9 +21,8 @@ int RunTraceDiff(const Args& args) {
   std::vector<std::string> files;
   int64_t limit = 20;
   po::options_description desc("dtsim trace-diff options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("limit", po::value(&limit)->default_value(limit), "print at most this many differences");
+  desc.add_options()("help,h", "show this help")("limit", po::value(&limit)->default_value(limit),
+                                                 "print at most this many differences");
   po::options_description hidden;
   hidden.add_options()("file", po::value(&files));
   po::options_description all;
@@ -35,12 +36,30 @@ int RunTraceDiff(const Args& args) {
     std::cout << "usage: dtsim trace-diff A.json B.json [--limit 20]\n" << desc;
     return 0;
   }
-  if (files.size() != 2) throw InputError("file", StrCat("give two trace files, got ", files.size()));
+  if (files.size() != 2)
+    throw InputError("file", StrCat("give two trace files, got ", files.size()));
   if (limit < 1 || limit > 1000000) {
     throw InputError("limit", StrCat(limit, " is out of range: print 1 to 1000000 differences"));
   }
-  const Trace a = ReadTrace(files[0]);
-  const Trace b = ReadTrace(files[1]);
+  // Two op traces (dtsim op --trace) or two traces of a redistribution.
+  const nlohmann::json ja = ReadTraceJson(files[0]);
+  const nlohmann::json jb = ReadTraceJson(files[1]);
+  if (IsOpTrace(ja) || IsOpTrace(jb)) {
+    const OpTrace a = WithFileName(files[0], [&] { return OpTraceFromJson(ja); });
+    const OpTrace b = WithFileName(files[1], [&] { return OpTraceFromJson(jb); });
+    const std::vector<TraceDifference> diffs = DiffOpTraces(a, b, static_cast<size_t>(limit));
+    if (diffs.empty()) {
+      std::cout << "op traces agree: " << a.op << ", " << a.redistributions.size()
+                << " implicit redistribution" << (a.redistributions.size() == 1 ? "" : "s")
+                << ", every collective and every rank's shard equal\n";
+      return 0;
+    }
+    std::cout << "op traces differ; first at " << diffs[0].where << ":\n";
+    for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+    return 1;
+  }
+  const Trace a = WithFileName(files[0], [&] { return TraceFromJson(ja); });
+  const Trace b = WithFileName(files[1], [&] { return TraceFromJson(jb); });
   const std::vector<TraceDifference> diffs = DiffTraces(a, b, static_cast<size_t>(limit));
   if (diffs.empty()) {
     std::cout << "traces agree: " << a.steps.size() << " step" << (a.steps.size() == 1 ? "" : "s")

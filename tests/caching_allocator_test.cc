@@ -1,11 +1,13 @@
-// The caching CPU allocator: freed large blocks come back for the same size, small ones are untouched, the cache is
-// bounded and can be emptied, and tensors on cached memory behave as any tensor.
-#include "dtsim/caching_allocator.h"
+// The caching CPU allocator: freed large blocks come back for the same size, small ones are
+// untouched, the cache is bounded and can be emptied, and tensors on cached memory behave as any
+// tensor.
+#include "dtsim/tensor/caching_allocator.h"
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
-#include <gtest/gtest.h>
 
 namespace dtsim {
 namespace {
@@ -49,8 +51,9 @@ TEST(CachingAllocatorTest, ReusesFreedLargeBlocksOfTheSameSize) {
 namespace dtsim {
 namespace {
 
-// Kernels take scratch memory with raw_allocate / raw_deallocate (gelu on a large tensor did and aborted with "d
-// INTERNAL ASSERT FAILED" before the allocator had a raw deleter): small and cached blocks both go back.
+// Kernels take scratch memory with raw_allocate / raw_deallocate (gelu on a large tensor did and
+// aborted with "d INTERNAL ASSERT FAILED" before the allocator had a raw deleter): small and cached
+// blocks both go back.
 TEST(CachingAllocatorTest, RawAllocateAndDeallocateSmallAndLargeBlocks) {
   EnableCachingCpuAllocator(/*max_cached_bytes=*/int64_t{64} << 20);
   c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::CPU);

@@ -1,12 +1,16 @@
-// The collectives conformance suite: written once, instantiated for every backend (Gloo/TensorStore style).
+// The collectives conformance suite: written once, instantiated for every backend (Gloo/TensorStore
+// style).
 //
-// A backend instantiates it with a factory (the backend builds the inputs itself, Collectives::FromRankFn):
+// A backend instantiates it with a factory (the backend builds the inputs itself,
+// Collectives::FromRankFn):
 //   INSTANTIATE_TEST_SUITE_P(Local, CollectivesConformance,
-//                            ::testing::ValuesIn(ConformanceParams("local", &MakeLocalCollectives)));
-// Inputs are exact by construction: rank r contributes (r+1) * Base, Base = arange(rows*cols) as float, so every
-// expected value is a closed form over the group's ranks (all_reduce sum = (sum of g+1) * Base), never the
-// backend's own output. The sweep covers world sizes 1 to 8, meshes (n), (2,2), (2,3), (2,2,2) along every dim,
-// and row counts 0, 1 and 5 (odd, uneven with respect to most group sizes).
+//                            ::testing::ValuesIn(ConformanceParams("local",
+//                            &MakeLocalCollectives)));
+// Inputs are exact by construction: rank r contributes (r+1) * Base, Base = arange(rows*cols) as
+// float, so every expected value is a closed form over the group's ranks (all_reduce sum = (sum of
+// g+1) * Base), never the backend's own output. The sweep covers world sizes 1 to 8, meshes (n),
+// (2,2), (2,3), (2,2,2) along every dim, and row counts 0, 1 and 5 (odd, uneven with respect to
+// most group sizes).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "dtsim/collectives.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/mesh.h"
+#include "dtsim/layout/mesh.h"
+#include "dtsim/tensor/collectives.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace dtsim {
 namespace testing_internal {
@@ -46,14 +50,17 @@ inline std::string ParamName(const ::testing::TestParamInfo<ConformanceParam>& i
 }
 
 // Every mesh of the sweep along every dim.
-// `world_size` > 0 keeps the meshes of exactly that many ranks (a real backend runs one world per launch).
-inline std::vector<ConformanceParam> ConformanceParams(const std::string& backend,
-                                                       std::function<std::shared_ptr<Collectives>()> factory,
-                                                       int64_t world_size = 0) {
-  const std::vector<std::vector<int64_t>> meshes = {{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {2, 2}, {2, 3}, {2, 2, 2}};
+// `world_size` > 0 keeps the meshes of exactly that many ranks (a real backend runs one world per
+// launch).
+inline std::vector<ConformanceParam> ConformanceParams(
+    const std::string& backend, std::function<std::shared_ptr<Collectives>()> factory,
+    int64_t world_size = 0) {
+  const std::vector<std::vector<int64_t>> meshes = {{1}, {2}, {3},    {4},    {5},      {6},
+                                                    {7}, {8}, {2, 2}, {2, 3}, {2, 2, 2}};
   std::vector<ConformanceParam> out;
   for (const auto& shape : meshes) {
-    const int64_t size = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+    const int64_t size =
+        std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
     if (world_size > 0 && size != world_size) continue;
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
       out.push_back({backend, factory, shape, d});
@@ -82,8 +89,11 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
   static at::Tensor Base(int64_t rows, int64_t cols = 3, at::ScalarType dtype = at::kFloat) {
     return at::arange(rows * cols, dtype).reshape({rows, cols});
   }
-  // The input built by the backend itself: a LocalTensor over every rank in simulation, fn(rank()) on a real rank.
-  at::Tensor Input(const std::function<at::Tensor(int64_t)>& fn) const { return backend_->FromRankFn(world_, fn); }
+  // The input built by the backend itself: a LocalTensor over every rank in simulation, fn(rank())
+  // on a real rank.
+  at::Tensor Input(const std::function<at::Tensor(int64_t)>& fn) const {
+    return backend_->FromRankFn(world_, fn);
+  }
   // The group containing `rank` and its index in it.
   std::pair<const std::vector<int64_t>*, int64_t> GroupOf(int64_t rank) const {
     for (const auto& g : groups_.groups) {
@@ -100,13 +110,15 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
     return s;
   }
   // Checks `out` on every rank it holds against `want(rank)`, exactly.
-  void Expect(const at::Tensor& out, const std::function<at::Tensor(int64_t)>& want, const std::string& what) {
+  void Expect(const at::Tensor& out, const std::function<at::Tensor(int64_t)>& want,
+              const std::string& what) {
     for (int64_t r : backend_->HeldRanks(out)) {
       at::Tensor got = backend_->Shard(out, r);
       at::Tensor w = want(r);
-      EXPECT_TRUE(got.scalar_type() == w.scalar_type() && got.sizes() == w.sizes() && at::equal(got, w))
-          << what << ", rank " << r << ": got " << ShardToString(got) << " " << got.sizes() << ", want "
-          << ShardToString(w) << " " << w.sizes();
+      EXPECT_TRUE(got.scalar_type() == w.scalar_type() && got.sizes() == w.sizes() &&
+                  at::equal(got, w))
+          << what << ", rank " << r << ": got " << ShardToString(got) << " " << got.sizes()
+          << ", want " << ShardToString(w) << " " << w.sizes();
     }
   }
 
@@ -122,18 +134,22 @@ constexpr int64_t kRowCounts[] = {0, 1, 5};
 TEST_P(CollectivesConformance, AllReduceSumAvgMinMax) {
   for (int64_t rows : kRowCounts) {
     at::Tensor in = Input([&](int64_t r) { return Base(rows) * (r + 1); });
-    Expect(backend_->AllReduce(in, groups_, ReduceOp::kSum),
-           [&](int64_t r) { return Base(rows) * SumPlusOne(*GroupOf(r).first); }, "sum");
-    Expect(backend_->AllReduce(in, groups_, ReduceOp::kAvg),
-           [&](int64_t r) {
-             const auto& g = *GroupOf(r).first;
-             return Base(rows) * SumPlusOne(g) / static_cast<double>(g.size());
-           },
-           "avg");
-    Expect(backend_->AllReduce(in, groups_, ReduceOp::kMax),
-           [&](int64_t r) { return Base(rows) * (GroupOf(r).first->back() + 1); }, "max");
-    Expect(backend_->AllReduce(in, groups_, ReduceOp::kMin),
-           [&](int64_t r) { return Base(rows) * (GroupOf(r).first->front() + 1); }, "min");
+    Expect(
+        backend_->AllReduce(in, groups_, ReduceOp::kSum),
+        [&](int64_t r) { return Base(rows) * SumPlusOne(*GroupOf(r).first); }, "sum");
+    Expect(
+        backend_->AllReduce(in, groups_, ReduceOp::kAvg),
+        [&](int64_t r) {
+          const auto& g = *GroupOf(r).first;
+          return Base(rows) * SumPlusOne(g) / static_cast<double>(g.size());
+        },
+        "avg");
+    Expect(
+        backend_->AllReduce(in, groups_, ReduceOp::kMax),
+        [&](int64_t r) { return Base(rows) * (GroupOf(r).first->back() + 1); }, "max");
+    Expect(
+        backend_->AllReduce(in, groups_, ReduceOp::kMin),
+        [&](int64_t r) { return Base(rows) * (GroupOf(r).first->front() + 1); }, "min");
   }
 }
 
@@ -141,29 +157,42 @@ TEST_P(CollectivesConformance, AllReduceProductAndBitwise) {
   for (int64_t rows : kRowCounts) {
     at::Tensor base = Base(rows, 3, at::kLong).remainder(3) + 1;
     at::Tensor in = Input([&](int64_t r) { return base * (r % 2 + 1); });
-    Expect(backend_->AllReduce(in, groups_, ReduceOp::kProduct),
-           [&](int64_t r) {
-             const auto& g = *GroupOf(r).first;
-             int64_t factor = 1;
-             for (int64_t m : g) factor *= m % 2 + 1;
-             return base.pow(static_cast<int64_t>(g.size())) * factor;
-           },
-           "product");
-    at::Tensor bits = Input([&](int64_t r) { return at::full({rows, 2}, int64_t{1} << r, at::kLong); });
+    Expect(
+        backend_->AllReduce(in, groups_, ReduceOp::kProduct),
+        [&](int64_t r) {
+          const auto& g = *GroupOf(r).first;
+          int64_t factor = 1;
+          for (int64_t m : g) factor *= m % 2 + 1;
+          return base.pow(static_cast<int64_t>(g.size())) * factor;
+        },
+        "product");
+    at::Tensor bits = Input([&](int64_t r) {
+      return at::full({rows, 2}, int64_t{1} << r, at::kLong);
+    });
     auto bit_sum = [&](int64_t r) {
       int64_t v = 0;
       for (int64_t m : *GroupOf(r).first) v += int64_t{1} << m;
       return v;
     };
-    Expect(backend_->AllReduce(bits, groups_, ReduceOp::kBor),
-           [&](int64_t r) { return at::full({rows, 2}, bit_sum(r), at::kLong); }, "bor");
-    Expect(backend_->AllReduce(bits, groups_, ReduceOp::kBxor),
-           [&](int64_t r) { return at::full({rows, 2}, bit_sum(r), at::kLong); }, "bxor");
-    Expect(backend_->AllReduce(bits, groups_, ReduceOp::kBand),
-           [&](int64_t r) {
-             return at::full({rows, 2}, GroupOf(r).first->size() == 1 ? int64_t{1} << r : 0, at::kLong);
-           },
-           "band");
+    Expect(
+        backend_->AllReduce(bits, groups_, ReduceOp::kBor),
+        [&](int64_t r) {
+          return at::full({rows, 2}, bit_sum(r), at::kLong);
+        },
+        "bor");
+    Expect(
+        backend_->AllReduce(bits, groups_, ReduceOp::kBxor),
+        [&](int64_t r) {
+          return at::full({rows, 2}, bit_sum(r), at::kLong);
+        },
+        "bxor");
+    Expect(
+        backend_->AllReduce(bits, groups_, ReduceOp::kBand),
+        [&](int64_t r) {
+          return at::full({rows, 2}, GroupOf(r).first->size() == 1 ? int64_t{1} << r : 0,
+                          at::kLong);
+        },
+        "band");
   }
 }
 
@@ -171,13 +200,14 @@ TEST_P(CollectivesConformance, AllGatherAlongEveryDim) {
   for (int64_t rows : kRowCounts) {
     at::Tensor in = Input([&](int64_t r) { return Base(rows) * (r + 1); });
     for (int64_t dim : {0, 1, -1}) {
-      Expect(backend_->AllGather(in, groups_, dim),
-             [&](int64_t r) {
-               std::vector<at::Tensor> parts;
-               for (int64_t m : *GroupOf(r).first) parts.push_back(Base(rows) * (m + 1));
-               return at::cat(parts, dim);
-             },
-             "all_gather dim " + std::to_string(dim));
+      Expect(
+          backend_->AllGather(in, groups_, dim),
+          [&](int64_t r) {
+            std::vector<at::Tensor> parts;
+            for (int64_t m : *GroupOf(r).first) parts.push_back(Base(rows) * (m + 1));
+            return at::cat(parts, dim);
+          },
+          "all_gather dim " + std::to_string(dim));
     }
   }
 }
@@ -186,19 +216,21 @@ TEST_P(CollectivesConformance, ReduceScatterAlongEveryDim) {
   for (int64_t k : {0, 1, 2}) {
     const int64_t n = static_cast<int64_t>(groups_.groups[0].size());
     at::Tensor in0 = Input([&](int64_t r) { return Base(n * k, 3) * (r + 1); });
-    Expect(backend_->ReduceScatter(in0, groups_, ReduceOp::kSum, 0),
-           [&](int64_t r) {
-             auto [g, i] = GroupOf(r);
-             return Base(n * k, 3).narrow(0, i * k, k) * SumPlusOne(*g);
-           },
-           "reduce_scatter dim 0");
+    Expect(
+        backend_->ReduceScatter(in0, groups_, ReduceOp::kSum, 0),
+        [&](int64_t r) {
+          auto [g, i] = GroupOf(r);
+          return Base(n * k, 3).narrow(0, i * k, k) * SumPlusOne(*g);
+        },
+        "reduce_scatter dim 0");
     at::Tensor in1 = Input([&](int64_t r) { return Base(2, n * k) * (r + 1); });
-    Expect(backend_->ReduceScatter(in1, groups_, ReduceOp::kMax, 1),
-           [&](int64_t r) {
-             auto [g, i] = GroupOf(r);
-             return Base(2, n * k).narrow(1, i * k, k) * (g->back() + 1);
-           },
-           "reduce_scatter dim 1");
+    Expect(
+        backend_->ReduceScatter(in1, groups_, ReduceOp::kMax, 1),
+        [&](int64_t r) {
+          auto [g, i] = GroupOf(r);
+          return Base(2, n * k).narrow(1, i * k, k) * (g->back() + 1);
+        },
+        "reduce_scatter dim 1");
   }
 }
 
@@ -206,23 +238,25 @@ TEST_P(CollectivesConformance, AllToAllShardDims) {
   for (int64_t k : {0, 1, 2}) {
     const int64_t n = static_cast<int64_t>(groups_.groups[0].size());
     at::Tensor in = Input([&](int64_t r) { return Base(n * k, 3) * (r + 1); });
-    Expect(backend_->AllToAll(in, groups_, 0, 1),
-           [&](int64_t r) {
-             auto [g, j] = GroupOf(r);
-             std::vector<at::Tensor> parts;
-             for (int64_t m : *g) parts.push_back(Base(n * k, 3).narrow(0, j * k, k) * (m + 1));
-             return at::cat(parts, 1);
-           },
-           "all_to_all 0->1");
+    Expect(
+        backend_->AllToAll(in, groups_, 0, 1),
+        [&](int64_t r) {
+          auto [g, j] = GroupOf(r);
+          std::vector<at::Tensor> parts;
+          for (int64_t m : *g) parts.push_back(Base(n * k, 3).narrow(0, j * k, k) * (m + 1));
+          return at::cat(parts, 1);
+        },
+        "all_to_all 0->1");
     at::Tensor in1 = Input([&](int64_t r) { return Base(2, n * k) * (r + 1); });
-    Expect(backend_->AllToAll(in1, groups_, 1, 0),
-           [&](int64_t r) {
-             auto [g, j] = GroupOf(r);
-             std::vector<at::Tensor> parts;
-             for (int64_t m : *g) parts.push_back(Base(2, n * k).narrow(1, j * k, k) * (m + 1));
-             return at::cat(parts, 0);
-           },
-           "all_to_all 1->0");
+    Expect(
+        backend_->AllToAll(in1, groups_, 1, 0),
+        [&](int64_t r) {
+          auto [g, j] = GroupOf(r);
+          std::vector<at::Tensor> parts;
+          for (int64_t m : *g) parts.push_back(Base(2, n * k).narrow(1, j * k, k) * (m + 1));
+          return at::cat(parts, 0);
+        },
+        "all_to_all 1->0");
   }
 }
 
@@ -242,7 +276,8 @@ TEST_P(CollectivesConformance, AllToAllSingleUnevenSplits) {
   auto rows_of = [&](int64_t r) {
     return std::accumulate(in_splits[r].begin(), in_splits[r].end(), int64_t{0});
   };
-  at::Tensor in = Input([&](int64_t r) { return (at::arange(rows_of(r), at::kLong) + 1000 * r).unsqueeze(1); });
+  at::Tensor in =
+      Input([&](int64_t r) { return (at::arange(rows_of(r), at::kLong) + 1000 * r).unsqueeze(1); });
   auto want = [&](int64_t r) {
     auto [g, j] = GroupOf(r);
     std::vector<at::Tensor> parts;
@@ -250,11 +285,13 @@ TEST_P(CollectivesConformance, AllToAllSingleUnevenSplits) {
       int64_t offset = 0;
       for (int64_t jj = 0; jj < j; ++jj) offset += (i + jj) % 3;
       int64_t count = (i + j) % 3;
-      parts.push_back((at::arange(offset, offset + count, at::kLong) + 1000 * (*g)[i]).unsqueeze(1));
+      parts.push_back(
+          (at::arange(offset, offset + count, at::kLong) + 1000 * (*g)[i]).unsqueeze(1));
     }
     return at::cat(parts, 0);
   };
-  Expect(backend_->AllToAllSingle(in, groups_, in_splits, out_splits), want, "all_to_all_single with output sizes");
+  Expect(backend_->AllToAllSingle(in, groups_, in_splits, out_splits), want,
+         "all_to_all_single with output sizes");
   Expect(backend_->AllToAllSingle(in, groups_, in_splits, {}), want, "all_to_all_single");
 }
 
@@ -263,30 +300,34 @@ TEST_P(CollectivesConformance, BroadcastScatterGatherReduce) {
     const int64_t n = static_cast<int64_t>(groups_.groups[0].size());
     at::Tensor in = Input([&](int64_t r) { return Base(rows) * (r + 1); });
     for (int64_t root : {int64_t{0}, n - 1}) {
-      Expect(backend_->Broadcast(in, groups_, root),
-             [&](int64_t r) { return Base(rows) * ((*GroupOf(r).first)[root] + 1); }, "broadcast");
-      Expect(backend_->Reduce(in, groups_, ReduceOp::kSum, root),
-             [&](int64_t r) {
-               auto [g, i] = GroupOf(r);
-               return i == root ? Base(rows) * SumPlusOne(*g) : Base(rows) * (r + 1);
-             },
-             "reduce");
-      Expect(backend_->Gather(in, groups_, root, 1),
-             [&](int64_t r) {
-               auto [g, i] = GroupOf(r);
-               if (i != root) return Base(rows) * (r + 1);
-               std::vector<at::Tensor> parts;
-               for (int64_t m : *g) parts.push_back(Base(rows) * (m + 1));
-               return at::cat(parts, 1);
-             },
-             "gather");
+      Expect(
+          backend_->Broadcast(in, groups_, root),
+          [&](int64_t r) { return Base(rows) * ((*GroupOf(r).first)[root] + 1); }, "broadcast");
+      Expect(
+          backend_->Reduce(in, groups_, ReduceOp::kSum, root),
+          [&](int64_t r) {
+            auto [g, i] = GroupOf(r);
+            return i == root ? Base(rows) * SumPlusOne(*g) : Base(rows) * (r + 1);
+          },
+          "reduce");
+      Expect(
+          backend_->Gather(in, groups_, root, 1),
+          [&](int64_t r) {
+            auto [g, i] = GroupOf(r);
+            if (i != root) return Base(rows) * (r + 1);
+            std::vector<at::Tensor> parts;
+            for (int64_t m : *g) parts.push_back(Base(rows) * (m + 1));
+            return at::cat(parts, 1);
+          },
+          "gather");
       at::Tensor big = Input([&](int64_t r) { return Base(n * rows) * (r + 1); });
-      Expect(backend_->Scatter(big, groups_, root, 0),
-             [&](int64_t r) {
-               auto [g, i] = GroupOf(r);
-               return Base(n * rows).narrow(0, i * rows, rows) * ((*g)[root] + 1);
-             },
-             "scatter");
+      Expect(
+          backend_->Scatter(big, groups_, root, 0),
+          [&](int64_t r) {
+            auto [g, i] = GroupOf(r);
+            return Base(n * rows).narrow(0, i * rows, rows) * ((*g)[root] + 1);
+          },
+          "scatter");
     }
   }
 }
@@ -298,8 +339,9 @@ TEST_P(CollectivesConformance, SendRecvRingAndBarrier) {
     for (int64_t r = 0; r < w; ++r) ring.emplace_back(r, (r + 1) % w);
   }
   at::Tensor in = Input([&](int64_t r) { return Base(2) * (r + 1); });
-  Expect(backend_->SendRecv(in, ring), [&](int64_t r) { return Base(2) * (w > 1 ? (r + w - 1) % w + 1 : r + 1); },
-         "send_recv ring");
+  Expect(
+      backend_->SendRecv(in, ring),
+      [&](int64_t r) { return Base(2) * (w > 1 ? (r + w - 1) % w + 1 : r + 1); }, "send_recv ring");
   EXPECT_NO_THROW(backend_->Barrier(groups_, world_));
 }
 

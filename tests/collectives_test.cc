@@ -1,26 +1,31 @@
-// Tests of the simulated collectives: the conformance suite instantiated for the local backend, plus the local
-// backend's argument validation (clear InputErrors) and records.
+// Tests of the simulated collectives: the conformance suite instantiated for the local backend,
+// plus the local backend's argument validation (clear InputErrors) and records.
+#include "dtsim/tensor/collectives.h"
+
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "collectives_conformance.h"
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/collectives.h"
-#include "dtsim/error.h"
-#include "dtsim/local_tensor.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace dtsim {
 namespace testing_internal {
 
-INSTANTIATE_TEST_SUITE_P(Local, CollectivesConformance,
-                         ::testing::ValuesIn(ConformanceParams("local", [] { return MakeLocalCollectives(); })), ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Local, CollectivesConformance,
+    ::testing::ValuesIn(ConformanceParams("local", [] { return MakeLocalCollectives(); })),
+    ParamName);
 
 namespace {
 
 using ::testing::HasSubstr;
 
-at::Tensor Ranks4(const std::function<at::Tensor(int64_t)>& fn) { return MakeLocalTensor({0, 1, 2, 3}, fn); }
+at::Tensor Ranks4(const std::function<at::Tensor(int64_t)>& fn) {
+  return MakeLocalTensor({0, 1, 2, 3}, fn);
+}
 
 // Runs `f`, expects an InputError whose field is `field` and whose message contains `text`.
 template <typename F>
@@ -37,31 +42,65 @@ void ExpectInputError(F f, const std::string& field, const std::string& text) {
 TEST(LocalCollectivesTest, RejectsBadArgumentsClearly) {
   auto c = MakeLocalCollectives();
   at::Tensor x = Ranks4([](int64_t r) { return at::ones({4, 2}) * r; });
-  ExpectInputError([&] { c->AllReduce(x, GroupSet::Of({0, 5}), ReduceOp::kSum); }, "groups",
-                   "rank 5 is not held by the input LocalTensor (it holds ranks [0, 1, 2, 3])");
-  ExpectInputError([&] { c->AllReduce(x, GroupSet{{{0, 1}, {1, 2}}}, ReduceOp::kSum); }, "groups",
-                   "rank 1 appears twice");
-  at::Tensor uneven = Ranks4([](int64_t r) { return at::ones({r, 2}); });
-  ExpectInputError([&] { c->AllGather(uneven, GroupSet::Of({0, 1}), 0); }, "input",
-                   "shapes/dtypes differ within group [0, 1]: rank 0 has [0, 2] Float, rank 1 has [1, 2] Float");
-  ExpectInputError([&] { c->ReduceScatter(x, GroupSet::Of({0, 1, 2}), ReduceOp::kSum, 0); }, "input",
-                   "size 4 along dim 0 does not divide evenly by the group size 3");
-  ExpectInputError([&] { c->AllReduce(x, GroupSet::Of({0, 1}), ReduceOp::kBand); }, "op",
-                   "reduce op 'band' needs an integer or bool dtype, got Float");
-  ExpectInputError([&] { c->AllReduce(x.to(at::kLong), GroupSet::Of({0, 1}), ReduceOp::kAvg); }, "op",
-                   "'avg' needs a floating dtype");
-  ExpectInputError([&] { c->Broadcast(x, GroupSet::Of({0, 1}), 2); }, "src",
-                   "group-relative rank 2 is outside group [0, 1] of size 2");
-  ExpectInputError([&] { c->AllGather(x, GroupSet::Of({0, 1}), 2); }, "dim", "dim 2 is out of range");
   ExpectInputError(
       [&] {
-        c->AllToAllSingle(x, GroupSet::Of({0, 1}), {{0, {1, 2}}, {1, {2, 2}}, {2, {4}}, {3, {4}}}, {});
+        c->AllReduce(x, GroupSet::Of({0, 5}), ReduceOp::kSum);
+      },
+      "groups", "rank 5 is not held by the input LocalTensor (it holds ranks [0, 1, 2, 3])");
+  ExpectInputError(
+      [&] {
+        c->AllReduce(x, GroupSet{{{0, 1}, {1, 2}}}, ReduceOp::kSum);
+      },
+      "groups", "rank 1 appears twice");
+  at::Tensor uneven = Ranks4([](int64_t r) { return at::ones({r, 2}); });
+  ExpectInputError(
+      [&] {
+        c->AllGather(uneven, GroupSet::Of({0, 1}), 0);
+      },
+      "input",
+      "shapes/dtypes differ within group [0, 1]: rank 0 has [0, 2] Float, rank 1 has [1, 2] Float");
+  ExpectInputError(
+      [&] {
+        c->ReduceScatter(x, GroupSet::Of({0, 1, 2}), ReduceOp::kSum, 0);
+      },
+      "input", "size 4 along dim 0 does not divide evenly by the group size 3");
+  ExpectInputError(
+      [&] {
+        c->AllReduce(x, GroupSet::Of({0, 1}), ReduceOp::kBand);
+      },
+      "op", "reduce op 'band' needs an integer or bool dtype, got Float");
+  ExpectInputError(
+      [&] {
+        c->AllReduce(x.to(at::kLong), GroupSet::Of({0, 1}), ReduceOp::kAvg);
+      },
+      "op", "'avg' needs a floating dtype");
+  ExpectInputError(
+      [&] {
+        c->Broadcast(x, GroupSet::Of({0, 1}), 2);
+      },
+      "src", "group-relative rank 2 is outside group [0, 1] of size 2");
+  ExpectInputError(
+      [&] {
+        c->AllGather(x, GroupSet::Of({0, 1}), 2);
+      },
+      "dim", "dim 2 is out of range");
+  ExpectInputError(
+      [&] {
+        c->AllToAllSingle(x, GroupSet::Of({0, 1}), {{0, {1, 2}}, {1, {2, 2}}, {2, {4}}, {3, {4}}},
+                          {});
       },
       "input_split_sizes", "rank 0 split sizes [1, 2] add up to 3 but its input has 4 rows");
   ExpectInputError(
-      [&] { c->AllToAllSingle(x, GroupSet::Of({0, 1}), {{0, {1, 3}}, {1, {2, 2}}}, {{0, {1, 1}}, {1, {3, 2}}}); },
+      [&] {
+        c->AllToAllSingle(x, GroupSet::Of({0, 1}), {{0, {1, 3}}, {1, {2, 2}}},
+                          {{0, {1, 1}}, {1, {3, 2}}});
+      },
       "output_split_sizes", "rank 0 expects [1, 1] but the group sends it [1, 2]");
-  ExpectInputError([&] { c->SendRecv(x, {{0, 1}, {2, 1}}); }, "pairs", "rank 1 receives more than once");
+  ExpectInputError(
+      [&] {
+        c->SendRecv(x, {{0, 1}, {2, 1}});
+      },
+      "pairs", "rank 1 receives more than once");
   ExpectInputError([&] { c->SendRecv(x, {{0, 7}}); }, "pairs", "rank 7 is not held");
 }
 
@@ -86,7 +125,8 @@ TEST(LocalCollectivesTest, IsSimulatedAndNeedsLocalTensors) {
   EXPECT_THROW(c->rank(), InternalError);
   ExpectInputError([&] { c->AllGather(at::arange(3, at::kFloat), GroupSet::Of({0}), 0); }, "input",
                    "the simulated backend holds every rank's data in a LocalTensor");
-  at::Tensor x = c->FromRankFn({0, 1}, [](int64_t r) { return at::full({1}, static_cast<float>(r)); });
+  at::Tensor x =
+      c->FromRankFn({0, 1}, [](int64_t r) { return at::full({1}, static_cast<float>(r)); });
   EXPECT_EQ(c->HeldRanks(x), (std::vector<int64_t>{0, 1}));
   EXPECT_TRUE(at::equal(c->Shard(x, 1), at::ones({1})));
 }
@@ -100,7 +140,8 @@ TEST(LocalCollectivesTest, RecordsBytesPerRank) {
   c->Reduce(x, GroupSet::Of({0, 1, 2, 3}), ReduceOp::kSum, 2);
   c->AllToAllSingle(x, GroupSet::Of({0, 1}), {{0, {1, 3}}, {1, {4, 0}}}, {});
   ASSERT_EQ(obs.records.size(), 3u);
-  EXPECT_EQ(obs.records[0].bytes_sent, (std::vector<int64_t>{32, 32, 32, 32}));  // 2 (n-1)/n * 32, n = 2
+  EXPECT_EQ(obs.records[0].bytes_sent,
+            (std::vector<int64_t>{32, 32, 32, 32}));  // 2 (n-1)/n * 32, n = 2
   EXPECT_EQ(obs.records[1].bytes_sent, (std::vector<int64_t>{32, 32, 0, 32}));
   EXPECT_EQ(obs.records[1].bytes_received, (std::vector<int64_t>{0, 0, 96, 0}));
   // rank 0 keeps 1 row (8 bytes) and sends 3 rows; rank 1 sends 4 rows to rank 0 and keeps none.
@@ -108,7 +149,8 @@ TEST(LocalCollectivesTest, RecordsBytesPerRank) {
   EXPECT_EQ(obs.records[2].bytes_received, (std::vector<int64_t>{32, 24, 0, 0}));
   EXPECT_EQ(obs.records[2].output_shapes[0], (std::vector<int64_t>{5, 2}));
   EXPECT_EQ(obs.records[2].output_shapes[1], (std::vector<int64_t>{3, 2}));
-  EXPECT_EQ(obs.records[2].output_shapes[2], (std::vector<int64_t>{4, 2}));  // outside the group: keeps its input
+  EXPECT_EQ(obs.records[2].output_shapes[2],
+            (std::vector<int64_t>{4, 2}));  // outside the group: keeps its input
 }
 
 TEST(GroupSetTest, AlongMeshDimAndText) {
@@ -134,7 +176,8 @@ TEST(DocsExampleTest, LocalTensorAndAllReduce) {
   });
   at::Tensor y = (lt * 2).softmax(1);
   EXPECT_EQ(LocalInt(y.sym_size(0), 3), 0);
-  EXPECT_EQ(ToString(lt.sum(1)), "LocalTensor(0: [1, 5, 9], 1: [13, 17, 21], 2: [25, 29, 33], 3: [])");
+  EXPECT_EQ(ToString(lt.sum(1)),
+            "LocalTensor(0: [1, 5, 9], 1: [13, 17, 21], 2: [25, 29, 33], 3: [])");
   EXPECT_EQ(LocalInt(lt.sym_size(0), 3), 0);
   auto coll = MakeLocalCollectives();
   at::Tensor s = coll->AllReduce(lt.sum(), GroupSet::Of({0, 1, 2, 3}), ReduceOp::kSum);

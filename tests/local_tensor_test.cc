@@ -1,18 +1,20 @@
-// Tests of LocalTensor (dtsim/local_tensor.h): per-rank dispatch over ≥60 ATen ops on uneven shards, per-rank sizes,
-// in-place identity, rejected plain mutation, Reconcile, the printer and per-rank RNG.
-#include "dtsim/local_tensor.h"
+// Tests of LocalTensor (dtsim/tensor/local_tensor.h): per-rank dispatch over ≥60 ATen ops on uneven
+// shards, per-rank sizes, in-place identity, rejected plain mutation, Reconcile, the printer and
+// per-rank RNG.
+#include "dtsim/tensor/local_tensor.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gmock/gmock.h>
-#include <torch/library.h>
 #include <gtest/gtest.h>
+#include <torch/library.h>
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/sim_world.h"
 
 namespace dtsim {
 namespace {
@@ -42,7 +44,8 @@ struct OpCase {
 };
 
 std::vector<OpCase> OpCases() {
-  const at::Tensor w = at::arange(12, at::kFloat).reshape({4, 3}) - 5;  // plain, broadcast to every rank
+  const at::Tensor w =
+      at::arange(12, at::kFloat).reshape({4, 3}) - 5;  // plain, broadcast to every rank
   const at::Tensor bias = at::arange(3, at::kFloat);
   const at::Tensor row = at::arange(4, at::kFloat);
   const at::Tensor cols = at::tensor({3, 0, 2}, at::kLong);
@@ -160,7 +163,8 @@ struct ShardCase {
 
 class LocalTensorOpTest : public ::testing::TestWithParam<ShardCase> {};
 
-// Every op on a LocalTensor with uneven shards equals the op applied to every rank's shards directly.
+// Every op on a LocalTensor with uneven shards equals the op applied to every rank's shards
+// directly.
 TEST_P(LocalTensorOpTest, OpMatchesPerRankApplication) {
   const std::vector<int64_t>& rows = GetParam().rows;
   at::Tensor a = Rows(rows);
@@ -177,8 +181,8 @@ TEST_P(LocalTensorOpTest, OpMatchesPerRankApplication) {
       for (size_t k = 0; k < want.size(); ++k) {
         ASSERT_TRUE(IsLocalTensor(got[k])) << op.name;
         EXPECT_TRUE(SameTensor(LocalShard(got[k], r), want[k]))
-            << op.name << " rank " << r << " output " << k << ": got " << ShardToString(LocalShard(got[k], r))
-            << " want " << ShardToString(want[k]);
+            << op.name << " rank " << r << " output " << k << ": got "
+            << ShardToString(LocalShard(got[k], r)) << " want " << ShardToString(want[k]);
       }
     }
   }
@@ -228,7 +232,8 @@ TEST(LocalTensorTest, SizesOnUnevenShardsThrowsNamingEveryRank) {
     FAIL() << "sizes() on uneven shards did not throw";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("sizes() is not defined for uneven shards"));
-    EXPECT_THAT(e.what(), HasSubstr("rank 0: [3, 4], rank 1: [3, 4], rank 2: [3, 4], rank 3: [0, 4]"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("rank 0: [3, 4], rank 1: [3, 4], rank 2: [3, 4], rank 3: [0, 4]"));
   }
   EXPECT_THROW((void)a.numel(), InputError);
   EXPECT_THROW((void)a.size(0), InputError);
@@ -241,7 +246,8 @@ TEST(LocalTensorTest, SizesOnUnevenShardsThrowsNamingEveryRank) {
 TEST(LocalTensorTest, ScalarResultsPassOnlyWhenRanksAgree) {
   at::Tensor same = MakeLocalTensor(kRanks, [](int64_t) { return at::tensor({5.0f}); });
   EXPECT_EQ(same.item<float>(), 5.0f);
-  at::Tensor differ = MakeLocalTensor(kRanks, [](int64_t r) { return at::tensor({static_cast<float>(r)}); });
+  at::Tensor differ =
+      MakeLocalTensor(kRanks, [](int64_t r) { return at::tensor({static_cast<float>(r)}); });
   try {
     (void)differ.item<float>();
     FAIL() << "item() on differing values did not throw";
@@ -253,7 +259,8 @@ TEST(LocalTensorTest, ScalarResultsPassOnlyWhenRanksAgree) {
   at::Tensor a = Rows({2, 2, 2, 2});
   EXPECT_TRUE(at::equal(a, a.clone()));
   EXPECT_FALSE(at::equal(a, a + 1));
-  at::Tensor shifted = MapShards(a, [](int64_t r, const at::Tensor& s) { return s + (r > 1 ? 1 : 0); });
+  at::Tensor shifted =
+      MapShards(a, [](int64_t r, const at::Tensor& s) { return s + (r > 1 ? 1 : 0); });
   EXPECT_THROW((void)at::equal(a, shifted), InputError);
 }
 
@@ -274,7 +281,8 @@ TEST(LocalTensorTest, ResultsWithDifferentDimsPerRankAreAnError) {
     (void)a.squeeze(0);  // rows 1 squeeze to 1-D, rows 2 and 0 stay 2-D
     FAIL() << "squeeze giving different dims per rank did not throw";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("shards differ in their number of dims: rank 0: [4], rank 1: [2, 4]"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("shards differ in their number of dims: rank 0: [4], rank 1: [2, 4]"));
   }
 }
 
@@ -316,7 +324,8 @@ TEST(LocalTensorTest, ReconcileReturnsTheCommonValueOrNamesTheDifference) {
   at::Tensor one = Reconcile(same);
   EXPECT_FALSE(IsLocalTensor(one));
   EXPECT_TRUE(at::equal(one, at::arange(4, at::kFloat)));
-  at::Tensor differ = MakeLocalTensor(kRanks, [](int64_t r) { return at::arange(4, at::kFloat) + (r == 2); });
+  at::Tensor differ =
+      MakeLocalTensor(kRanks, [](int64_t r) { return at::arange(4, at::kFloat) + (r == 2); });
   try {
     Reconcile(differ);
     FAIL() << "Reconcile of differing shards did not throw";
@@ -338,10 +347,10 @@ TEST(LocalTensorTest, PrinterListsEveryRank) {
 
 TEST(LocalTensorTest, RandomNumbersArePerRankAndReproducible) {
   at::Tensor a = Rows({2, 2, 2, 2});
-  SetLocalSeed(11);
+  WorldOf(a)->SetSeed(11);
   at::Tensor r1 = at::rand_like(a);
   at::Tensor r1b = at::randn_like(a);
-  SetLocalSeed(11);
+  WorldOf(a)->SetSeed(11);
   at::Tensor r2 = at::rand_like(a);
   for (int64_t r : kRanks) {
     EXPECT_TRUE(at::equal(LocalShard(r1, r), LocalShard(r2, r))) << "rank " << r;
@@ -360,34 +369,62 @@ TEST(LocalTensorTest, RandomNumbersArePerRankAndReproducible) {
   EXPECT_TRUE(at::equal(g1, g2));
 }
 
-// A composite operator defined after LocalTensor's dispatch was registered still arrives whole (per rank), so it may
-// read sizes() of each rank's shard; decomposed on the wrapper it would throw on uneven shards.
-at::Tensor FirstRowsTwice(const at::Tensor& x) { return at::cat({x.narrow(0, 0, x.size(0)), x}, 0); }
+TEST(LocalTensorTest, WorldsKeepTheirOwnRandomStreams) {
+  // Two simulations in one process: seeding or drawing in one leaves the other's streams alone.
+  at::Tensor a = Rows({2, 2, 2, 2});
+  at::Tensor b = Rows({2, 2, 2, 2});
+  ASSERT_NE(WorldOf(a), WorldOf(b));
+  WorldOf(a)->SetSeed(5);
+  WorldOf(b)->SetSeed(5);
+  at::Tensor a1 = at::rand_like(a);
+  at::Tensor a2 = at::rand_like(a);  // a's world moves on ...
+  WorldOf(a)->SetSeed(99);           // ... and is reseeded
+  at::Tensor b1 = at::rand_like(b);  // b's world still starts at its own seed
+  for (int64_t r : kRanks) {
+    EXPECT_TRUE(at::equal(LocalShard(b1, r), LocalShard(a1, r))) << "rank " << r;
+    EXPECT_FALSE(at::equal(LocalShard(a2, r), LocalShard(a1, r))) << "rank " << r;
+  }
+  // Results of ops and MapShards stay in their input's world.
+  EXPECT_EQ(WorldOf(a1), WorldOf(a));
+  EXPECT_EQ(WorldOf(a * 2 + 1), WorldOf(a));
+  EXPECT_EQ(WorldOf(MapShards(b, [](int64_t, const at::Tensor& s) { return s + 1; })), WorldOf(b));
+  EXPECT_THROW(WorldOf(at::ones({2})), InputError);
+}
+
+// A composite operator defined after LocalTensor's dispatch was registered still arrives whole (per
+// rank), so it may read sizes() of each rank's shard; decomposed on the wrapper it would throw on
+// uneven shards.
+at::Tensor FirstRowsTwice(const at::Tensor& x) {
+  return at::cat({x.narrow(0, 0, x.size(0)), x}, 0);
+}
 
 TEST(LocalTensorTest, OperatorsDefinedLaterArePerRank) {
   (void)Rows({1, 1, 1, 1});  // the dispatch is registered before the operator is defined
   static torch::Library* lib = [] {
-    auto* l = new torch::Library(torch::Library::FRAGMENT, "dtsim_test", std::nullopt, __FILE__, __LINE__);
+    auto* l = new torch::Library(torch::Library::FRAGMENT, "dtsim_test", std::nullopt, __FILE__,
+                                 __LINE__);
     l->def("first_rows_twice(Tensor x) -> Tensor", &FirstRowsTwice);
     return l;
   }();
   (void)lib;
-  // Documented: a later operator is registered at the next MakeLocalTensor or LocalTensor operation.
+  // Documented: a later operator is registered at the next MakeLocalTensor or LocalTensor
+  // operation.
   at::Tensor a = Rows({3, 3, 3, 0});
   auto op = c10::Dispatcher::singleton()
                 .findSchemaOrThrow("dtsim_test::first_rows_twice", "")
                 .typed<at::Tensor(const at::Tensor&)>();
   at::Tensor y = op.call(a);
-  for (int64_t r : kRanks) EXPECT_TRUE(at::equal(LocalShard(y, r), FirstRowsTwice(LocalShard(a, r)))) << r;
+  for (int64_t r : kRanks)
+    EXPECT_TRUE(at::equal(LocalShard(y, r), FirstRowsTwice(LocalShard(a, r)))) << r;
   EXPECT_EQ(LocalInt(y.sym_size(0), 3), 0);
 }
 
 TEST(LocalTensorTest, DropoutAndNormalArePerRankAndReproducible) {
   at::Tensor a = Rows({4, 4, 4, 4}) * 0 + 1;
-  SetLocalSeed(7);
+  WorldOf(a)->SetSeed(7);
   at::Tensor d1 = at::dropout(a, 0.5, /*train=*/true);
   at::Tensor n1 = at::empty_like(a).normal_();
-  SetLocalSeed(7);
+  WorldOf(a)->SetSeed(7);
   at::Tensor d2 = at::dropout(a, 0.5, /*train=*/true);
   at::Tensor n2 = at::empty_like(a).normal_();
   for (int64_t r : kRanks) {
@@ -410,7 +447,8 @@ TEST(LocalTensorTest, AutogradRunsPerRank) {
 TEST(LocalTensorTest, MakeLocalTensorValidatesItsInput) {
   EXPECT_THROW(MakeLocalTensor({1, 0}, Tensors{at::zeros({1}), at::zeros({1})}), InputError);
   EXPECT_THROW(MakeLocalTensor({0, 1}, Tensors{at::zeros({1})}), InputError);
-  EXPECT_THROW(MakeLocalTensor({0, 1}, Tensors{at::zeros({1}), at::zeros({1}, at::kLong)}), InputError);
+  EXPECT_THROW(MakeLocalTensor({0, 1}, Tensors{at::zeros({1}), at::zeros({1}, at::kLong)}),
+               InputError);
   EXPECT_THROW(MakeLocalTensor({0, 1}, Tensors{at::zeros({1}), at::zeros({1, 1})}), InputError);
   EXPECT_THROW(MakeLocalTensor(std::vector<int64_t>{}, Tensors{}), InputError);
   at::Tensor a = Rows({1, 1, 1, 1});
@@ -423,9 +461,11 @@ TEST(LocalTensorTest, MapShardsAndPlainTensors) {
   at::Tensor a = Rows({3, 3, 3, 0});
   at::Tensor m = MapShards(a, [](int64_t r, const at::Tensor& s) { return s.sum(0) * r; });
   EXPECT_TRUE(at::equal(LocalShard(m, 2), LocalShard(a, 2).sum(0) * 2));
-  at::Tensor n = MapShards({a, at::ones({4})}, [](int64_t r, const Tensors& s) { return s[0] + s[1] * r; });
+  at::Tensor n =
+      MapShards({a, at::ones({4})}, [](int64_t r, const Tensors& s) { return s[0] + s[1] * r; });
   EXPECT_TRUE(at::equal(LocalShard(n, 1), LocalShard(a, 1) + 1));
-  // The helpers are for LocalTensors only: a plain tensor is one rank's data, which only a Collectives object knows.
+  // The helpers are for LocalTensors only: a plain tensor is one rank's data, which only a
+  // Collectives object knows.
   at::Tensor plain = at::ones({2});
   EXPECT_THROW(LocalRanks(plain), InputError);
   EXPECT_THROW(LocalShard(plain, 0), InputError);

@@ -1,10 +1,10 @@
 // DeviceMesh: construction rules, coordinates, groups, submeshes, flattening and the text form.
-#include "dtsim/mesh.h"
+#include "dtsim/layout/mesh.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim {
 namespace {

@@ -1,24 +1,28 @@
-// Metadata-only runs against data runs of the same case: 1,200 random redistributions (meshes up to 3 dims and 16
-// ranks, uneven and empty shards, _StridedShard, Partial sources, the three planners) must give the same plan, the
-// same collectives (groups, shapes, bytes), every rank's shape and offset after every step, and the same per-rank
-// peak memory step by step — the data run's measured on CPU allocations, the meta run's on meta allocations, and (for
-// a subset) the data run without replica sharing, measured on each rank's physical copies.
+// Metadata-only runs against data runs of the same case: 1,200 random redistributions (meshes up to
+// 3 dims and 16 ranks, uneven and empty shards, _StridedShard, Partial sources, the three planners)
+// must give the same plan, the same collectives (groups, shapes, bytes), every rank's shape and
+// offset after every step, and the same per-rank peak memory step by step — the data run's measured
+// on CPU allocations, the meta run's on meta allocations, and (for a subset) the data run without
+// replica sharing, measured on each rank's physical copies.
+#include "dtsim/core/meta.h"
+
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "dtsim/arange_case.h"
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/dtensor.h"
-#include "dtsim/error.h"
-#include "dtsim/global_view.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/memory_meter.h"
-#include "dtsim/meta.h"
-#include "dtsim/planner.h"
-#include "dtsim/trace_recorder.h"
+#include "dtsim/core/arange_case.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/global_view.h"
+#include "dtsim/core/redistribute.h"
+#include "dtsim/core/trace_recorder.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/planner.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/memory_meter.h"
+#include "dtsim/tensor/sim_world.h"
 
 namespace dtsim {
 namespace {
@@ -26,14 +30,17 @@ namespace {
 using ::testing::HasSubstr;
 
 struct CaseRun {
-  nlohmann::json trace;                      // the trace without hashes (meta.data false on both sides)
-  std::vector<std::vector<int64_t>> peaks;   // per step, per rank (mesh order); [0] = live bytes at the start
-  bool ok = false;                           // data: the global tensor; meta: every shape matches its layout
+  nlohmann::json trace;  // the trace without hashes (meta.data false on both sides)
+  std::vector<std::vector<int64_t>>
+      peaks;        // per step, per rank (mesh order); [0] = live bytes at the start
+  bool ok = false;  // data: the global tensor; meta: every shape matches its layout
 };
 
-CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string& planner, bool meta) {
+CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string& planner, bool meta,
+                bool share_replicas = true) {
   MemoryMeter meter;
   auto collectives = std::shared_ptr<Collectives>(MakeLocalCollectives());
+  collectives->sim_world()->SetReplicaSharing(share_replicas);
   DTensor source = meta ? MakeMetaDTensor(src, collectives) : MakeArangeSource(src, collectives);
   const std::vector<int64_t> world = MeshView(src.mesh()).ranks();
   CaseRun run;
@@ -47,7 +54,7 @@ CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string&
   recorder.SetInitial(source.spec(), source.to_local(), *collectives);
   collectives->SetObserver(&recorder);
   RedistributeOptions options;
-  options.planner = planner;
+  options.planner = ParsePlannerKind(planner);
   options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
     run.peaks.push_back(meter.Peaks(world));
     meter.BeginWindow();
@@ -93,8 +100,9 @@ TEST(MetaTest, MetaRunsEqualDataRunsOnRandomCases) {
     for (size_t m = 0; m < mesh.size(); ++m) {
       from.push_back(RandomPlacement(rng, static_cast<int64_t>(shape.size()), valid % 2 == 0));
       // A Partial source stays Partial or is reduced (R / S); elsewhere any non-Partial target.
-      to.push_back(from.back().is_partial() && pick(0, 2) == 0 ? from.back()
-                                                               : RandomPlacement(rng, shape.size(), false));
+      to.push_back(from.back().is_partial() && pick(0, 2) == 0
+                       ? from.back()
+                       : RandomPlacement(rng, shape.size(), false));
     }
     const DType dtype = valid % 5 == 0 ? DType::kInt64 : DType::kFloat32;
     const std::string planner = planners[valid % 3];
@@ -105,25 +113,27 @@ TEST(MetaTest, MetaRunsEqualDataRunsOnRandomCases) {
       ValidateRedistribute(*src, to);
       if (dtype == DType::kInt64 && src->has_partial()) {
         for (const Placement& p : from) {
-          if (p.is_partial() && p.reduce_op() == ReduceOp::kAvg) throw InputError("from", "avg needs floats");
+          if (p.is_partial() && p.reduce_op() == ReduceOp::kAvg)
+            throw InputError("from", "avg needs floats");
         }
       }
     } catch (const InputError&) {
       continue;  // a case upstream refuses: not counted
     }
-    SCOPED_TRACE(StrCat("case ", valid, ": ", src->ToString(), " -> ", ToString(to), " planner ", planner));
+    SCOPED_TRACE(
+        StrCat("case ", valid, ": ", src->ToString(), " -> ", ToString(to), " planner ", planner));
     const CaseRun data = RunCase(*src, to, planner, /*meta=*/false);
     const CaseRun meta = RunCase(*src, to, planner, /*meta=*/true);
     ASSERT_TRUE(data.ok);
     ASSERT_TRUE(meta.ok);
-    // Plan, collectives (groups, shapes, bytes), every rank's shape and offset after every step: the whole trace.
+    // Plan, collectives (groups, shapes, bytes), every rank's shape and offset after every step:
+    // the whole trace.
     ASSERT_EQ(data.trace, meta.trace);
     ASSERT_EQ(data.peaks, meta.peaks);
     if (valid % 8 == 0) {
-      // The same figures with every replica a physical copy (the meter then sees only real allocations).
-      SetReplicaSharing(false);
-      const CaseRun unshared = RunCase(*src, to, planner, /*meta=*/false);
-      SetReplicaSharing(true);
+      // The same figures with every replica a physical copy (the meter then sees only real
+      // allocations).
+      const CaseRun unshared = RunCase(*src, to, planner, /*meta=*/false, /*share_replicas=*/false);
       ASSERT_EQ(unshared.peaks, data.peaks);
       ++unshared_checked;
     }
@@ -139,18 +149,18 @@ TEST(MetaTest, MetaRunsEqualDataRunsOnRandomCases) {
 }
 
 TEST(MetaTest, BigWorldsRunOnShapesOnly) {
-  // 16 x 16 x 16 = 4,096 ranks, 4096 x 4096 float32 (64 MiB of data, 4 GiB as replicas): shapes only.
+  // 16 x 16 x 16 = 4,096 ranks, 4096 x 4096 float32 (64 MiB of data, 4 GiB as replicas): shapes
+  // only.
   const DeviceMesh mesh = DeviceMesh::Create({16, 16, 16});
   const DTensorSpec spec = DTensorSpec::Create(mesh, ParsePlacements("S(0),S(1),R"), {4096, 4096});
   DTensor dt = MakeMetaDTensor(spec);
-  Plan plan;
-  RedistributeOptions options;
-  options.plan_out = &plan;
-  DTensor out = dt.Redistribute(mesh, ParsePlacements("R,S(0),S(1)"), options);
+  const Plan plan = PlanFor(dt.spec(), ParsePlacements("R,S(0),S(1)"));
+  DTensor out = ExecutePlan(dt, plan);
   EXPECT_EQ(plan.num_collectives(), 2);
   auto collectives = MakeLocalCollectives();
   EXPECT_FALSE(FindShapeMismatch(out.spec(), out.to_local(), *collectives));
-  // Closed form: rank 4095 at coordinate (15, 15, 15) holds rows 15*256.. of S(0) over 16, columns of S(1) over 16.
+  // Closed form: rank 4095 at coordinate (15, 15, 15) holds rows 15*256.. of S(0) over 16, columns
+  // of S(1) over 16.
   EXPECT_EQ(LocalShard(out.to_local(), 4095).sizes().vec(), (std::vector<int64_t>{256, 256}));
   EXPECT_TRUE(LocalShard(out.to_local(), 4095).is_meta());
   EXPECT_THROW(out.FullTensor(), InputError);
@@ -163,8 +173,8 @@ TEST(MetaTest, DistributeTensorOfAMetaTensorIsMeta) {
   EXPECT_TRUE(IsMetaData(dt.to_local()));
   auto collectives = MakeLocalCollectives();
   EXPECT_FALSE(FindShapeMismatch(dt.spec(), dt.to_local(), *collectives));
-  // Rank 5 at (1, 2): rows 4:7 (chunk 1 of 7 over 2), columns: _S(1,2) over 3 of 5 → pieces 0:3, 3:5 → sub-piece 2
-  // of each → {2:3} (3 over 3 ranks: 1,1,1) and {} (2 over 3: 1,1,0) → 1 column.
+  // Rank 5 at (1, 2): rows 4:7 (chunk 1 of 7 over 2), columns: _S(1,2) over 3 of 5 → pieces 0:3,
+  // 3:5 → sub-piece 2 of each → {2:3} (3 over 3 ranks: 1,1,1) and {} (2 over 3: 1,1,0) → 1 column.
   EXPECT_EQ(LocalShard(dt.to_local(), 5).sizes().vec(), (std::vector<int64_t>{3, 1}));
 }
 

@@ -1,10 +1,10 @@
 // Placement: the canonical text form, the accepted spellings, normalisation and parse errors.
-#include "dtsim/placement.h"
+#include "dtsim/layout/placement.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim {
 namespace {
@@ -13,12 +13,18 @@ using ::testing::HasSubstr;
 
 TEST(PlacementTest, CanonicalTextRoundTrips) {
   const Placement all[] = {
-      Placement::Shard(0),          Placement::Shard(-1),
-      Placement::StridedShard(0, 2), Placement::Replicate(),
-      Placement::Partial(),          Placement::Partial(ReduceOp::kAvg),
-      Placement::Partial(ReduceOp::kMin), Placement::Partial(ReduceOp::kMax),
-      Placement::Partial(ReduceOp::kProduct), Placement::Partial(ReduceOp::kBand),
-      Placement::Partial(ReduceOp::kBor), Placement::Partial(ReduceOp::kBxor),
+      Placement::Shard(0),
+      Placement::Shard(-1),
+      Placement::StridedShard(0, 2),
+      Placement::Replicate(),
+      Placement::Partial(),
+      Placement::Partial(ReduceOp::kAvg),
+      Placement::Partial(ReduceOp::kMin),
+      Placement::Partial(ReduceOp::kMax),
+      Placement::Partial(ReduceOp::kProduct),
+      Placement::Partial(ReduceOp::kBand),
+      Placement::Partial(ReduceOp::kBor),
+      Placement::Partial(ReduceOp::kBxor),
   };
   for (const Placement& p : all) EXPECT_EQ(Placement::Parse(p.ToString()), p) << p.ToString();
   EXPECT_EQ(Placement::Shard(0).ToString(), "S(0)");
@@ -90,7 +96,8 @@ TEST(PlacementTest, ParseErrorsNameTheText) {
 }
 
 TEST(PlacementTest, LargestIntegersParse) {
-  // Every int64 parses (range checks come later, against the tensor): no "not an integer" for a valid number.
+  // Every int64 parses (range checks come later, against the tensor): no "not an integer" for a
+  // valid number.
   EXPECT_EQ(Placement::Parse("S(-9223372036854775807)").dim(), -9223372036854775807);
   EXPECT_EQ(Placement::Parse("_S(0,9223372036854775807)").split_factor(), 9223372036854775807);
 }

@@ -1,5 +1,6 @@
-// Rank selection (--ranks) and the shape summary of big worlds; layout reports that summarise and stream.
-#include "dtsim/rank_selection.h"
+// Rank selection (--ranks) and the shape summary of big worlds; layout reports that summarise and
+// stream.
+#include "dtsim/layout/rank_selection.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "dtsim/error.h"
-#include "dtsim/layout_report.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/layout_report.h"
 
 namespace dtsim {
 namespace {
@@ -70,18 +71,21 @@ TEST(ShapeSummaryTest, GroupsRanksByShapeAsRanges) {
   ASSERT_EQ(s.groups().size(), 2u);
   EXPECT_EQ(s.groups()[0].count, 4);
   EXPECT_EQ(s.groups()[0].ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {5, 5}}));
-  EXPECT_EQ(s.ToJson().dump(),
-            R"([{"count":4,"local_shape":[3],"ranks":[[0,2],[5,5]]},{"count":1,"local_shape":[0],"ranks":[[3,3]]}])");
+  EXPECT_EQ(
+      s.ToJson().dump(),
+      R"([{"count":4,"local_shape":[3],"ranks":[[0,2],[5,5]]},{"count":1,"local_shape":[0],"ranks":[[3,3]]}])");
   EXPECT_THAT(s.ToText(), HasSubstr("0-2,5"));
 }
 
 TEST(LayoutReportTest, BigWorldsSummariseSmallOnesListEveryRank) {
   // 300 ranks over 900 rows: every rank holds 3 rows (closed form), so one distinct shape.
-  const DTensorSpec big = DTensorSpec::Create(DeviceMesh::Create({300}), {Placement::Shard(0)}, {900, 2});
+  const DTensorSpec big =
+      DTensorSpec::Create(DeviceMesh::Create({300}), {Placement::Shard(0)}, {900, 2});
   const nlohmann::json summary = LayoutToJson(big);
   EXPECT_FALSE(summary.contains("ranks"));
   EXPECT_EQ(summary["num_ranks"], 300);
-  EXPECT_EQ(summary["rank_summary"].dump(), R"([{"count":300,"local_shape":[3,2],"ranks":[[0,299]]}])");
+  EXPECT_EQ(summary["rank_summary"].dump(),
+            R"([{"count":300,"local_shape":[3,2],"ranks":[[0,299]]}])");
   EXPECT_FALSE(summary["mesh"].contains("ranks"));  // 0..299 in order: not listed
   // A list picks ranks; "all" lists all 300 and the streamed form is the same JSON.
   const nlohmann::json some = LayoutToJson(big, RankSelection::Parse("7,299"));
@@ -90,10 +94,12 @@ TEST(LayoutReportTest, BigWorldsSummariseSmallOnesListEveryRank) {
   for (const char* sel : {"all", "7,299", "summary"}) {
     std::ostringstream streamed;
     WriteLayoutJson(streamed, big, RankSelection::Parse(sel));
-    EXPECT_EQ(nlohmann::json::parse(streamed.str()), LayoutToJson(big, RankSelection::Parse(sel))) << sel;
+    EXPECT_EQ(nlohmann::json::parse(streamed.str()), LayoutToJson(big, RankSelection::Parse(sel)))
+        << sel;
   }
   // A small world lists every rank by default, as before.
-  const DTensorSpec small = DTensorSpec::Create(DeviceMesh::Create({4}), {Placement::Shard(0)}, {9});
+  const DTensorSpec small =
+      DTensorSpec::Create(DeviceMesh::Create({4}), {Placement::Shard(0)}, {9});
   EXPECT_EQ(LayoutToJson(small)["ranks"].size(), 4u);
   const std::string text = RenderLayout(big);
   EXPECT_THAT(text, HasSubstr("300 ranks hold 1 distinct local shape"));
@@ -102,13 +108,14 @@ TEST(LayoutReportTest, BigWorldsSummariseSmallOnesListEveryRank) {
 
 TEST(LayoutReportTest, GridOfABigWorldWritesOwnersAsRanges) {
   // [S(0), R] on mesh (2, 512): rows 0:4 held by ranks 0-511, rows 4:8 by 512-1023.
-  const DTensorSpec spec =
-      DTensorSpec::Create(DeviceMesh::Create({2, 512}), {Placement::Shard(0), Placement::Replicate()}, {8, 3});
+  const DTensorSpec spec = DTensorSpec::Create(
+      DeviceMesh::Create({2, 512}), {Placement::Shard(0), Placement::Replicate()}, {8, 3});
   const std::string grid = RenderLayoutGrid(spec);
   EXPECT_THAT(grid, HasSubstr("| 0-511    |"));
   EXPECT_THAT(grid, HasSubstr("| 512-1023 |"));
   // More than 64 blocks along a dim: no grid.
-  const DTensorSpec fine = DTensorSpec::Create(DeviceMesh::Create({100}), {Placement::Shard(0)}, {100});
+  const DTensorSpec fine =
+      DTensorSpec::Create(DeviceMesh::Create({100}), {Placement::Shard(0)}, {100});
   EXPECT_THAT(RenderLayoutGrid(fine), HasSubstr("not drawn"));
 }
 

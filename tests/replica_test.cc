@@ -1,15 +1,17 @@
-// Copy-on-write replicas: the simulated collectives give the ranks of a group one shared storage for their common
-// result; a write on one rank (in-place op, out= op, a write through a view, a write to the plain shard) gives that
-// rank its own copy first and leaves every other rank's values alone; reads, hashes and to_local stay shared.
+// Copy-on-write replicas: the simulated collectives give the ranks of a group one shared storage
+// for their common result; a write on one rank (in-place op, out= op, a write through a view, a
+// write to the plain shard) gives that rank its own copy first and leaves every other rank's values
+// alone; reads, hashes and to_local stay shared.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/collectives.h"
-#include "dtsim/dtensor.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/trace_recorder.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/trace_recorder.h"
+#include "dtsim/tensor/collectives.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/sim_world.h"
 
 namespace dtsim {
 namespace {
@@ -20,12 +22,19 @@ std::vector<int64_t> Ranks(int64_t n) {
   return r;
 }
 
-const void* Data(const at::Tensor& local, int64_t rank) { return LocalShard(local, rank).const_data_ptr(); }
+const void* Data(const at::Tensor& local, int64_t rank) {
+  return LocalShard(local, rank).const_data_ptr();
+}
 
-// 8 ranks, rank r holds [r, r + 0.5] (2 floats); all_gather over one group of 8: every rank gets the same 16 floats.
-at::Tensor Gathered() {
+// 8 ranks, rank r holds [r, r + 0.5] (2 floats); all_gather over one group of 8: every rank gets
+// the same 16 floats.
+// An all_gather in a simulated world with replica sharing on or off.
+at::Tensor Gathered(bool sharing = true) {
   auto coll = MakeLocalCollectives();
-  at::Tensor in = MakeLocalTensor(Ranks(8), [](int64_t r) { return at::tensor({float(r), float(r) + 0.5f}); });
+  coll->sim_world()->SetReplicaSharing(sharing);
+  at::Tensor in = coll->FromRankFn(Ranks(8), [](int64_t r) {
+    return at::tensor({float(r), float(r) + 0.5f});
+  });
   return coll->AllGather(in, GroupSet::Of(Ranks(8)), 0);
 }
 
@@ -37,8 +46,6 @@ at::Tensor Expected() {
 
 class ReplicaTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetReplicaSharing(true); }
-  void TearDown() override { SetReplicaSharing(true); }
 };
 
 TEST_F(ReplicaTest, AllGatherRanksShareOneStorage) {
@@ -64,7 +71,8 @@ TEST_F(ReplicaTest, AllReduceAndBroadcastShareToo) {
   at::Tensor b = coll->Broadcast(in, pairs, 1);
   EXPECT_TRUE(at::equal(LocalShard(b, 0), at::full({3}, 1.f)));
   EXPECT_TRUE(at::equal(LocalShard(b, 2), at::full({3}, 3.f)));
-  // The broadcast shares with the source rank's input, which keeps its value when a receiver writes.
+  // The broadcast shares with the source rank's input, which keeps its value when a receiver
+  // writes.
   LocalShard(b, 0).fill_(-1);
   EXPECT_TRUE(at::equal(LocalShard(in, 1), at::full({3}, 1.f)));
   EXPECT_TRUE(at::equal(LocalShard(b, 1), at::full({3}, 1.f)));
@@ -72,8 +80,10 @@ TEST_F(ReplicaTest, AllReduceAndBroadcastShareToo) {
 
 TEST_F(ReplicaTest, InPlaceOpOnOneRankLeavesTheOthers) {
   at::Tensor out = Gathered();
-  // Per-rank factor: rank 3 doubles, every other rank multiplies by 1 (a write on every rank, a change on one).
-  at::Tensor factor = MakeLocalTensor(Ranks(8), [](int64_t r) { return at::scalar_tensor(r == 3 ? 2.f : 1.f); });
+  // Per-rank factor: rank 3 doubles, every other rank multiplies by 1 (a write on every rank, a
+  // change on one).
+  at::Tensor factor =
+      MakeLocalTensor(Ranks(8), [](int64_t r) { return at::scalar_tensor(r == 3 ? 2.f : 1.f); });
   out.mul_(factor);
   EXPECT_TRUE(at::equal(LocalShard(out, 3), Expected() * 2));
   for (int64_t r : {0, 5, 7}) EXPECT_TRUE(at::equal(LocalShard(out, r), Expected())) << r;
@@ -115,8 +125,10 @@ TEST_F(ReplicaTest, ViewsOfASharedShardFollowTheirRank) {
 TEST_F(ReplicaTest, OutOpsWriteOnlyTheirOwnRank) {
   at::Tensor out = Gathered();
   at::Tensor source = Gathered();
-  // out= into replicas: each rank's result lands in its own storage; `source` (another set of replicas) is unchanged.
-  at::Tensor per_rank = MakeLocalTensor(Ranks(8), [](int64_t r) { return at::full({16}, float(r)); });
+  // out= into replicas: each rank's result lands in its own storage; `source` (another set of
+  // replicas) is unchanged.
+  at::Tensor per_rank =
+      MakeLocalTensor(Ranks(8), [](int64_t r) { return at::full({16}, float(r)); });
   at::add_out(out, source, per_rank);
   for (int64_t r = 0; r < 8; ++r) {
     EXPECT_TRUE(at::equal(LocalShard(out, r), Expected() + r)) << r;
@@ -144,7 +156,8 @@ TEST_F(ReplicaTest, HashesAndToLocalReadWithoutCopying) {
 TEST_F(ReplicaTest, DistributeTensorReplicasShareAndSurviveWritesToTheInput) {
   at::Tensor global = at::arange(12, at::kFloat).reshape({3, 4});
   const at::Tensor copy = global.clone();
-  DTensor dt = DistributeTensor(global, DeviceMesh::Create({2, 2}), {Placement::Replicate(), Placement::Replicate()});
+  DTensor dt = DistributeTensor(global, DeviceMesh::Create({2, 2}),
+                                {Placement::Replicate(), Placement::Replicate()});
   EXPECT_EQ(Data(dt.to_local(), 0), Data(dt.to_local(), 3));
   global.fill_(0);  // the caller writes its tensor: the DTensor keeps the values it was given
   for (int64_t r = 0; r < 4; ++r) EXPECT_TRUE(at::equal(LocalShard(dt.to_local(), r), copy)) << r;
@@ -152,15 +165,19 @@ TEST_F(ReplicaTest, DistributeTensorReplicasShareAndSurviveWritesToTheInput) {
 }
 
 TEST_F(ReplicaTest, SharingOffMakesRealCopies) {
-  SetReplicaSharing(false);
-  at::Tensor out = Gathered();
+  at::Tensor out = Gathered(/*sharing=*/false);
   EXPECT_NE(Data(out, 0), Data(out, 1));
   EXPECT_FALSE(IsSharedReplica(LocalShard(out, 1)));
   EXPECT_TRUE(at::equal(LocalShard(out, 1), Expected()));
+  // The setting is the world's: another world in the same process still shares.
+  at::Tensor shared = Gathered();
+  EXPECT_EQ(Data(shared, 0), Data(shared, 1));
+  EXPECT_TRUE(IsSharedReplica(LocalShard(shared, 1)));
 }
 
 TEST_F(ReplicaTest, RedistributeResultsAreCorrectAndShared) {
-  // S(0) -> R over 8 ranks of a 16 x 4 tensor: one gathered tensor for all, then the ranks go their own ways.
+  // S(0) -> R over 8 ranks of a 16 x 4 tensor: one gathered tensor for all, then the ranks go their
+  // own ways.
   DeviceMesh mesh = DeviceMesh::Create({8});
   const at::Tensor global = at::arange(64, at::kFloat).reshape({16, 4});
   DTensor dt = DistributeTensor(global, mesh, {Placement::Shard(0)});

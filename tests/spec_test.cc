@@ -1,13 +1,14 @@
-// DTensorSpec: upstream's test vectors for local shapes and offsets, and the owned intervals checked against the
-// global tensor (every element held exactly once by the ranks of each shard group).
-#include "dtsim/spec.h"
+// DTensorSpec: upstream's test vectors for local shapes and offsets, and the owned intervals
+// checked against the global tensor (every element held exactly once by the ranks of each shard
+// group).
+#include "dtsim/layout/spec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim {
 namespace {
@@ -15,8 +16,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-DTensorSpec Make(const std::string& mesh, const std::string& placements, std::vector<int64_t> shape) {
-  return DTensorSpec::Create(DeviceMesh::Parse(mesh), ParsePlacements(placements), std::move(shape));
+DTensorSpec Make(const std::string& mesh, const std::string& placements,
+                 std::vector<int64_t> shape) {
+  return DTensorSpec::Create(DeviceMesh::Parse(mesh), ParsePlacements(placements),
+                             std::move(shape));
 }
 
 TEST(ChunkRangeTest, FollowsTorchChunk) {
@@ -36,14 +39,16 @@ TEST(DTensorSpecTest, OracleReadmeExample) {
   DTensorSpec spec = Make("2x4", "S(0),S(1)", {5, 10});
   std::vector<std::vector<int64_t>> shapes;
   for (const RankLayout& l : spec.AllLayouts()) shapes.push_back(l.local_shape);
-  EXPECT_THAT(shapes, ElementsAre(ElementsAre(3, 3), ElementsAre(3, 3), ElementsAre(3, 3), ElementsAre(3, 1),
-                                  ElementsAre(2, 3), ElementsAre(2, 3), ElementsAre(2, 3), ElementsAre(2, 1)));
+  EXPECT_THAT(shapes, ElementsAre(ElementsAre(3, 3), ElementsAre(3, 3), ElementsAre(3, 3),
+                                  ElementsAre(3, 1), ElementsAre(2, 3), ElementsAre(2, 3),
+                                  ElementsAre(2, 3), ElementsAre(2, 1)));
   RankLayout r7 = spec.LayoutOfRank(7);
   EXPECT_THAT(r7.global_offset, ElementsAre(3, 9));
 }
 
 TEST(DTensorSpecTest, NestedShardEmptyOffsetIsDimSize) {
-  // Upstream vector: global (13, 2) on mesh (4, 2) with [S(0), S(0)]; coordinate (3, 1) holds 0 rows at offset 13.
+  // Upstream vector: global (13, 2) on mesh (4, 2) with [S(0), S(0)]; coordinate (3, 1) holds 0
+  // rows at offset 13.
   DTensorSpec spec = Make("4x2", "S(0),S(0)", {13, 2});
   RankLayout l = spec.LayoutAt({3, 1});
   EXPECT_THAT(l.local_shape, ElementsAre(0, 2));
@@ -55,7 +60,8 @@ TEST(DTensorSpecTest, NestedShardEmptyOffsetIsDimSize) {
 }
 
 TEST(DTensorSpecTest, StridedShardRowBlocks) {
-  // Upstream vector: [8, 8] on mesh [[0,1],[2,3]] with [_S(0,2), S(0)]: ranks 0..3 hold row blocks 0, 2, 1, 3.
+  // Upstream vector: [8, 8] on mesh [[0,1],[2,3]] with [_S(0,2), S(0)]: ranks 0..3 hold row blocks
+  // 0, 2, 1, 3.
   DTensorSpec spec = Make("2x2", "_S(0,2),S(0)", {8, 8});
   std::vector<int64_t> blocks;
   for (const RankLayout& l : spec.AllLayouts()) {
@@ -64,7 +70,8 @@ TEST(DTensorSpecTest, StridedShardRowBlocks) {
     blocks.push_back(l.intervals[0][0].lo / 2);
   }
   EXPECT_THAT(blocks, ElementsAre(0, 2, 1, 3));
-  // A strided shard alone owns several intervals: _S(0,2) over 2 ranks of 8 rows → rank 0 holds rows 0:2 and 4:6.
+  // A strided shard alone owns several intervals: _S(0,2) over 2 ranks of 8 rows → rank 0 holds
+  // rows 0:2 and 4:6.
   RankLayout alone = Make("2", "_S(0,2)", {8}).LayoutOfRank(0);
   EXPECT_THAT(alone.intervals[0], ElementsAre(Interval{0, 2}, Interval{4, 6}));
   EXPECT_THAT(alone.global_offset, ElementsAre(0));
@@ -93,9 +100,9 @@ TEST(DTensorSpecTest, ValidationNamesFieldAndValue) {
   }
 }
 
-// Random specs: for every choice of coordinates on the non-shard mesh dims, the ranks that differ only in the
-// shard mesh dims own disjoint regions covering every element exactly once; local shapes and offsets agree with
-// the intervals.
+// Random specs: for every choice of coordinates on the non-shard mesh dims, the ranks that differ
+// only in the shard mesh dims own disjoint regions covering every element exactly once; local
+// shapes and offsets agree with the intervals.
 TEST(DTensorSpecTest, IntervalsPartitionTheGlobalTensor) {
   std::mt19937 rng(1234);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -115,10 +122,12 @@ TEST(DTensorSpecTest, IntervalsPartitionTheGlobalTensor) {
     }
     DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create(mesh_shape), ps, shape);
     SCOPED_TRACE(spec.ToString());
-    std::map<std::vector<int64_t>, std::vector<int>> coverage;  // key: coordinates on non-shard dims
+    std::map<std::vector<int64_t>, std::vector<int>>
+        coverage;  // key: coordinates on non-shard dims
     for (const RankLayout& l : spec.AllLayouts()) {
       std::vector<int64_t> key;
-      for (size_t m = 0; m < ps.size(); ++m) key.push_back(ps[m].is_shard_like() ? -1 : l.coordinate[m]);
+      for (size_t m = 0; m < ps.size(); ++m)
+        key.push_back(ps[m].is_shard_like() ? -1 : l.coordinate[m]);
       auto& count = coverage[key];
       count.resize(spec.numel(), 0);
       for (size_t d = 0; d < shape.size(); ++d) {
@@ -130,7 +139,8 @@ TEST(DTensorSpecTest, IntervalsPartitionTheGlobalTensor) {
         ASSERT_EQ(total, l.local_shape[d]);
         if (l.local_shape[d] > 0) {
           bool sharded = false;
-          for (const Placement& p : ps) sharded |= p.is_shard_like() && p.dim() == static_cast<int64_t>(d);
+          for (const Placement& p : ps)
+            sharded |= p.is_shard_like() && p.dim() == static_cast<int64_t>(d);
           EXPECT_EQ(l.global_offset[d], sharded ? l.intervals[d][0].lo : 0);
         }
       }
@@ -154,7 +164,8 @@ TEST(DTensorSpecTest, IntervalsPartitionTheGlobalTensor) {
   }
 }
 
-// The strided split by definition: every piece of the chunk split into k, chunk-split again over n ranks.
+// The strided split by definition: every piece of the chunk split into k, chunk-split again over n
+// ranks.
 std::vector<Interval> StridedByDefinition(int64_t length, int64_t k, int64_t n, int64_t r) {
   std::vector<Interval> out;
   for (int64_t j = 0; j < k; ++j) {
@@ -178,7 +189,8 @@ TEST(ShardIndicesTest, ClosedFormEqualsTheDefinition) {
         for (int64_t r = 0; r < n; ++r) {
           const Placement p = Placement::StridedShard(0, k);
           const auto got = ShardIndices(p, length, n, r);
-          ASSERT_EQ(got, StridedByDefinition(length, k, n, r)) << length << " " << k << " " << n << " " << r;
+          ASSERT_EQ(got, StridedByDefinition(length, k, n, r))
+              << length << " " << k << " " << n << " " << r;
           int64_t size = 0;
           for (const Interval& v : got) size += v.size();
           EXPECT_EQ(ShardLength(p, length, n, r), size);
@@ -189,9 +201,11 @@ TEST(ShardIndicesTest, ClosedFormEqualsTheDefinition) {
 }
 
 TEST(ShardIndicesTest, HugeSplitFactorsAndLengthsCostNothingAndDoNotOverflow) {
-  // _S(0, 2^62) on a dim of 2^62: chunk 1, every piece one element; rank 0 of 1 owns it all in one range.
+  // _S(0, 2^62) on a dim of 2^62: chunk 1, every piece one element; rank 0 of 1 owns it all in one
+  // range.
   const int64_t big = int64_t{1} << 62;
-  EXPECT_EQ(ShardIndices(Placement::StridedShard(0, big), big, 1, 0), (std::vector<Interval>{{0, big}}));
+  EXPECT_EQ(ShardIndices(Placement::StridedShard(0, big), big, 1, 0),
+            (std::vector<Interval>{{0, big}}));
   EXPECT_EQ(ShardLength(Placement::StridedShard(0, INT64_MAX), 4, 2, 1), 0);
   EXPECT_EQ(ShardLength(Placement::StridedShard(0, INT64_MAX), 4, 2, 0), 4);
   // chunk * r would overflow here: ChunkRange clamps instead.
@@ -217,20 +231,29 @@ TEST(DTensorSpecTest, LimitsAreClearErrors) {
     }
   };
   const DeviceMesh mesh = DeviceMesh::Create({2});
-  refused([&] { DTensorSpec::Create(mesh, {Placement::Replicate()}, std::vector<int64_t>(65, 1)); }, "shape",
-          "65 dims; a tensor has at most 64");
-  refused([&] { DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBor)}, {4}, DType::kBFloat16); },
-          "placements", "'P(bor)' reduces with a bitwise op, which needs an integer or bool dtype, not bfloat16");
-  refused([&] { DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kAvg)}, {4}, DType::kInt32); }, "placements",
-          "'P(avg)' divides, which needs a floating dtype, not int32");
-  EXPECT_NO_THROW(DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBxor)}, {4}, DType::kBool));
-  refused([&] { DeviceMesh::Create(std::vector<int64_t>(65, 1)); }, "mesh", "65 dims; a mesh has at most 64");
+  refused([&] { DTensorSpec::Create(mesh, {Placement::Replicate()}, std::vector<int64_t>(65, 1)); },
+          "shape", "65 dims; a tensor has at most 64");
+  refused(
+      [&] {
+        DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBor)}, {4}, DType::kBFloat16);
+      },
+      "placements",
+      "'P(bor)' reduces with a bitwise op, which needs an integer or bool dtype, not bfloat16");
+  refused(
+      [&] { DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kAvg)}, {4}, DType::kInt32); },
+      "placements", "'P(avg)' divides, which needs a floating dtype, not int32");
+  EXPECT_NO_THROW(
+      DTensorSpec::Create(mesh, {Placement::Partial(ReduceOp::kBxor)}, {4}, DType::kBool));
+  refused([&] { DeviceMesh::Create(std::vector<int64_t>(65, 1)); }, "mesh",
+          "65 dims; a mesh has at most 64");
   refused([&] { DeviceMesh::Create({2}, {"a\xff"}); }, "names", "is not valid UTF-8");
   refused([&] { DeviceMesh::Create({2}, {"a\tb"}); }, "names", "control character");
-  refused([&] { DeviceMesh::Create({2}, {std::string(300, 'n')}); }, "names", "names have at most 256");
+  refused([&] { DeviceMesh::Create({2}, {std::string(300, 'n')}); }, "names",
+          "names have at most 256");
   refused([&] { ParseIntList("9223372036854775808", "shape"); }, "shape", "is too large");
   refused([&] { ParseIntList("99999999999999999999a", "shape"); }, "shape", "is not an integer");
-  EXPECT_EQ(ParseIntList("-9223372036854775807", "shape"), std::vector<int64_t>{-9223372036854775807});
+  EXPECT_EQ(ParseIntList("-9223372036854775807", "shape"),
+            std::vector<int64_t>{-9223372036854775807});
 }
 
 }  // namespace

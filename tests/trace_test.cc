@@ -1,9 +1,8 @@
-// Traces: the golden examples in traces/ are valid and agree with the global tensor (every final shard's hash is the
-// hash of its part of the expected global tensor; every step's shapes match its layout); the schema is a contract
-// (round trip, unknown versions and broken files refused with a clear error, atomic writes).
-#include "dtsim/trace.h"
-#include "dtsim/trace_diff.h"
-#include "dtsim/trace_recorder.h"
+// Traces: the golden examples in traces/ are valid and agree with the global tensor (every final
+// shard's hash is the hash of its part of the expected global tensor; every step's shapes match its
+// layout); the schema is a contract (round trip, unknown versions and broken files refused with a
+// clear error, atomic writes).
+#include "dtsim/trace/trace.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -12,11 +11,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "dtsim/arange_case.h"
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/error.h"
-#include "dtsim/global_view.h"
-#include "dtsim/local_tensor.h"
+#include "dtsim/core/arange_case.h"
+#include "dtsim/core/global_view.h"
+#include "dtsim/core/trace_recorder.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/trace_diff.h"
 
 namespace dtsim {
 namespace {
@@ -50,10 +51,13 @@ TEST(TraceTest, GoldenTracesAgreeWithTheGlobalTensor) {
     }
     // Every step's shards have the shapes its placements give.
     for (const TraceStep& step : trace.steps) {
-      DTensorSpec after = DTensorSpec::Create(initial.mesh(), step.placements_after, initial.shape(), initial.dtype());
-      for (const RankState& r : step.ranks_after) EXPECT_EQ(r.local_shape, after.LayoutOfRank(r.rank).local_shape);
+      DTensorSpec after = DTensorSpec::Create(initial.mesh(), step.placements_after,
+                                              initial.shape(), initial.dtype());
+      for (const RankState& r : step.ranks_after)
+        EXPECT_EQ(r.local_shape, after.LayoutOfRank(r.rank).local_shape);
     }
-    // The final shards are their parts of the expected global tensor (targets hold no Partial here).
+    // The final shards are their parts of the expected global tensor (targets hold no Partial
+    // here).
     ASSERT_FALSE(final_spec.has_partial());
     const at::Tensor expected = ExpectedArangeGlobal(initial);
     for (const RankState& r : trace.final_state.ranks) {
@@ -91,7 +95,8 @@ TEST(TraceTest, SchemaIsAContract) {
   recorder.SetFinal(spec, dt.to_local(), *comm, true);
   WriteJsonFileAtomically(path, ToJson(recorder.trace()));
   for (const auto& entry : fs::directory_iterator(dir)) {
-    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr("dtsim_trace_test.json.tmp")));
+    EXPECT_THAT(entry.path().filename().string(),
+                ::testing::Not(HasSubstr("dtsim_trace_test.json.tmp")));
   }
   const Trace back = ReadTrace(path);
   EXPECT_EQ(ToJson(back), ToJson(recorder.trace()));
@@ -126,7 +131,8 @@ TEST(TraceTest, SchemaIsAContract) {
   // Values are validated, with the path of the bad field.
   nlohmann::json bad_hash = good;
   bad_hash["initial"]["ranks"][1]["hash"] = 5;
-  expect_refused(bad_hash.dump(), "initial.ranks[1].hash: expected \"xxh3:\" and 16 hex digits, got 5");
+  expect_refused(bad_hash.dump(),
+                 "initial.ranks[1].hash: expected \"xxh3:\" and 16 hex digits, got 5");
   nlohmann::json bad_rank = good;
   bad_rank["final"]["ranks"][0]["rank"] = "zero";
   expect_refused(bad_rank.dump(), "final.ranks[0].rank: expected an integer, got string \"zero\"");
@@ -144,14 +150,16 @@ TEST(TraceTest, SchemaIsAContract) {
   expect_refused(placements.dump(), "final.spec.placements");
   expect_refused(R"({"format": "dtsim-trace", "format": "x"})", "has the key 'format' twice");
   expect_refused(R"({"format": "dtsim-trace", "version": 1e400})", "holds a number out of range");
-  // Ranks belong to the mesh and coordinates to their ranks (fuzz finding: a trace without coordinates read, but
-  // its written form did not read back). Without coordinate/global_offset the mesh and the layout give them.
+  // Ranks belong to the mesh and coordinates to their ranks (fuzz finding: a trace without
+  // coordinates read, but its written form did not read back). Without coordinate/global_offset the
+  // mesh and the layout give them.
   nlohmann::json outside = good;
   outside["final"]["ranks"][1]["rank"] = 7;
   expect_refused(outside.dump(), "final.ranks[1].rank: rank 7 is not in mesh[2]");
   nlohmann::json wrong_coordinate = good;
   wrong_coordinate["initial"]["ranks"][1]["coordinate"] = {0};
-  expect_refused(wrong_coordinate.dump(), "initial.ranks[1].coordinate: [0] is not the coordinate of rank 1");
+  expect_refused(wrong_coordinate.dump(),
+                 "initial.ranks[1].coordinate: [0] is not the coordinate of rank 1");
   nlohmann::json sparse = good;
   sparse["initial"]["ranks"][1].erase("coordinate");
   sparse["initial"]["ranks"][1].erase("global_offset");
@@ -159,7 +167,8 @@ TEST(TraceTest, SchemaIsAContract) {
   EXPECT_EQ(filled.initial.ranks[1].coordinate, std::vector<int64_t>{1});
   EXPECT_EQ(filled.initial.ranks[1].global_offset, std::vector<int64_t>{2});
   EXPECT_EQ(ToJson(TraceFromJson(ToJson(filled))), ToJson(filled));
-  expect_refused(std::string(600, '[') + std::string(600, ']'), "nests JSON deeper than 512 levels");
+  expect_refused(std::string(600, '[') + std::string(600, ']'),
+                 "nests JSON deeper than 512 levels");
   EXPECT_THROW(ReadTrace(dir + "/does_not_exist.json"), InputError);
   try {
     ReadTrace(dir);
@@ -180,8 +189,10 @@ TEST(TraceTest, SchemaIsAContract) {
 }
 
 TEST(TraceTest, MergingPerRankTracesGivesTheWholeRun) {
-  // Split a golden trace into one part per rank (each holding its own rows, as real ranks record), merge them back.
-  const Trace whole = ReadTrace(std::string(DTSIM_SOURCE_DIR) + "/traces/uneven_2x4_S0R_to_RS1.json");
+  // Split a golden trace into one part per rank (each holding its own rows, as real ranks record),
+  // merge them back.
+  const Trace whole =
+      ReadTrace(std::string(DTSIM_SOURCE_DIR) + "/traces/uneven_2x4_S0R_to_RS1.json");
   std::vector<Trace> parts;
   for (const RankState& r : whole.initial.ranks) {
     Trace part = whole;
@@ -199,8 +210,14 @@ TEST(TraceTest, MergingPerRankTracesGivesTheWholeRun) {
       for (TraceCollective& c : step.collectives) {
         size_t i = std::find(c.ranks.begin(), c.ranks.end(), r.rank) - c.ranks.begin();
         ASSERT_LT(i, c.ranks.size());
-        c = TraceCollective{c.kind, c.groups, {c.ranks[i]}, {c.input_shapes[i]}, {c.output_shapes[i]},
-                            {c.bytes_sent[i]}, {c.bytes_received[i]}, {}};
+        c = TraceCollective{c.kind,
+                            c.groups,
+                            {c.ranks[i]},
+                            {c.input_shapes[i]},
+                            {c.output_shapes[i]},
+                            {c.bytes_sent[i]},
+                            {c.bytes_received[i]},
+                            {}};
       }
     }
     parts.push_back(std::move(part));
@@ -231,7 +248,8 @@ TEST(TraceDiffTest, FindsWhereTwoRunsPart) {
   b.steps[1].collectives[0].bytes_sent[2] += 4;
   std::vector<TraceDifference> diffs = DiffTraces(a, b);
   ASSERT_EQ(diffs.size(), 3u);
-  EXPECT_THAT(diffs[0].where, HasSubstr("step 2 (mesh dim 0"));  // numbered from 1, as dtsim plan does
+  EXPECT_THAT(diffs[0].where,
+              HasSubstr("step 2 (mesh dim 0"));  // numbered from 1, as dtsim plan does
   EXPECT_EQ(diffs[0].step, 1);
   EXPECT_EQ(diffs[0].collective, 0);
   EXPECT_THAT(diffs[0].what, HasSubstr("op \"all_gather\" vs \"all_to_all\""));

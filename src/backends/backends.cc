@@ -5,7 +5,7 @@
 
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/config.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #if DTSIM_WITH_MPI
 #include "dtsim/backends/mpi_collectives.h"
 #endif
@@ -33,15 +33,18 @@ std::shared_ptr<Collectives> MakeCollectives(const BackendOptions& options) {
   std::string built;
   for (const std::string& b : BuiltBackends()) built += (built.empty() ? "" : ", ") + b;
   if (options.name == "mpi" || options.name == "nccl") {
-    throw InputError("backend", StrCat("'", options.name, "' is not built into this dtsim (built: ", built,
-                                       "); configure with -DDTSIM_WITH_", options.name == "mpi" ? "MPI" : "NCCL",
-                                       "=ON where its library is installed"));
+    throw InputError(
+        "backend", StrCat("'", options.name, "' is not built into this dtsim (built: ", built,
+                          "); configure with -DDTSIM_WITH_", options.name == "mpi" ? "MPI" : "NCCL",
+                          "=ON where its library is installed"));
   }
-  throw InputError("backend", StrCat("unknown backend '", options.name, "' (expected one of: ", built, ")"));
+  throw InputError("backend",
+                   StrCat("unknown backend '", options.name, "' (expected one of: ", built, ")"));
 }
 
 std::string BackendFromEnvironment() {
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+  const bool launched =
+      std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   return launched && DTSIM_WITH_MPI ? "mpi" : "local";
 }
 

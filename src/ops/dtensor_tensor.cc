@@ -1,4 +1,5 @@
-// The DTensor wrapper tensor and its dispatcher kernel: unwrap, propagate, redistribute, run locally, wrap.
+// The DTensor wrapper tensor and its dispatcher kernel: unwrap, propagate, redistribute, run
+// locally, wrap.
 #include "dtsim/ops/dtensor_tensor.h"
 
 #include <ATen/ATen.h>
@@ -9,11 +10,11 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "dtsim/aten_dtype.h"
-#include "dtsim/error.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/redistribute.h"
-#include "dtsim/transition.h"
+#include "dtsim/core/redistribute.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/transition.h"
+#include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace dtsim {
 namespace ops {
@@ -22,9 +23,9 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------------
 // The wrapper TensorImpl: global sizes and strides, no storage, the DTensor inside.
 
-constexpr c10::DispatchKeySet kDTensorKeys = c10::DispatchKeySet({c10::DispatchKey::PrivateUse2,
-                                                                  c10::DispatchKey::ADInplaceOrView,
-                                                                  c10::DispatchKey::AutogradPrivateUse2});
+constexpr c10::DispatchKeySet kDTensorKeys =
+    c10::DispatchKeySet({c10::DispatchKey::PrivateUse2, c10::DispatchKey::ADInplaceOrView,
+                         c10::DispatchKey::AutogradPrivateUse2});
 
 c10::Device DeviceOf(const at::Tensor& local) {
   if (IsLocalTensor(local)) return LocalShards(local).front().device();
@@ -42,16 +43,18 @@ class DTensorImpl final : public c10::TensorImpl {
   }
   const DTensor& dtensor() const { return dt_; }
 
-  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
-                                                              bool allow_tensor_metadata_change) const override {
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      const c10::VariableVersion& version_counter,
+      bool allow_tensor_metadata_change) const override {
     auto impl = c10::make_intrusive<DTensorImpl>(dt_);
     copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
     return impl;
   }
-  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
-                                                              bool allow_tensor_metadata_change) const override {
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const override {
     auto impl = c10::make_intrusive<DTensorImpl>(dt_);
-    copy_tensor_metadata(this, impl.get(), std::move(version_counter), allow_tensor_metadata_change);
+    copy_tensor_metadata(this, impl.get(), std::move(version_counter),
+                         allow_tensor_metadata_change);
     return impl;
   }
   void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override {
@@ -73,9 +76,24 @@ DTensorImpl* FindImpl(const at::Tensor& t) {
 
 thread_local OpObserver* g_observer = nullptr;
 
+// ExecutePlan of an implicit redistribution, told to the observer when one is installed.
+DTensor ObservedExecutePlan(const std::string& op, size_t input, const DTensor& source,
+                            const Plan& plan) {
+  OpObserver* observer = g_observer;
+  if (observer == nullptr) return ExecutePlan(source, plan);
+  observer->OnRedistributeBegin(op, input, source, plan);
+  DTensor out = ExecutePlan(
+      source, plan,
+      [observer](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+        observer->OnRedistributeStep(step, spec, local);
+      });
+  observer->OnRedistributeEnd(out);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
-// The decision cache: (op, input specs, other arguments) → decision and output metadata, as upstream caches
-// propagation per OpSchema.
+// The decision cache: (op, input specs, other arguments) → decision and output metadata, as
+// upstream caches propagation per OpSchema.
 
 struct CachedCall {
   ShardingDecision decision;
@@ -98,9 +116,9 @@ TensorMeta MetaOf(const at::Tensor& t) {
 
 // One tensor input of the call: a DTensor, or a 0-d plain tensor standing for a replicated scalar.
 struct Input {
-  at::Tensor wrapper;            // the argument as passed
-  const DTensor* dt = nullptr;   // inside the wrapper's impl (alive while the argument is on the stack); null for a
-                                 // plain scalar tensor
+  at::Tensor wrapper;           // the argument as passed
+  const DTensor* dt = nullptr;  // inside the wrapper's impl (alive while the argument is on the
+                                // stack); null for a plain scalar tensor
 };
 
 void AppendInts(std::string& key, c10::IntArrayRef v) {
@@ -133,7 +151,8 @@ std::vector<c10::SymInt> LocalSizes(const DTensor& ref, const std::vector<int64_
   MeshView view(mesh);
   std::vector<std::vector<int64_t>> per_rank;
   const std::vector<int64_t> ranks = ref.collectives().HeldRanks(ref.to_local());
-  for (int64_t r : ranks) per_rank.push_back(LocalShapeAt(shape, mesh.shape(), view.Coordinate(r), placements));
+  for (int64_t r : ranks)
+    per_rank.push_back(LocalShapeAt(shape, mesh.shape(), view.Coordinate(r), placements));
   std::unordered_map<int64_t, size_t> index;  // rank -> its row of per_rank
   for (size_t k = 0; k < ranks.size(); ++k) index[ranks[k]] = k;
   std::vector<c10::SymInt> out;
@@ -143,41 +162,47 @@ std::vector<c10::SymInt> LocalSizes(const DTensor& ref, const std::vector<int64_
   return out;
 }
 
-// Upstream's _MaskPartial lookup for a vocabulary-sharded embedding weight (placements with S(0) where the output
-// is P(sum)): every rank looks up the indices inside its rows [lo, hi) (shifted by lo), the others read row 0 and
-// their output rows are zeroed; the sum over the ranks is the embedding. nullopt when the weight is not sharded so.
-std::optional<at::Tensor> MaskedEmbedding(const DeviceMesh& mesh, Collectives& coll, const std::vector<int64_t>& shape,
+// Upstream's _MaskPartial lookup for a vocabulary-sharded embedding weight (placements with S(0)
+// where the output is P(sum)): every rank looks up the indices inside its rows [lo, hi) (shifted by
+// lo), the others read row 0 and their output rows are zeroed; the sum over the ranks is the
+// embedding. nullopt when the weight is not sharded so.
+std::optional<at::Tensor> MaskedEmbedding(const DeviceMesh& mesh, Collectives& coll,
+                                          const std::vector<int64_t>& shape,
                                           const Placements& weight, const Placements& output,
-                                          const at::Tensor& weight_local, const at::Tensor& indices_local) {
+                                          const at::Tensor& weight_local,
+                                          const at::Tensor& indices_local) {
   bool masked = false;
   for (size_t m = 0; m < weight.size(); ++m) {
-    masked = masked || (weight[m].is_shard_like() && weight[m].dim() == 0 && output[m].is_partial());
+    masked =
+        masked || (weight[m].is_shard_like() && weight[m].dim() == 0 && output[m].is_partial());
   }
   if (!masked) return std::nullopt;
   const DTensorSpec spec = DTensorSpec::Create(mesh, weight, shape);
   MeshView view(mesh);
-  return coll.MapShards(std::vector<at::Tensor>{weight_local, indices_local},
-                        [&](int64_t rank, const std::vector<at::Tensor>& s) {
-                          const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
-                          const int64_t lo = layout.global_offset[0];
-                          const int64_t hi = lo + layout.local_shape[0];
-                          if (hi == lo) {  // an empty shard of the vocabulary (uneven): contributes nothing
-                            std::vector<int64_t> sizes = s[1].sizes().vec();
-                            sizes.push_back(s[0].size(1));
-                            return at::zeros(sizes, s[0].options());
-                          }
-                          const at::Tensor outside = s[1].lt(lo).logical_or(s[1].ge(hi));
-                          const at::Tensor local_idx = (s[1] - lo).masked_fill(outside, 0);
-                          at::Tensor out = at::embedding(s[0], local_idx);
-                          return out.masked_fill(outside.unsqueeze(-1), 0);
-                        });
+  return coll.MapShards(
+      std::vector<at::Tensor>{weight_local, indices_local},
+      [&](int64_t rank, const std::vector<at::Tensor>& s) {
+        const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
+        const int64_t lo = layout.global_offset[0];
+        const int64_t hi = lo + layout.local_shape[0];
+        if (hi == lo) {  // an empty shard of the vocabulary (uneven): contributes nothing
+          std::vector<int64_t> sizes = s[1].sizes().vec();
+          sizes.push_back(s[0].size(1));
+          return at::zeros(sizes, s[0].options());
+        }
+        const at::Tensor outside = s[1].lt(lo).logical_or(s[1].ge(hi));
+        const at::Tensor local_idx = (s[1] - lo).masked_fill(outside, 0);
+        at::Tensor out = at::embedding(s[0], local_idx);
+        return out.masked_fill(outside.unsqueeze(-1), 0);
+      });
 }
 
-// Upstream's argminmax_handler (torch/distributed/tensor/_nonlinear_redux.py) for argmax / argmin(self, dim?,
-// keepdim): a Partial input is made Replicate first; every rank reduces its own shard (the extreme value and its
-// index, made global with the shard's offset); over each mesh dim that shards the reduced dim (every sharded mesh dim
-// when dim is None) the values and the indices are all-gathered along the reduced dim; the rank holding the extreme
-// value wins. Returns the local result, laid out as the registered strategy's output placements say.
+// Upstream's argminmax_handler (torch/distributed/tensor/_nonlinear_redux.py) for argmax /
+// argmin(self, dim?, keepdim): a Partial input is made Replicate first; every rank reduces its own
+// shard (the extreme value and its index, made global with the shard's offset); over each mesh dim
+// that shards the reduced dim (every sharded mesh dim when dim is None) the values and the indices
+// are all-gathered along the reduced dim; the rank holding the extreme value wins. Returns the
+// local result, laid out as the registered strategy's output placements say.
 at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> dim, bool keepdim,
                      std::vector<OpRedistribution>* redistributions) {
   DTensor dt = input;
@@ -190,9 +215,8 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
     OpRedistribution r;
     r.from = dt.placements();
     r.to = no_partial;
-    RedistributeOptions options;
-    options.plan_out = &r.plan;
-    dt = dt.Redistribute(mesh, no_partial, options);
+    r.plan = PlanFor(dt.spec(), no_partial);
+    dt = ObservedExecutePlan(is_max ? "aten::argmax" : "aten::argmin", 0, dt, r.plan);
     if (redistributions != nullptr) redistributions->push_back(std::move(r));
   }
   const int64_t ndim = static_cast<int64_t>(dt.shape().size());
@@ -201,7 +225,8 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     const Placement& p = dt.placements()[m];
     if (p.is_strided_shard()) {
-      throw InputError("op", StrCat(is_max ? "aten.argmax" : "aten.argmin", " does not support _StridedShard!"));
+      throw InputError(
+          "op", StrCat(is_max ? "aten.argmax" : "aten.argmin", " does not support _StridedShard!"));
     }
     if (p.is_shard() && (!dim || p.dim() == *dim)) shard_mesh_dims.push_back(m);
   }
@@ -210,7 +235,8 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
   MeshView view(mesh);
   auto reduce = [&](const at::Tensor& s) -> std::pair<at::Tensor, at::Tensor> {
     if (!dim) {
-      return {(is_max ? s.max() : s.min()).unsqueeze(0), (is_max ? s.argmax() : s.argmin()).unsqueeze(0)};
+      return {(is_max ? s.max() : s.min()).unsqueeze(0),
+              (is_max ? s.argmax() : s.argmin()).unsqueeze(0)};
     }
     auto [values, indices] = is_max ? at::max(s, *dim, true) : at::min(s, *dim, true);
     return {values, indices};
@@ -231,7 +257,8 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
       return reduce(s).second.reshape(expected_shape(s));
     });
   }
-  at::Tensor values = coll.MapShards(local, [&](int64_t, const at::Tensor& s) { return reduce(s).first; });
+  at::Tensor values =
+      coll.MapShards(local, [&](int64_t, const at::Tensor& s) { return reduce(s).first; });
   at::Tensor indices = coll.MapShards(local, [&](int64_t rank, const at::Tensor& s) {
     const at::Tensor li = reduce(s).second;
     const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
@@ -258,16 +285,20 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
   }
   return coll.MapShards(std::vector<at::Tensor>{values, indices, local},
                         [&](int64_t, const std::vector<at::Tensor>& s) {
-                          const at::Tensor winner = is_max ? s[0].argmax(gather_dim, true) : s[0].argmin(gather_dim, true);
+                          const at::Tensor winner = is_max ? s[0].argmax(gather_dim, true)
+                                                           : s[0].argmin(gather_dim, true);
                           return s[1].gather(gather_dim, winner).reshape(expected_shape(s[2]));
                         });
 }
 
 bool IsShapeArgOp(const std::string& name) {
-  static const char* kOps[] = {"aten::new_empty", "aten::new_full",  "aten::new_ones",   "aten::new_zeros",
-                               "aten::expand",    "aten::expand_copy", "aten::reshape",  "aten::view",
-                               "aten::view_copy", "aten::_unsafe_view", "aten::select_backward",
-                               "aten::slice_backward", "aten::new_empty_strided"};
+  static const char* kOps[] = {"aten::new_empty",        "aten::new_full",
+                               "aten::new_ones",         "aten::new_zeros",
+                               "aten::expand",           "aten::expand_copy",
+                               "aten::reshape",          "aten::view",
+                               "aten::view_copy",        "aten::_unsafe_view",
+                               "aten::select_backward",  "aten::slice_backward",
+                               "aten::new_empty_strided"};
   for (const char* k : kOps) {
     if (name == k) return true;
   }
@@ -295,24 +326,26 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   bool call_filled = false;
   std::vector<Input> inputs;
   std::vector<size_t> input_arg;  // the argument each input comes from
-  const DTensor* ref = nullptr;  // the first DTensor argument
+  const DTensor* ref = nullptr;   // the first DTensor argument
   auto add_tensor = [&](const at::Tensor& t, size_t a, bool in_list) {
     if (DTensorImpl* impl = FindImpl(t)) {
       if (ref && impl->dtensor().mesh() != ref->mesh()) {
         throw InputError(schema.arguments()[a].name(),
-                         StrCat("aten.", short_name, ": DTensor arguments on different meshes: ",
-                                ref->mesh().ToString(), " and ", impl->dtensor().mesh().ToString()));
+                         StrCat("aten.", short_name,
+                                ": DTensor arguments on different meshes: ", ref->mesh().ToString(),
+                                " and ", impl->dtensor().mesh().ToString()));
       }
       inputs.push_back({t, &impl->dtensor()});
       if (!ref) ref = &impl->dtensor();
     } else if (t.dim() == 0 && !in_list) {
       inputs.push_back({t, nullptr});
     } else {
-      throw InputError(schema.arguments()[a].name(),
-                       StrCat("aten.", short_name, ": got mixed torch.Tensor and DTensor, need to convert all ",
-                              "torch.Tensor to DTensor before calling distributed operators! (argument '",
-                              schema.arguments()[a].name(), "' is a plain tensor of shape ",
-                              IntListToString(t.sizes().vec()), ")"));
+      throw InputError(
+          schema.arguments()[a].name(),
+          StrCat("aten.", short_name, ": got mixed torch.Tensor and DTensor, need to convert all ",
+                 "torch.Tensor to DTensor before calling distributed operators! (argument '",
+                 schema.arguments()[a].name(), "' is a plain tensor of shape ",
+                 IntListToString(t.sizes().vec()), ")"));
     }
     input_arg.push_back(a);
   };
@@ -328,8 +361,9 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       // Tensor?[] (index): not supported by any strategy yet; refuse clearly if it holds DTensors.
       for (const c10::IValue& e : v.toList()) {
         if (e.isTensor() && FindImpl(e.toTensor())) {
-          throw InputError(schema.arguments()[a].name(),
-                           StrCat("aten.", short_name, ": optional-tensor list arguments are not supported"));
+          throw InputError(
+              schema.arguments()[a].name(),
+              StrCat("aten.", short_name, ": optional-tensor list arguments are not supported"));
         }
       }
     }
@@ -340,7 +374,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   std::vector<Placements> current;
   current.reserve(inputs.size());
   for (const Input& in : inputs) {
-    current.push_back(in.dt ? in.dt->placements() : Placements(mesh.ndim(), Placement::Replicate()));
+    current.push_back(in.dt ? in.dt->placements()
+                            : Placements(mesh.ndim(), Placement::Replicate()));
   }
   auto fill_call = [&] {
     if (call_filled) return;
@@ -422,7 +457,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     // Output metadata: the op on meta tensors of the global shapes.
     torch::jit::Stack meta_stack(stack->begin() + base, stack->end());
     auto to_meta = [](const at::Tensor& t) {
-      return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+      return at::empty_strided(t.sizes(), t.strides(),
+                               at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
     };
     for (size_t a = 0; a < n_args; ++a) {
       c10::IValue& v = meta_stack[a];
@@ -438,8 +474,9 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     try {
       op.callBoxed(&meta_stack);
     } catch (const c10::Error& e) {
-      // No meta kernel (flip, roll, ...): the op on uninitialised CPU tensors of the global shapes instead, when
-      // they are small; upstream's fake tensors use Python meta functions that LibTorch does not have.
+      // No meta kernel (flip, roll, ...): the op on uninitialised CPU tensors of the global shapes
+      // instead, when they are small; upstream's fake tensors use Python meta functions that
+      // LibTorch does not have.
       int64_t numel = 0;
       for (const TensorMeta& m : call.inputs) {
         int64_t n = 1;
@@ -457,7 +494,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
           v = at::zeros_like(t, at::TensorOptions().device(at::kCPU));
         } else if (v.isTensorList()) {
           std::vector<at::Tensor> list;
-          for (const at::Tensor& t : v.toTensorList()) list.push_back(at::zeros_like(t, at::TensorOptions().device(at::kCPU)));
+          for (const at::Tensor& t : v.toTensorList())
+            list.push_back(at::zeros_like(t, at::TensorOptions().device(at::kCPU)));
           v = c10::IValue(list);
         }
       }
@@ -475,11 +513,13 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
         for (const at::Tensor& t : r.toTensorList()) call.outputs.push_back(MetaOf(t));
       }
     }
-    // LibTorch's C++ meta kernel of native_layer_norm gives mean/rstd the input's sizes for an empty input; the CPU
-    // kernel and upstream's fake tensors give the normalised dims size 1.
-    if (name == "aten::native_layer_norm" && call.outputs.size() == 3 && call.outputs[1] && call.outputs[2]) {
+    // LibTorch's C++ meta kernel of native_layer_norm gives mean/rstd the input's sizes for an
+    // empty input; the CPU kernel and upstream's fake tensors give the normalised dims size 1.
+    if (name == "aten::native_layer_norm" && call.outputs.size() == 3 && call.outputs[1] &&
+        call.outputs[2]) {
       const std::vector<int64_t>& in_shape = call.inputs[0].shape;
-      const int64_t axis = static_cast<int64_t>(in_shape.size()) - static_cast<int64_t>(call.IntList(1).size());
+      const int64_t axis =
+          static_cast<int64_t>(in_shape.size()) - static_cast<int64_t>(call.IntList(1).size());
       std::vector<int64_t> stats(in_shape.begin(), in_shape.begin() + std::max<int64_t>(axis, 0));
       stats.resize(in_shape.size(), 1);
       for (size_t o : {size_t{1}, size_t{2}}) {
@@ -494,17 +534,20 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     auto entry = std::make_shared<CachedCall>();
     entry->decision = PropagateSharding(call, mesh, current);
     entry->outputs = call.outputs;
-    // One output placement for several tensor outputs: every output gets it (upstream does the same).
+    // One output placement for several tensor outputs: every output gets it (upstream does the
+    // same).
     if (entry->decision.output_placements.size() == 1 && entry->outputs.size() > 1) {
-      entry->decision.output_placements.resize(entry->outputs.size(), entry->decision.output_placements[0]);
+      entry->decision.output_placements.resize(entry->outputs.size(),
+                                               entry->decision.output_placements[0]);
     }
     for (size_t o = 0; o < entry->outputs.size(); ++o) {
       const bool has = entry->outputs[o] && o < entry->decision.output_placements.size() &&
                        entry->decision.output_placements[o];
-      entry->out_specs.push_back(has ? std::optional<DTensorSpec>(DTensorSpec::Create(
-                                           mesh, *entry->decision.output_placements[o], entry->outputs[o]->shape,
-                                           FromScalarType(entry->outputs[o]->dtype)))
-                                     : std::nullopt);
+      entry->out_specs.push_back(
+          has ? std::optional<DTensorSpec>(DTensorSpec::Create(
+                    mesh, *entry->decision.output_placements[o], entry->outputs[o]->shape,
+                    FromScalarType(entry->outputs[o]->dtype)))
+              : std::nullopt);
     }
     cached = entry;
     Cache& cache = GetCache();
@@ -516,8 +559,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   // 3. Redistribute the inputs that need it.
   OpEvent event;
   const bool observe = g_observer != nullptr;
-  // Replaces the arguments by the results; the observer hears of the call first (the arguments, and the DTensors
-  // `ref` and `inputs` point into, are alive until the drop).
+  // Replaces the arguments by the results; the observer hears of the call first (the arguments, and
+  // the DTensors `ref` and `inputs` point into, are alive until the drop).
   auto finish = [&](std::vector<c10::IValue> results) {
     if (observe) {
       fill_call();
@@ -532,13 +575,16 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     for (auto& r : results) stack->push_back(std::move(r));
   };
   if ((name == "aten::argmax" || name == "aten::argmin") && inputs.size() == 1 && inputs[0].dt) {
-    // Upstream's custom handler (argminmax_handler), not the registered strategy, runs these: see ArgMinMax.
+    // Upstream's custom handler (argminmax_handler), not the registered strategy, runs these: see
+    // ArgMinMax.
     const c10::IValue& dim = (*stack)[base + 1];
-    at::Tensor local = ArgMinMax(*inputs[0].dt, name == "aten::argmax",
-                                 dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
-                                 (*stack)[base + 2].toBool(), observe ? &event.redistributions : nullptr);
+    at::Tensor local =
+        ArgMinMax(*inputs[0].dt, name == "aten::argmax",
+                  dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
+                  (*stack)[base + 2].toBool(), observe ? &event.redistributions : nullptr);
     const TensorMeta& m = *cached->outputs.at(0);
-    DTensorSpec spec = DTensorSpec::Create(mesh, *decision.output_placements.at(0), m.shape, FromScalarType(m.dtype));
+    DTensorSpec spec = DTensorSpec::Create(mesh, *decision.output_placements.at(0), m.shape,
+                                           FromScalarType(m.dtype));
     if (observe) event.outputs.push_back(spec);
     finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride)))});
     return;
@@ -549,8 +595,9 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     const Placements& target = decision.input_placements[i];
     if (!in.dt) {
       if (target != current[i]) {
-        throw InputError("op", StrCat("aten.", short_name, ": a scalar tensor argument would need placements ",
-                                      ToString(target), "; make it a DTensor first"));
+        throw InputError(
+            "op", StrCat("aten.", short_name, ": a scalar tensor argument would need placements ",
+                         ToString(target), "; make it a DTensor first"));
       }
       locals[i] = in.wrapper;
       continue;
@@ -560,12 +607,14 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       continue;
     }
     if (call.inplace() && i == 0) {
-      throw InputError("op", StrCat("aten.", short_name, ": in-place operations that require placement changes ",
-                                    "are not supported (self is ", ToString(current[i]), ", the op needs ",
-                                    ToString(target), "); use the out-of-place op"));
+      throw InputError(
+          "op", StrCat("aten.", short_name, ": in-place operations that require placement changes ",
+                       "are not supported (self is ", ToString(current[i]), ", the op needs ",
+                       ToString(target), "); use the out-of-place op"));
     }
-    // Everything but R -> P through the planner and the collectives, then R -> P locally (upstream's internal
-    // Replicate -> Partial: sum divides by the group size), which touches no other mesh dim.
+    // Everything but R -> P through the planner and the collectives, then R -> P locally
+    // (upstream's internal Replicate -> Partial: sum divides by the group size), which touches no
+    // other mesh dim.
     DTensor dt = *in.dt;
     Placements planned = target;
     for (size_t m = 0; m < target.size(); ++m) {
@@ -575,9 +624,10 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     r.input = i;
     r.from = current[i];
     r.to = target;
-    RedistributeOptions options;
-    options.plan_out = &r.plan;
-    if (dt.placements() != planned) dt = dt.Redistribute(mesh, planned, options);
+    if (dt.placements() != planned) {
+      r.plan = PlanFor(dt.spec(), planned);
+      dt = ObservedExecutePlan(name, i, dt, r.plan);
+    }
     if (planned != target) {
       at::Tensor local = dt.to_local();
       DTensorSpec spec = dt.spec();
@@ -609,8 +659,10 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     }
   }
   const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
-  // Shape arguments are global: give each rank its local output shape (upstream's op_to_shape_and_stride_idx).
-  if (IsShapeArgOp(name) && !decision.output_placements.empty() && decision.output_placements[0] && out_meta[0]) {
+  // Shape arguments are global: give each rank its local output shape (upstream's
+  // op_to_shape_and_stride_idx).
+  if (IsShapeArgOp(name) && !decision.output_placements.empty() && decision.output_placements[0] &&
+      out_meta[0]) {
     const Placements& p = *decision.output_placements[0];
     if (std::any_of(p.begin(), p.end(), [](const Placement& x) { return x.is_shard_like(); })) {
       const DTensor& any = *ref;
@@ -621,15 +673,18 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     }
   }
   std::optional<at::Tensor> masked;
-  if (name == "aten::embedding" && !decision.output_placements.empty() && decision.output_placements[0]) {
-    masked = MaskedEmbedding(mesh, *collectives, inputs[0].dt->shape(), decision.input_placements[0],
-                             *decision.output_placements[0], locals[0], locals[1]);
+  if (name == "aten::embedding" && !decision.output_placements.empty() &&
+      decision.output_placements[0]) {
+    masked =
+        MaskedEmbedding(mesh, *collectives, inputs[0].dt->shape(), decision.input_placements[0],
+                        *decision.output_placements[0], locals[0], locals[1]);
   }
   if (masked) {
     local_stack.clear();
     local_stack.emplace_back(*masked);
   } else if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
-    // Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze rewrite).
+    // Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze
+    // rewrite).
     const auto& shape = inputs[0].dt->shape();
     std::vector<int64_t> dims;
     std::vector<int64_t> asked;
@@ -656,7 +711,8 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
   size_t k = 0;
   auto wrap = [&](const at::Tensor& local, size_t out_index) -> at::Tensor {
     if (!local.defined()) return local;
-    DTSIM_CHECK(out_index < out_meta.size() && out_meta[out_index] && out_index < decision.output_placements.size() &&
+    DTSIM_CHECK(out_index < out_meta.size() && out_meta[out_index] &&
+                    out_index < decision.output_placements.size() &&
                     decision.output_placements[out_index],
                 name, ": output ", out_index, " has no spec");
     const TensorMeta& m = *out_meta[out_index];
@@ -700,20 +756,23 @@ struct Registration {
   std::vector<c10::RegistrationHandleRAII> handles;
 };
 
-// reshape decomposes to _reshape_alias(size, stride) on a tensor that is no Python subclass; upstream's DTensor (a
-// subclass) gets view(size) instead. Both are the same view of a contiguous-enough tensor: run view.
+// reshape decomposes to _reshape_alias(size, stride) on a tensor that is no Python subclass;
+// upstream's DTensor (a subclass) gets view(size) instead. Both are the same view of a
+// contiguous-enough tensor: run view.
 at::Tensor ReshapeAliasAsView(c10::DispatchKeySet, const at::Tensor& self, c10::SymIntArrayRef size,
                               c10::SymIntArrayRef /*stride*/) {
   return at::_ops::view::call(self, size);
 }
 
-// scaled_dot_product_attention on DTensors takes the math path (matmul, softmax, ...: every piece has a strategy
-// and autograd runs through it); the fused CPU kernel it would pick has no strategy (upstream decomposes it too).
-at::Tensor SdpaMath(c10::DispatchKeySet, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
-                    std::optional<double> scale, bool enable_gqa) {
-  return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, attn_mask, dropout_p, is_causal, std::nullopt,
-                                                            scale, enable_gqa));
+// scaled_dot_product_attention on DTensors takes the math path (matmul, softmax, ...: every piece
+// has a strategy and autograd runs through it); the fused CPU kernel it would pick has no strategy
+// (upstream decomposes it too).
+at::Tensor SdpaMath(c10::DispatchKeySet, const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& v, const std::optional<at::Tensor>& attn_mask,
+                    double dropout_p, bool is_causal, std::optional<double> scale,
+                    bool enable_gqa) {
+  return std::get<0>(at::_scaled_dot_product_attention_math(
+      q, k, v, attn_mask, dropout_p, is_causal, std::nullopt, scale, enable_gqa));
 }
 
 }  // namespace
@@ -723,17 +782,18 @@ void EnsureDTensorDispatch() {
   std::call_once(once, [] {
     static Registration* reg = new Registration();
     auto& d = c10::Dispatcher::singleton();
-    reg->handles.push_back(d.registerFallback(c10::DispatchKey::PrivateUse2,
-                                              c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(),
-                                              "dtsim DTensor fallback"));
-    // Every op that does not decompose (no CompositeImplicitAutograd kernel) gets the kernel directly, so that
-    // CompositeExplicitAutograd kernels do not run on the wrapper; composite ops decompose first, as upstream's.
-    // Redirects for DTensors only: autograd-level kernels, so the replacement decomposes and records autograd.
+    reg->handles.push_back(d.registerFallback(
+        c10::DispatchKey::PrivateUse2, c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(),
+        "dtsim DTensor fallback"));
+    // Every op that does not decompose (no CompositeImplicitAutograd kernel) gets the kernel
+    // directly, so that CompositeExplicitAutograd kernels do not run on the wrapper; composite ops
+    // decompose first, as upstream's. Redirects for DTensors only: autograd-level kernels, so the
+    // replacement decomposes and records autograd.
     for (c10::DispatchKey key : {c10::DispatchKey::AutogradPrivateUse2}) {
-      reg->handles.push_back(d.registerImpl(
-          c10::OperatorName("aten::_reshape_alias", ""), key,
-          c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(ReshapeAliasAsView)), std::nullopt, nullptr,
-          "dtsim DTensor: _reshape_alias as view"));
+      reg->handles.push_back(
+          d.registerImpl(c10::OperatorName("aten::_reshape_alias", ""), key,
+                         c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(ReshapeAliasAsView)),
+                         std::nullopt, nullptr, "dtsim DTensor: _reshape_alias as view"));
       reg->handles.push_back(d.registerImpl(
           c10::OperatorName("aten::scaled_dot_product_attention", ""), key,
           c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(SdpaMath)), std::nullopt, nullptr,
@@ -742,19 +802,24 @@ void EnsureDTensorDispatch() {
     for (const c10::OperatorName& name : d.getAllOpNames()) {
       auto handle = d.findOp(name);
       if (!handle || !handle->hasSchema()) continue;
-      // Upstream's DTensor is a CPU wrapper tensor: an op decomposes at AutogradCPU by its CompositeImplicitAutograd
-      // kernel unless it has a CPU or CompositeExplicitAutograd kernel (then its autograd kernel runs and the op
-      // reaches __torch_dispatch__ whole: silu_backward). The same rule here: ops that decompose for a CPU tensor get
-      // no kernel at PrivateUse2, so they decompose for a DTensor too (matmul, linear, reshape, softmax.int, ...).
-      const bool cpu_kernel = handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-                              handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-                              handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) && !cpu_kernel) continue;
+      // Upstream's DTensor is a CPU wrapper tensor: an op decomposes at AutogradCPU by its
+      // CompositeImplicitAutograd kernel unless it has a CPU or CompositeExplicitAutograd kernel
+      // (then its autograd kernel runs and the op reaches __torch_dispatch__ whole: silu_backward).
+      // The same rule here: ops that decompose for a CPU tensor get no kernel at PrivateUse2, so
+      // they decompose for a DTensor too (matmul, linear, reshape, softmax.int, ...).
+      const bool cpu_kernel =
+          handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+          !cpu_kernel)
+        continue;
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse2)) continue;
       if (name.name.rfind("aten::", 0) != 0 && name.name.rfind("prims::", 0) != 0) continue;
-      reg->handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse2,
-                                            c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(),
-                                            std::nullopt, nullptr, "dtsim DTensor kernel"));
+      reg->handles.push_back(
+          d.registerImpl(name, c10::DispatchKey::PrivateUse2,
+                         c10::KernelFunction::makeFromBoxedFunction<&DTensorKernel>(), std::nullopt,
+                         nullptr, "dtsim DTensor kernel"));
     }
   });
 }
@@ -773,7 +838,8 @@ std::optional<DTensor> FindDTensor(const at::Tensor& t) {
 
 DTensor GetDTensor(const at::Tensor& t, const std::string& field) {
   if (DTensorImpl* impl = FindImpl(t)) return impl->dtensor();
-  throw InputError(field, t.defined() ? "expected a DTensor, got a plain tensor" : "expected a DTensor, got none");
+  throw InputError(field, t.defined() ? "expected a DTensor, got a plain tensor"
+                                      : "expected a DTensor, got none");
 }
 
 OpObserver* SetOpObserver(OpObserver* observer) {

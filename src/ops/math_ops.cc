@@ -1,4 +1,5 @@
-// Sharding strategies of the math op family (upstream: torch/distributed/tensor/_ops/_math_ops.py, torch 2.13).
+// Sharding strategies of the math op family (upstream: torch/distributed/tensor/_ops/_math_ops.py,
+// torch 2.13).
 #include <ATen/core/function_schema.h>
 
 #include <algorithm>
@@ -10,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "dtsim/ops/strategy.h"
 #include "ops/families.h"
 
@@ -22,18 +23,20 @@ namespace {
 // Call helpers.
 // ---------------------------------------------------------------------------------------------------------------------
 
-// The mesh shape of the call: upstream needs mesh dim sizes for its evenness checks (mean, nll_loss) and for
-// DTensorSpec.num_shards (softmax backward).
+// The mesh shape of the call: upstream needs mesh dim sizes for its evenness checks (mean,
+// nll_loss) and for DTensorSpec.num_shards (softmax backward).
 std::optional<std::vector<int64_t>> MeshShapeOf(const OpCallInfo& call) { return call.mesh_shape; }
 
-// The size of mesh dim `i`, or 2 where the mesh shape is unknown (the smallest size that communicates).
+// The size of mesh dim `i`, or 2 where the mesh shape is unknown (the smallest size that
+// communicates).
 int64_t MeshDimSize(const std::optional<std::vector<int64_t>>& mesh_shape, size_t i) {
   if (mesh_shape.has_value() && i < mesh_shape->size()) return (*mesh_shape)[i];
   return 2;
 }
 
-// The length upstream's op_schema.args_schema has for this call: the positional (not kwarg-only) arguments, with
-// trailing ones that equal their schema default dropped (as the dispatcher hands arguments to __torch_dispatch__).
+// The length upstream's op_schema.args_schema has for this call: the positional (not kwarg-only)
+// arguments, with trailing ones that equal their schema default dropped (as the dispatcher hands
+// arguments to __torch_dispatch__).
 size_t UpstreamArgCount(const OpCallInfo& call) {
   if (call.schema == nullptr) return call.args.size();
   const auto& arguments = call.schema->arguments();
@@ -67,14 +70,16 @@ size_t NumOutArgs(const OpCallInfo& call) {
   return n;
 }
 
-// The number of tensor inputs other than out= tensors (upstream's count of TensorMeta args of the base op).
+// The number of tensor inputs other than out= tensors (upstream's count of TensorMeta args of the
+// base op).
 size_t NumBaseTensorInputs(const OpCallInfo& call) {
   return call.inputs.size() - std::min(call.inputs.size(), NumOutArgs(call));
 }
 
 // The global metadata of tensor argument `i`; InputError when it is not a tensor.
 const TensorMeta& MetaOf(const OpCallInfo& call, size_t i) {
-  if (!call.IsTensor(i)) throw InputError(call.name, "argument " + std::to_string(i) + " is not a tensor");
+  if (!call.IsTensor(i))
+    throw InputError(call.name, "argument " + std::to_string(i) + " is not a tensor");
   return *call.meta[i];
 }
 
@@ -89,11 +94,13 @@ std::optional<std::vector<int64_t>> DimsValue(const c10::IValue& value) {
 // Upstream's normalize_dim: a negative dim plus ndim, without a range check.
 int64_t NormalizeDimNoCheck(int64_t dim, int64_t ndim) { return dim >= 0 ? dim : dim + ndim; }
 
-// Upstream's _infer_reduction_dims: nullopt means "every dim". `value` is the dims argument as passed.
+// Upstream's _infer_reduction_dims: nullopt means "every dim". `value` is the dims argument as
+// passed.
 std::optional<std::vector<int64_t>> InferReductionDims(const c10::IValue& value, int64_t ndim) {
   std::optional<std::vector<int64_t>> dims = DimsValue(value);
   if (!dims.has_value()) return std::nullopt;
-  const bool empty_like = dims->empty() || (dims->size() == 1 && ((*dims)[0] == 0 || (*dims)[0] == -1));
+  const bool empty_like =
+      dims->empty() || (dims->size() == 1 && ((*dims)[0] == 0 || (*dims)[0] == -1));
   if (ndim == 0 && value.isIntList() && empty_like) return std::nullopt;
   for (int64_t& d : *dims) d = NormalizeDimNoCheck(d, ndim);
   return dims;
@@ -123,7 +130,8 @@ Placements NormalizedPlacements(const Placements& placements, int64_t ndim) {
 
 // A shard-like placement moved to tensor dim `dim`, keeping its kind and split factor.
 Placement WithShardDim(const Placement& p, int64_t dim) {
-  return p.is_strided_shard() ? Placement::StridedShard(dim, p.split_factor()) : Placement::Shard(dim);
+  return p.is_strided_shard() ? Placement::StridedShard(dim, p.split_factor())
+                              : Placement::Shard(dim);
 }
 
 // Upstream's replicate_reduction_dims: Partial -> R, and a shard on one of `dims` -> R.
@@ -152,7 +160,8 @@ Placements ReplicateDimsStartAt(const Placements& placements, int64_t start_dim 
   return out;
 }
 
-// Upstream's _skip_dim: shards on dims >= skipped_dim move down by one (callers replicate skipped_dim first).
+// Upstream's _skip_dim: shards on dims >= skipped_dim move down by one (callers replicate
+// skipped_dim first).
 Placements SkipDim(const Placements& placements, int64_t skipped_dim) {
   Placements out;
   for (const Placement& p : placements) {
@@ -162,7 +171,8 @@ Placements SkipDim(const Placements& placements, int64_t skipped_dim) {
 }
 
 // Upstream's _infer_reduce_dims_map: per input dim its output dim, or -1 when reduced away.
-std::vector<int64_t> InferReduceDimsMap(const std::vector<int64_t>& reduction_dims, int64_t input_ndim, bool keep_dim) {
+std::vector<int64_t> InferReduceDimsMap(const std::vector<int64_t>& reduction_dims,
+                                        int64_t input_ndim, bool keep_dim) {
   std::vector<int64_t> map;
   int64_t new_dim_count = 0;
   for (int64_t d = 0; d < input_ndim; ++d) {
@@ -183,14 +193,16 @@ struct ReductionKind {
 
 ReductionKind Reduce(ReduceOp op) { return ReductionKind{op, std::nullopt}; }
 
-// Upstream's get_placement_from_reduction_op. A p-norm with p not in {0, inf, -inf} needs upstream's _NormPartial,
-// which dtsim's Placement cannot express: InputError.
+// Upstream's get_placement_from_reduction_op. A p-norm with p not in {0, inf, -inf} needs
+// upstream's _NormPartial, which dtsim's Placement cannot express: InputError.
 Placement PlacementFromReduction(const std::string& op_name, const ReductionKind& kind) {
   if (kind.norm_type.has_value()) {
     if (*kind.norm_type == 0) return Placement::Partial(ReduceOp::kSum);
-    throw InputError(op_name, "a " + std::to_string(*kind.norm_type) +
-                                  "-norm over a sharded dim gives upstream's _NormPartial placement, which dtsim does "
-                                  "not support; replicate the reduced dims first");
+    throw InputError(
+        op_name,
+        "a " + std::to_string(*kind.norm_type) +
+            "-norm over a sharded dim gives upstream's _NormPartial placement, which dtsim does "
+            "not support; replicate the reduced dims first");
   }
   return Placement::Partial(kind.op);
 }
@@ -198,7 +210,8 @@ Placement PlacementFromReduction(const std::string& op_name, const ReductionKind
 // Upstream's map_placements_after_reduction.
 Placements MapPlacementsAfterReduction(const std::string& op_name, const Placements& placements,
                                        const std::vector<int64_t>& reduction_dims,
-                                       const std::vector<int64_t>& reduction_dims_map, const ReductionKind& kind) {
+                                       const std::vector<int64_t>& reduction_dims_map,
+                                       const ReductionKind& kind) {
   Placements out;
   for (const Placement& p : placements) {
     if (p.is_replicate() || p.is_partial()) {
@@ -207,7 +220,8 @@ Placements MapPlacementsAfterReduction(const std::string& op_name, const Placeme
     }
     const int64_t shard_dim = p.dim();
     if (shard_dim < 0 || shard_dim >= static_cast<int64_t>(reduction_dims_map.size())) {
-      throw InputError(op_name, "placement " + p.ToString() + " shards a dim the input does not have");
+      throw InputError(op_name,
+                       "placement " + p.ToString() + " shards a dim the input does not have");
     }
     const int64_t new_dim = reduction_dims_map[static_cast<size_t>(shard_dim)];
     if (new_dim == -1 || Contains(reduction_dims, shard_dim)) {
@@ -220,8 +234,8 @@ Placements MapPlacementsAfterReduction(const std::string& op_name, const Placeme
 }
 
 // Upstream's is_tensor_evenly_shardable_on_dim (mesh dim sizes from `mesh_shape`).
-bool EvenlyShardableOnDim(const std::vector<int64_t>& shape, const Placements& placements, int64_t dim,
-                          const std::optional<std::vector<int64_t>>& mesh_shape) {
+bool EvenlyShardableOnDim(const std::vector<int64_t>& shape, const Placements& placements,
+                          int64_t dim, const std::optional<std::vector<int64_t>>& mesh_shape) {
   dim = NormalizeDimNoCheck(dim, static_cast<int64_t>(shape.size()));
   if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) return true;
   int64_t num_shards = 1;
@@ -229,7 +243,9 @@ bool EvenlyShardableOnDim(const std::vector<int64_t>& shape, const Placements& p
     const Placement& p = placements[i];
     if (p.is_shard_like() && p.dim() == dim) {
       num_shards *= MeshDimSize(mesh_shape, i);
-      if (p.is_strided_shard() && shape[static_cast<size_t>(dim)] % (p.split_factor() * num_shards) != 0) return false;
+      if (p.is_strided_shard() &&
+          shape[static_cast<size_t>(dim)] % (p.split_factor() * num_shards) != 0)
+        return false;
     }
   }
   return shape[static_cast<size_t>(dim)] % num_shards == 0;
@@ -245,15 +261,17 @@ bool EvenlyShardable(const std::vector<int64_t>& shape, const Placements& placem
     const int64_t d = p.dim();
     if (d < 0 || d >= static_cast<int64_t>(shape.size())) return false;
     num_shards[static_cast<size_t>(d)] *= MeshDimSize(mesh_shape, i);
-    const int64_t divisor = p.is_strided_shard() ? p.split_factor() * num_shards[static_cast<size_t>(d)]
-                                                 : num_shards[static_cast<size_t>(d)];
+    const int64_t divisor = p.is_strided_shard()
+                                ? p.split_factor() * num_shards[static_cast<size_t>(d)]
+                                : num_shards[static_cast<size_t>(d)];
     if (shape[static_cast<size_t>(d)] % divisor != 0) return false;
   }
   return true;
 }
 
 // Upstream's DTensorSpec.num_shards: the product of the mesh dim sizes that shard.
-int64_t NumShards(const Placements& placements, const std::optional<std::vector<int64_t>>& mesh_shape) {
+int64_t NumShards(const Placements& placements,
+                  const std::optional<std::vector<int64_t>>& mesh_shape) {
   int64_t n = 1;
   for (size_t i = 0; i < placements.size(); ++i) {
     if (placements[i].is_shard_like()) n *= MeshDimSize(mesh_shape, i);
@@ -263,9 +281,11 @@ int64_t NumShards(const Placements& placements, const std::optional<std::vector<
 
 Placements AllReplicate(size_t mesh_ndim) { return Placements(mesh_ndim, Placement::Replicate()); }
 
-// A candidate whose outputs all get `out` and whose tensor inputs keep their current placements; callers then set
-// the inputs upstream's strategy names. Out= tensors are never redistributed upstream (kwargs are not), so they stay.
-Candidate BaseCandidate(const OpCallInfo& call, const std::vector<Placements>& current, const Placements& out) {
+// A candidate whose outputs all get `out` and whose tensor inputs keep their current placements;
+// callers then set the inputs upstream's strategy names. Out= tensors are never redistributed
+// upstream (kwargs are not), so they stay.
+Candidate BaseCandidate(const OpCallInfo& call, const std::vector<Placements>& current,
+                        const Placements& out) {
   Candidate c;
   c.outputs.assign(std::max<size_t>(call.outputs.size(), 1), out);
   c.inputs = current;
@@ -276,10 +296,11 @@ Candidate BaseCandidate(const OpCallInfo& call, const std::vector<Placements>& c
 // Reductions (op strategies).
 // ---------------------------------------------------------------------------------------------------------------------
 
-// Upstream's common_reduction_strategy for the single current spec of tensor input 0: the one candidate.
+// Upstream's common_reduction_strategy for the single current spec of tensor input 0: the one
+// candidate.
 Candidate CommonReduction(const OpCallInfo& call, const std::vector<Placements>& current,
-                          const std::vector<int64_t>& reduce_dims, bool keep_dim, bool reduction_linear,
-                          const ReductionKind& kind) {
+                          const std::vector<int64_t>& reduce_dims, bool keep_dim,
+                          bool reduction_linear, const ReductionKind& kind) {
   const TensorMeta& meta = call.inputs.at(0);
   const Placements placements = NormalizedPlacements(current.at(0), meta.ndim());
   bool linear = reduction_linear;
@@ -293,21 +314,25 @@ Candidate CommonReduction(const OpCallInfo& call, const std::vector<Placements>&
     }
   }
   for (const Placement& p : placements) {
-    // A pending Partial of another reduce op (any Partial for a p-norm) cannot be delayed through this reduction.
+    // A pending Partial of another reduce op (any Partial for a p-norm) cannot be delayed through
+    // this reduction.
     if (p.is_partial() && (kind.norm_type.has_value() || p.reduce_op() != kind.op)) {
       linear = false;
       break;
     }
   }
-  const Placements input_placements = linear ? placements : ReplicateReductionDims(placements, reduce_dims);
+  const Placements input_placements =
+      linear ? placements : ReplicateReductionDims(placements, reduce_dims);
   const std::vector<int64_t> dims_map = InferReduceDimsMap(reduce_dims, meta.ndim(), keep_dim);
-  const Placements out = MapPlacementsAfterReduction(call.name, input_placements, reduce_dims, dims_map, kind);
+  const Placements out =
+      MapPlacementsAfterReduction(call.name, input_placements, reduce_dims, dims_map, kind);
   Candidate c = BaseCandidate(call, current, out);
   c.inputs[0] = input_placements;
   return c;
 }
 
-// The reduction dims and keepdim of an op read as upstream's positional args_schema[dims_pos] / [keep_pos].
+// The reduction dims and keepdim of an op read as upstream's positional args_schema[dims_pos] /
+// [keep_pos].
 struct DimsAndKeep {
   std::vector<int64_t> reduce_dims;
   bool keep_dim = false;
@@ -327,21 +352,24 @@ DimsAndKeep PositionalDimsAndKeep(const OpCallInfo& call, size_t dims_pos, size_
 // Upstream's linear_reduction_strategy / argmax_argmin_strategy.
 OpStrategyFn PositionalReduction(ReduceOp op, bool reduction_linear) {
   return [op, reduction_linear](const OpCallInfo& call, const std::vector<Placements>& current) {
-    if (call.IsTensor(1)) throw InputError(call.name, "a reduction's dims argument cannot be a tensor");
+    if (call.IsTensor(1))
+      throw InputError(call.name, "a reduction's dims argument cannot be a tensor");
     const DimsAndKeep dk = PositionalDimsAndKeep(call, 1, 2);
-    return std::vector<Candidate>{CommonReduction(call, current, dk.reduce_dims, dk.keep_dim, reduction_linear,
-                                                  Reduce(op))};
+    return std::vector<Candidate>{
+        CommonReduction(call, current, dk.reduce_dims, dk.keep_dim, reduction_linear, Reduce(op))};
   };
 }
 
 // Upstream's std_var_reduction_strategy: dims positional, keepdim a keyword.
-std::vector<Candidate> StdVarStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+std::vector<Candidate> StdVarStrategy(const OpCallInfo& call,
+                                      const std::vector<Placements>& current) {
   const int64_t ndim = call.inputs.at(0).ndim();
   std::optional<std::vector<int64_t>> dims;
   if (UpstreamArgCount(call) > 1) dims = InferReductionDims(call.args[1], ndim);
   const std::vector<int64_t> reduce_dims = dims.has_value() ? *dims : AllDims(ndim);
   bool keep_dim = false;
-  if (auto i = ArgIndex(call, "keepdim"); i.has_value() && call.args[*i].isBool()) keep_dim = call.args[*i].toBool();
+  if (auto i = ArgIndex(call, "keepdim"); i.has_value() && call.args[*i].isBool())
+    keep_dim = call.args[*i].toBool();
   return {CommonReduction(call, current, reduce_dims, keep_dim, false, Reduce(ReduceOp::kSum))};
 }
 
@@ -378,23 +406,30 @@ OpStrategyFn NormStrategy(bool powsum) {
     const bool keep_dim = n > 3 && call.args[3].isBool() && call.args[3].toBool();
     ReductionKind kind = Reduce(ReduceOp::kSum);
     if (!powsum) kind = n > 1 ? NormReductionOf(call.args[1]) : ReductionKind{ReduceOp::kSum, 2.0};
-    return std::vector<Candidate>{CommonReduction(call, current, reduce_dims, keep_dim, true, kind)};
+    return std::vector<Candidate>{
+        CommonReduction(call, current, reduce_dims, keep_dim, true, kind)};
   };
 }
 
-// Upstream's scan_strategy (cumsum, cumprod, logcumsumexp): the dim is used as given (not normalised), as upstream.
-std::vector<Candidate> ScanStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+// Upstream's scan_strategy (cumsum, cumprod, logcumsumexp): the dim is used as given (not
+// normalised), as upstream.
+std::vector<Candidate> ScanStrategy(const OpCallInfo& call,
+                                    const std::vector<Placements>& current) {
   return {CommonReduction(call, current, {call.Int(1)}, true, false, Reduce(ReduceOp::kSum))};
 }
 
 // Upstream's global_median_strategy.
-std::vector<Candidate> GlobalMedianStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
-  return {CommonReduction(call, current, AllDims(call.inputs.at(0).ndim()), false, false, Reduce(ReduceOp::kSum))};
+std::vector<Candidate> GlobalMedianStrategy(const OpCallInfo& call,
+                                            const std::vector<Placements>& current) {
+  return {CommonReduction(call, current, AllDims(call.inputs.at(0).ndim()), false, false,
+                          Reduce(ReduceOp::kSum))};
 }
 
-// Upstream's logsumexp_strategy. Upstream reads keepdim from the keyword arguments only, but keepdim is positional
-// in the schema, so upstream always maps the output as keepdim=False; reproduced.
-std::vector<Candidate> LogsumexpStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+// Upstream's logsumexp_strategy. Upstream reads keepdim from the keyword arguments only, but
+// keepdim is positional in the schema, so upstream always maps the output as keepdim=False;
+// reproduced.
+std::vector<Candidate> LogsumexpStrategy(const OpCallInfo& call,
+                                         const std::vector<Placements>& current) {
   const int64_t ndim = call.inputs.at(0).ndim();
   const std::optional<std::vector<int64_t>> dims = InferReductionDims(call.args.at(1), ndim);
   if (!dims.has_value()) throw InputError(call.name, "Expected reduce_dims to not be None");
@@ -402,7 +437,8 @@ std::vector<Candidate> LogsumexpStrategy(const OpCallInfo& call, const std::vect
 }
 
 // Upstream's linalg_replicate_strategy: input 0 and every output replicated.
-std::vector<Candidate> ReplicateStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+std::vector<Candidate> ReplicateStrategy(const OpCallInfo& call,
+                                         const std::vector<Placements>& current) {
   Candidate c = BaseCandidate(call, current, AllReplicate(current.at(0).size()));
   c.inputs[0] = AllReplicate(current.at(0).size());
   return {c};
@@ -412,25 +448,30 @@ std::vector<Candidate> ReplicateStrategy(const OpCallInfo& call, const std::vect
 // Softmax and losses (op strategies).
 // ---------------------------------------------------------------------------------------------------------------------
 
-// Upstream's softmax_strategy: input replicated on the softmax dim (and Partial cleared); output follows.
-std::vector<Candidate> SoftmaxStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+// Upstream's softmax_strategy: input replicated on the softmax dim (and Partial cleared); output
+// follows.
+std::vector<Candidate> SoftmaxStrategy(const OpCallInfo& call,
+                                       const std::vector<Placements>& current) {
   const int64_t ndim = call.inputs.at(0).ndim();
   const int64_t dim = NormalizeDimNoCheck(call.Int(1), ndim);
-  const Placements target = ReplicateReductionDims(NormalizedPlacements(current.at(0), ndim), {dim});
+  const Placements target =
+      ReplicateReductionDims(NormalizedPlacements(current.at(0), ndim), {dim});
   Candidate c = BaseCandidate(call, current, target);
   c.inputs[0] = target;
   return {c};
 }
 
-// Upstream's softmax_backward_strategy: follow whichever of grad_output / output has more shards (grad_output on a
-// tie), replicated on the softmax dim; both inputs and the output get that.
-std::vector<Candidate> SoftmaxBackwardStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+// Upstream's softmax_backward_strategy: follow whichever of grad_output / output has more shards
+// (grad_output on a tie), replicated on the softmax dim; both inputs and the output get that.
+std::vector<Candidate> SoftmaxBackwardStrategy(const OpCallInfo& call,
+                                               const std::vector<Placements>& current) {
   const int64_t ndim = call.inputs.at(0).ndim();
   const int64_t dim = NormalizeDimNoCheck(call.Int(2), ndim);
   const auto mesh_shape = MeshShapeOf(call);
   const Placements grad_out = NormalizedPlacements(current.at(0), ndim);
   const Placements out = NormalizedPlacements(current.at(1), call.inputs.at(1).ndim());
-  const Placements& src = NumShards(grad_out, mesh_shape) >= NumShards(out, mesh_shape) ? grad_out : out;
+  const Placements& src =
+      NumShards(grad_out, mesh_shape) >= NumShards(out, mesh_shape) ? grad_out : out;
   const Placements target = ReplicateReductionDims(src, {dim});
   Candidate c = BaseCandidate(call, current, target);
   c.inputs[0] = target;
@@ -441,9 +482,11 @@ std::vector<Candidate> SoftmaxBackwardStrategy(const OpCallInfo& call, const std
 constexpr int64_t kReductionNone = 0;
 constexpr int64_t kReductionMean = 1;
 
-// Upstream's nll_loss_forward_strategy (also nll_loss2d_forward): (self, target, weight?, reduction, ignore_index)
+// Upstream's nll_loss_forward_strategy (also nll_loss2d_forward): (self, target, weight?,
+// reduction, ignore_index)
 // -> (output, total_weight).
-std::vector<Candidate> NllLossForwardStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+std::vector<Candidate> NllLossForwardStrategy(const OpCallInfo& call,
+                                              const std::vector<Placements>& current) {
   const TensorMeta& input_meta = MetaOf(call, 0);
   const TensorMeta& target_meta = MetaOf(call, 1);
   const bool has_weight = call.IsTensor(2);
@@ -468,28 +511,32 @@ std::vector<Candidate> NllLossForwardStrategy(const OpCallInfo& call, const std:
   if (reduction == kReductionMean) {
     op = ReduceOp::kAvg;
     if (!EvenlyShardable(target_meta.shape, target_expected, MeshShapeOf(call))) {
-      throw InputError(call.name,
-                       "The intermediate results of nll_loss cannot be evenly sharded, resulting in biased mean "
-                       "result.");
+      throw InputError(
+          call.name,
+          "The intermediate results of nll_loss cannot be evenly sharded, resulting in biased mean "
+          "result.");
     }
   }
   const std::vector<int64_t> reduce_dims = AllDims(target_meta.ndim());
   const std::vector<int64_t> dims_map = InferReduceDimsMap(reduce_dims, target_meta.ndim(), false);
-  const Placements out = MapPlacementsAfterReduction(call.name, target_expected, reduce_dims, dims_map, Reduce(op));
-  const Placements total_weight =
-      MapPlacementsAfterReduction(call.name, target_expected, reduce_dims, dims_map, Reduce(ReduceOp::kSum));
+  const Placements out =
+      MapPlacementsAfterReduction(call.name, target_expected, reduce_dims, dims_map, Reduce(op));
+  const Placements total_weight = MapPlacementsAfterReduction(
+      call.name, target_expected, reduce_dims, dims_map, Reduce(ReduceOp::kSum));
   c.outputs = {out, total_weight};
   return {c};
 }
 
-// Upstream's nll_loss_backward_strategy (also nll_loss2d_backward): (grad_output, self, target, weight?, reduction,
-// ignore_index, total_weight) -> grad_input.
-std::vector<Candidate> NllLossBackwardStrategy(const OpCallInfo& call, const std::vector<Placements>& current) {
+// Upstream's nll_loss_backward_strategy (also nll_loss2d_backward): (grad_output, self, target,
+// weight?, reduction, ignore_index, total_weight) -> grad_input.
+std::vector<Candidate> NllLossBackwardStrategy(const OpCallInfo& call,
+                                               const std::vector<Placements>& current) {
   const TensorMeta& input_meta = MetaOf(call, 1);
   const bool has_weight = call.IsTensor(3);
   const int64_t reduction = call.Int(4);
   const int64_t channel_dim = input_meta.ndim() >= 2 ? 1 : 0;
-  // Tensor input positions: grad_output 0, self 1, target 2, weight 3 (when given), total_weight last.
+  // Tensor input positions: grad_output 0, self 1, target 2, weight 3 (when given), total_weight
+  // last.
   const size_t total_weight_index = has_weight ? 4 : 3;
 
   const Placements input_expected =
@@ -516,7 +563,8 @@ using R = RulePlacement;
 
 SingleDimRule Repeat(const RulePlacement& p, size_t n) { return SingleDimRule(n, p); }
 
-// Rules [values, indices, input] sharding every dim but `dim` (upstream's max/min.dim, median.dim, mode, kthvalue).
+// Rules [values, indices, input] sharding every dim but `dim` (upstream's max/min.dim, median.dim,
+// mode, kthvalue).
 std::vector<SingleDimRule> ShardOtherDimsWithIndices(int64_t ndim, int64_t dim, bool keep_dim) {
   std::vector<SingleDimRule> rules;
   for (int64_t d = 0; d < ndim; ++d) {
@@ -533,7 +581,8 @@ std::vector<SingleDimRule> MaxMinDimRules(const OpCallInfo& call) {
   return ShardOtherDimsWithIndices(ndim, NormalizeDimNoCheck(call.Int(1), ndim), call.Bool(2));
 }
 
-// Upstream's dim_reduction_with_indices_strategy (median.dim, nanmedian.dim, mode): (self, dim=-1, keepdim=False).
+// Upstream's dim_reduction_with_indices_strategy (median.dim, nanmedian.dim, mode): (self, dim=-1,
+// keepdim=False).
 std::vector<SingleDimRule> DimWithIndicesRules(const OpCallInfo& call) {
   const int64_t ndim = MetaOf(call, 0).ndim();
   return ShardOtherDimsWithIndices(ndim, NormalizeDimNoCheck(call.Int(1), ndim), call.Bool(2));
@@ -545,9 +594,11 @@ std::vector<SingleDimRule> KthvalueRules(const OpCallInfo& call) {
   return ShardOtherDimsWithIndices(ndim, NormalizeDimNoCheck(call.Int(2), ndim), call.Bool(3));
 }
 
-// The number of leading (non-normalised) dims of `input_arg` for a norm over `normalized_shape_arg`.
+// The number of leading (non-normalised) dims of `input_arg` for a norm over
+// `normalized_shape_arg`.
 int64_t NormAxis(const OpCallInfo& call, size_t input_arg, size_t normalized_shape_arg) {
-  return MetaOf(call, input_arg).ndim() - static_cast<int64_t>(call.IntList(normalized_shape_arg).size());
+  return MetaOf(call, input_arg).ndim() -
+         static_cast<int64_t>(call.IntList(normalized_shape_arg).size());
 }
 
 // Upstream's layer_norm_single_dim_strategy: [out, mean, rstd, input, weight?, bias?].
@@ -573,14 +624,15 @@ std::vector<SingleDimRule> RmsNormRules(const OpCallInfo& call) {
   return rules;
 }
 
-// Upstream's layer_norm_bwd_single_dim_strategy: [d_input, d_weight, d_bias, grad_out, input, mean, rstd, weight?,
-// bias?]; d_weight / d_bias are P(sum), or None where weight / bias is not given.
+// Upstream's layer_norm_bwd_single_dim_strategy: [d_input, d_weight, d_bias, grad_out, input, mean,
+// rstd, weight?, bias?]; d_weight / d_bias are P(sum), or None where weight / bias is not given.
 std::vector<SingleDimRule> LayerNormBackwardRules(const OpCallInfo& call) {
   const bool has_weight = call.IsTensor(5);
   const bool has_bias = call.IsTensor(6);
   std::vector<SingleDimRule> rules;
   for (int64_t d = 0; d < NormAxis(call, 1, 2); ++d) {
-    SingleDimRule rule = {R::ShardOn(d), has_weight ? R::P() : R::None(), has_bias ? R::P() : R::None()};
+    SingleDimRule rule = {R::ShardOn(d), has_weight ? R::P() : R::None(),
+                          has_bias ? R::P() : R::None()};
     for (int i = 0; i < 4; ++i) rule.push_back(R::ShardOn(d));
     if (has_weight) rule.push_back(R::R());
     if (has_bias) rule.push_back(R::R());
@@ -594,16 +646,16 @@ std::vector<SingleDimRule> RmsNormBackwardRules(const OpCallInfo& call) {
   const bool has_weight = call.IsTensor(4);
   std::vector<SingleDimRule> rules;
   for (int64_t d = 0; d < NormAxis(call, 1, 2); ++d) {
-    SingleDimRule rule = {R::ShardOn(d), has_weight ? R::P() : R::None(), R::ShardOn(d), R::ShardOn(d),
-                          R::ShardOn(d)};
+    SingleDimRule rule = {R::ShardOn(d), has_weight ? R::P() : R::None(), R::ShardOn(d),
+                          R::ShardOn(d), R::ShardOn(d)};
     if (has_weight) rule.push_back(R::R());
     rules.push_back(rule);
   }
   return rules;
 }
 
-// Upstream's sort_strategy as single-dim rules with literal placements: [R, R, R] then [S(d)] * 3 for every dim but
-// the sort dim ([values, indices, input]).
+// Upstream's sort_strategy as single-dim rules with literal placements: [R, R, R] then [S(d)] * 3
+// for every dim but the sort dim ([values, indices, input]).
 std::vector<SingleDimRule> SortRules(const OpCallInfo& call, int64_t sort_dim) {
   const int64_t ndim = MetaOf(call, 0).ndim();
   sort_dim = NormalizeDimNoCheck(sort_dim, ndim);
@@ -614,17 +666,19 @@ std::vector<SingleDimRule> SortRules(const OpCallInfo& call, int64_t sort_dim) {
   return rules;
 }
 
-// Upstream's histc_strategy: [R, R], and [P(sum), S(d)] for every dim when both min and max are given.
+// Upstream's histc_strategy: [R, R], and [P(sum), S(d)] for every dim when both min and max are
+// given.
 std::vector<SingleDimRule> HistcRules(const OpCallInfo& call) {
   std::vector<SingleDimRule> rules = {{R::R(), R::R()}};
   if (UpstreamArgCount(call) == 4) {
-    for (int64_t d = 0; d < MetaOf(call, 0).ndim(); ++d) rules.push_back({R::P(), R::Of(Placement::Shard(d))});
+    for (int64_t d = 0; d < MetaOf(call, 0).ndim(); ++d)
+      rules.push_back({R::P(), R::Of(Placement::Shard(d))});
   }
   return rules;
 }
 
-// Upstream's pooling_strategy: every output and tensor input alike: R, S(0), (avg pools) P(sum), P(avg), and S(1)
-// when the input is batched (ndim >= spatial_rank + 2).
+// Upstream's pooling_strategy: every output and tensor input alike: R, S(0), (avg pools) P(sum),
+// P(avg), and S(1) when the input is batched (ndim >= spatial_rank + 2).
 SingleDimStrategyFn PoolingRules(int64_t spatial_rank, bool max_pool) {
   return [spatial_rank, max_pool](const OpCallInfo& call) {
     const size_t n = (max_pool ? 2 : 1) + call.inputs.size();
@@ -633,16 +687,19 @@ SingleDimStrategyFn PoolingRules(int64_t spatial_rank, bool max_pool) {
       rules.push_back(Repeat(R::P(ReduceOp::kSum), n));
       rules.push_back(Repeat(R::P(ReduceOp::kAvg), n));
     }
-    if (MetaOf(call, 0).ndim() >= spatial_rank + 2) rules.push_back(Repeat(R::Of(Placement::Shard(1)), n));
+    if (MetaOf(call, 0).ndim() >= spatial_rank + 2)
+      rules.push_back(Repeat(R::Of(Placement::Shard(1)), n));
     return rules;
   };
 }
 
-// Upstream's _linalg_batch_dim_strategies plus the op-specific extra rules of linalg_batch_dim_strategy.
+// Upstream's _linalg_batch_dim_strategies plus the op-specific extra rules of
+// linalg_batch_dim_strategy.
 SingleDimStrategyFn LinalgBatchRules(size_t n_placements, std::string extra) {
   return [n_placements, extra](const OpCallInfo& call) {
     std::vector<SingleDimRule> rules;
-    for (int64_t d = 0; d < MetaOf(call, 0).ndim() - 2; ++d) rules.push_back(Repeat(R::ShardOn(d), n_placements));
+    for (int64_t d = 0; d < MetaOf(call, 0).ndim() - 2; ++d)
+      rules.push_back(Repeat(R::ShardOn(d), n_placements));
     if (extra == "solve_triangular") {
       rules.push_back({R::P(), R::R(), R::P()});
       rules.push_back({R::P(ReduceOp::kAvg), R::R(), R::P(ReduceOp::kAvg)});
@@ -660,7 +717,8 @@ SingleDimStrategyFn LinalgBatchRules(size_t n_placements, std::string extra) {
   };
 }
 
-// Upstream's linalg_pinv_strategy: [out, self, atol?, rtol?] sharding batch dims, atol / rtol replicated.
+// Upstream's linalg_pinv_strategy: [out, self, atol?, rtol?] sharding batch dims, atol / rtol
+// replicated.
 std::vector<SingleDimRule> LinalgPinvRules(const OpCallInfo& call) {
   const size_t extra = NumBaseTensorInputs(call) - 1;
   std::vector<SingleDimRule> rules;
@@ -687,7 +745,9 @@ std::vector<SingleDimRule> LinalgCrossRules(const OpCallInfo& call) {
 
 // Upstream's interp_upsample_1out_1in_strategy.
 std::vector<SingleDimRule> UpsampleRules(const OpCallInfo&) {
-  return {Repeat(R::ShardOn(0), 2), Repeat(R::ShardOn(1), 2), {R::P(), R::P()},
+  return {Repeat(R::ShardOn(0), 2),
+          Repeat(R::ShardOn(1), 2),
+          {R::P(), R::P()},
           {R::P(ReduceOp::kAvg), R::P(ReduceOp::kAvg)}};
 }
 
@@ -700,20 +760,25 @@ std::vector<SingleDimRule> Pool1Out2InRules(const OpCallInfo&) {
 std::vector<SingleDimRule> MaxPoolBackwardRules(const OpCallInfo& call) {
   std::vector<SingleDimRule> rules = {Repeat(R::ShardOn(0), 4)};
   if (MetaOf(call, 0).ndim() >= 4) rules.push_back(Repeat(R::ShardOn(1), 4));
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) rules.push_back({R::P(op), R::P(op), R::R(), R::R()});
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})
+    rules.push_back({R::P(op), R::P(op), R::R(), R::R()});
   return rules;
 }
 
 // Upstream's grid_sampler_strategy: [out, input, grid].
 std::vector<SingleDimRule> GridSamplerRules(const OpCallInfo&) {
-  return {Repeat(R::ShardOn(0), 3), {R::P(), R::P(), R::R()},
+  return {Repeat(R::ShardOn(0), 3),
+          {R::P(), R::P(), R::R()},
           {R::P(ReduceOp::kAvg), R::P(ReduceOp::kAvg), R::R()}};
 }
 
 // Upstream's grid_sampler_backward_strategy.
-std::vector<SingleDimRule> GridSamplerBackwardRules(const OpCallInfo&) { return {Repeat(R::ShardOn(0), 5)}; }
+std::vector<SingleDimRule> GridSamplerBackwardRules(const OpCallInfo&) {
+  return {Repeat(R::ShardOn(0), 5)};
+}
 
-// Upstream's batch_norm_strategy: output / input on dim 1, the per-channel tensors on dim 0, reserve replicated.
+// Upstream's batch_norm_strategy: output / input on dim 1, the per-channel tensors on dim 0,
+// reserve replicated.
 SingleDimStrategyFn BatchNormRules(bool four_outputs) {
   return [four_outputs](const OpCallInfo& call) {
     const size_t num_inputs = NumBaseTensorInputs(call);
@@ -733,7 +798,8 @@ std::vector<SingleDimRule> BatchNormBackwardRules(const OpCallInfo& call) {
   return {rule};
 }
 
-// Upstream's autogen out-variant wrapper: each out= tensor follows its output (appended after the base rule).
+// Upstream's autogen out-variant wrapper: each out= tensor follows its output (appended after the
+// base rule).
 SingleDimStrategyFn WithOutArgs(SingleDimStrategyFn base) {
   return [base](const OpCallInfo& call) {
     std::vector<SingleDimRule> rules = base(call);
@@ -747,8 +813,8 @@ SingleDimStrategyFn WithOutArgs(SingleDimStrategyFn base) {
 }
 
 // Registers `fn` for the base op names and, wrapped by WithOutArgs, for their out= overloads.
-void RegisterWithOut(const std::vector<std::string>& base_ops, const std::vector<std::string>& out_ops,
-                     const SingleDimStrategyFn& fn) {
+void RegisterWithOut(const std::vector<std::string>& base_ops,
+                     const std::vector<std::string>& out_ops, const SingleDimStrategyFn& fn) {
   RegisterSingleDimStrategy(base_ops, fn);
   if (!out_ops.empty()) RegisterSingleDimStrategy(out_ops, WithOutArgs(fn));
 }
@@ -757,69 +823,91 @@ void RegisterWithOut(const std::vector<std::string>& base_ops, const std::vector
 
 void RegisterMathOps() {
   // Reductions whose partial results combine (upstream's LINEAR_REDUCTION_OP_MAP).
-  RegisterOpStrategy({"aten::all", "aten::all.dim", "aten::prod", "aten::prod.dim_int", "aten::prod.int_out",
-                      "prims::prod"},
+  RegisterOpStrategy({"aten::all", "aten::all.dim", "aten::prod", "aten::prod.dim_int",
+                      "aten::prod.int_out", "prims::prod"},
                      PositionalReduction(ReduceOp::kProduct, true));
-  RegisterOpStrategy({"aten::sum", "aten::sum.dim_IntList", "prims::sum", "aten::any", "aten::any.dim",
-                      "aten::any.dims", "aten::any.out", "aten::nansum"},
+  RegisterOpStrategy({"aten::sum", "aten::sum.dim_IntList", "prims::sum", "aten::any",
+                      "aten::any.dim", "aten::any.dims", "aten::any.out", "aten::nansum"},
                      PositionalReduction(ReduceOp::kSum, true));
-  RegisterOpStrategy({"aten::mean", "aten::mean.dim", "aten::mean.out"}, PositionalReduction(ReduceOp::kAvg, true));
-  // Upstream also lists aten::max.out / aten::min.out here, but those are the binary (self, other, out) overloads,
-  // which decompose to maximum.out / minimum.out before DTensor dispatch: they never reach this strategy.
-  RegisterOpStrategy({"aten::max", "aten::amax", "aten::amax.out"}, PositionalReduction(ReduceOp::kMax, true));
-  RegisterOpStrategy({"aten::min", "aten::amin", "aten::amin.out"}, PositionalReduction(ReduceOp::kMin, true));
+  RegisterOpStrategy({"aten::mean", "aten::mean.dim", "aten::mean.out"},
+                     PositionalReduction(ReduceOp::kAvg, true));
+  // Upstream also lists aten::max.out / aten::min.out here, but those are the binary (self, other,
+  // out) overloads, which decompose to maximum.out / minimum.out before DTensor dispatch: they
+  // never reach this strategy.
+  RegisterOpStrategy({"aten::max", "aten::amax", "aten::amax.out"},
+                     PositionalReduction(ReduceOp::kMax, true));
+  RegisterOpStrategy({"aten::min", "aten::amin", "aten::amin.out"},
+                     PositionalReduction(ReduceOp::kMin, true));
   // Index-returning reductions: reduced dims must be replicated.
   RegisterOpStrategy({"aten::argmax"}, PositionalReduction(ReduceOp::kMax, false));
   RegisterOpStrategy({"aten::argmin"}, PositionalReduction(ReduceOp::kMin, false));
   RegisterOpStrategy({"aten::cumsum", "aten::cumprod", "aten::logcumsumexp"}, ScanStrategy);
   RegisterOpStrategy({"aten::median", "aten::nanmedian"}, GlobalMedianStrategy);
   RegisterOpStrategy({"aten::std.correction", "aten::std.correction_out", "aten::var.correction",
-                      "aten::var.correction_out", "aten::var_mean.correction", "aten::var_mean.correction_out",
-                      "prims::var"},
+                      "aten::var.correction_out", "aten::var_mean.correction",
+                      "aten::var_mean.correction_out", "prims::var"},
                      StdVarStrategy);
   RegisterOpStrategy({"aten::linalg_vector_norm", "aten::norm.Scalar"}, NormStrategy(false));
   RegisterOpStrategy({"aten::linalg__powsum"}, NormStrategy(true));
   RegisterOpStrategy({"aten::logsumexp"}, LogsumexpStrategy);
-  RegisterOpStrategy({"aten::_linalg_svd", "aten::linalg_qr", "aten::diagonal_copy", "aten::diag_embed",
-                      "aten::diag", "aten::diagonal", "aten::tril", "aten::triu", "aten::_linalg_eigh"},
-                     ReplicateStrategy);
+  RegisterOpStrategy(
+      {"aten::_linalg_svd", "aten::linalg_qr", "aten::diagonal_copy", "aten::diag_embed",
+       "aten::diag", "aten::diagonal", "aten::tril", "aten::triu", "aten::_linalg_eigh"},
+      ReplicateStrategy);
 
   // Reductions with indices.
-  RegisterWithOut({"aten::max.dim", "aten::min.dim"}, {"aten::max.dim_max", "aten::min.dim_min"}, MaxMinDimRules);
+  RegisterWithOut({"aten::max.dim", "aten::min.dim"}, {"aten::max.dim_max", "aten::min.dim_min"},
+                  MaxMinDimRules);
   RegisterWithOut({"aten::median.dim", "aten::nanmedian.dim", "aten::mode"},
-                  {"aten::median.dim_values", "aten::nanmedian.dim_values", "aten::mode.values"}, DimWithIndicesRules);
+                  {"aten::median.dim_values", "aten::nanmedian.dim_values", "aten::mode.values"},
+                  DimWithIndicesRules);
   RegisterWithOut({"aten::kthvalue"}, {"aten::kthvalue.values"}, KthvalueRules);
-  // Upstream's op strategies built with expand_to_full_mesh_op_strategy, as single-dim rules of literal placements
-  // (same candidates, same product order; the all-Replicate rule comes first in each).
+  // Upstream's op strategies built with expand_to_full_mesh_op_strategy, as single-dim rules of
+  // literal placements (same candidates, same product order; the all-Replicate rule comes first in
+  // each).
   RegisterSingleDimStrategy({"aten::cummax", "aten::cummin"},
                             [](const OpCallInfo& call) { return SortRules(call, call.Int(1)); });
-  RegisterSingleDimStrategy({"aten::topk"}, [](const OpCallInfo& call) { return SortRules(call, call.Int(2)); });
-  RegisterSingleDimStrategy({"aten::sort"}, [](const OpCallInfo& call) { return SortRules(call, call.Int(1)); });
+  RegisterSingleDimStrategy({"aten::topk"},
+                            [](const OpCallInfo& call) { return SortRules(call, call.Int(2)); });
+  RegisterSingleDimStrategy({"aten::sort"},
+                            [](const OpCallInfo& call) { return SortRules(call, call.Int(1)); });
   RegisterSingleDimStrategy({"aten::sort.stable"}, [](const OpCallInfo& call) {
     const std::optional<size_t> i = ArgIndex(call, "dim");
     return SortRules(call, i.has_value() ? call.Int(*i) : -1);
   });
   RegisterSingleDimStrategy({"aten::histc"}, HistcRules);
-  for (const auto& [op, rank] : std::vector<std::pair<std::string, int64_t>>{
-           {"aten::avg_pool1d", 1}, {"aten::avg_pool2d", 2}, {"aten::avg_pool3d", 3},
-           {"aten::adaptive_avg_pool1d", 1}, {"aten::_adaptive_avg_pool2d", 2}, {"aten::_adaptive_avg_pool3d", 3}}) {
+  for (const auto& [op, rank] :
+       std::vector<std::pair<std::string, int64_t>>{{"aten::avg_pool1d", 1},
+                                                    {"aten::avg_pool2d", 2},
+                                                    {"aten::avg_pool3d", 3},
+                                                    {"aten::adaptive_avg_pool1d", 1},
+                                                    {"aten::_adaptive_avg_pool2d", 2},
+                                                    {"aten::_adaptive_avg_pool3d", 3}}) {
     RegisterSingleDimStrategy({op}, PoolingRules(rank, false));
   }
-  for (const auto& [op, rank] : std::vector<std::pair<std::string, int64_t>>{
-           {"aten::adaptive_max_pool1d", 1}, {"aten::adaptive_max_pool2d", 2}, {"aten::adaptive_max_pool3d", 3},
-           {"aten::fractional_max_pool2d", 2}, {"aten::fractional_max_pool3d", 3},
-           {"aten::max_pool1d_with_indices", 1}, {"aten::max_pool2d_with_indices", 2},
-           {"aten::max_pool3d_with_indices", 3}}) {
+  for (const auto& [op, rank] :
+       std::vector<std::pair<std::string, int64_t>>{{"aten::adaptive_max_pool1d", 1},
+                                                    {"aten::adaptive_max_pool2d", 2},
+                                                    {"aten::adaptive_max_pool3d", 3},
+                                                    {"aten::fractional_max_pool2d", 2},
+                                                    {"aten::fractional_max_pool3d", 3},
+                                                    {"aten::max_pool1d_with_indices", 1},
+                                                    {"aten::max_pool2d_with_indices", 2},
+                                                    {"aten::max_pool3d_with_indices", 3}}) {
     RegisterSingleDimStrategy({op}, PoolingRules(rank, true));
   }
 
   // Softmax.
-  RegisterOpStrategy({"aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax"}, SoftmaxStrategy);
-  RegisterOpStrategy({"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}, SoftmaxBackwardStrategy);
+  RegisterOpStrategy({"aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax"},
+                     SoftmaxStrategy);
+  RegisterOpStrategy({"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"},
+                     SoftmaxBackwardStrategy);
 
   // Losses.
-  RegisterOpStrategy({"aten::nll_loss_forward", "aten::nll_loss2d_forward"}, NllLossForwardStrategy);
-  RegisterOpStrategy({"aten::nll_loss_backward", "aten::nll_loss2d_backward"}, NllLossBackwardStrategy);
+  RegisterOpStrategy({"aten::nll_loss_forward", "aten::nll_loss2d_forward"},
+                     NllLossForwardStrategy);
+  RegisterOpStrategy({"aten::nll_loss_backward", "aten::nll_loss2d_backward"},
+                     NllLossBackwardStrategy);
 
   // Norms.
   RegisterWithOut({"aten::native_layer_norm"}, {"aten::native_layer_norm.out"}, LayerNormRules);
@@ -827,12 +915,15 @@ void RegisterMathOps() {
                   LayerNormBackwardRules);
   RegisterSingleDimStrategy({"aten::_fused_rms_norm"}, RmsNormRules);
   RegisterSingleDimStrategy({"aten::_fused_rms_norm_backward"}, RmsNormBackwardRules);
-  RegisterWithOut({"aten::native_batch_norm", "aten::_native_batch_norm_legit",
-                   "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training"},
-                  {"aten::native_batch_norm.out", "aten::_native_batch_norm_legit.out",
-                   "aten::_native_batch_norm_legit.no_stats_out", "aten::_native_batch_norm_legit_no_training.out"},
-                  BatchNormRules(false));
-  RegisterWithOut({"aten::_batch_norm_with_update"}, {"aten::_batch_norm_with_update.out"}, BatchNormRules(true));
+  RegisterWithOut(
+      {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+       "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training"},
+      {"aten::native_batch_norm.out", "aten::_native_batch_norm_legit.out",
+       "aten::_native_batch_norm_legit.no_stats_out",
+       "aten::_native_batch_norm_legit_no_training.out"},
+      BatchNormRules(false));
+  RegisterWithOut({"aten::_batch_norm_with_update"}, {"aten::_batch_norm_with_update.out"},
+                  BatchNormRules(true));
   RegisterWithOut({"aten::native_batch_norm_backward"}, {"aten::native_batch_norm_backward.out"},
                   BatchNormBackwardRules);
 
@@ -849,7 +940,8 @@ void RegisterMathOps() {
            {"aten::linalg_matrix_exp", "aten::linalg_matrix_exp.out", 2, ""},
            {"aten::cholesky_solve", "aten::cholesky_solve.out", 3, "cholesky_solve"},
            {"aten::linalg_householder_product", "aten::linalg_householder_product.out", 3, ""},
-           {"aten::linalg_solve_triangular", "aten::linalg_solve_triangular.out", 3, "solve_triangular"},
+           {"aten::linalg_solve_triangular", "aten::linalg_solve_triangular.out", 3,
+            "solve_triangular"},
            {"aten::linalg_ldl_solve", "aten::linalg_ldl_solve.out", 4, "solve_with_pivots"},
            {"aten::linalg_lu_solve", "aten::linalg_lu_solve.out", 4, "solve_with_pivots"},
            {"aten::ormqr", "aten::ormqr.out", 4, "solve_with_pivots"},
@@ -870,24 +962,27 @@ void RegisterMathOps() {
     if (op.out_name[0] != '\0') out_ops.push_back(op.out_name);
     RegisterWithOut({op.name}, out_ops, LinalgBatchRules(op.n_placements, op.extra));
   }
-  RegisterWithOut({"aten::linalg_pinv.atol_rtol_tensor"}, {"aten::linalg_pinv.atol_rtol_tensor_out"},
-                  LinalgPinvRules);
+  RegisterWithOut({"aten::linalg_pinv.atol_rtol_tensor"},
+                  {"aten::linalg_pinv.atol_rtol_tensor_out"}, LinalgPinvRules);
   RegisterWithOut({"aten::linalg_cross"}, {"aten::linalg_cross.out"}, LinalgCrossRules);
 
   // Interpolation, unpooling, grid sampling.
-  for (const char* op : {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-                         "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "_upsample_bilinear2d_aa",
-                         "_upsample_bicubic2d_aa", "_upsample_lanczos2d_aa", "upsample_bicubic2d",
-                         "upsample_bilinear2d", "upsample_linear1d", "upsample_trilinear3d"}) {
+  for (const char* op :
+       {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+        "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+        "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "_upsample_lanczos2d_aa",
+        "upsample_bicubic2d", "upsample_bilinear2d", "upsample_linear1d", "upsample_trilinear3d"}) {
     const std::string name = std::string("aten::") + op;
     RegisterWithOut({name}, {name + ".out"}, UpsampleRules);
     RegisterWithOut({name + "_backward"}, {name + "_backward.grad_input"}, UpsampleRules);
   }
-  RegisterWithOut({"aten::max_unpool2d", "aten::max_unpool3d", "aten::_adaptive_avg_pool2d_backward"},
-                  {"aten::max_unpool2d.out", "aten::max_unpool3d.out", "aten::_adaptive_avg_pool2d_backward.out"},
-                  Pool1Out2InRules);
-  RegisterWithOut({"aten::max_pool2d_with_indices_backward"}, {"aten::max_pool2d_with_indices_backward.grad_input"},
-                  MaxPoolBackwardRules);
+  RegisterWithOut(
+      {"aten::max_unpool2d", "aten::max_unpool3d", "aten::_adaptive_avg_pool2d_backward"},
+      {"aten::max_unpool2d.out", "aten::max_unpool3d.out",
+       "aten::_adaptive_avg_pool2d_backward.out"},
+      Pool1Out2InRules);
+  RegisterWithOut({"aten::max_pool2d_with_indices_backward"},
+                  {"aten::max_pool2d_with_indices_backward.grad_input"}, MaxPoolBackwardRules);
   RegisterWithOut({"aten::grid_sampler_2d", "aten::grid_sampler_3d"},
                   {"aten::grid_sampler_2d.out", "aten::grid_sampler_3d.out"}, GridSamplerRules);
   RegisterWithOut({"aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward"},

@@ -1,14 +1,16 @@
-// Sharding strategies of the random op family (upstream: torch/distributed/tensor/_ops/_random_ops.py): the
-// in-place samplers and dropout keep their input's sharding (never a Partial input: sampling a partial value is
-// undefined); multinomial shards only its batch dims.
+// Sharding strategies of the random op family (upstream:
+// torch/distributed/tensor/_ops/_random_ops.py): the in-place samplers and dropout keep their
+// input's sharding (never a Partial input: sampling a partial value is undefined); multinomial
+// shards only its batch dims.
 //
-// The values differ from upstream's: upstream's offset-based RNG tracker draws each shard as the matching part of
-// one tensor drawn unsharded, while dtsim's simulated ranks draw from their own seeded generators (local_tensor.h,
-// SetLocalSeed). The placements, shapes and communication are upstream's.
+// The values differ from upstream's: upstream's offset-based RNG tracker draws each shard as the
+// matching part of one tensor drawn unsharded, while dtsim's simulated ranks draw from their own
+// seeded generators (their SimWorld, sim_world.h). The placements, shapes and communication are
+// upstream's.
+#include <ATen/core/function_schema.h>
+
 #include "dtsim/ops/strategy.h"
 #include "ops/families.h"
-
-#include <ATen/core/function_schema.h>
 
 namespace dtsim {
 namespace ops {
@@ -41,9 +43,10 @@ std::vector<SingleDimRule> MultinomialRules(const OpCallInfo& call) {
 void RegisterRandomOps() {
   SingleDimOptions uneven;
   uneven.allow_uneven_sharding = true;
-  RegisterSingleDimStrategy({"aten::normal_", "aten::uniform_", "aten::native_dropout", "aten::bernoulli_.float",
-                             "aten::bernoulli", "aten::log_normal_", "aten::exponential_", "aten::geometric_"},
-                            FollowSelfRules, uneven);
+  RegisterSingleDimStrategy(
+      {"aten::normal_", "aten::uniform_", "aten::native_dropout", "aten::bernoulli_.float",
+       "aten::bernoulli", "aten::log_normal_", "aten::exponential_", "aten::geometric_"},
+      FollowSelfRules, uneven);
   RegisterSingleDimStrategy({"aten::multinomial"}, MultinomialRules);
 }
 

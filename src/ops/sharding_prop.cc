@@ -1,4 +1,5 @@
-// Sharding propagation: candidate expansion, upstream's redistribute cost and upstream's choice among candidates.
+// Sharding propagation: candidate expansion, upstream's redistribute cost and upstream's choice
+// among candidates.
 #include "dtsim/ops/sharding_prop.h"
 
 #include <ATen/core/function_schema.h>
@@ -8,9 +9,9 @@
 #include <set>
 #include <sstream>
 
-#include "dtsim/aten_dtype.h"
-#include "dtsim/error.h"
-#include "dtsim/planner.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/planner.h"
+#include "dtsim/tensor/aten_dtype.h"
 
 namespace dtsim {
 namespace ops {
@@ -18,8 +19,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Upstream's MeshTopoInfo.build_from_mesh for a mesh of device type "cpu" (torch.cpu.device_count() == 1 device
-// per host): a mesh dim is inter-host once the devices from it to the last dim exceed one.
+// Upstream's MeshTopoInfo.build_from_mesh for a mesh of device type "cpu" (torch.cpu.device_count()
+// == 1 device per host): a mesh dim is inter-host once the devices from it to the last dim exceed
+// one.
 struct MeshTopo {
   std::vector<int64_t> devices;
   std::vector<double> bandwidth;
@@ -48,11 +50,13 @@ double RingCost(double bytes_gb, const MeshTopo& topo, int64_t dim, int64_t hop_
   const int64_t n = topo.devices[dim];
   const int64_t hops = hop_factor * (n - 1);
   const double latency = 6.6 + static_cast<double>(hops) * topo.latency[dim];
-  const double bw = (bytes_gb * static_cast<double>(hops) / static_cast<double>(n)) / topo.bandwidth[dim];
+  const double bw =
+      (bytes_gb * static_cast<double>(hops) / static_cast<double>(n)) / topo.bandwidth[dim];
   return latency + bw * 1e6;
 }
 
-// Upstream's _compute_placement_transition_cost: the cost of one step and the bytes the next step moves.
+// Upstream's _compute_placement_transition_cost: the cost of one step and the bytes the next step
+// moves.
 double TransitionCost(const Placement& from, const Placement& to, const MeshTopo& topo, int64_t dim,
                       double* bytes_gb) {
   if (from == to) return 0.0;
@@ -78,7 +82,6 @@ double TransitionCost(const Placement& from, const Placement& to, const MeshTopo
   return 0.0;
 }
 
-
 // Upstream's is_tensor_shardable: every sharded tensor dim has at least as many elements as shards.
 bool Shardable(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const Placements& p) {
   std::vector<int64_t> shards(shape.size(), 1);
@@ -103,7 +106,8 @@ std::vector<InputFlags> FlagsOf(const OpCallInfo& call) {
   for (size_t i = 0; i < args.size() && i < call.meta.size(); ++i) {
     if (call.meta[i]) flags.push_back({!args[i].kwarg_only(), args[i].is_out()});
     if (i < call.list_meta.size()) {
-      for (size_t k = 0; k < call.list_meta[i].size(); ++k) flags.push_back({!args[i].kwarg_only(), false});
+      for (size_t k = 0; k < call.list_meta[i].size(); ++k)
+        flags.push_back({!args[i].kwarg_only(), false});
     }
   }
   return flags;
@@ -115,15 +119,18 @@ std::string PlacementsText(const std::vector<Placements>& lists) {
   return out.str();
 }
 
-// Expands single-dim rules over the mesh as upstream's expand_to_full_mesh_op_strategy (filters included).
+// Expands single-dim rules over the mesh as upstream's expand_to_full_mesh_op_strategy (filters
+// included).
 std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh& mesh,
-                                       const std::vector<Placements>& current, std::vector<SingleDimRule> rules,
-                                       const SingleDimOptions& options, const std::vector<InputFlags>& flags) {
+                                       const std::vector<Placements>& current,
+                                       std::vector<SingleDimRule> rules,
+                                       const SingleDimOptions& options,
+                                       const std::vector<InputFlags>& flags) {
   const size_t n_in = call.inputs.size();
   size_t n_out = call.outputs.size();
   if (!rules.empty()) {
-    DTSIM_CHECK(rules[0].size() >= n_in, call.name, ": a rule has ", rules[0].size(), " entries for ", n_in,
-                " tensor inputs");
+    DTSIM_CHECK(rules[0].size() >= n_in, call.name, ": a rule has ", rules[0].size(),
+                " entries for ", n_in, " tensor inputs");
     n_out = rules[0].size() - n_in;
   }
   for (const SingleDimRule& r : rules) {
@@ -152,8 +159,8 @@ std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh&
   for (const Placements& p : current) {
     for (const Placement& x : p) {
       if (x.is_shard()) plain_shard = true;
-      if (x.is_strided_shard() &&
-          std::find(split_factors.begin(), split_factors.end(), x.split_factor()) == split_factors.end()) {
+      if (x.is_strided_shard() && std::find(split_factors.begin(), split_factors.end(),
+                                            x.split_factor()) == split_factors.end()) {
         split_factors.push_back(x.split_factor());
       }
     }
@@ -164,12 +171,15 @@ std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh&
   // Concrete rules: entries are placements or "none".
   std::vector<std::vector<std::optional<Placement>>> concrete;
   for (const SingleDimRule& r : rules) {
-    bool placeholder = std::any_of(r.begin(), r.end(),
-                                   [](const RulePlacement& p) { return p.kind() == RulePlacement::Kind::kShardOn; });
+    bool placeholder = std::any_of(r.begin(), r.end(), [](const RulePlacement& p) {
+      return p.kind() == RulePlacement::Kind::kShardOn;
+    });
     if (!placeholder) {
       std::vector<std::optional<Placement>> c;
       for (const RulePlacement& p : r) {
-        c.push_back(p.kind() == RulePlacement::Kind::kNone ? std::nullopt : std::optional<Placement>(p.placement()));
+        c.push_back(p.kind() == RulePlacement::Kind::kNone
+                        ? std::nullopt
+                        : std::optional<Placement>(p.placement()));
       }
       concrete.push_back(std::move(c));
       continue;
@@ -224,13 +234,15 @@ std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh&
       c.inputs.push_back(*specs[n_out + i]);
     }
     if (!skip && inplace && n_in > 0) {
-      skip = c.inputs[0] != current[0] || (n_out > 0 && c.outputs[0] && *c.outputs[0] != current[0]);
+      skip =
+          c.inputs[0] != current[0] || (n_out > 0 && c.outputs[0] && *c.outputs[0] != current[0]);
     }
     if (!skip && out_variant) {
       size_t out_index = 0;
       for (size_t i = 0; i < n_in && !skip; ++i) {
         if (!flags[i].is_out) continue;
-        if (out_index >= n_out || !c.outputs[out_index] || *c.outputs[out_index] != current[i]) skip = true;
+        if (out_index >= n_out || !c.outputs[out_index] || *c.outputs[out_index] != current[i])
+          skip = true;
         ++out_index;
       }
     }
@@ -251,12 +263,14 @@ std::vector<Candidate> ExpandSingleDim(const OpCallInfo& call, const DeviceMesh&
 
 double RedistributeCost(const DTensorSpec& current, const Placements& target) {
   const Placements& cur = current.placements();
-  if (std::all_of(cur.begin(), cur.end(), [](const Placement& p) { return p.is_replicate(); })) return 0.0;
+  if (std::all_of(cur.begin(), cur.end(), [](const Placement& p) { return p.is_replicate(); }))
+    return 0.0;
   if (cur == target) return 0.0;
-  // _StridedShard: inside op propagation upstream's specs carry use_strided_shard_as_shard_order = False (the
-  // _StridedShard comes from a view op, or the strategy inherits the flag), so the shard order is the default one and
-  // every step from or to a _StridedShard costs 0 in _compute_placement_transition_cost (its is_shard() is false for
-  // _StridedShard). dtsim plans the same move with _S(d,k) read as S(d) and prices those steps at 0.
+  // _StridedShard: inside op propagation upstream's specs carry use_strided_shard_as_shard_order =
+  // False (the _StridedShard comes from a view op, or the strategy inherits the flag), so the shard
+  // order is the default one and every step from or to a _StridedShard costs 0 in
+  // _compute_placement_transition_cost (its is_shard() is false for _StridedShard). dtsim plans the
+  // same move with _S(d,k) read as S(d) and prices those steps at 0.
   Placements plain_cur = cur, to = target;
   std::vector<bool> strided_dim(cur.size(), false);
   for (size_t i = 0; i < cur.size(); ++i) {
@@ -264,9 +278,9 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
     if (cur[i].is_strided_shard()) plain_cur[i] = Placement::Shard(cur[i].dim());
     if (target[i].is_strided_shard()) to[i] = Placement::Shard(target[i].dim());
   }
-  // R → P runs locally at no cost and leaves the bytes alone (upstream's transition cost falls through to 0): plan
-  // to the target with those mesh dims left Replicate (planning through a mixed-Partial state such as
-  // [P(min), P(sum)] would be refused although upstream runs it).
+  // R → P runs locally at no cost and leaves the bytes alone (upstream's transition cost falls
+  // through to 0): plan to the target with those mesh dims left Replicate (planning through a
+  // mixed-Partial state such as [P(min), P(sum)] would be refused although upstream runs it).
   for (size_t i = 0; i < to.size(); ++i) {
     if (plain_cur[i].is_replicate() && to[i].is_partial()) to[i] = plain_cur[i];
   }
@@ -282,15 +296,18 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
   try {
     const bool strided = plain_cur != cur;
     plan = PlanRedistribute(
-        strided ? DTensorSpec::Create(current.mesh(), plain_cur, current.shape(), current.dtype()) : current, to,
-        PlannerKind::kGreedy);
+        strided ? DTensorSpec::Create(current.mesh(), plain_cur, current.shape(), current.dtype())
+                : current,
+        to, PlannerKind::kGreedy);
   } catch (const InputError&) {
     return kInf;  // a move upstream refuses (S → P, P(a) → P(b), mixed Partials)
   }
   double cost = 0.0;
   for (const PlanStep& step : plan.steps) {
-    if (strided_dim[step.mesh_dim]) continue;  // upstream prices a step touching a _StridedShard at 0
-    const double c = TransitionCost(step.upstream_from, step.upstream_to, topo, step.mesh_dim, &bytes_gb);
+    if (strided_dim[step.mesh_dim])
+      continue;  // upstream prices a step touching a _StridedShard at 0
+    const double c =
+        TransitionCost(step.upstream_from, step.upstream_to, topo, step.mesh_dim, &bytes_gb);
     if (std::isinf(c)) return kInf;
     cost += c;
   }
@@ -300,40 +317,45 @@ double RedistributeCost(const DTensorSpec& current, const Placements& target) {
 void ThrowNoStrategy(const std::string& op_name, const std::vector<Placements>& current) {
   const size_t colon = op_name.find("::");
   const std::string op_text = colon == std::string::npos ? op_name : op_name.substr(colon + 2);
-  throw InputError("op", StrCat("Operator aten.", op_text, " does not have a sharding strategy registered ",
-                                "(input placements: ", PlacementsText(current), "); dtsim never replicates ",
-                                "silently: redistribute the inputs and run the op on to_local() instead"));
+  throw InputError(
+      "op", StrCat("Operator aten.", op_text, " does not have a sharding strategy registered ",
+                   "(input placements: ", PlacementsText(current), "); dtsim never replicates ",
+                   "silently: redistribute the inputs and run the op on to_local() instead"));
 }
 
 std::string ShardingDecision::ToString() const {
   std::ostringstream out;
   out << PlacementsText(input_placements) << " -> ";
   for (size_t i = 0; i < output_placements.size(); ++i) {
-    out << (i ? ", " : "") << (output_placements[i] ? dtsim::ToString(*output_placements[i]) : "None");
+    out << (i ? ", " : "")
+        << (output_placements[i] ? dtsim::ToString(*output_placements[i]) : "None");
   }
   return out.str();
 }
 
 ShardingDecision PropagateSharding(const OpCallInfo& call, const DeviceMesh& mesh,
                                    const std::vector<Placements>& current) {
-  DTSIM_CHECK(current.size() == call.inputs.size(), call.name, ": ", current.size(), " placements for ",
-              call.inputs.size(), " inputs");
+  DTSIM_CHECK(current.size() == call.inputs.size(), call.name, ": ", current.size(),
+              " placements for ", call.inputs.size(), " inputs");
   const StrategyEntry* entry = FindStrategy(call.name);
-  const std::string op_text = call.name.substr(call.name.find("::") == std::string::npos ? 0 : call.name.find("::") + 2);
+  const std::string op_text =
+      call.name.substr(call.name.find("::") == std::string::npos ? 0 : call.name.find("::") + 2);
   if (entry == nullptr) ThrowNoStrategy(call.name, current);
   const std::vector<InputFlags> flags = FlagsOf(call);
   std::vector<Candidate> candidates;
   if (entry->single_dim) {
-    candidates = ExpandSingleDim(call, mesh, current, (*entry->single_dim)(call), entry->options, flags);
+    candidates =
+        ExpandSingleDim(call, mesh, current, (*entry->single_dim)(call), entry->options, flags);
   } else {
     candidates = (*entry->op_strategy)(call, current);
   }
   if (candidates.empty()) {
-    throw InputError("op", StrCat("aten.", op_text, ": no sharding strategy applies to input placements ",
-                                  PlacementsText(current),
-                                  call.inplace() ? " (an in-place op cannot change the placements of self; use "
-                                                   "the out-of-place op)"
-                                                 : ""));
+    throw InputError(
+        "op", StrCat("aten.", op_text, ": no sharding strategy applies to input placements ",
+                     PlacementsText(current),
+                     call.inplace() ? " (an in-place op cannot change the placements of self; use "
+                                      "the out-of-place op)"
+                                    : ""));
   }
   ShardingDecision d;
   int64_t no_redistribute = -1;
@@ -352,7 +374,8 @@ ShardingDecision PropagateSharding(const OpCallInfo& call, const DeviceMesh& mes
     d.candidates.push_back({c, cost});
     if (cost == 0.0) {
       bool moves = false;
-      for (size_t i = 0; i < current.size(); ++i) moves = moves || (flags[i].positional && c.inputs[i] != current[i]);
+      for (size_t i = 0; i < current.size(); ++i)
+        moves = moves || (flags[i].positional && c.inputs[i] != current[i]);
       if (!moves) {
         no_redistribute = static_cast<int64_t>(s);
       } else if (zero_cost < 0) {
@@ -379,8 +402,9 @@ ShardingDecision PropagateSharding(const OpCallInfo& call, const DeviceMesh& mes
   }
   const ScoredCandidate& chosen = d.candidates[d.chosen];
   if (std::isinf(chosen.cost)) {
-    throw InputError("op", StrCat("aten.", op_text, ": every sharding strategy needs a redistribution upstream ",
-                                  "cannot run from input placements ", PlacementsText(current)));
+    throw InputError(
+        "op", StrCat("aten.", op_text, ": every sharding strategy needs a redistribution upstream ",
+                     "cannot run from input placements ", PlacementsText(current)));
   }
   d.input_placements = chosen.candidate.inputs;
   d.output_placements = chosen.candidate.outputs;

@@ -8,7 +8,7 @@
 #include <memory>
 #include <mutex>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "ops/families.h"
 
 namespace dtsim {
@@ -41,7 +41,8 @@ Registry& GetRegistry() {
 std::string CanonicalOpName(std::string name) {
   if (name.find("::") == std::string::npos) name = "aten::" + name;
   const std::string suffix = ".default";
-  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (name.size() > suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
     name.resize(name.size() - suffix.size());
   }
   return name;
@@ -49,7 +50,8 @@ std::string CanonicalOpName(std::string name) {
 
 }  // namespace
 
-void RegisterSingleDimStrategy(const std::vector<std::string>& ops, SingleDimStrategyFn fn, SingleDimOptions options) {
+void RegisterSingleDimStrategy(const std::vector<std::string>& ops, SingleDimStrategyFn fn,
+                               SingleDimOptions options) {
   Registry& reg = GetRegistry();
   std::lock_guard<std::mutex> lock(reg.mu);
   for (const std::string& op : ops) {
@@ -73,8 +75,8 @@ void RegisterOpStrategy(const std::vector<std::string>& ops, OpStrategyFn fn) {
 void EnsureStrategiesRegistered() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Pointwise last: its table is upstream's final registry, where clone, copy_ and to.dtype resolve to
-    // pointwise rules although _tensor_ops.py registers them too.
+    // Pointwise last: its table is upstream's final registry, where clone, copy_ and to.dtype
+    // resolve to pointwise rules although _tensor_ops.py registers them too.
     RegisterMatrixOps();
     RegisterMathOps();
     RegisterViewOps();
@@ -90,7 +92,9 @@ const StrategyEntry* FindStrategy(std::string_view op_name) {
   Registry& reg = GetRegistry();
   std::lock_guard<std::mutex> lock(reg.mu);
   auto it = reg.entries.find(op_name);
-  return it == reg.entries.end() ? nullptr : &it->second;  // entries are never erased: the pointer stays valid
+  return it == reg.entries.end()
+             ? nullptr
+             : &it->second;  // entries are never erased: the pointer stays valid
 }
 
 std::vector<std::string> RegisteredOps() {
@@ -136,8 +140,8 @@ std::vector<int64_t> OpCallInfo::IntList(size_t i) const {
   }
   if (v.isList()) {
     std::vector<int64_t> out;
-    for (const c10::IValue& e : v.toList()) out.push_back(e.isSymInt() ? e.toSymInt().guard_int(__FILE__, __LINE__)
-                                                                        : e.toInt());
+    for (const c10::IValue& e : v.toList())
+      out.push_back(e.isSymInt() ? e.toSymInt().guard_int(__FILE__, __LINE__) : e.toInt());
     return out;
   }
   throw InputError(name, StrCat("argument ", i, " must be a list of ints, got ", v.tagKind()));
@@ -165,13 +169,13 @@ bool OpCallInfo::Bool(size_t i) const {
 
 bool OpCallInfo::IsScalar(size_t i) const {
   const c10::IValue& v = Arg(*this, i);
-  return v.isScalar() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble() || v.isSymInt() ||
-         v.isSymFloat();
+  return v.isScalar() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble() ||
+         v.isSymInt() || v.isSymFloat();
 }
 
 const std::vector<int64_t>& OpCallInfo::MeshSizes(size_t mesh_ndim) const {
-  DTSIM_CHECK(mesh_shape.size() == mesh_ndim, name, ": mesh has ", mesh_shape.size(), " dims but the input has ",
-              mesh_ndim, " placements");
+  DTSIM_CHECK(mesh_shape.size() == mesh_ndim, name, ": mesh has ", mesh_shape.size(),
+              " dims but the input has ", mesh_ndim, " placements");
   return mesh_shape;
 }
 
@@ -193,7 +197,8 @@ bool OpCallInfo::out_variant() const {
 // ---------------------------------------------------------------------------------------------------------------
 // Helpers
 
-std::vector<int64_t> BroadcastDimsMap(const std::vector<int64_t>& common, const std::vector<int64_t>& shape) {
+std::vector<int64_t> BroadcastDimsMap(const std::vector<int64_t>& common,
+                                      const std::vector<int64_t>& shape) {
   const int64_t n = static_cast<int64_t>(common.size());
   const int64_t m = static_cast<int64_t>(shape.size());
   std::vector<int64_t> out(n, -1);
@@ -216,16 +221,19 @@ std::vector<int64_t> BroadcastShapes(const std::vector<std::vector<int64_t>>& sh
         out[i] = s[k];
         continue;
       }
-      throw InputError("shape", StrCat("shapes do not broadcast: dim ", i, " is ", out[i], " and ", s[k]));
+      throw InputError("shape",
+                       StrCat("shapes do not broadcast: dim ", i, " is ", out[i], " and ", s[k]));
     }
   }
   return out;
 }
 
 int64_t NormalizeDim(int64_t dim, int64_t ndim, const std::string& field) {
-  const int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1, as ATen's maybe_wrap_dim
+  const int64_t n =
+      std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1, as ATen's maybe_wrap_dim
   if (dim < -n || dim >= n) {
-    throw InputError(field, StrCat("dim ", dim, " is out of range for a tensor of ", ndim, " dims"));
+    throw InputError(field,
+                     StrCat("dim ", dim, " is out of range for a tensor of ", ndim, " dims"));
   }
   return dim < 0 ? dim + n : dim;
 }

@@ -1,9 +1,10 @@
 // Sharding strategies of the view op family (upstream: torch/distributed/tensor/_ops/_view_ops.py).
 //
-// Each view-like op is described by a dim map: for every output dim, how it is formed from the input dims
-// (InputDim, Flatten, Split, Broadcast, Singleton, NewDim, Repeat). PropagateShapeAndSharding walks the map for the
-// input's current placements and gives the input placements the op needs (a shard the map cannot keep becomes
-// Replicate; strict views such as view/_unsafe_view/squeeze refuse instead) and the output placements, as upstream's
+// Each view-like op is described by a dim map: for every output dim, how it is formed from the
+// input dims (InputDim, Flatten, Split, Broadcast, Singleton, NewDim, Repeat).
+// PropagateShapeAndSharding walks the map for the input's current placements and gives the input
+// placements the op needs (a shard the map cannot keep becomes Replicate; strict views such as
+// view/_unsafe_view/squeeze refuse instead) and the output placements, as upstream's
 // propagate_shape_and_sharding does. The op strategy offers that single candidate.
 #include <cstdint>
 #include <functional>
@@ -16,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "dtsim/ops/strategy.h"
 #include "ops/families.h"
 
@@ -35,11 +36,12 @@ using DimSpecPtr = std::shared_ptr<const DimSpec>;
 struct DimSpec {
   enum class Kind { kSingleton, kInputDim, kBroadcast, kNewDim, kRepeat, kFlatten, kSplit };
   Kind kind = Kind::kSingleton;
-  int64_t input_dim = 0;            // kInputDim: the input dim
-  int64_t size = 0;                 // kBroadcast: dim_size; kNewDim: size; kRepeat: times
-  std::vector<DimSpecPtr> inputs;   // kBroadcast/kRepeat/kSplit: {inner}; kFlatten: the flattened dims
-  std::vector<int64_t> group_shape; // kSplit
-  int64_t split_id = 0;             // kSplit
+  int64_t input_dim = 0;  // kInputDim: the input dim
+  int64_t size = 0;       // kBroadcast: dim_size; kNewDim: size; kRepeat: times
+  std::vector<DimSpecPtr>
+      inputs;  // kBroadcast/kRepeat/kSplit: {inner}; kFlatten: the flattened dims
+  std::vector<int64_t> group_shape;  // kSplit
+  int64_t split_id = 0;              // kSplit
 
   bool Is(Kind k) const { return kind == k; }
 };
@@ -84,8 +86,8 @@ DimSpecPtr FlattenNew(std::vector<DimSpecPtr> dims) {
   return spec;
 }
 
-// Upstream's Split.new: a one-entry group is the dim itself, a size-1 member is a singleton, and size-1 members are
-// dropped from the group of the others.
+// Upstream's Split.new: a one-entry group is the dim itself, a size-1 member is a singleton, and
+// size-1 members are dropped from the group of the others.
 DimSpecPtr SplitNew(const DimSpecPtr& dim, const std::vector<int64_t>& group_shape, int64_t idx) {
   DTSIM_CHECK(!group_shape.empty(), "Split of an empty group");
   if (group_shape.size() == 1) {
@@ -98,7 +100,8 @@ DimSpecPtr SplitNew(const DimSpecPtr& dim, const std::vector<int64_t>& group_sha
   spec->inputs = {dim};
   for (size_t i = 0; i < group_shape.size(); ++i) {
     if (group_shape[i] == 1) continue;
-    if (static_cast<int64_t>(i) == idx) spec->split_id = static_cast<int64_t>(spec->group_shape.size());
+    if (static_cast<int64_t>(i) == idx)
+      spec->split_id = static_cast<int64_t>(spec->group_shape.size());
     spec->group_shape.push_back(group_shape[i]);
   }
   return spec;
@@ -138,11 +141,14 @@ DimMap DimPadLeft(int64_t ndim, int64_t min_dims) {
 }
 
 // Upstream's expand (broadcast to `shape`; -1 keeps a dim).
-DimMap Expand(const std::string& op, const std::vector<int64_t>& input_shape, const std::vector<int64_t>& shape) {
+DimMap Expand(const std::string& op, const std::vector<int64_t>& input_shape,
+              const std::vector<int64_t>& shape) {
   if (shape.size() < input_shape.size()) {
-    Refuse(op, StrCat("Expected len(shape) >= len(input_shape), got ", shape.size(), " < ", input_shape.size()));
+    Refuse(op, StrCat("Expected len(shape) >= len(input_shape), got ", shape.size(), " < ",
+                      input_shape.size()));
   }
-  const DimMap padded = DimPadLeft(static_cast<int64_t>(input_shape.size()), static_cast<int64_t>(shape.size()));
+  const DimMap padded =
+      DimPadLeft(static_cast<int64_t>(input_shape.size()), static_cast<int64_t>(shape.size()));
   DimMap map;
   for (size_t i = 0; i < padded.size(); ++i) {
     const DimSpecPtr& p = padded[i];
@@ -153,11 +159,15 @@ DimMap Expand(const std::string& op, const std::vector<int64_t>& input_shape, co
     } else {
       actual = input_shape[p->input_dim];
       if (!(actual == 1 || desired == -1 || desired == actual)) {
-        Refuse(op, StrCat("Expected actual_s == 1 or desired_s == -1 or desired_s == actual_s, got actual_s=", actual,
-                          ", desired_s=", desired));
+        Refuse(
+            op,
+            StrCat(
+                "Expected actual_s == 1 or desired_s == -1 or desired_s == actual_s, got actual_s=",
+                actual, ", desired_s=", desired));
       }
     }
-    map.push_back((desired == 1 || desired == -1 || desired == actual) ? p : BroadcastNew(p, desired));
+    map.push_back((desired == 1 || desired == -1 || desired == actual) ? p
+                                                                       : BroadcastNew(p, desired));
   }
   return map;
 }
@@ -165,7 +175,8 @@ DimMap Expand(const std::string& op, const std::vector<int64_t>& input_shape, co
 // Upstream's dim_repeat.
 DimMap DimRepeat(const std::string& op, int64_t ndim, const std::vector<int64_t>& sizes) {
   if (static_cast<int64_t>(sizes.size()) < ndim) {
-    Refuse(op, StrCat("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor ",
+    Refuse(op, StrCat("Number of dimensions of repeat dims can not be smaller than number of "
+                      "dimensions of tensor ",
                       ndim, "."));
   }
   const size_t pad = sizes.size() - static_cast<size_t>(ndim);
@@ -178,7 +189,8 @@ DimMap DimRepeat(const std::string& op, int64_t ndim, const std::vector<int64_t>
 }
 
 // Upstream's infer_size: resolves one -1 entry of `sizes` against `total_size` elements.
-std::vector<int64_t> InferSize(const std::string& op, int64_t total_size, std::vector<int64_t> sizes) {
+std::vector<int64_t> InferSize(const std::string& op, int64_t total_size,
+                               std::vector<int64_t> sizes) {
   int64_t infers = 0;
   for (int64_t s : sizes) infers += (s == -1);
   if (infers > 1) Refuse(op, "can only infer one size");
@@ -188,7 +200,8 @@ std::vector<int64_t> InferSize(const std::string& op, int64_t total_size, std::v
     if (size == 0) Refuse(op, "integer division or modulo by zero while inferring the size for -1");
     const int64_t missing = total_size / size;
     if (total_size % size != 0) {
-      Refuse(op, StrCat("size inferred for -1 is not integral; the view should have ", total_size, " elements."));
+      Refuse(op, StrCat("size inferred for -1 is not integral; the view should have ", total_size,
+                        " elements."));
     }
     for (int64_t& s : sizes) {
       if (s == -1) s = missing;
@@ -208,7 +221,8 @@ bool Divides(const std::string& op, int64_t a, int64_t b) {
 }
 
 // Upstream's view_groups: decomposes a reshape into forwarded, flattened and split dims.
-DimMap ViewGroups(const std::string& op, const std::vector<int64_t>& from_size, const std::vector<int64_t>& raw_to) {
+DimMap ViewGroups(const std::string& op, const std::vector<int64_t>& from_size,
+                  const std::vector<int64_t>& raw_to) {
   const int64_t from_nelem = Prod(from_size);
   const std::vector<int64_t> to_size = InferSize(op, from_nelem, raw_to);
   if (from_nelem != Prod(to_size)) Refuse(op, "Total view shape does not add up");
@@ -275,7 +289,8 @@ DimMap DimTranspose(const std::string& op, int64_t ndim, int64_t dim1, int64_t d
   dim1 = NormDim(dim1, ndim);
   dim2 = NormDim(dim2, ndim);
   if (dim1 < 0 || dim1 >= ndim || dim2 < 0 || dim2 >= ndim) {
-    Refuse(op, StrCat("transpose dims (", dim1, ", ", dim2, ") out of range for a tensor of ", ndim, " dims"));
+    Refuse(op, StrCat("transpose dims (", dim1, ", ", dim2, ") out of range for a tensor of ", ndim,
+                      " dims"));
   }
   DimMap map;
   for (int64_t i = 0; i < ndim; ++i) map.push_back(InputDim(i));
@@ -283,8 +298,10 @@ DimMap DimTranspose(const std::string& op, int64_t ndim, int64_t dim1, int64_t d
   return map;
 }
 
-// Upstream's dim_squeeze: drops the size-1 dims among `dims` (all dims when nullopt), on the global shape.
-DimMap DimSqueeze(const std::vector<int64_t>& shape, const std::optional<std::vector<int64_t>>& dims) {
+// Upstream's dim_squeeze: drops the size-1 dims among `dims` (all dims when nullopt), on the global
+// shape.
+DimMap DimSqueeze(const std::vector<int64_t>& shape,
+                  const std::optional<std::vector<int64_t>>& dims) {
   const int64_t ndim = static_cast<int64_t>(shape.size());
   std::set<int64_t> targets;
   if (!dims) {
@@ -326,8 +343,8 @@ DimMap DimViewAsReal(const std::string& op, const std::vector<int64_t>& shape) {
 // propagate_shape_and_sharding.
 // ---------------------------------------------------------------------------------------------------------------
 
-// Upstream's _ViewShardingPropagator: phase 1 (Analyze) decides which input shards the map keeps, phase 2
-// (RewriteOutputPlacements) maps the kept shards onto output dims.
+// Upstream's _ViewShardingPropagator: phase 1 (Analyze) decides which input shards the map keeps,
+// phase 2 (RewriteOutputPlacements) maps the kept shards onto output dims.
 class ViewShardingPropagator {
  public:
   ViewShardingPropagator(std::string op, const Placements& input_src_placements,
@@ -391,7 +408,8 @@ class ViewShardingPropagator {
       } else if (cmd->Is(DimSpec::Kind::kSplit)) {
         // A later member of a split group: chase the root input dim (first dim of a flatten).
         DimSpecPtr root = cmd->inputs[0];
-        while (root->Is(DimSpec::Kind::kFlatten) || root->Is(DimSpec::Kind::kSplit)) root = root->inputs[0];
+        while (root->Is(DimSpec::Kind::kFlatten) || root->Is(DimSpec::Kind::kSplit))
+          root = root->inputs[0];
         if (root->Is(DimSpec::Kind::kInputDim)) {
           auto it = input_to_output_.find(root->input_dim);
           if (it != input_to_output_.end()) it->second.push_back(out);
@@ -403,9 +421,11 @@ class ViewShardingPropagator {
     for (size_t mesh_dim = 0; mesh_dim < src_.size(); ++mesh_dim) {
       const Placement& p = src_[mesh_dim];
       if (IsShardLike(p) && !Allowed(p.dim())[mesh_dim]) {
-        if (strict_view_ && strict_replicate_fallback_.count({p.dim(), static_cast<int64_t>(mesh_dim)}) == 0) {
-          Refuse(op_, StrCat("This operation would remove or reshape sharded dimension ", p.dim(),
-                             ", which requires redistribution. Please redistribute the input first."));
+        if (strict_view_ &&
+            strict_replicate_fallback_.count({p.dim(), static_cast<int64_t>(mesh_dim)}) == 0) {
+          Refuse(op_,
+                 StrCat("This operation would remove or reshape sharded dimension ", p.dim(),
+                        ", which requires redistribution. Please redistribute the input first."));
         }
         tgt.push_back(Placement::Replicate());
       } else {
@@ -423,10 +443,10 @@ class ViewShardingPropagator {
     return std::nullopt;
   }
 
-  // The residual split factor of `cmd` after earlier mesh dims sharding the same input dim; nullopt when an earlier
-  // mesh size does not divide it.
-  std::optional<int64_t> ExpectedSplitFactor(const DimSpec& cmd, int64_t sharded_dim, size_t mesh_dim,
-                                             const Placements& placements) const {
+  // The residual split factor of `cmd` after earlier mesh dims sharding the same input dim; nullopt
+  // when an earlier mesh size does not divide it.
+  std::optional<int64_t> ExpectedSplitFactor(const DimSpec& cmd, int64_t sharded_dim,
+                                             size_t mesh_dim, const Placements& placements) const {
     int64_t sf = Prod(cmd.group_shape, 0, static_cast<size_t>(cmd.split_id));
     for (size_t m = 0; m < mesh_dim; ++m) {
       const Placement& other = placements[m];
@@ -438,14 +458,17 @@ class ViewShardingPropagator {
     return sf;
   }
 
-  // The mesh dim (and its placement) sharding `current_dim` for a Split: a plain Shard, or a StridedShard whose
-  // split factor matches this split member.
-  std::optional<size_t> FindShardForSplit(int64_t current_dim, const DimSpec& cmd, const Placements& placements) const {
+  // The mesh dim (and its placement) sharding `current_dim` for a Split: a plain Shard, or a
+  // StridedShard whose split factor matches this split member.
+  std::optional<size_t> FindShardForSplit(int64_t current_dim, const DimSpec& cmd,
+                                          const Placements& placements) const {
     for (size_t m = 0; m < placements.size(); ++m) {
       const Placement& p = placements[m];
-      if (!IsShardLike(p) || p.dim() != current_dim || matched_strided_mesh_dims_.count(m) > 0) continue;
+      if (!IsShardLike(p) || p.dim() != current_dim || matched_strided_mesh_dims_.count(m) > 0)
+        continue;
       if (p.is_strided_shard()) {
-        const std::optional<int64_t> expected = ExpectedSplitFactor(cmd, current_dim, m, placements);
+        const std::optional<int64_t> expected =
+            ExpectedSplitFactor(cmd, current_dim, m, placements);
         if (expected && *expected == p.split_factor()) return m;
       } else {
         return m;
@@ -468,9 +491,11 @@ class ViewShardingPropagator {
       if (strict_view_) {
         const bool is_last_input_dim = i == n - 1;
         if (!is_last_input_dim && tensor_dim_size % mesh_dim_size != 0) {
-          Refuse(op_, StrCat("Cannot flatten unevenly sharded tensor: dimension ", dim->input_dim, " (size ",
-                             tensor_dim_size, ") is not evenly divisible by mesh dimension ", *shard_mesh_dim,
-                             " (size ", mesh_dim_size, "). Please redistribute the tensor before this operation."));
+          Refuse(op_,
+                 StrCat("Cannot flatten unevenly sharded tensor: dimension ", dim->input_dim,
+                        " (size ", tensor_dim_size, ") is not evenly divisible by mesh dimension ",
+                        *shard_mesh_dim, " (size ", mesh_dim_size,
+                        "). Please redistribute the tensor before this operation."));
         }
         sharded_dims.push_back(dim->input_dim);
       } else if (i == 0) {
@@ -482,7 +507,8 @@ class ViewShardingPropagator {
       Allowed(dim->input_dim) = std::vector<bool>(mesh_ndim_, can_shard_dim);
     }
     if (!sharded_dims.empty()) return sharded_dims;
-    if (!cmd.inputs[0]->Is(DimSpec::Kind::kInputDim)) Refuse(op_, "Expected InputDim inside Flatten");
+    if (!cmd.inputs[0]->Is(DimSpec::Kind::kInputDim))
+      Refuse(op_, "Expected InputDim inside Flatten");
     return {cmd.inputs[0]->input_dim};
   }
 
@@ -491,7 +517,8 @@ class ViewShardingPropagator {
     if (in_dims.empty()) return {};
     const int64_t in_dim = in_dims[0];
     if (cmd.inputs[0]->Is(DimSpec::Kind::kFlatten)) {
-      // A plain Shard on a non-first flattened dim would need an intermediate _StridedShard: replicate it.
+      // A plain Shard on a non-first flattened dim would need an intermediate _StridedShard:
+      // replicate it.
       const std::vector<DimSpecPtr>& flat = cmd.inputs[0]->inputs;
       for (size_t k = 1; k < flat.size(); ++k) {
         if (!flat[k]->Is(DimSpec::Kind::kInputDim)) Refuse(op_, "Expected InputDim inside Flatten");
@@ -511,18 +538,23 @@ class ViewShardingPropagator {
       Allowed(in_dim) = allowed;
       const std::optional<size_t> plain_mesh_dim = FindPlainShard(in_dim);
       if (strict_view_ && plain_mesh_dim && !Allowed(in_dim)[*plain_mesh_dim]) {
-        Refuse(op_, StrCat("Cannot unflatten unevenly sharded tensor: output dimension ", cmd.split_id, " (size ",
-                           out_size, ") is not evenly divisible by mesh dimension ", *plain_mesh_dim, " (size ",
-                           mesh_[*plain_mesh_dim], "). Please redistribute the tensor before this operation."));
+        Refuse(op_,
+               StrCat("Cannot unflatten unevenly sharded tensor: output dimension ", cmd.split_id,
+                      " (size ", out_size, ") is not evenly divisible by mesh dimension ",
+                      *plain_mesh_dim, " (size ", mesh_[*plain_mesh_dim],
+                      "). Please redistribute the tensor before this operation."));
       }
     }
     if (shard_mesh_dim && src_[*shard_mesh_dim].is_strided_shard()) {
-      const bool is_last_split_dim = cmd.split_id == static_cast<int64_t>(cmd.group_shape.size()) - 1;
+      const bool is_last_split_dim =
+          cmd.split_id == static_cast<int64_t>(cmd.group_shape.size()) - 1;
       const int64_t m_size = mesh_[*shard_mesh_dim];
       if (strict_view_ && !is_last_split_dim && out_size % m_size != 0) {
-        Refuse(op_, StrCat("Cannot unflatten unevenly sharded tensor: output dimension ", cmd.split_id, " (size ",
-                           out_size, ") is not evenly divisible by mesh dimension ", *shard_mesh_dim, " (size ",
-                           m_size, "). Please redistribute the tensor before this operation."));
+        Refuse(op_,
+               StrCat("Cannot unflatten unevenly sharded tensor: output dimension ", cmd.split_id,
+                      " (size ", out_size, ") is not evenly divisible by mesh dimension ",
+                      *shard_mesh_dim, " (size ", m_size,
+                      "). Please redistribute the tensor before this operation."));
       }
       matched_strided_mesh_dims_.insert(*shard_mesh_dim);
       Allowed(in_dim)[*shard_mesh_dim] = (out_size % m_size == 0) || is_last_split_dim;
@@ -531,7 +563,8 @@ class ViewShardingPropagator {
     return {};
   }
 
-  // Updates shard_allowed_ for one dim spec and returns the input dim(s) an output dim may be sharded from.
+  // Updates shard_allowed_ for one dim spec and returns the input dim(s) an output dim may be
+  // sharded from.
   std::vector<int64_t> AnalyzeDim(const DimSpecPtr& cmd) {
     switch (cmd->kind) {
       case DimSpec::Kind::kInputDim:
@@ -541,7 +574,8 @@ class ViewShardingPropagator {
       case DimSpec::Kind::kSplit:
         return AnalyzeSplit(*cmd);
       case DimSpec::Kind::kRepeat: {
-        for (int64_t d : AnalyzeDim(cmd->inputs[0])) Allowed(d) = std::vector<bool>(mesh_ndim_, false);
+        for (int64_t d : AnalyzeDim(cmd->inputs[0]))
+          Allowed(d) = std::vector<bool>(mesh_ndim_, false);
         return {};
       }
       default:
@@ -549,9 +583,10 @@ class ViewShardingPropagator {
     }
   }
 
-  // True when no later mesh dim shards a dim in [flatten_start, flatten_end) at or after this mesh dim's shard dim.
-  static bool IsLastShardInFlattenRange(size_t mesh_dim, const Placements& placements, int64_t flatten_start,
-                                        int64_t flatten_end) {
+  // True when no later mesh dim shards a dim in [flatten_start, flatten_end) at or after this mesh
+  // dim's shard dim.
+  static bool IsLastShardInFlattenRange(size_t mesh_dim, const Placements& placements,
+                                        int64_t flatten_start, int64_t flatten_end) {
     const int64_t tensor_dim = placements[mesh_dim].dim();
     for (size_t m = mesh_dim + 1; m < placements.size(); ++m) {
       const Placement& other = placements[m];
@@ -580,8 +615,8 @@ class ViewShardingPropagator {
                               std::set<ClaimedDim>& claimed, std::vector<int64_t>& local) {
     const std::vector<int64_t> targets = UnclaimedTargets(p.dim(), claimed);
     if (targets.empty()) {
-      Refuse(op_, StrCat("No output dim available for Shard(dim=", p.dim(), ") on mesh dim ", mesh_dim,
-                         ". All output dims already claimed by earlier mesh dims."));
+      Refuse(op_, StrCat("No output dim available for Shard(dim=", p.dim(), ") on mesh dim ",
+                         mesh_dim, ". All output dims already claimed by earlier mesh dims."));
     }
     int64_t tgt = targets[0];
     if (targets.size() > 1) {
@@ -594,8 +629,8 @@ class ViewShardingPropagator {
         }
       }
       if (!found) {
-        Refuse(op_, StrCat("No Split(split_id=0) found among unclaimed output dims for Shard(dim=", p.dim(),
-                           ") on mesh dim ", mesh_dim, "."));
+        Refuse(op_, StrCat("No Split(split_id=0) found among unclaimed output dims for Shard(dim=",
+                           p.dim(), ") on mesh dim ", mesh_dim, "."));
       }
       tgt = *found;
     }
@@ -603,8 +638,8 @@ class ViewShardingPropagator {
     if (cmd.Is(DimSpec::Kind::kSplit) && cmd.inputs[0]->Is(DimSpec::Kind::kFlatten)) {
       const DimSpecPtr& first = cmd.inputs[0]->inputs[0];
       if (first->Is(DimSpec::Kind::kInputDim) && p.dim() != first->input_dim) {
-        Refuse(op_,
-               StrCat("Shard(dim=", p.dim(), ") should have been demoted before the Split(Flatten(...)) rewrite."));
+        Refuse(op_, StrCat("Shard(dim=", p.dim(),
+                           ") should have been demoted before the Split(Flatten(...)) rewrite."));
       }
     }
     const int64_t m_size = mesh_[mesh_dim];
@@ -623,22 +658,26 @@ class ViewShardingPropagator {
     if (p.dim() == start) {
       out = Placement::Shard(tgt);
     } else {
-      const int64_t split_factor = Prod(local, static_cast<size_t>(start), static_cast<size_t>(p.dim()));
+      const int64_t split_factor =
+          Prod(local, static_cast<size_t>(start), static_cast<size_t>(p.dim()));
       if (split_factor < 1) {
         Refuse(op_, StrCat("flattening gives a _StridedShard split factor of ", split_factor));
       }
       out = Placement::StridedShard(tgt, split_factor);
     }
-    if (local[p.dim()] % m_size != 0 && !IsLastShardInFlattenRange(mesh_dim, placements, start, last->input_dim + 1)) {
-      Refuse(op_, StrCat("Cannot shard unevenly distributed tensor: dimension ", p.dim(), " (size ", local[p.dim()],
-                         ") is not evenly divisible by mesh dimension ", mesh_dim, " (size ", m_size,
-                         "). Please redistribute the tensor before this operation."));
+    if (local[p.dim()] % m_size != 0 &&
+        !IsLastShardInFlattenRange(mesh_dim, placements, start, last->input_dim + 1)) {
+      Refuse(op_,
+             StrCat("Cannot shard unevenly distributed tensor: dimension ", p.dim(), " (size ",
+                    local[p.dim()], ") is not evenly divisible by mesh dimension ", mesh_dim,
+                    " (size ", m_size, "). Please redistribute the tensor before this operation."));
     }
     local[p.dim()] /= m_size;
     return *out;
   }
 
-  // The first output dim whose Split can keep the _StridedShard (mesh size × split factor), or nullopt.
+  // The first output dim whose Split can keep the _StridedShard (mesh size × split factor), or
+  // nullopt.
   std::optional<int64_t> FindKeepStridedDim(const std::vector<int64_t>& targets, const Placement& p,
                                             size_t mesh_dim) const {
     const int64_t total_shard = mesh_[mesh_dim] * p.split_factor();
@@ -648,7 +687,8 @@ class ViewShardingPropagator {
     for (int64_t candidate : targets) {
       const DimSpec& cmd = *rule_[candidate];
       if (!cmd.Is(DimSpec::Kind::kSplit)) continue;
-      const int64_t inner = Prod(cmd.group_shape, static_cast<size_t>(cmd.split_id + 1), cmd.group_shape.size());
+      const int64_t inner =
+          Prod(cmd.group_shape, static_cast<size_t>(cmd.split_id + 1), cmd.group_shape.size());
       int64_t trailing = 1;
       if (cmd.inputs[0]->Is(DimSpec::Kind::kFlatten)) {
         bool found = false;
@@ -662,7 +702,8 @@ class ViewShardingPropagator {
         }
       }
       const int64_t flattened_shard_size = shard_size * trailing;
-      if (inner != 0 && flattened_shard_size >= inner && flattened_shard_size % inner == 0) return candidate;
+      if (inner != 0 && flattened_shard_size >= inner && flattened_shard_size % inner == 0)
+        return candidate;
     }
     return std::nullopt;
   }
@@ -671,11 +712,13 @@ class ViewShardingPropagator {
                                 std::set<ClaimedDim>& claimed, std::vector<int64_t>& local) {
     const std::vector<int64_t> targets = UnclaimedTargets(p.dim(), claimed);
     const int64_t m_size = mesh_[mesh_dim];
-    // Phase 1: a Split whose leading group matches the split factor turns the strided shard into a plain one.
+    // Phase 1: a Split whose leading group matches the split factor turns the strided shard into a
+    // plain one.
     for (int64_t candidate : targets) {
       const DimSpec& cmd = *rule_[candidate];
       if (!cmd.Is(DimSpec::Kind::kSplit)) continue;
-      const std::optional<int64_t> expected = ExpectedSplitFactor(cmd, p.dim(), mesh_dim, placements);
+      const std::optional<int64_t> expected =
+          ExpectedSplitFactor(cmd, p.dim(), mesh_dim, placements);
       if (!expected || *expected != p.split_factor()) continue;
       claimed.insert({p.dim(), candidate});
       local[p.dim()] /= m_size;
@@ -687,13 +730,17 @@ class ViewShardingPropagator {
       bool any_split = false;
       for (int64_t d : targets) any_split = any_split || rule_[d]->Is(DimSpec::Kind::kSplit);
       if (strict_view_ && any_split) {
-        Refuse(op_, StrCat("Cannot unflatten tensor with _StridedShard placement: split_factor=", p.split_factor(),
-                           " does not match any output dimension. Please redistribute the tensor before this "
-                           "operation."));
+        Refuse(
+            op_,
+            StrCat(
+                "Cannot unflatten tensor with _StridedShard placement: split_factor=",
+                p.split_factor(),
+                " does not match any output dimension. Please redistribute the tensor before this "
+                "operation."));
       }
       if (targets.empty()) {
-        Refuse(op_, StrCat("No unclaimed output dims for _StridedShard(dim=", p.dim(), ") on mesh dim ", mesh_dim,
-                           "."));
+        Refuse(op_, StrCat("No unclaimed output dims for _StridedShard(dim=", p.dim(),
+                           ") on mesh dim ", mesh_dim, "."));
       }
       tgt = targets[0];
     }
@@ -743,15 +790,17 @@ const TensorMeta& SelfMeta(const OpCallInfo& info) {
   return info.inputs[0];
 }
 
-// Upstream's register_op_strategy_map: one candidate per input placement (the current one), from the dim map.
+// Upstream's register_op_strategy_map: one candidate per input placement (the current one), from
+// the dim map.
 void RegisterViewStrategy(const std::vector<std::string>& ops, DimMapFn dim_map, bool strict_view) {
-  RegisterOpStrategy(ops, [dim_map = std::move(dim_map), strict_view](const OpCallInfo& info,
-                                                                      const std::vector<Placements>& current) {
+  RegisterOpStrategy(ops, [dim_map = std::move(dim_map), strict_view](
+                              const OpCallInfo& info, const std::vector<Placements>& current) {
     DTSIM_CHECK(!current.empty(), info.name, ": view op without input placements");
     const DimMap rules = dim_map(info);
     const Placements& src = current[0];
     const std::vector<int64_t> mesh_sizes = info.MeshSizes(src.size());
-    ViewShardingPropagator propagator(info.name, src, SelfMeta(info).shape, rules, mesh_sizes, strict_view);
+    ViewShardingPropagator propagator(info.name, src, SelfMeta(info).shape, rules, mesh_sizes,
+                                      strict_view);
     auto [input_tgt, output] = propagator.Run();
     Candidate candidate;
     candidate.outputs.push_back(std::move(output));
@@ -771,8 +820,8 @@ std::string OverloadOf(const std::string& name) {
 void RegisterViewOps() {
   // squeeze (default: all size-1 dims; .dim: one; .dims: several), in-place forms too. Strict.
   RegisterViewStrategy(
-      {"aten::squeeze", "aten::squeeze_", "aten::squeeze.dim", "aten::squeeze_.dim", "aten::squeeze.dims",
-       "aten::squeeze_.dims"},
+      {"aten::squeeze", "aten::squeeze_", "aten::squeeze.dim", "aten::squeeze_.dim",
+       "aten::squeeze.dims", "aten::squeeze_.dims"},
       [](const OpCallInfo& info) {
         const std::string overload = OverloadOf(info.name);
         std::optional<std::vector<int64_t>> dims;
@@ -788,7 +837,8 @@ void RegisterViewOps() {
   };
   RegisterViewStrategy({"aten::view", "aten::_unsafe_view"}, view_map, /*strict_view=*/true);
   RegisterViewStrategy({"aten::view_copy"}, view_map, /*strict_view=*/false);
-  // reshape's dim map takes the shape list itself, so upstream fails (IndexError) on an empty (0-d) shape.
+  // reshape's dim map takes the shape list itself, so upstream fails (IndexError) on an empty (0-d)
+  // shape.
   RegisterViewStrategy(
       {"aten::reshape"},
       [](const OpCallInfo& info) {
@@ -805,7 +855,9 @@ void RegisterViewOps() {
 
   RegisterViewStrategy(
       {"aten::expand", "aten::expand_copy"},
-      [](const OpCallInfo& info) { return Expand(info.name, SelfMeta(info).shape, info.IntList(1)); },
+      [](const OpCallInfo& info) {
+        return Expand(info.name, SelfMeta(info).shape, info.IntList(1));
+      },
       /*strict_view=*/false);
 
   RegisterViewStrategy(
@@ -815,7 +867,8 @@ void RegisterViewOps() {
         DimMap map;
         for (int64_t d : info.IntList(1)) {
           const int64_t nd = NormDim(d, ndim);
-          if (nd < 0 || nd >= ndim) Refuse(info.name, StrCat("permute dim ", d, " out of range for ", ndim, " dims"));
+          if (nd < 0 || nd >= ndim)
+            Refuse(info.name, StrCat("permute dim ", d, " out of range for ", ndim, " dims"));
           map.push_back(InputDim(nd));
         }
         return map;
@@ -824,23 +877,30 @@ void RegisterViewOps() {
 
   RegisterViewStrategy(
       {"aten::repeat"},
-      [](const OpCallInfo& info) { return DimRepeat(info.name, SelfMeta(info).ndim(), info.IntList(1)); },
+      [](const OpCallInfo& info) {
+        return DimRepeat(info.name, SelfMeta(info).ndim(), info.IntList(1));
+      },
       /*strict_view=*/false);
 
   RegisterViewStrategy(
       {"aten::transpose.int"},
-      [](const OpCallInfo& info) { return DimTranspose(info.name, SelfMeta(info).ndim(), info.Int(1), info.Int(2)); },
+      [](const OpCallInfo& info) {
+        return DimTranspose(info.name, SelfMeta(info).ndim(), info.Int(1), info.Int(2));
+      },
       /*strict_view=*/false);
 
   RegisterViewStrategy(
-      {"aten::view_as_real"}, [](const OpCallInfo& info) { return DimViewAsReal(info.name, SelfMeta(info).shape); },
+      {"aten::view_as_real"},
+      [](const OpCallInfo& info) { return DimViewAsReal(info.name, SelfMeta(info).shape); },
       /*strict_view=*/false);
 
-  // view_as_complex: float [..., 2] -> complex [...]; rules [output, self]. P(max)/P(min) do not apply to complex.
+  // view_as_complex: float [..., 2] -> complex [...]; rules [output, self]. P(max)/P(min) do not
+  // apply to complex.
   RegisterSingleDimStrategy({"aten::view_as_complex"}, [](const OpCallInfo& info) {
     const int64_t ndim = SelfMeta(info).ndim();
     std::vector<SingleDimRule> rules;
-    for (int64_t d = 0; d + 1 < ndim; ++d) rules.push_back({RulePlacement::ShardOn(d), RulePlacement::ShardOn(d)});
+    for (int64_t d = 0; d + 1 < ndim; ++d)
+      rules.push_back({RulePlacement::ShardOn(d), RulePlacement::ShardOn(d)});
     rules.push_back({RulePlacement::P(ReduceOp::kSum), RulePlacement::P(ReduceOp::kSum)});
     rules.push_back({RulePlacement::P(ReduceOp::kAvg), RulePlacement::P(ReduceOp::kAvg)});
     return rules;

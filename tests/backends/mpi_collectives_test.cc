@@ -1,7 +1,10 @@
-// The collectives conformance suite on the MPI backend: run under `mpirun -np N` (N = 1..8), it instantiates every
-// conformance test of the simulated backend for the meshes of exactly N ranks; every rank checks its own results
-// against the same closed forms. Only rank 0 prints the usual GoogleTest output; a failure on any rank is printed
-// by that rank and makes every rank exit non-zero. Plus tests of the real-rank front: records with one row, faults.
+// The collectives conformance suite on the MPI backend: run under `mpirun -np N` (N = 1..8), it
+// instantiates every conformance test of the simulated backend for the meshes of exactly N ranks;
+// every rank checks its own results against the same closed forms. Only rank 0 prints the usual
+// GoogleTest output; a failure on any rank is printed by that rank and makes every rank exit
+// non-zero. Plus tests of the real-rank front: records with one row, faults.
+#include "dtsim/backends/mpi_collectives.h"
+
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,9 +13,8 @@
 #include <cstdlib>
 
 #include "../collectives_conformance.h"
+#include "dtsim/layout/error.h"
 #include "real_backend_test_main.h"
-#include "dtsim/backends/mpi_collectives.h"
-#include "dtsim/error.h"
 
 namespace dtsim {
 namespace testing_internal {
@@ -21,8 +23,8 @@ std::shared_ptr<Collectives> MpiBackend() { return MakeMpiCollectives(); }
 
 int64_t WorldSize() { return MakeMpiCollectives()->world_size(); }  // initialises MPI on first use
 
-INSTANTIATE_TEST_SUITE_P(Mpi, CollectivesConformance, ::testing::ValuesIn(ConformanceParams("mpi", MpiBackend,
-                                                                                            WorldSize())),
+INSTANTIATE_TEST_SUITE_P(Mpi, CollectivesConformance,
+                         ::testing::ValuesIn(ConformanceParams("mpi", MpiBackend, WorldSize())),
                          ParamName);
 
 TEST(MpiCollectivesTest, OwnsItsRankAndWorld) {
@@ -45,7 +47,8 @@ TEST(MpiCollectivesTest, RecordsOneRowWithMeasuredTime) {
   c->SetObserver(&obs);
   std::vector<int64_t> world(WorldSize());
   std::iota(world.begin(), world.end(), 0);
-  at::Tensor x = c->FromRankFn(world, [](int64_t r) { return at::full({3}, static_cast<float>(r)); });
+  at::Tensor x =
+      c->FromRankFn(world, [](int64_t r) { return at::full({3}, static_cast<float>(r)); });
   c->AllGather(x, GroupSet::Of(world), 0);
   ASSERT_EQ(obs.records.size(), 1u);
   const CollectiveRecord& rec = obs.records[0];
@@ -56,11 +59,14 @@ TEST(MpiCollectivesTest, RecordsOneRowWithMeasuredTime) {
 }
 
 TEST(MpiCollectivesTest, HalfAndBoolReductionsAreBitwiseTheSimulation) {
-  // bfloat16 sums round differently in another order: the backend reduces in group-rank order like the simulation.
+  // bfloat16 sums round differently in another order: the backend reduces in group-rank order like
+  // the simulation.
   auto c = MakeMpiCollectives();
   std::vector<int64_t> world(WorldSize());
   std::iota(world.begin(), world.end(), 0);
-  auto value = [](int64_t r) { return (at::arange(16, at::kFloat) * 37.3 + r * 101.7).to(at::kBFloat16); };
+  auto value = [](int64_t r) {
+    return (at::arange(16, at::kFloat) * 37.3 + r * 101.7).to(at::kBFloat16);
+  };
   at::Tensor x = c->FromRankFn(world, value);
   at::Tensor got = c->AllReduce(x, GroupSet::Of(world), ReduceOp::kSum);
   std::vector<at::Tensor> all;
@@ -68,15 +74,16 @@ TEST(MpiCollectivesTest, HalfAndBoolReductionsAreBitwiseTheSimulation) {
   at::Tensor want = all[0].clone();
   for (size_t i = 1; i < all.size(); ++i) want.add_(all[i]);
   EXPECT_TRUE(at::equal(got, want));
-  at::Tensor b = c->FromRankFn(world, [](int64_t r) { return at::arange(8).remainder(r + 2).eq(0); });
+  at::Tensor b =
+      c->FromRankFn(world, [](int64_t r) { return at::arange(8).remainder(r + 2).eq(0); });
   at::Tensor band = c->AllReduce(b, GroupSet::Of(world), ReduceOp::kBand);
   at::Tensor want_band = at::ones({8}, at::kBool);
   for (int64_t r : world) want_band.bitwise_and_(at::arange(8).remainder(r + 2).eq(0));
   EXPECT_TRUE(at::equal(band, want_band));
 }
 
-// Run on purpose by tests/backends/test_mpi_faults.py (the job must end with a report, so it is disabled here):
-// rank 1 runs an all_reduce where the others run an all_gather.
+// Run on purpose by tests/backends/test_mpi_faults.py (the job must end with a report, so it is
+// disabled here): rank 1 runs an all_reduce where the others run an all_gather.
 TEST(MpiCollectivesTest, DISABLED_DivergingRanksAreReported) {
   auto c = MakeMpiCollectives();
   std::vector<int64_t> world(WorldSize());
@@ -94,5 +101,6 @@ TEST(MpiCollectivesTest, DISABLED_DivergingRanksAreReported) {
 }  // namespace dtsim
 
 int main(int argc, char** argv) {
-  return dtsim::testing_internal::RunRealBackendTests(argc, argv, [] { return dtsim::MakeMpiCollectives(); });
+  return dtsim::testing_internal::RunRealBackendTests(argc, argv,
+                                                      [] { return dtsim::MakeMpiCollectives(); });
 }

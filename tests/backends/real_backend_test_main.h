@@ -1,6 +1,7 @@
-// The main() of a real backend's GoogleTest binary run under mpirun: the backend (and MPI) start before the test
-// parameters are made (they ask for the world size); only rank 0 prints GoogleTest's output, other ranks print their
-// failures as "[rank N] file:line: message"; every rank exits non-zero when any rank failed.
+// The main() of a real backend's GoogleTest binary run under mpirun: the backend (and MPI) start
+// before the test parameters are made (they ask for the world size); only rank 0 prints
+// GoogleTest's output, other ranks print their failures as "[rank N] file:line: message"; every
+// rank exits non-zero when any rank failed.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,7 +11,7 @@
 #include <functional>
 #include <memory>
 
-#include "dtsim/collectives.h"
+#include "dtsim/tensor/collectives.h"
 
 namespace dtsim::testing_internal {
 
@@ -19,15 +20,17 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, result.file_name() ? result.file_name() : "?",
-                 result.line_number(), result.summary());
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.summary());
   }
 
  private:
   int rank_;
 };
 
-inline int RunRealBackendTests(int argc, char** argv, const std::function<std::shared_ptr<Collectives>()>& make) {
+inline int RunRealBackendTests(int argc, char** argv,
+                               const std::function<std::shared_ptr<Collectives>()>& make) {
   make();  // starts MPI (and the device)
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
@@ -40,7 +43,8 @@ inline int RunRealBackendTests(int argc, char** argv, const std::function<std::s
   const int failed = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && any && !failed) std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
+  if (rank == 0 && any && !failed)
+    std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
   return any ? 1 : 0;
 }
 

@@ -102,3 +102,96 @@ def test_batch_answers_every_line_and_exit_code_says_a_line_failed():
     assert second["field"] == "op" and "cannot be multiplied" in second["error"]
     out = run("op", "--batch", "-", stdin=json.dumps(good) + "\n")
     assert out.returncode == 0, out.stderr
+
+
+def chunks(n, k):
+    """torch.chunk sizes of n over k."""
+    c = -(-n // k) if n else 0
+    return [max(0, min(c, n - i * c)) for i in range(k)]
+
+
+def test_trace_records_each_implicit_redistribution_as_the_answer_names_it(tmp_path):
+    # [S(0)] x [S(0)] on 4 ranks: mm moves its second input (S(0) -> R: one all_gather); the op trace holds that
+    # redistribution as a whole dtsim trace whose steps, collectives and per-rank shapes are the plan's.
+    trace = tmp_path / "op.json"
+    out = run("op", "mm", "--mesh", "4", "--arg", "10x6:S(0)", "--arg", "6x4:S(0)", "--json", "--trace", str(trace))
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    t = json.loads(trace.read_text())
+    assert t["format"] == "dtsim-op-trace" and t["version"] == 1 and t["op"] == "mm" and t["ok"] is True
+    assert t["strategy"] == answer["strategy"] and t["meta"]["command"] == "op"
+    assert len(t["redistributions"]) == len(answer["redistributes"]) == 1
+    (red,) = t["redistributions"]
+    (named,) = answer["redistributes"]
+    assert red["op"] == "aten::mm" and red["arg"] == named["arg"] == 1
+    inner = red["trace"]
+    assert inner["format"] == "dtsim-trace"
+    assert inner["initial"]["spec"]["placements"] == named["from"] == "[S(0)]"
+    assert inner["final"]["spec"]["placements"] == "[R]"
+    assert [s["collective"] for s in inner["steps"]] == [s["collective"] for s in named["plan"]] == ["all_gather"]
+    (coll,) = inner["steps"][0]["collectives"]
+    assert coll["op"] == "all_gather" and coll["groups"] == [[0, 1, 2, 3]]
+    # Closed form: 6 rows over 4 ranks are chunks 2, 2, 2, 0; every rank ends with the whole 6 x 4.
+    assert [r["local_shape"] for r in inner["initial"]["ranks"]] == [[c, 4] for c in chunks(6, 4)]
+    assert all(r["local_shape"] == [6, 4] for r in inner["final"]["ranks"])
+    assert answer["collective_counts"]["all_gather"] == 1
+    # The same trace compared with itself agrees; a changed hash is found and named.
+    same = run("trace-diff", str(trace), str(trace))
+    assert same.returncode == 0 and "op traces agree: mm, 1 implicit redistribution" in same.stdout
+    t["redistributions"][0]["trace"]["final"]["ranks"][2]["hash"] = "xxh3:0000000000000000"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(t))
+    differ = run("trace-diff", str(trace), str(bad))
+    assert differ.returncode == 1 and "redistribution 1 (aten::mm arg 1): final: hash differs on rank 2" in differ.stdout
+
+
+def test_trace_of_an_op_without_redistribution_and_of_a_composite(tmp_path):
+    none = tmp_path / "none.json"
+    out = run("op", "mm", "--mesh", "2x4", "--arg", "8x16:S(0),R", "--arg", "16x12:R,S(1)", "--trace", str(none))
+    assert out.returncode == 0 and "trace written to" in out.stdout
+    assert json.loads(none.read_text())["redistributions"] == []
+    comp = tmp_path / "matmul.json"
+    out = run("op", "matmul", "--mesh", "2x2", "--arg", "4x6:S(0),S(1)", "--arg", "6x4:S(1),R", "--json", "--trace",
+              str(comp))
+    assert out.returncode == 0, out.stderr
+    answer, t = json.loads(out.stdout), json.loads(comp.read_text())
+    # matmul of 2-d tensors decomposes into mm: the trace names the ATen op that moved its argument.
+    assert [(r["op"], r["arg"]) for r in t["redistributions"]] == [("aten::mm", r["arg"]) for r in answer["redistributes"]]
+    assert [r["trace"]["initial"]["spec"]["placements"] for r in t["redistributions"]] == [
+        r["from"] for r in answer["redistributes"]]
+
+
+def test_op_traces_that_are_not_valid_are_refused_naming_the_field(tmp_path):
+    good = tmp_path / "good.json"
+    assert run("op", "mm", "--mesh", "4", "--arg", "10x6:S(0)", "--arg", "6x4:S(0)", "--trace", str(good)).returncode == 0
+    base = json.loads(good.read_text())
+    cases = [
+        (lambda t: t.update(version=2), "version 2 is not supported"),
+        (lambda t: t.pop("redistributions"), "redistributions"),
+        (lambda t: t["redistributions"][0].update(arg=-1), "redistributions[0].arg"),
+        (lambda t: t["redistributions"][0]["trace"].update(format="x"), "redistributions[0].trace"),
+        (lambda t: t["redistributions"][0]["trace"]["steps"][0].update(collective="gossip"), "unknown collective"),
+    ]
+    for mutate, words in cases:
+        t = json.loads(json.dumps(base))
+        mutate(t)
+        path = tmp_path / "mutated.json"
+        path.write_text(json.dumps(t))
+        out = run("trace-diff", str(good), str(path))
+        assert out.returncode == 2 and out.stdout == "", (words, out.stdout)
+        assert "dtsim: error: trace: " in out.stderr and words in out.stderr, (words, out.stderr)
+    # An op trace where a redistribution trace is expected says what it is.
+    out = run("export", "--format", "perfetto", str(good), str(tmp_path / "p.json"))
+    assert out.returncode == 2 and "an op trace of `dtsim op --trace`" in out.stderr
+
+
+def test_batch_line_may_name_its_trace(tmp_path):
+    trace = tmp_path / "line.json"
+    line = {"mesh": [4], "op": "add.Tensor", "args": [{"shape": [8, 6], "placements": "S(0)"},
+                                                      {"shape": [8, 6], "placements": "S(1)"}],
+            "trace": str(trace)}
+    out = run("op", "--batch", "-", stdin=json.dumps(line) + "\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    t = json.loads(trace.read_text())
+    assert [r["arg"] for r in t["redistributions"]] == [1]
+    assert t["redistributions"][0]["trace"]["steps"][0]["collective"] == "all_to_all"

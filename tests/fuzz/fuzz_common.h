@@ -1,5 +1,6 @@
-// Helpers shared by the fuzz targets (tests/fuzz/README.md): splitting an input into parts, the small case limits
-// that keep every input fast, and the failure report (a finding is an abort with the reason on stderr).
+// Helpers shared by the fuzz targets (tests/fuzz/README.md): splitting an input into parts, the
+// small case limits that keep every input fast, and the failure report (a finding is an abort with
+// the reason on stderr).
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,8 @@
 #include <vector>
 
 #include "cli_common.h"
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 
 namespace dtsim::fuzz {
 
@@ -22,9 +23,9 @@ namespace dtsim::fuzz {
   std::abort();
 }
 
-#define DTSIM_FUZZ_EXPECT(cond, ...)                                                    \
-  do {                                                                                  \
-    if (!(cond)) ::dtsim::fuzz::Fail(::dtsim::StrCat(#cond, ": ", ##__VA_ARGS__));       \
+#define DTSIM_FUZZ_EXPECT(cond, ...)                                               \
+  do {                                                                             \
+    if (!(cond)) ::dtsim::fuzz::Fail(::dtsim::StrCat(#cond, ": ", ##__VA_ARGS__)); \
   } while (0)
 
 // The input as text.
@@ -32,7 +33,8 @@ inline std::string_view AsText(const uint8_t* data, size_t size) {
   return std::string_view(reinterpret_cast<const char*>(data), size);
 }
 
-// Splits `text` at every `sep` into at most `max_parts` parts (the last part keeps any further separators).
+// Splits `text` at every `sep` into at most `max_parts` parts (the last part keeps any further
+// separators).
 inline std::vector<std::string> SplitParts(std::string_view text, char sep, size_t max_parts) {
   std::vector<std::string> parts;
   while (parts.size() + 1 < max_parts) {
@@ -45,19 +47,22 @@ inline std::vector<std::string> SplitParts(std::string_view text, char sep, size
   return parts;
 }
 
-// Limits that keep one input well under a second under the sanitizers: small worlds and tensors. Inputs beyond them
-// get the same clear InputError the command line gives beyond its own (larger) limits.
+// Limits that keep one input well under a second under the sanitizers: small worlds and tensors.
+// Inputs beyond them get the same clear InputError the command line gives beyond its own (larger)
+// limits.
 inline cli::CaseLimits FuzzLimits() {
   cli::CaseLimits limits;
   limits.max_ranks = 256;
   limits.max_simulated_ranks = 16;
   limits.max_simulation_bytes = int64_t{8} << 20;
-  limits.write_files = false;  // a line's "trace" path is checked and the trace recorded, never written
+  limits.write_files =
+      false;  // a line's "trace" path is checked and the trace recorded, never written
   return limits;
 }
 
-// Runs each line of the input (at most 4) as a batch line of `run`: the answer must be a JSON object that dtsim
-// can print, either the command's result or {"error", "field", "line"}, never an internal error.
+// Runs each line of the input (at most 4) as a batch line of `run`: the answer must be a JSON
+// object that dtsim can print, either the command's result or {"error", "field", "line"}, never an
+// internal error.
 inline void CheckBatchInput(const uint8_t* data, size_t size, const cli::BatchCase& run) {
   const std::vector<std::string> lines = SplitParts(AsText(data, size), '\n', 4);
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -65,11 +70,14 @@ inline void CheckBatchInput(const uint8_t* data, size_t size, const cli::BatchCa
     DTSIM_FUZZ_EXPECT(answer.json.is_object(), "line ", i + 1);
     if (answer.failed) {
       DTSIM_FUZZ_EXPECT(!answer.json.contains("internal"), SafeDump(answer.json));
-      DTSIM_FUZZ_EXPECT(answer.json.contains("field") && answer.json["field"].is_string(), SafeDump(answer.json));
+      DTSIM_FUZZ_EXPECT(answer.json.contains("field") && answer.json["field"].is_string(),
+                        SafeDump(answer.json));
       const std::string& error = answer.json["error"].get_ref<const std::string&>();
       const std::string& field = answer.json["field"].get_ref<const std::string&>();
-      DTSIM_FUZZ_EXPECT(error.rfind(field + ": ", 0) == 0, "the message starts with its field: ", error);
-      DTSIM_FUZZ_EXPECT(error.size() < 4096, "echoed values are capped: ", error.size(), " characters");
+      DTSIM_FUZZ_EXPECT(error.rfind(field + ": ", 0) == 0,
+                        "the message starts with its field: ", error);
+      DTSIM_FUZZ_EXPECT(error.size() < 4096, "echoed values are capped: ", error.size(),
+                        " characters");
     }
     (void)SafeDump(answer.json);  // printable, whatever the input held
   }

@@ -1,12 +1,13 @@
-// Fuzz target: `dtsim trace-diff` on two fuzzed traces. The input is "<trace A>\0<trace B>". Properties: DiffTraces on
-// two valid traces never throws; it returns at most `limit` differences; the first difference does not depend on the
-// limit; "agree" is symmetric (diff(A, B) is empty exactly when diff(B, A) is); RanksThatDiffer is sorted and unique.
+// Fuzz target: `dtsim trace-diff` on two fuzzed traces. The input is "<trace A>\0<trace B>".
+// Properties: DiffTraces on two valid traces never throws; it returns at most `limit` differences;
+// the first difference does not depend on the limit; "agree" is symmetric (diff(A, B) is empty
+// exactly when diff(B, A) is); RanksThatDiffer is sorted and unique.
 #include <algorithm>
 #include <cstdint>
 
-#include "dtsim/error.h"
-#include "dtsim/trace.h"
-#include "dtsim/trace_diff.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/trace/trace.h"
+#include "dtsim/trace/trace_diff.h"
 #include "fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -28,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DTSIM_FUZZ_EXPECT(ab.empty() == ba.empty(), "asymmetric: ", ab.size(), " vs ", ba.size());
   DTSIM_FUZZ_EXPECT(ab.empty() == first.empty(), "limit 1");
   if (!ab.empty()) {
-    DTSIM_FUZZ_EXPECT(first[0].where == ab[0].where && first[0].what == ab[0].what, first[0].what, " vs ", ab[0].what);
+    DTSIM_FUZZ_EXPECT(first[0].where == ab[0].where && first[0].what == ab[0].what, first[0].what,
+                      " vs ", ab[0].what);
   }
   const std::vector<int64_t> ranks = RanksThatDiffer(ab);
   DTSIM_FUZZ_EXPECT(std::is_sorted(ranks.begin(), ranks.end()), "sorted");

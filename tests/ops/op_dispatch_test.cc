@@ -1,10 +1,11 @@
-// The op layer end to end: ATen ops on DTensor wrappers, judged by the same op on the global (unsharded) tensors.
+// The op layer end to end: ATen ops on DTensor wrappers, judged by the same op on the global
+// (unsharded) tensors.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dtsim/dtensor.h"
-#include "dtsim/error.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/layout/error.h"
 #include "dtsim/ops/dtensor_tensor.h"
 #include "dtsim/ops/sharding_prop.h"
 
@@ -62,10 +63,11 @@ TEST(OpDispatchTest, MmMismatchedShardsRedistributeAndStayCorrect) {
   for (const char* pa : {"S(0),S(1)", "S(1),R", "R,S(0)", "S(1),S(0)", "P(sum),R"}) {
     for (const char* pb : {"S(0),R", "S(1),S(1)", "R,R", "S(0),S(0)"}) {
       SCOPED_TRACE(std::string(pa) + " x " + pb);
-      at::Tensor da = std::string(pa).find('P') != std::string::npos
-                          ? AsTensor(DTensor::FromLocal(GetDTensor(Dist(a, mesh, "R,R")).to_local() / 2, mesh,
-                                                        ParsePlacements(pa)))
-                          : Dist(a, mesh, pa);
+      at::Tensor da =
+          std::string(pa).find('P') != std::string::npos
+              ? AsTensor(DTensor::FromLocal(GetDTensor(Dist(a, mesh, "R,R")).to_local() / 2, mesh,
+                                            ParsePlacements(pa)))
+              : Dist(a, mesh, pa);
       at::Tensor y = at::mm(da, Dist(b, mesh, pb));
       EXPECT_TRUE(at::allclose(Full(y), at::mm(a, b), 1e-4, 1e-4));
     }
@@ -78,8 +80,10 @@ TEST(OpDispatchTest, MatmulAndLinearDecomposeLikeUpstream) {
   at::Tensor w = at::randn({8, 6});
   at::Tensor bias = at::randn({8});
   // addmm(bias, x, w.t()): t() keeps w's placement transposed, addmm picks a strategy.
-  at::Tensor y = at::addmm(Dist(bias, mesh, "S(0)"), Dist(x, mesh, "R"), at::t(Dist(w, mesh, "S(0)")));
-  EXPECT_EQ(ToString(GetDTensor(y).placements()), "[S(1)]");  // colwise: output sharded on the features
+  at::Tensor y =
+      at::addmm(Dist(bias, mesh, "S(0)"), Dist(x, mesh, "R"), at::t(Dist(w, mesh, "S(0)")));
+  EXPECT_EQ(ToString(GetDTensor(y).placements()),
+            "[S(1)]");  // colwise: output sharded on the features
   EXPECT_TRUE(at::allclose(Full(y), at::addmm(bias, x, w.t()), 1e-5, 1e-5));
 }
 
@@ -101,7 +105,8 @@ TEST(OpDispatchTest, AutogradGivesDTensorGradientsEqualToUnsharded) {
   ASSERT_TRUE(IsDTensor(dw.grad()));
   EXPECT_TRUE(at::allclose(Full(dw.grad()), rw.grad(), 1e-4, 1e-4));
   EXPECT_TRUE(at::allclose(Full(db.grad()), rb.grad(), 1e-4, 1e-4));
-  EXPECT_NEAR(Full(loss).item<double>(), at::gelu(at::addmm(b, x, w.t())).sum().item<double>(), 1e-3);
+  EXPECT_NEAR(Full(loss).item<double>(), at::gelu(at::addmm(b, x, w.t())).sum().item<double>(),
+              1e-3);
 }
 
 TEST(OpDispatchTest, OpWithoutStrategyIsRefusedByName) {
@@ -132,7 +137,8 @@ TEST(OpDispatchTest, CostZeroFromReplicateAndInfiniteShardToPartial) {
   DTensorSpec s = DTensorSpec::Create(mesh, ParsePlacements("S(0)"), {8, 8});
   EXPECT_EQ(RedistributeCost(r, ParsePlacements("S(1)")), 0.0);
   EXPECT_TRUE(std::isinf(RedistributeCost(s, ParsePlacements("P(sum)"))));
-  // S(0) -> R on 4 ranks, 256 bytes: upstream's allgather_cost with inter-host constants (CPU mesh).
+  // S(0) -> R on 4 ranks, 256 bytes: upstream's allgather_cost with inter-host constants (CPU
+  // mesh).
   const double bytes_gb = 256.0 / 4 / 1024 / 1024 / 1024 * 4;
   const double expected = 6.6 + 3 * 2.7 + (bytes_gb * 3 / 4) / (87.7 * 0.22) * 1e6;
   EXPECT_DOUBLE_EQ(RedistributeCost(s, ParsePlacements("R")), expected);
@@ -144,9 +150,10 @@ TEST(OpDispatchTest, CostZeroFromReplicateAndInfiniteShardToPartial) {
 namespace dtsim::ops {
 namespace {
 
-// Vocabulary-sharded embedding (upstream's RowwiseParallel on tok_embeddings): the weight stays S(0), the lookup is
-// masked per rank and the output is a partial sum (upstream's _MaskPartial) — equal to the plain lookup, uneven
-// vocabularies included; the gradient of the weight equals the unsharded one.
+// Vocabulary-sharded embedding (upstream's RowwiseParallel on tok_embeddings): the weight stays
+// S(0), the lookup is masked per rank and the output is a partial sum (upstream's _MaskPartial) —
+// equal to the plain lookup, uneven vocabularies included; the gradient of the weight equals the
+// unsharded one.
 TEST(OpDispatchTest, RowwiseEmbeddingIsAMaskedPartialLookup) {
   for (int64_t vocab : {16, 13, 5}) {  // 5 rows over 4 ranks: 2, 2, 1, 0 (an empty shard)
     SCOPED_TRACE(vocab);
@@ -168,7 +175,8 @@ TEST(OpDispatchTest, ScaledDotProductAttentionTakesTheMathPath) {
   DeviceMesh mesh = DeviceMesh::Create({2});
   at::Tensor q = at::randn({2, 4, 6, 8}), k = at::randn({2, 4, 6, 8}), v = at::randn({2, 4, 6, 8});
   // Heads sharded (tensor parallel attention).
-  at::Tensor out = at::scaled_dot_product_attention(Dist(q, mesh, "S(1)"), Dist(k, mesh, "S(1)"), Dist(v, mesh, "S(1)"));
+  at::Tensor out = at::scaled_dot_product_attention(Dist(q, mesh, "S(1)"), Dist(k, mesh, "S(1)"),
+                                                    Dist(v, mesh, "S(1)"));
   EXPECT_EQ(ToString(GetDTensor(out).placements()), "[S(1)]");
   EXPECT_TRUE(at::allclose(Full(out), at::scaled_dot_product_attention(q, k, v), 1e-5, 1e-5));
 }
@@ -179,16 +187,18 @@ TEST(OpDispatchTest, ScaledDotProductAttentionTakesTheMathPath) {
 namespace dtsim::ops {
 namespace {
 
-// Output placements of embedding on 4 ranks, weight [16, 6], indices [2, 4], as upstream torch 2.13 gives them under
-// LocalTensorMode (its _MaskPartial is dtsim's P(sum)); values judged by the plain lookup.
+// Output placements of embedding on 4 ranks, weight [16, 6], indices [2, 4], as upstream torch 2.13
+// gives them under LocalTensorMode (its _MaskPartial is dtsim's P(sum)); values judged by the plain
+// lookup.
 TEST(OpDispatchTest, EmbeddingPlacementsMatchUpstream) {
   struct Case {
     const char* weight;
     const char* indices;
     const char* upstream_output;
   };
-  const Case cases[] = {{"S(0)", "R", "[P(sum)]"}, {"S(1)", "R", "[S(2)]"}, {"R", "S(0)", "[R]"},
-                        {"S(0)", "S(0)", "[R]"},    {"S(0)", "S(1)", "[S(1)]"}, {"S(1)", "S(1)", "[S(2)]"}};
+  const Case cases[] = {{"S(0)", "R", "[P(sum)]"},  {"S(1)", "R", "[S(2)]"},
+                        {"R", "S(0)", "[R]"},       {"S(0)", "S(0)", "[R]"},
+                        {"S(0)", "S(1)", "[S(1)]"}, {"S(1)", "S(1)", "[S(2)]"}};
   DeviceMesh mesh = DeviceMesh::Create({4});
   at::Tensor weight = at::randn({16, 6});
   at::Tensor idx = at::remainder(at::arange(8, at::kLong) * 5, 16).reshape({2, 4});
@@ -206,15 +216,16 @@ TEST(OpDispatchTest, EmbeddingPlacementsMatchUpstream) {
 namespace dtsim::ops {
 namespace {
 
-// argmax / argmin run upstream's handler: local arg-reduction, then all_gathers of values and indices over the mesh
-// dims that shard the reduced dim; the result equals the plain op, uneven shards included.
+// argmax / argmin run upstream's handler: local arg-reduction, then all_gathers of values and
+// indices over the mesh dims that shard the reduced dim; the result equals the plain op, uneven
+// shards included.
 TEST(OpDispatchTest, ArgMaxGathersLocalWinners) {
   DeviceMesh mesh = DeviceMesh::Create({2, 2});
   at::Tensor x = at::randn({5, 7});
   for (const char* p : {"S(0),S(1)", "S(1),R", "R,S(0)", "S(0),S(0)"}) {
     SCOPED_TRACE(p);
-    for (std::optional<int64_t> dim : {std::optional<int64_t>(), std::optional<int64_t>(0),
-                                       std::optional<int64_t>(1)}) {
+    for (std::optional<int64_t> dim :
+         {std::optional<int64_t>(), std::optional<int64_t>(0), std::optional<int64_t>(1)}) {
       for (bool keepdim : {false, true}) {
         at::Tensor got = at::argmax(Dist(x, mesh, p), dim, keepdim);
         EXPECT_TRUE(at::equal(Full(got), at::argmax(x, dim, keepdim)));
@@ -231,8 +242,9 @@ TEST(OpDispatchTest, ArgMaxGathersLocalWinners) {
 namespace dtsim::ops {
 namespace {
 
-// Dropout keeps its input's sharding (upstream's random ops strategy): every rank drops its own elements; the kept
-// ones are scaled by 1 / (1 - p). Values are per-rank draws (dtsim's seeded generators), so the check is structural.
+// Dropout keeps its input's sharding (upstream's random ops strategy): every rank drops its own
+// elements; the kept ones are scaled by 1 / (1 - p). Values are per-rank draws (dtsim's seeded
+// generators), so the check is structural.
 TEST(OpDispatchTest, DropoutKeepsShardingAndScalesKeptValues) {
   DeviceMesh mesh = DeviceMesh::Create({4});
   at::Tensor x = at::ones({8, 6});

@@ -1,22 +1,23 @@
-// collectives_driver: runs dtsim's simulated collectives on JSON-lines cases (stdin) and writes each rank's output as
-// JSON lines (stdout), one process for all cases. Used by tests/oracle/test_collectives_oracle.py.
+// collectives_driver: runs dtsim's simulated collectives on JSON-lines cases (stdin) and writes
+// each rank's output as JSON lines (stdout), one process for all cases. Used by
+// tests/oracle/test_collectives_oracle.py.
 //
 // Case:   {"op": "all_reduce", "mesh": [2, 2], "mesh_dim": 1, "dtype": "float32" | "int64",
 //          "shapes": [[2, 3], ...] (per rank), "values": [[...], ...] (per rank, flat, row-major),
 //          "reduce_op": "sum", "dim": 0, "split_dim": 0, "concat_dim": 1, "src": 0}
 // Output: {"shapes": [[...], ...], "values": [[...], ...]} or {"error": "<InputError text>"}.
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/collectives.h"
-#include "dtsim/error.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/mesh.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/mesh.h"
+#include "dtsim/tensor/collectives.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace {
 
@@ -56,7 +57,9 @@ json Run(const json& c, dtsim::Collectives& coll) {
   const std::string op = c.at("op");
   auto reduce_op = [&] {
     auto parsed = dtsim::FindReduceOp(c.value("reduce_op", "sum"));
-    if (!parsed) throw dtsim::InputError("reduce_op", "unknown reduce op " + c.value("reduce_op", std::string()));
+    if (!parsed)
+      throw dtsim::InputError("reduce_op",
+                              "unknown reduce op " + c.value("reduce_op", std::string()));
     return *parsed;
   };
   at::Tensor out;

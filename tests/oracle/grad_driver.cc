@@ -1,44 +1,49 @@
-// grad_driver: runs small compositions of ATen ops forward and backward on dtsim DTensors (the op layer's wrappers,
-// dtsim/ops/dtensor_tensor.h) and writes the loss, the forward output placements and every leaf's gradient as JSON
-// lines, one process for all cases. Used by tests/oracle/test_grad_oracle.py, which asks upstream PyTorch DTensor
-// (LocalTensorMode) the same questions.
+// grad_driver: runs small compositions of ATen ops forward and backward on dtsim DTensors (the op
+// layer's wrappers, dtsim/ops/dtensor_tensor.h) and writes the loss, the forward output placements
+// and every leaf's gradient as JSON lines, one process for all cases. Used by
+// tests/oracle/test_grad_oracle.py, which asks upstream PyTorch DTensor (LocalTensorMode) the same
+// questions.
 //
 // Case (one JSON line on stdin):
 //   {"comp": "linear_gelu_sum", "mesh": [2, 2],
-//    "leaves": [{"name": "x", "shape": [6, 8], "placements": "S(0),R", "requires_grad": false}, ...]}
-// Leaf k (0-based, in list order) holds the global values ((arange(numel) + 3k) mod 7 - 3) * 0.25 in float32, made a
-// DTensor with DistributeTensor (Replicate/Shard placements only). "softmax_nll" also builds a target: int64 values
-// arange(batch) mod classes, replicated on every mesh dim.
+//    "leaves": [{"name": "x", "shape": [6, 8], "placements": "S(0),R", "requires_grad": false},
+//    ...]}
+// Leaf k (0-based, in list order) holds the global values ((arange(numel) + 3k) mod 7 - 3) * 0.25
+// in float32, made a DTensor with DistributeTensor (Replicate/Shard placements only). "softmax_nll"
+// also builds a target: int64 values arange(batch) mod classes, replicated on every mesh dim.
 //
 // Compositions (the leaves each needs, in order):
 //   linear_gelu_sum  x, w, b     hidden = gelu(matmul(x, w.t()) + b);          loss = hidden.sum()
 //   mm_sum           x, w        hidden = matmul(x, w);                        loss = hidden.sum()
-//   softmax_nll      x, w        hidden = matmul(x, w) (logits);               loss = nll_loss(log_softmax(hidden, -1), target)
-//   layernorm_sum    x, w, b     hidden = layer_norm(x, [d], w, b);            loss = hidden.sum()
-//   mlp              x, w1, w2   hidden = matmul(relu(matmul(x, w1)), w2);     loss = hidden.sum()
+//   softmax_nll      x, w        hidden = matmul(x, w) (logits);               loss =
+//   nll_loss(log_softmax(hidden, -1), target) layernorm_sum    x, w, b     hidden = layer_norm(x,
+//   [d], w, b);            loss = hidden.sum() mlp              x, w1, w2   hidden =
+//   matmul(relu(matmul(x, w1)), w2);     loss = hidden.sum()
 //
 // Output: {"loss": 1.25, "output_placements": "[P(sum)]", "hidden_placements": "[S(0), R]",
-//          "grads": {"w": {"placements": "[S(0), R]", "shape": [5, 8], "values": [...]} , "x": null, ...}}
+//          "grads": {"w": {"placements": "[S(0), R]", "shape": [5, 8], "values": [...]} , "x":
+//          null, ...}}
 // (a leaf that requires grad but got none is null; leaves that do not require grad are absent), or
 // {"error": "..."} when anything throws.
 //
-// Each case starts with an empty sharding-decision cache (ops::ClearShardingCache), so a case's answer does not
-// depend on the cases before it: dtsim's cache key leaves the mesh out, so a decision made on one mesh is reused on
-// another mesh for the same global shapes and placements (see test_grad_oracle.py, CROSS_CASE_PROBLEMS).
+// Each case starts with an empty sharding-decision cache (ops::ClearShardingCache), so a case's
+// answer does not depend on the cases before it: dtsim's cache key leaves the mesh out, so a
+// decision made on one mesh is reused on another mesh for the same global shapes and placements
+// (see test_grad_oracle.py, CROSS_CASE_PROBLEMS).
 // `--shared-cache` keeps the cache across cases, as one program would.
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
 #include <exception>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "dtsim/dtensor.h"
-#include "dtsim/mesh.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/layout/mesh.h"
+#include "dtsim/layout/placement.h"
 #include "dtsim/ops/dtensor_tensor.h"
-#include "dtsim/placement.h"
 
 namespace {
 
@@ -56,7 +61,9 @@ json Flat(const at::Tensor& t) {
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
-std::string PlacementsOf(const at::Tensor& t) { return dtsim::ToString(dtsim::ops::GetDTensor(t).placements()); }
+std::string PlacementsOf(const at::Tensor& t) {
+  return dtsim::ToString(dtsim::ops::GetDTensor(t).placements());
+}
 
 json Run(const json& c) {
   dtsim::DeviceMesh mesh = dtsim::DeviceMesh::Create(c.at("mesh").get<std::vector<int64_t>>());
@@ -121,9 +128,10 @@ json Run(const json& c) {
     }
     dtsim::DTensor dg = dtsim::ops::GetDTensor(g, names[i] + ".grad");
     at::Tensor full = dg.FullTensor();
-    res["grads"][names[i]] = {{"placements", dtsim::ToString(dg.placements())},
-                              {"shape", std::vector<int64_t>(full.sizes().begin(), full.sizes().end())},
-                              {"values", Flat(full)}};
+    res["grads"][names[i]] = {
+        {"placements", dtsim::ToString(dg.placements())},
+        {"shape", std::vector<int64_t>(full.sizes().begin(), full.sizes().end())},
+        {"values", Flat(full)}};
   }
   return res;
 }

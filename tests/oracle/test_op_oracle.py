@@ -12,7 +12,7 @@ placements on a 1-D or 2-D mesh of up to 8 ranks, and the test compares:
 Inputs (the `dtsim op` contract): tensor argument k (0-based, counting tensor arguments only) holds the global values
 (arange(numel) + 3k) mod 7 - 3 in the line's dtype, distributed with its placements (distribute_tensor with
 src_data_rank=None, i.e. every rank splits the same global tensor). An argument with Partial placements is built the
-way dtsim's arange cases build a Partial source (src/arange_case.cc, test_redistribute_oracle.py): each rank holds its
+way dtsim's arange cases build a Partial source (src/core/arange_case.cc, test_redistribute_oracle.py): each rank holds its
 shard of the global values with the Partial mesh dims read as Replicate, times prod(1 + coordinate[m]) over the
 Partial mesh dims m, handed to DTensor.from_local. (So the reduction of a Partial argument is NOT the listed global
 values but those values times sum/avg/max/min of the factors; both sides build the same thing, which is what matters.)
@@ -774,7 +774,7 @@ def make_dtensor(mesh, mesh_shape, spec, k, dtype):
     and wrapped in one LocalTensor for DTensor.from_local. That is what distribute_tensor(src_data_rank=None) gives,
     without running arange and the split per rank under LocalTensorMode (which cost about half of upstream's time
     per case). A Partial mesh dim is read as Replicate and the shard scaled by prod(1 + coordinate) over the Partial
-    mesh dims, as src/arange_case.cc does."""
+    mesh dims, as src/core/arange_case.cc does."""
     from torch.distributed._local_tensor import LocalTensor
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Partial

@@ -1,11 +1,12 @@
-// The pure layout step: mesh cells, tensor blocks, the timeline — positions from closed forms of the layout rule.
+// The pure layout step: mesh cells, tensor blocks, the timeline — positions from closed forms of
+// the layout rule.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "test_support.h"
 #include "viewer/model/colors.h"
 #include "viewer/model/mesh_layout.h"
@@ -18,8 +19,8 @@ namespace dtsim::viewer {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::Golden;
+using ::testing::HasSubstr;
 
 const TextMetrics kMetrics{7, 13};
 
@@ -31,9 +32,10 @@ std::vector<const DrawRect*> Rects(const DrawList& l, Role role, int64_t rank = 
   return out;
 }
 
-TraceModel Meta(const std::string& mesh, const std::string& names, std::vector<int64_t> shape, const std::string& from,
-                const std::string& to) {
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Parse(mesh, names), ParsePlacements(from), std::move(shape));
+TraceModel Meta(const std::string& mesh, const std::string& names, std::vector<int64_t> shape,
+                const std::string& from, const std::string& to) {
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Parse(mesh, names), ParsePlacements(from), std::move(shape));
   return TraceModel::FromTrace(MakeMetaTrace(spec, ParsePlacements(to)));
 }
 
@@ -113,7 +115,8 @@ TEST(MeshLayoutTest, OneDimMeshWrapsInRankOrder) {
   for (int64_t r = 1; r < 12; ++r) {
     const Rect& a = l.cells[r - 1];
     const Rect& b = l.cells[r];
-    EXPECT_TRUE(b.y0 > a.y0 || (b.y0 == a.y0 && b.x0 > a.x0)) << "rank " << r << " follows rank " << r - 1;
+    EXPECT_TRUE(b.y0 > a.y0 || (b.y0 == a.y0 && b.x0 > a.x0))
+        << "rank " << r << " follows rank " << r - 1;
   }
 }
 
@@ -125,26 +128,29 @@ TEST(MeshLayoutTest, HighlightsDiffAndSelection) {
   Highlight h = ComputeHighlight(m, nullptr, v);
   h.differs.assign(8, 0);
   h.differs[5] = 1;
-  const MeshLayout l = LayoutMesh(m, m.frame(2), h, ResolveMeshGrid(m.mesh(), {}), Rect{0, 0, 400, 240}, kMetrics);
+  const MeshLayout l =
+      LayoutMesh(m, m.frame(2), h, ResolveMeshGrid(m.mesh(), {}), Rect{0, 0, 400, 240}, kMetrics);
   EXPECT_EQ(Rects(l.draw, Role::kMeshCell, 5)[0]->fill, kDiffColor);
   EXPECT_EQ(Rects(l.draw, Role::kMeshCell, 4)[0]->fill, RankColor(4));
   const auto marks = Rects(l.draw, Role::kHighlight, 6);
   ASSERT_EQ(marks.size(), 1u);
   EXPECT_EQ(marks[0]->border, kHighlightColor);
-  // Rank 6's all_gather group in step 2 is {2, 6}: rank 2 is outlined in the group colour (rank 6 in white, as the
-  // selected rank), and a line in the group colour joins them.
+  // Rank 6's all_gather group in step 2 is {2, 6}: rank 2 is outlined in the group colour (rank 6
+  // in white, as the selected rank), and a line in the group colour joins them.
   EXPECT_EQ(Rects(l.draw, Role::kMeshGroup, 2).size(), 1u);
   EXPECT_EQ(Rects(l.draw, Role::kMeshGroup, 2)[0]->border, kGroupColor);
   EXPECT_EQ(Rects(l.draw, Role::kMeshGroup).size(), 1u);
-  const bool connected = std::any_of(l.draw.lines.begin(), l.draw.lines.end(), [](const DrawLine& line) {
-    return line.role == Role::kMeshGroup && line.rank == 2 && line.color == kGroupColor;
-  });
+  const bool connected =
+      std::any_of(l.draw.lines.begin(), l.draw.lines.end(), [](const DrawLine& line) {
+        return line.role == Role::kMeshGroup && line.rank == 2 && line.color == kGroupColor;
+      });
   EXPECT_TRUE(connected);
 }
 
 TEST(MeshLayoutTest, LargeMeshesAggregateCells) {
   // 65,536 ranks in 300 x 300 pixels: cells below 2 px are drawn k x k per record.
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({256, 256}), ParsePlacements("R,R"), {4});
+  const DTensorSpec spec =
+      DTensorSpec::Create(DeviceMesh::Create({256, 256}), ParsePlacements("R,R"), {4});
   const TraceModel m = TraceModel::FromSpec(spec);
   const MeshLayout l = LayoutMesh(m, m.frame(0), NoHighlight(m), ResolveMeshGrid(m.mesh(), {}),
                                   Rect{0, 0, 300, 300}, kMetrics);
@@ -159,8 +165,9 @@ TEST(MeshLayoutTest, LargeMeshesAggregateCells) {
 
 TEST(TensorLayoutTest, UnevenColumnsReplicatedOverDp) {
   const TraceModel m = TraceModel::Load(Golden("uneven_2x4_S0R_to_RS1.json"));
-  const TensorLayout l = LayoutTensor(m, m.frame(3), NoHighlight(m, 3), ResolveTensorView(m.frame(3).spec, {}),
-                                      Rect{0, 0, 800, 400}, kMetrics);
+  const TensorLayout l =
+      LayoutTensor(m, m.frame(3), NoHighlight(m, 3), ResolveTensorView(m.frame(3).spec, {}),
+                   Rect{0, 0, 800, 400}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 4u);
   const Interval cols[] = {{0, 3}, {3, 6}, {6, 9}, {9, 10}};
   const float w = l.tensor.width();
@@ -189,11 +196,13 @@ TEST(TensorLayoutTest, UnevenColumnsReplicatedOverDp) {
 }
 
 TEST(TensorLayoutTest, StridedShardsOwnSeveralIntervals) {
-  // [_S(0,2), S(1)] on 8 x 4 over mesh 2 x 2: dp splits each half of the rows, so dp=0 owns rows 0:2 and 4:6.
+  // [_S(0,2), S(1)] on 8 x 4 over mesh 2 x 2: dp splits each half of the rows, so dp=0 owns rows
+  // 0:2 and 4:6.
   const TraceModel m = TraceModel::Load(Golden("strided_2x2_fsdp_tp.json"));
   ASSERT_EQ(ToString(m.frame(1).spec.placements()), "[_S(0,2), S(1)]");
-  const TensorLayout l = LayoutTensor(m, m.frame(1), NoHighlight(m, 1), ResolveTensorView(m.frame(1).spec, {}),
-                                      Rect{0, 0, 600, 400}, kMetrics);
+  const TensorLayout l =
+      LayoutTensor(m, m.frame(1), NoHighlight(m, 1), ResolveTensorView(m.frame(1).spec, {}),
+                   Rect{0, 0, 600, 400}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 8u);
   std::vector<std::pair<Interval, Interval>> rank0;
   for (const TensorBlock& b : l.blocks) {
@@ -207,17 +216,19 @@ TEST(TensorLayoutTest, StridedShardsOwnSeveralIntervals) {
 }
 
 TEST(TensorLayoutTest, EmptyShardsAreListedUnderTheTensor) {
-  // 13 rows, [S(0), S(0)] on 4 x 2: dp chunks 4, 4, 4, 1; the last row splits over tp as 1, 0: rank 7 holds nothing.
+  // 13 rows, [S(0), S(0)] on 4 x 2: dp chunks 4, 4, 4, 1; the last row splits over tp as 1, 0: rank
+  // 7 holds nothing.
   const TraceModel m = TraceModel::Load(Golden("nested_4x2_S0S0_to_S1S1.json"));
-  const TensorLayout l = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, {}),
-                                      Rect{0, 0, 600, 400}, kMetrics);
+  const TensorLayout l =
+      LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, {}),
+                   Rect{0, 0, 600, 400}, kMetrics);
   EXPECT_THAT(l.empty_ranks, ElementsAre(7));
   ASSERT_EQ(Rects(l.draw, Role::kEmptyShard, 7).size(), 1u);
   EXPECT_EQ(Rects(l.draw, Role::kEmptyShard, 7)[0]->border, RankColor(7));
   std::vector<Interval> rows;
   for (const TensorBlock& b : l.blocks) rows.push_back(b.rows);
-  EXPECT_THAT(rows, ElementsAre(Interval{0, 2}, Interval{2, 4}, Interval{4, 6}, Interval{6, 8}, Interval{8, 10},
-                                Interval{10, 12}, Interval{12, 13}));
+  EXPECT_THAT(rows, ElementsAre(Interval{0, 2}, Interval{2, 4}, Interval{4, 6}, Interval{6, 8},
+                                Interval{8, 10}, Interval{10, 12}, Interval{12, 13}));
   // Uneven blocks are unequal: the 1-row block of rank 6 is half as tall as the 2-row ones.
   EXPECT_NEAR(l.blocks[6].rect.height() * 2, l.blocks[0].rect.height(), 2.0);
 }
@@ -225,9 +236,11 @@ TEST(TensorLayoutTest, EmptyShardsAreListedUnderTheTensor) {
 TEST(TensorLayoutTest, PartialBlocksAreMarked) {
   const TraceModel m = TraceModel::Load(Golden("partial_2x2_Psum_to_S0.json"));
   ASSERT_EQ(ToString(m.frame(0).spec.placements()), "[P(sum), S(1)]");
-  // Frame 1 ([P(sum), R]): one block held by all four ranks, two of them addends (dp), each replicated twice (tp).
-  const TensorLayout l = LayoutTensor(m, m.frame(1), NoHighlight(m, 1), ResolveTensorView(m.frame(1).spec, {}),
-                                      Rect{0, 0, 600, 400}, kMetrics);
+  // Frame 1 ([P(sum), R]): one block held by all four ranks, two of them addends (dp), each
+  // replicated twice (tp).
+  const TensorLayout l =
+      LayoutTensor(m, m.frame(1), NoHighlight(m, 1), ResolveTensorView(m.frame(1).spec, {}),
+                   Rect{0, 0, 600, 400}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 1u);
   EXPECT_THAT(l.blocks[0].ranks, ElementsAre(0, 1, 2, 3));
   EXPECT_EQ(l.blocks[0].partial_ways, 2);
@@ -240,17 +253,19 @@ TEST(TensorLayoutTest, PartialBlocksAreMarked) {
 }
 
 TEST(TensorLayoutTest, HigherRanksAreSliced) {
-  // 4 x 6 x 8 on 2 x 2 x 2 with [S(0), S(1), S(2)]: index 0 of dim 2 lies in tp=0's half (0:4), index 5 in tp=1's.
+  // 4 x 6 x 8 on 2 x 2 x 2 with [S(0), S(1), S(2)]: index 0 of dim 2 lies in tp=0's half (0:4),
+  // index 5 in tp=1's.
   const TraceModel m = Meta("2x2x2", "pp,dp,tp", {4, 6, 8}, "S(0),S(1),S(2)", "R,R,R");
   ViewState v;
-  TensorLayout l = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, v),
-                                Rect{0, 0, 600, 400}, kMetrics);
+  TensorLayout l =
+      LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, v),
+                   Rect{0, 0, 600, 400}, kMetrics);
   EXPECT_EQ(l.blocks.size(), 4u);
   EXPECT_EQ(l.ranks_outside_slice, 4);
   for (const TensorBlock& b : l.blocks) EXPECT_EQ(b.ranks[0] % 2, 0);
   v.tensor_slice = {0, 0, 5};
-  l = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, v), Rect{0, 0, 600, 400},
-                   kMetrics);
+  l = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(m.frame(0).spec, v),
+                   Rect{0, 0, 600, 400}, kMetrics);
   for (const TensorBlock& b : l.blocks) EXPECT_EQ(b.ranks[0] % 2, 1);
   // Rows dim 2, columns dim 0, slicing dim 1.
   v.tensor_row_dim = 2;
@@ -259,7 +274,8 @@ TEST(TensorLayoutTest, HigherRanksAreSliced) {
   const TensorView tv = ResolveTensorView(m.frame(0).spec, v);
   l = LayoutTensor(m, m.frame(0), NoHighlight(m), tv, Rect{0, 0, 600, 400}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 4u);
-  for (const TensorBlock& b : l.blocks) EXPECT_EQ((b.ranks[0] / 2) % 2, 1);  // dim 1 index 4 is dp=1's (3:6)
+  for (const TensorBlock& b : l.blocks)
+    EXPECT_EQ((b.ranks[0] / 2) % 2, 1);  // dim 1 index 4 is dp=1's (3:6)
   v.tensor_slice = {0, 6, 0};
   EXPECT_THROW(ResolveTensorView(m.frame(0).spec, v), InputError);
   v.tensor_row_dim = 3;
@@ -267,15 +283,17 @@ TEST(TensorLayoutTest, HigherRanksAreSliced) {
 }
 
 TEST(TensorLayoutTest, OneAndZeroDimTensors) {
-  const TraceModel one =
-      TraceModel::FromSpec(DTensorSpec::Create(DeviceMesh::Create({4}), ParsePlacements("S(0)"), {10}));
-  TensorLayout l = LayoutTensor(one, one.frame(0), NoHighlight(one), ResolveTensorView(one.frame(0).spec, {}),
-                                Rect{0, 0, 600, 200}, kMetrics);
+  const TraceModel one = TraceModel::FromSpec(
+      DTensorSpec::Create(DeviceMesh::Create({4}), ParsePlacements("S(0)"), {10}));
+  TensorLayout l =
+      LayoutTensor(one, one.frame(0), NoHighlight(one), ResolveTensorView(one.frame(0).spec, {}),
+                   Rect{0, 0, 600, 200}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 4u);
   EXPECT_EQ(l.blocks[3].cols, (Interval{9, 10}));
-  const TraceModel zero = TraceModel::FromSpec(DTensorSpec::Create(DeviceMesh::Create({2}), ParsePlacements("R"), {}));
-  l = LayoutTensor(zero, zero.frame(0), NoHighlight(zero), ResolveTensorView(zero.frame(0).spec, {}),
-                   Rect{0, 0, 600, 200}, kMetrics);
+  const TraceModel zero =
+      TraceModel::FromSpec(DTensorSpec::Create(DeviceMesh::Create({2}), ParsePlacements("R"), {}));
+  l = LayoutTensor(zero, zero.frame(0), NoHighlight(zero),
+                   ResolveTensorView(zero.frame(0).spec, {}), Rect{0, 0, 600, 200}, kMetrics);
   ASSERT_EQ(l.blocks.size(), 1u);
   EXPECT_THAT(l.blocks[0].ranks, ElementsAre(0, 1));
 }
@@ -288,8 +306,8 @@ TEST(TensorLayoutTest, DiffAndEmphasisMarkTheBlocksOfARank) {
   Highlight h = ComputeHighlight(m, nullptr, v);
   h.differs.assign(8, 0);
   h.differs[6] = 1;
-  const TensorLayout l = LayoutTensor(m, m.frame(3), h, ResolveTensorView(m.frame(3).spec, {}), Rect{0, 0, 800, 400},
-                                      kMetrics);
+  const TensorLayout l = LayoutTensor(m, m.frame(3), h, ResolveTensorView(m.frame(3).spec, {}),
+                                      Rect{0, 0, 800, 400}, kMetrics);
   int diff_marks = 0, white_marks = 0;
   for (const DrawRect& r : l.draw.rects) {
     if (r.role != Role::kHighlight) continue;
@@ -321,7 +339,8 @@ TEST(TimelineLayoutTest, FrameStripAndBytes) {
   EXPECT_EQ(FrameBoxLabel(m, 2), "2 all_gather dp");
   EXPECT_EQ(FrameBoxLabel(m, 0), "initial");
 
-  const BytesChart chart = LayoutBytesChart(m, m.frame(2), NoHighlight(m, 2), Rect{0, 0, 600, 200}, kMetrics);
+  const BytesChart chart =
+      LayoutBytesChart(m, m.frame(2), NoHighlight(m, 2), Rect{0, 0, 600, 200}, kMetrics);
   EXPECT_EQ(chart.ranks_per_bar, 1);
   EXPECT_EQ(chart.max_bytes, 36);
   // Sent bars (above the axis) are in proportion 12 : 36 for rank 3 : rank 0.
@@ -340,7 +359,8 @@ TEST(TimelineLayoutTest, FrameStripAndBytes) {
 
 TEST(TimelineLayoutTest, ManyRanksShareBars) {
   const TraceModel m = Meta("16x16x16", "pp,dp,tp", {64, 64, 64}, "S(0),S(1),S(2)", "R,S(0),S(1)");
-  const BytesChart chart = LayoutBytesChart(m, m.frame(1), NoHighlight(m, 1), Rect{0, 0, 600, 200}, kMetrics);
+  const BytesChart chart =
+      LayoutBytesChart(m, m.frame(1), NoHighlight(m, 1), Rect{0, 0, 600, 200}, kMetrics);
   EXPECT_GT(chart.ranks_per_bar, 1);
   EXPECT_LE(Rects(chart.draw, Role::kBar).size(), 3 * (4096 / chart.ranks_per_bar + 1));
 }
@@ -365,8 +385,8 @@ TEST(RankDetailsTest, SaysWhatTheRankHoldsAndMoves) {
 namespace dtsim::viewer {
 namespace {
 
-// Every frame of many odd cases laid out at sizes down to a few pixels: no exception, every cell and block inside
-// its area, every rank drawn on the mesh once.
+// Every frame of many odd cases laid out at sizes down to a few pixels: no exception, every cell
+// and block inside its area, every rank drawn on the mesh once.
 TEST(LayoutSweepTest, OddCasesNeverBreakTheLayout) {
   struct Case {
     const char* mesh;
@@ -376,30 +396,37 @@ TEST(LayoutSweepTest, OddCasesNeverBreakTheLayout) {
     const char* to;
   };
   const std::vector<Case> cases = {
-      {"8", "", {0, 5}, "S(0)", "R"},                                   // a dim of size 0
-      {"4", "", {}, "R", "R"},                                          // 0-d tensor
-      {"3", "", {7}, "S(0)", "R"},                                      // 1-D, uneven
-      {"2x3", "a,b", {int64_t{1} << 40, 3}, "S(0),S(1)", "S(1),R"},     // huge dim
-      {"2x2", "dp,tp", {8, 4}, "_S(0,2),S(0)", "R,S(1)"},               // strided
-      {"2x2", "dp,tp", {6, 4}, "P(sum),S(1)", "S(0),S(1)"},             // partial
-      {"2x2x2x2", "a,b,c,d", {4, 4, 4, 4}, "S(0),S(1),S(2),S(3)", "R,R,S(0),S(1)"},  // 4-D mesh and tensor
-      {"1x1", "", {3, 3}, "S(0),R", "R,S(1)"},                          // size-1 mesh dims
-      {"5x3", "", {2, 1}, "S(0),S(1)", "S(1),S(0)"},                    // more ranks than elements
+      {"8", "", {0, 5}, "S(0)", "R"},                                // a dim of size 0
+      {"4", "", {}, "R", "R"},                                       // 0-d tensor
+      {"3", "", {7}, "S(0)", "R"},                                   // 1-D, uneven
+      {"2x3", "a,b", {int64_t{1} << 40, 3}, "S(0),S(1)", "S(1),R"},  // huge dim
+      {"2x2", "dp,tp", {8, 4}, "_S(0,2),S(0)", "R,S(1)"},            // strided
+      {"2x2", "dp,tp", {6, 4}, "P(sum),S(1)", "S(0),S(1)"},          // partial
+      {"2x2x2x2",
+       "a,b,c,d",
+       {4, 4, 4, 4},
+       "S(0),S(1),S(2),S(3)",
+       "R,R,S(0),S(1)"},                              // 4-D mesh and tensor
+      {"1x1", "", {3, 3}, "S(0),R", "R,S(1)"},        // size-1 mesh dims
+      {"5x3", "", {2, 1}, "S(0),S(1)", "S(1),S(0)"},  // more ranks than elements
   };
-  const std::vector<Rect> areas = {Rect{0, 0, 800, 500}, Rect{10, 20, 210, 120}, Rect{0, 0, 40, 30}};
+  const std::vector<Rect> areas = {Rect{0, 0, 800, 500}, Rect{10, 20, 210, 120},
+                                   Rect{0, 0, 40, 30}};
   for (const Case& c : cases) {
     const DTensorSpec spec =
         DTensorSpec::Create(DeviceMesh::Parse(c.mesh, c.names), ParsePlacements(c.from), c.shape);
-    const TraceModel m = TraceModel::FromTrace(TraceFromJson(ToJson(MakeMetaTrace(spec, ParsePlacements(c.to)))));
+    const TraceModel m =
+        TraceModel::FromTrace(TraceFromJson(ToJson(MakeMetaTrace(spec, ParsePlacements(c.to)))));
     for (int64_t f = 0; f < m.num_frames(); ++f) {
       ViewState v;
       v.frame = f;
       v.selected_rank = m.RankAt(m.world_size() - 1);
       const Highlight h = ComputeHighlight(m, nullptr, v);
       for (const Rect& area : areas) {
-        SCOPED_TRACE(StrCat(c.mesh, " ", IntListToString(c.shape), " ", c.from, " frame ", f, " area ", area.width(),
-                            "x", area.height()));
-        const MeshLayout mesh = LayoutMesh(m, m.frame(f), h, ResolveMeshGrid(m.mesh(), v), area, kMetrics);
+        SCOPED_TRACE(StrCat(c.mesh, " ", IntListToString(c.shape), " ", c.from, " frame ", f,
+                            " area ", area.width(), "x", area.height()));
+        const MeshLayout mesh =
+            LayoutMesh(m, m.frame(f), h, ResolveMeshGrid(m.mesh(), v), area, kMetrics);
         std::set<int64_t> ranks;
         for (const DrawRect* r : Rects(mesh.draw, Role::kMeshCell)) ranks.insert(r->rank);
         if (mesh.aggregate == 1) EXPECT_EQ(static_cast<int64_t>(ranks.size()), m.world_size());
@@ -412,7 +439,8 @@ TEST(LayoutSweepTest, OddCasesNeverBreakTheLayout) {
         }
         if (area.width() >= 200) {
           for (const TensorBlock& b : tensor.blocks) EXPECT_LE(b.rect.x1, area.x1 + 1);
-          for (const DrawRect* r : Rects(mesh.draw, Role::kMeshCell)) EXPECT_LE(r->rect.x1, area.x1 + 1);
+          for (const DrawRect* r : Rects(mesh.draw, Role::kMeshCell))
+            EXPECT_LE(r->rect.x1, area.x1 + 1);
         }
         LayoutBytesChart(m, m.frame(f), h, area, kMetrics);
         LayoutFrameStrip(m, {}, f, area, kMetrics);
@@ -424,19 +452,19 @@ TEST(LayoutSweepTest, OddCasesNeverBreakTheLayout) {
 
 TEST(LayoutSweepTest, MeshesWithAnotherRankOrder) {
   // Ranks laid out column-major over a 2 x 2 mesh: rank 1 sits at coordinate (1, 0).
-  const DTensorSpec spec =
-      DTensorSpec::Create(DeviceMesh::Create({2, 2}, {"dp", "tp"}, {0, 2, 1, 3}), ParsePlacements("S(0),S(1)"), {4, 4});
+  const DTensorSpec spec = DTensorSpec::Create(
+      DeviceMesh::Create({2, 2}, {"dp", "tp"}, {0, 2, 1, 3}), ParsePlacements("S(0),S(1)"), {4, 4});
   const TraceModel m = TraceModel::FromSpec(spec);
   EXPECT_EQ(m.GetPosition(1), 2);
   EXPECT_THAT(m.CoordinateAt(m.GetPosition(1)), ElementsAre(1, 0));
-  const MeshLayout l = LayoutMesh(m, m.frame(0), NoHighlight(m), ResolveMeshGrid(m.mesh(), {}), Rect{0, 0, 200, 200},
-                                  kMetrics);
+  const MeshLayout l = LayoutMesh(m, m.frame(0), NoHighlight(m), ResolveMeshGrid(m.mesh(), {}),
+                                  Rect{0, 0, 200, 200}, kMetrics);
   const DrawRect* r1 = Rects(l.draw, Role::kMeshCell, 1).at(0);
   const DrawRect* r2 = Rects(l.draw, Role::kMeshCell, 2).at(0);
   EXPECT_GT(r1->rect.y0, r2->rect.y0);  // rank 1 on the second row
   EXPECT_LT(r1->rect.x0, r2->rect.x0);  // rank 2 in the second column
-  const TensorLayout t = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(spec, {}), Rect{0, 0, 200, 200},
-                                      kMetrics);
+  const TensorLayout t = LayoutTensor(m, m.frame(0), NoHighlight(m), ResolveTensorView(spec, {}),
+                                      Rect{0, 0, 200, 200}, kMetrics);
   for (const TensorBlock& b : t.blocks) {
     if (b.ranks == std::vector<int64_t>{1}) EXPECT_EQ(b.rows, (Interval{2, 4}));  // dp=1
   }

@@ -1,5 +1,6 @@
-// Perfetto / Chrome trace-event export: processes per rank, slices with the cost model's or the measured times,
-// flows per group. The format itself is validated event by event in test_viewer_cli.py.
+// Perfetto / Chrome trace-event export: processes per rank, slices with the cost model's or the
+// measured times, flows per group. The format itself is validated event by event in
+// test_viewer_cli.py.
 #include "viewer/model/perfetto_export.h"
 
 #include <gmock/gmock.h>
@@ -18,7 +19,8 @@ namespace {
 using ::testing::ElementsAre;
 using testing::Golden;
 
-std::vector<nlohmann::json> Events(const nlohmann::json& out, const std::string& ph, const std::string& name = "") {
+std::vector<nlohmann::json> Events(const nlohmann::json& out, const std::string& ph,
+                                   const std::string& name = "") {
   std::vector<nlohmann::json> v;
   for (const auto& e : out["traceEvents"]) {
     if (e["ph"] == ph && (name.empty() || e["name"] == name)) v.push_back(e);
@@ -35,10 +37,12 @@ TEST(PerfettoExportTest, SimulatedTraceUsesTheCostModel) {
   ASSERT_EQ(names.size(), 8u);
   for (const auto& e : names) {
     const int64_t rank = e["pid"].get<int64_t>() - 1;
-    EXPECT_EQ(e["args"]["name"], "rank " + std::to_string(rank) + " [dp=" + std::to_string(rank / 4) +
+    EXPECT_EQ(e["args"]["name"], "rank " + std::to_string(rank) +
+                                     " [dp=" + std::to_string(rank / 4) +
                                      ", tp=" + std::to_string(rank % 4) + "]");
   }
-  // Step 2's all_gather: one slice per rank lasting the plan's estimate, after step 1 (a local split, 0 us).
+  // Step 2's all_gather: one slice per rank lasting the plan's estimate, after step 1 (a local
+  // split, 0 us).
   const auto gathers = Events(out, "X", "all_gather");
   ASSERT_EQ(gathers.size(), 8u);
   const double est = t.steps[1].plan.est_us;
@@ -49,7 +53,8 @@ TEST(PerfettoExportTest, SimulatedTraceUsesTheCostModel) {
     EXPECT_EQ(e["args"]["time_source"], "estimated (cost model)");
     const int64_t rank = e["pid"].get<int64_t>() - 1;
     EXPECT_EQ(e["args"]["bytes_sent"], rank % 4 == 3 ? 12 : 36);
-    EXPECT_THAT(e["args"]["group"].get<std::vector<int64_t>>(), ElementsAre(rank % 4, rank % 4 + 4));
+    EXPECT_THAT(e["args"]["group"].get<std::vector<int64_t>>(),
+                ElementsAre(rank % 4, rank % 4 + 4));
   }
   // Step slices on thread 1 for every rank.
   EXPECT_EQ(Events(out, "X", "step 2: dp(0) S(0) -> R").size(), 8u);
@@ -58,17 +63,19 @@ TEST(PerfettoExportTest, SimulatedTraceUsesTheCostModel) {
   std::map<int64_t, std::vector<std::string>> flows;
   for (const auto& e : out["traceEvents"]) {
     const std::string ph = e["ph"];
-    if (ph == "s" || ph == "t" || ph == "f") flows[e["id"]].push_back(ph + std::to_string(e["pid"].get<int64_t>() - 1));
+    if (ph == "s" || ph == "t" || ph == "f")
+      flows[e["id"]].push_back(ph + std::to_string(e["pid"].get<int64_t>() - 1));
   }
   ASSERT_EQ(flows.size(), 4u);
   std::set<std::vector<std::string>> chains;
   for (const auto& [id, chain] : flows) chains.insert(chain);
-  EXPECT_EQ(chains, (std::set<std::vector<std::string>>{{"s0", "f4"}, {"s1", "f5"}, {"s2", "f6"}, {"s3", "f7"}}));
+  EXPECT_EQ(chains, (std::set<std::vector<std::string>>{
+                        {"s0", "f4"}, {"s1", "f5"}, {"s2", "f6"}, {"s3", "f7"}}));
 }
 
 TEST(PerfettoExportTest, MeasuredTraceUsesItsTimes) {
-  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2, 4}, {"dp", "tp"}), ParsePlacements("S(0),S(1)"),
-                                               {8, 8});
+  const DTensorSpec spec = DTensorSpec::Create(DeviceMesh::Create({2, 4}, {"dp", "tp"}),
+                                               ParsePlacements("S(0),S(1)"), {8, 8});
   MetaTraceOptions options;
   options.measured = true;
   const Trace t = MakeMetaTrace(spec, ParsePlacements("R,R"), options);
@@ -92,7 +99,8 @@ TEST(PerfettoExportTest, MeasuredTraceUsesItsTimes) {
     }
     // The step lasts as long as its slowest rank.
     for (const auto& e : Events(out, "X")) {
-      if (e["tid"] == 1 && e["args"]["step"] == s + 1) EXPECT_NEAR(e["dur"].get<double>(), slowest, 1e-9);
+      if (e["tid"] == 1 && e["args"]["step"] == s + 1)
+        EXPECT_NEAR(e["dur"].get<double>(), slowest, 1e-9);
     }
     step_end += (s ? 0.001 : 0) + slowest;
   }

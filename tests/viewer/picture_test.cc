@@ -1,10 +1,11 @@
-// Pictures without a window: the SVG writer, the software rasteriser and PNG round trips, and the layout picture of
-// `dtsim layout --svg/--png`.
+// Pictures without a window: the SVG writer, the software rasteriser and PNG round trips, and the
+// layout picture of `dtsim layout --svg/--png`.
+#include "viewer/model/picture.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "viewer/model/colors.h"
-#include "viewer/model/picture.h"
 #include "viewer/model/render_png.h"
 #include "viewer/model/render_svg.h"
 #include "viewer/model/trace_model.h"
@@ -37,7 +38,8 @@ TEST(RasterTest, AlphaBlendsAndLinesAndText) {
   l.texts.push_back({0, 24, 30, 12, "88", Rgba{0, 255, 0, 255}, Role::kDecoration});
   const Image img = Rasterize(l, 40, 40, kBg);
   EXPECT_EQ(img.At(5, 5), (Rgba{128, 128, 128, 255}));
-  EXPECT_EQ(img.At(30, 19), kRed);  // a 1 px line at y = 20 covers the pixel row whose centre is 19.5
+  EXPECT_EQ(img.At(30, 19),
+            kRed);  // a 1 px line at y = 20 covers the pixel row whose centre is 19.5
   EXPECT_EQ(img.At(30, 10), kBlue);  // on the diagonal
   int green = 0;
   for (int y = 24; y < 36; ++y) {
@@ -67,8 +69,8 @@ TEST(SvgTest, RectsCarryColoursAndRanks) {
   const std::string svg = ToSvg(l, 100, 50, kBg);
   EXPECT_THAT(svg, HasSubstr("<svg xmlns=\"http://www.w3.org/2000/svg\""));
   EXPECT_THAT(svg, HasSubstr("width=\"100\" height=\"50\""));
-  EXPECT_THAT(svg, HasSubstr("<rect x=\"1\" y=\"2\" width=\"10\" height=\"10\" fill=\"" + ToHex(RankColor(3)) +
-                             "\" data-role=\"mesh_cell\" data-rank=\"3\"/>"));
+  EXPECT_THAT(svg, HasSubstr("<rect x=\"1\" y=\"2\" width=\"10\" height=\"10\" fill=\"" +
+                             ToHex(RankColor(3)) + "\" data-role=\"mesh_cell\" data-rank=\"3\"/>"));
   EXPECT_THAT(svg, HasSubstr("stroke=\"#0a0ac8\" stroke-width=\"1\""));
   EXPECT_THAT(svg, HasSubstr("a&lt;b &amp; &quot;c&quot;</text>"));
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");

@@ -1,7 +1,8 @@
-// Pixel tests of dtsim-viewer's headless mode: render a frame offscreen (under xvfb-run), read the PNG back and
-// check colours where it matters. Where to look comes from the draw records the viewer dumps (the layout step's own
-// output, in screen pixels); what to expect from the palette (colors.h) and from closed forms of the layout rule.
-// Skipped only when no window / OpenGL context can be opened at all (exit code 4 of the probe).
+// Pixel tests of dtsim-viewer's headless mode: render a frame offscreen (under xvfb-run), read the
+// PNG back and check colours where it matters. Where to look comes from the draw records the viewer
+// dumps (the layout step's own output, in screen pixels); what to expect from the palette
+// (colors.h) and from closed forms of the layout rule. Skipped only when no window / OpenGL context
+// can be opened at all (exit code 4 of the probe).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -19,11 +20,11 @@
 namespace dtsim::viewer {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::EditedTrace;
 using testing::Golden;
+using ::testing::HasSubstr;
 using testing::OtherHash;
+using ::testing::StartsWith;
 using testing::TempPath;
 
 const char* kUneven = "uneven_2x4_S0R_to_RS1.json";
@@ -46,7 +47,9 @@ RunResult RunCommand(const std::string& command) {
   return r;
 }
 
-RunResult RunViewer(const std::string& args) { return RunCommand(std::string(DTSIM_VIEWER_BIN) + " " + args); }
+RunResult RunViewer(const std::string& args) {
+  return RunCommand(std::string(DTSIM_VIEWER_BIN) + " " + args);
+}
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -62,18 +65,19 @@ struct Shot {
 Rgba ColorOf(const nlohmann::json& c) { return Rgba{c[0], c[1], c[2], c[3]}; }
 
 // The rects of `panel` with `role` (and `rank`, unless -2), in painting order.
-std::vector<std::pair<size_t, nlohmann::json>> Find(const nlohmann::json& panel, const std::string& role,
-                                                    int64_t rank = -2) {
+std::vector<std::pair<size_t, nlohmann::json>> Find(const nlohmann::json& panel,
+                                                    const std::string& role, int64_t rank = -2) {
   std::vector<std::pair<size_t, nlohmann::json>> out;
   const auto& rects = panel["rects"];
   for (size_t i = 0; i < rects.size(); ++i) {
-    if (rects[i]["role"] == role && (rank == -2 || rects[i]["rank"] == rank)) out.push_back({i, rects[i]});
+    if (rects[i]["role"] == role && (rank == -2 || rects[i]["rank"] == rank))
+      out.push_back({i, rects[i]});
   }
   return out;
 }
 
-// A pixel inside rect `index` of `panel` that nothing painted later covers (fills, borders, lines, texts), so its
-// colour must be the rect's fill; nullopt if there is none.
+// A pixel inside rect `index` of `panel` that nothing painted later covers (fills, borders, lines,
+// texts), so its colour must be the rect's fill; nullopt if there is none.
 std::optional<std::pair<int, int>> FreePixel(const nlohmann::json& panel, size_t index) {
   const auto& rects = panel["rects"];
   const auto& r = rects[index];
@@ -101,7 +105,8 @@ std::optional<std::pair<int, int>> FreePixel(const nlohmann::json& panel, size_t
       for (const auto& l : panel["lines"]) {
         const float lx0 = l["x0"], ly0 = l["y0"], lx1 = l["x1"], ly1 = l["y1"];
         const float dx = lx1 - lx0, dy = ly1 - ly0, len2 = dx * dx + dy * dy;
-        const float t = len2 > 0 ? std::clamp(((x - lx0) * dx + (y - ly0) * dy) / len2, 0.0f, 1.0f) : 0;
+        const float t =
+            len2 > 0 ? std::clamp(((x - lx0) * dx + (y - ly0) * dy) / len2, 0.0f, 1.0f) : 0;
         const float ex = x - lx0 - t * dx, ey = y - ly0 - t * dy;
         if (ex * ex + ey * ey < 4) covered = true;
       }
@@ -118,7 +123,8 @@ class ViewerPixelTest : public ::testing::Test {
     const RunResult r = RunViewer(Golden(kUneven) + " --size 400x300 --screenshot " + probe);
     display_ok_ = r.code == 0;
     why_ = r.err;
-    if (r.code != 0 && r.code != 4) probe_failure_ = "probe exited " + std::to_string(r.code) + ": " + r.err;
+    if (r.code != 0 && r.code != 4)
+      probe_failure_ = "probe exited " + std::to_string(r.code) + ": " + r.err;
   }
 
   void SetUp() override {
@@ -156,7 +162,8 @@ std::string ViewerPixelTest::why_;
 std::string ViewerPixelTest::probe_failure_;
 
 TEST_F(ViewerPixelTest, ABlockOwnedByRank3IsRank3sColour) {
-  // Final [R, S(1)] of a 5 x 10 tensor on tp=4: rank 3 holds columns 9:10 (chunks of 3), replicated with rank 7.
+  // Final [R, S(1)] of a 5 x 10 tensor on tp=4: rank 3 holds columns 9:10 (chunks of 3), replicated
+  // with rank 7.
   const Shot s = Screenshot("final", Golden(kUneven) + " --step final --size 1200x800");
   ASSERT_EQ(s.image.width, 1200);
   ASSERT_EQ(s.image.height, 800);
@@ -174,7 +181,8 @@ TEST_F(ViewerPixelTest, ABlockOwnedByRank3IsRank3sColour) {
   const auto chip = Find(s.panel("tensor"), "tensor_owner", 7);
   ASSERT_EQ(chip.size(), 1u);
   const auto& c = chip[0].second;
-  EXPECT_EQ(s.image.At(static_cast<int>(c["x1"].get<float>()) - 2, static_cast<int>(c["y1"].get<float>()) - 2),
+  EXPECT_EQ(s.image.At(static_cast<int>(c["x1"].get<float>()) - 2,
+                       static_cast<int>(c["y1"].get<float>()) - 2),
             RankColor(7));
   // The mesh cell of every rank is its colour.
   for (int64_t r = 0; r < 8; ++r) {
@@ -187,21 +195,24 @@ TEST_F(ViewerPixelTest, ABlockOwnedByRank3IsRank3sColour) {
 TEST_F(ViewerPixelTest, StepChangesWhatIsDrawn) {
   const Shot first = Screenshot("initial", Golden(kUneven) + " --step 0 --size 1200x800");
   const Shot last = Screenshot("last", Golden(kUneven) + " --step 3 --size 1200x800");
-  // Element (row 3, column 9) of the 5 x 10 tensor: rank 4's at first ([S(0), R]: dp=1 holds rows 3:5), rank 3's at
-  // the end ([R, S(1)]: tp=3 holds column 9).
+  // Element (row 3, column 9) of the 5 x 10 tensor: rank 4's at first ([S(0), R]: dp=1 holds rows
+  // 3:5), rank 3's at the end ([R, S(1)]: tp=3 holds column 9).
   auto pixel_of = [](const Shot& s, double row, double col) {
     const nlohmann::json f = Find(s.panel("tensor"), "background").at(0).second;
     const float x0 = f["x0"], x1 = f["x1"], y0 = f["y0"], y1 = f["y1"];
-    return s.image.At(static_cast<int>(x0 + (x1 - x0) * col / 10), static_cast<int>(y0 + (y1 - y0) * row / 5));
+    return s.image.At(static_cast<int>(x0 + (x1 - x0) * col / 10),
+                      static_cast<int>(y0 + (y1 - y0) * row / 5));
   };
   EXPECT_EQ(pixel_of(first, 3.5, 9.6), RankColor(4));
   EXPECT_EQ(pixel_of(last, 3.5, 9.6), RankColor(3));
   // No bytes move before the first step; the frame strip outlines the current frame.
-  for (const auto& [i, bar] : Find(first.panel("bytes"), "bar")) EXPECT_FALSE(ColorOf(bar["fill"]).visible());
+  for (const auto& [i, bar] : Find(first.panel("bytes"), "bar"))
+    EXPECT_FALSE(ColorOf(bar["fill"]).visible());
   const auto boxes = Find(last.panel("frames"), "frame_box");
   ASSERT_EQ(boxes.size(), 4u);
   const auto& box = boxes[3].second;
-  EXPECT_EQ(last.image.At(static_cast<int>(box["x0"].get<float>()) + 1, static_cast<int>(box["y1"].get<float>()) - 1),
+  EXPECT_EQ(last.image.At(static_cast<int>(box["x0"].get<float>()) + 1,
+                          static_cast<int>(box["y1"].get<float>()) - 1),
             kHighlightColor);
 }
 
@@ -234,17 +245,21 @@ TEST_F(ViewerPixelTest, ADifferingRankIsDrawnInTheDiffColour) {
   for (const auto& [i, r] : Find(s.panel("frames"), "highlight")) {
     ++marked;
     EXPECT_TRUE(r["frame"] == 2 || r["frame"] == 3);
-    EXPECT_EQ(s.image.At(static_cast<int>(r["x0"].get<float>()) + 3, static_cast<int>(r["y0"].get<float>()) + 2),
+    EXPECT_EQ(s.image.At(static_cast<int>(r["x0"].get<float>()) + 3,
+                         static_cast<int>(r["y0"].get<float>()) + 2),
               kDiffColor);
   }
   EXPECT_EQ(marked, 2);
   // At the initial frame nothing differs: rank 5 is its own colour.
-  const Shot before = Screenshot("diff_initial", Golden(kUneven) + " " + other + " --step initial --size 1200x800");
-  EXPECT_EQ(FreeColor(before, "mesh", Find(before.panel("mesh"), "mesh_cell", 5)[0].first), RankColor(5));
+  const Shot before =
+      Screenshot("diff_initial", Golden(kUneven) + " " + other + " --step initial --size 1200x800");
+  EXPECT_EQ(FreeColor(before, "mesh", Find(before.panel("mesh"), "mesh_cell", 5)[0].first),
+            RankColor(5));
 }
 
 TEST_F(ViewerPixelTest, SelectedRankAndItsGroupAreOutlined) {
-  const Shot s = Screenshot("select", Golden(kUneven) + " --step 2 --select-rank 6 --size 1200x800");
+  const Shot s =
+      Screenshot("select", Golden(kUneven) + " --step 2 --select-rank 6 --size 1200x800");
   const auto mark = Find(s.panel("mesh"), "highlight", 6);
   ASSERT_EQ(mark.size(), 1u);
   const auto& m = mark[0].second;
@@ -268,42 +283,53 @@ TEST_F(ViewerPixelTest, HoverLinksTheMeshAndTheTensor) {
   const auto block = Find(base.panel("tensor"), "tensor_owner", 3).at(0).second;
   const int bx = static_cast<int>((block["x0"].get<float>() + block["x1"].get<float>()) / 2);
   const int by = static_cast<int>((block["y0"].get<float>() + block["y1"].get<float>()) / 2);
-  const Shot over_block = Screenshot("hover_block", args + " --mouse " + std::to_string(bx) + "," + std::to_string(by));
+  const Shot over_block =
+      Screenshot("hover_block", args + " --mouse " + std::to_string(bx) + "," + std::to_string(by));
   for (int64_t rank : {3, 7}) {
     const auto mark = Find(over_block.panel("mesh"), "highlight", rank);
     ASSERT_EQ(mark.size(), 1u) << "rank " << rank;
     const auto& m = mark[0].second;
     EXPECT_EQ(ColorOf(m["border"]), kHighlightColor);
-    EXPECT_EQ(over_block.image.At(static_cast<int>(m["x0"].get<float>()),
-                                  static_cast<int>((m["y0"].get<float>() + m["y1"].get<float>()) / 2)),
-              kHighlightColor);
+    EXPECT_EQ(
+        over_block.image.At(static_cast<int>(m["x0"].get<float>()),
+                            static_cast<int>((m["y0"].get<float>() + m["y1"].get<float>()) / 2)),
+        kHighlightColor);
   }
   EXPECT_EQ(Find(over_block.panel("mesh"), "highlight").size(), 2u);
-  // The mouse over rank 6's mesh cell: its block (columns 6:9, with rank 2) is outlined in the tensor panel.
+  // The mouse over rank 6's mesh cell: its block (columns 6:9, with rank 2) is outlined in the
+  // tensor panel.
   const auto cell = Find(base.panel("mesh"), "mesh_cell", 6).at(0).second;
-  const int mx = static_cast<int>(cell["x0"].get<float>()) + 6, my = static_cast<int>(cell["y0"].get<float>()) + 6;
-  const Shot over_cell = Screenshot("hover_cell", args + " --mouse " + std::to_string(mx) + "," + std::to_string(my));
+  const int mx = static_cast<int>(cell["x0"].get<float>()) + 6,
+            my = static_cast<int>(cell["y0"].get<float>()) + 6;
+  const Shot over_cell =
+      Screenshot("hover_cell", args + " --mouse " + std::to_string(mx) + "," + std::to_string(my));
   bool outlined = false;
-  const auto owner = Find(over_cell.panel("tensor"), "tensor_owner", 2).at(0).second;  // the block's fill
+  const auto owner =
+      Find(over_cell.panel("tensor"), "tensor_owner", 2).at(0).second;  // the block's fill
   for (const auto& [i, r] : Find(over_cell.panel("tensor"), "highlight")) {
-    if (ColorOf(r["border"]) != kHighlightColor || r["block"] != owner["block"] || r["rank"] != -1) continue;
+    if (ColorOf(r["border"]) != kHighlightColor || r["block"] != owner["block"] || r["rank"] != -1)
+      continue;
     outlined = true;
-    EXPECT_EQ(over_cell.image.At(static_cast<int>(r["x0"].get<float>()) + 1,
-                                 static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2)),
-              kHighlightColor);
+    EXPECT_EQ(
+        over_cell.image.At(static_cast<int>(r["x0"].get<float>()) + 1,
+                           static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2)),
+        kHighlightColor);
   }
   EXPECT_TRUE(outlined);
 }
 
 TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
   const std::string big = TempPath("trace_4096.json");
-  const RunResult made = RunCommand(std::string(DTSIM_META_TRACE_BIN) +
-                              " --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from 'S(0),S(1),S(2)' --to "
-                              "'R,S(0),S(1)' " + big);
+  const RunResult made =
+      RunCommand(std::string(DTSIM_META_TRACE_BIN) +
+                 " --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from 'S(0),S(1),S(2)' --to "
+                 "'R,S(0),S(1)' " +
+                 big);
   ASSERT_EQ(made.code, 0) << made.err;
   const Shot s = Screenshot("big", big + " --step 1 --select-rank 4095");
   EXPECT_EQ(Find(s.panel("mesh"), "mesh_cell").size(), 4096u);
-  for (int64_t rank : {0, 2000, 4000}) {  // not in the selected rank's group (4080..4095), which is outlined
+  for (int64_t rank :
+       {0, 2000, 4000}) {  // not in the selected rank's group (4080..4095), which is outlined
     const auto cell = Find(s.panel("mesh"), "mesh_cell", rank);
     ASSERT_EQ(cell.size(), 1u);
     EXPECT_EQ(FreeColor(s, "mesh", cell[0].first), RankColor(rank)) << "rank " << rank;
@@ -330,42 +356,54 @@ void ExpectInputError(const std::string& args, const std::string& prefix) {
 }
 
 TEST(ViewerBadInputTest, BrokenTruncatedUnknownVersionAndMismatched) {
-  ExpectInputError(testing::WriteText("broken.json", "{\"format\": \"dtsim-trace\", \"version\": 1,"),
-                   "dtsim-viewer: error: trace: ");
+  ExpectInputError(
+      testing::WriteText("broken.json", "{\"format\": \"dtsim-trace\", \"version\": 1,"),
+      "dtsim-viewer: error: trace: ");
   const std::string text = testing::ReadJson(Golden(kUneven)).dump(1);
   ExpectInputError(testing::WriteText("truncated.json", text.substr(0, text.size() * 2 / 3)),
                    "dtsim-viewer: error: trace: ");
-  const std::string v7 = EditedTrace(kUneven, "v7.json", [](nlohmann::json& j) { j["version"] = 7; });
+  const std::string v7 =
+      EditedTrace(kUneven, "v7.json", [](nlohmann::json& j) { j["version"] = 7; });
   ExpectInputError(v7, "dtsim-viewer: error: trace: '" + v7 + "': version 7 is not supported");
-  const std::string bad_hash =
-      EditedTrace(kUneven, "bad_hash.json", [](nlohmann::json& j) { j["final"]["ranks"][2]["hash"] = 5; });
-  ExpectInputError(bad_hash, "dtsim-viewer: error: trace: '" + bad_hash +
-                                 "': final.ranks[2].hash: expected \"xxh3:\" and 16 hex digits, got 5");
+  const std::string bad_hash = EditedTrace(
+      kUneven, "bad_hash.json", [](nlohmann::json& j) { j["final"]["ranks"][2]["hash"] = 5; });
+  ExpectInputError(bad_hash,
+                   "dtsim-viewer: error: trace: '" + bad_hash +
+                       "': final.ranks[2].hash: expected \"xxh3:\" and 16 hex digits, got 5");
   ExpectInputError(Golden(kUneven) + " " + Golden("nested_4x2_S0S0_to_S1S1.json"),
                    "dtsim-viewer: error: traces: '" + Golden(kUneven) + "' and '" +
                        Golden("nested_4x2_S0S0_to_S1S1.json") +
                        "' are not traces of the same redistribution: the meshes differ");
-  ExpectInputError("/nonexistent/trace.json", "dtsim-viewer: error: trace: cannot open '/nonexistent/trace.json'");
+  ExpectInputError("/nonexistent/trace.json",
+                   "dtsim-viewer: error: trace: cannot open '/nonexistent/trace.json'");
   ExpectInputError(Golden("traces") + "/..", "dtsim-viewer: error: trace: ");
 }
 
 TEST(ViewerBadInputTest, BadOptions) {
-  ExpectInputError(Golden(kUneven) + " --step 9", "dtsim-viewer: error: step: step 9 does not exist");
-  ExpectInputError(Golden(kUneven) + " --select-rank 8", "dtsim-viewer: error: select-rank: rank 8 is not in");
-  ExpectInputError(Golden(kUneven) + " --size 10x10", "dtsim-viewer: error: size: '10x10' must be WIDTHxHEIGHT");
-  ExpectInputError(Golden(kUneven) + " --mesh-grid dp,dp", "dtsim-viewer: error: mesh-grid: rows and columns are both");
+  ExpectInputError(Golden(kUneven) + " --step 9",
+                   "dtsim-viewer: error: step: step 9 does not exist");
+  ExpectInputError(Golden(kUneven) + " --select-rank 8",
+                   "dtsim-viewer: error: select-rank: rank 8 is not in");
+  ExpectInputError(Golden(kUneven) + " --size 10x10",
+                   "dtsim-viewer: error: size: '10x10' must be WIDTHxHEIGHT");
+  ExpectInputError(Golden(kUneven) + " --mesh-grid dp,dp",
+                   "dtsim-viewer: error: mesh-grid: rows and columns are both");
   ExpectInputError(Golden(kUneven) + " --mesh-grid dp,pp", "dtsim-viewer: error: mesh-grid:");
-  ExpectInputError(Golden(kUneven) + " --tensor-grid 0,2", "dtsim-viewer: error: tensor-grid: column dim 2 is not");
-  ExpectInputError(Golden(kUneven) + " --show-second", "dtsim-viewer: error: show-second: needs two traces");
-  ExpectInputError(Golden(kUneven) + " --mouse 5000,1", "dtsim-viewer: error: mouse: '5000,1' must be X,Y inside");
+  ExpectInputError(Golden(kUneven) + " --tensor-grid 0,2",
+                   "dtsim-viewer: error: tensor-grid: column dim 2 is not");
+  ExpectInputError(Golden(kUneven) + " --show-second",
+                   "dtsim-viewer: error: show-second: needs two traces");
+  ExpectInputError(Golden(kUneven) + " --mouse 5000,1",
+                   "dtsim-viewer: error: mouse: '5000,1' must be X,Y inside");
   ExpectInputError(Golden(kUneven) + " --frobnicate", "dtsim-viewer: error: options: ");
   ExpectInputError("", "dtsim-viewer: error: traces: give one trace");
 }
 
 TEST(ViewerBadInputTest, NoDisplayIsExitCode4WithAHint) {
   const std::string png = TempPath("nodisplay.png");
-  const RunResult r = RunCommand("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(DTSIM_VIEWER_BIN) + " " +
-                                 Golden(kUneven) + " --screenshot " + png);
+  const RunResult r =
+      RunCommand("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(DTSIM_VIEWER_BIN) + " " +
+                 Golden(kUneven) + " --screenshot " + png);
   EXPECT_EQ(r.code, 4) << r.err;
   EXPECT_THAT(r.err, StartsWith("dtsim-viewer: error: display: cannot open a window"));
   EXPECT_THAT(r.err, HasSubstr("xvfb-run"));

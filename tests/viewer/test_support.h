@@ -1,5 +1,8 @@
-// Helpers shared by the viewer tests: paths of the golden traces, editing a trace's JSON into a temporary file.
+// Helpers shared by the viewer tests: paths of the golden traces, editing a trace's JSON into a
+// temporary file.
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -7,13 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
-#include "dtsim/trace.h"
+#include "dtsim/trace/trace.h"
 
 namespace dtsim::viewer::testing {
 
-inline std::string Golden(const std::string& name) { return std::string(DTSIM_SOURCE_DIR) + "/traces/" + name; }
+inline std::string Golden(const std::string& name) {
+  return std::string(DTSIM_SOURCE_DIR) + "/traces/" + name;
+}
 
 inline nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);

@@ -1,10 +1,11 @@
-// The viewer's trace model: frames, the index per rank, parsing --step, loading errors, comparing two traces.
+// The viewer's trace model: frames, the index per rank, parsing --step, loading errors, comparing
+// two traces.
 #include "viewer/model/trace_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "test_support.h"
 #include "viewer/model/app_state.h"
 #include "viewer/model/rank_details.h"
@@ -14,16 +15,16 @@
 namespace dtsim::viewer {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::EditedTrace;
+using ::testing::ElementsAre;
 using testing::Golden;
+using ::testing::HasSubstr;
 using testing::OtherHash;
+using ::testing::StartsWith;
 using testing::WriteText;
 
-// traces/uneven_2x4_S0R_to_RS1.json: mesh[dp=2, tp=4], shape [5, 10], [S(0), R] -> [R, S(1)] with the greedy plan:
-// step 1 tp R -> S(1) (local_split), step 2 dp S(0) -> R (all_gather).
+// traces/uneven_2x4_S0R_to_RS1.json: mesh[dp=2, tp=4], shape [5, 10], [S(0), R] -> [R, S(1)] with
+// the greedy plan: step 1 tp R -> S(1) (local_split), step 2 dp S(0) -> R (all_gather).
 const char* kUneven = "uneven_2x4_S0R_to_RS1.json";
 
 std::string ErrorOf(const std::function<void()>& f) {
@@ -69,8 +70,10 @@ TEST(TraceModelTest, StepBytesAndGroupsPerRank) {
   const TraceModel m = TraceModel::Load(Golden(kUneven));
   const Frame& f = m.frame(2);  // all_gather over dp of the [S(0), S(1)] shards
   EXPECT_TRUE(f.bytes_observed);
-  // Every rank sends its chunk padded to 3 rows: 3x3 float32 = 36 bytes; tp=3 holds one column: 3x1 = 12 bytes.
-  for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(f.bytes_sent[m.GetPosition(r)], r % 4 == 3 ? 12 : 36) << "rank " << r;
+  // Every rank sends its chunk padded to 3 rows: 3x3 float32 = 36 bytes; tp=3 holds one column: 3x1
+  // = 12 bytes.
+  for (int64_t r = 0; r < 8; ++r)
+    EXPECT_EQ(f.bytes_sent[m.GetPosition(r)], r % 4 == 3 ? 12 : 36) << "rank " << r;
   // The frame reflects the trace's collective rows (read here without the model).
   const nlohmann::json rows = testing::ReadJson(Golden(kUneven))["steps"][1]["collectives"][0];
   for (size_t i = 0; i < rows["ranks"].size(); ++i) {
@@ -92,8 +95,10 @@ TEST(TraceModelTest, ParseFrame) {
   EXPECT_EQ(m.ParseFrame("3"), 3);
   EXPECT_EQ(m.ParseFrame("final"), 3);
   EXPECT_EQ(ErrorOf([&] { m.ParseFrame("4"); }),
-            "step: step 4 does not exist: the trace has 2 steps (0 = initial, 1..2 = after that step, 3 = final)");
-  EXPECT_THAT(ErrorOf([&] { m.ParseFrame("two"); }), StartsWith("step: 'two' is not a step number"));
+            "step: step 4 does not exist: the trace has 2 steps (0 = initial, 1..2 = after that "
+            "step, 3 = final)");
+  EXPECT_THAT(ErrorOf([&] { m.ParseFrame("two"); }),
+              StartsWith("step: 'two' is not a step number"));
   EXPECT_THAT(ErrorOf([&] { m.ParseFrame("-1"); }), HasSubstr("step -1 does not exist"));
   EXPECT_EQ(ErrorOf([&] { m.GetPosition(8, "select-rank"); }),
             "select-rank: rank 8 is not in mesh[dp=2, tp=4] (8 ranks)");
@@ -107,8 +112,9 @@ TEST(TraceModelTest, RowsThatDisagreeWithTheLayoutRuleAreAnomalies) {
   EXPECT_EQ(m.frame(3).num_anomalies, 1);
   EXPECT_EQ(m.frame(3).anomalies[m.GetPosition(3)], 1);
   const std::vector<std::string> details = RankDetails(m, 3, m.GetPosition(3));
-  EXPECT_THAT(details, ::testing::Contains(HasSubstr("the trace disagrees with the layout rule: it says local shape "
-                                                     "[5, 2] offset [0, 9], the rule gives [5, 1] offset [0, 9]")));
+  EXPECT_THAT(details, ::testing::Contains(HasSubstr(
+                           "the trace disagrees with the layout rule: it says local shape "
+                           "[5, 2] offset [0, 9], the rule gives [5, 1] offset [0, 9]")));
 }
 
 TEST(TraceModelTest, MetadataOnlyAndMeasuredTraces) {
@@ -116,8 +122,8 @@ TEST(TraceModelTest, MetadataOnlyAndMeasuredTraces) {
                                                ParsePlacements("S(0),S(1),S(2)"), {8, 8, 8});
   MetaTraceOptions options;
   options.measured = true;
-  const TraceModel m = TraceModel::FromTrace(TraceFromJson(ToJson(MakeMetaTrace(spec, ParsePlacements("R,S(0),S(1)"),
-                                                                               options))));
+  const TraceModel m = TraceModel::FromTrace(
+      TraceFromJson(ToJson(MakeMetaTrace(spec, ParsePlacements("R,S(0),S(1)"), options))));
   EXPECT_FALSE(m.has_hashes());
   EXPECT_TRUE(m.measured());
   EXPECT_EQ(m.num_frames(), static_cast<int64_t>(m.trace().steps.size()) + 2);
@@ -126,17 +132,19 @@ TEST(TraceModelTest, MetadataOnlyAndMeasuredTraces) {
   ASSERT_EQ(f.kind, Frame::Kind::kAfterStep);
   ASSERT_EQ(f.time_us.size(), 16u);
   for (int64_t r = 0; r < 16; ++r) {
-    EXPECT_DOUBLE_EQ(f.time_us[m.GetPosition(r)], f.est_us * (1.0 + (r % 7) / 20.0)) << "rank " << r;
+    EXPECT_DOUBLE_EQ(f.time_us[m.GetPosition(r)], f.est_us * (1.0 + (r % 7) / 20.0))
+        << "rank " << r;
   }
-  EXPECT_THAT(RankDetails(m, 1, 5), ::testing::Contains(HasSubstr("hash: none (metadata-only trace)")));
+  EXPECT_THAT(RankDetails(m, 1, 5),
+              ::testing::Contains(HasSubstr("hash: none (metadata-only trace)")));
   EXPECT_THAT(RankDetails(m, 1, 5), ::testing::Contains(HasSubstr("us measured (estimate")));
 }
 
 TEST(TraceModelTest, RanksWithoutRowsAreStillDrawn) {
   // A trace of one real rank (not merged) holds only its own rows.
   const std::string path = EditedTrace(kUneven, "one_rank.json", [](nlohmann::json& j) {
-    for (nlohmann::json* rows : {&j["initial"]["ranks"], &j["steps"][0]["ranks_after"], &j["steps"][1]["ranks_after"],
-                                 &j["final"]["ranks"]}) {
+    for (nlohmann::json* rows : {&j["initial"]["ranks"], &j["steps"][0]["ranks_after"],
+                                 &j["steps"][1]["ranks_after"], &j["final"]["ranks"]}) {
       *rows = nlohmann::json::array({(*rows)[2]});
     }
   });
@@ -144,8 +152,9 @@ TEST(TraceModelTest, RanksWithoutRowsAreStillDrawn) {
   EXPECT_EQ(m.RowAt(3, 2)->rank, 2);
   EXPECT_EQ(m.RowAt(3, 5), nullptr);
   EXPECT_EQ(m.frame(3).layouts.size(), 8u);
-  EXPECT_THAT(RankDetails(m, 3, 5), ::testing::Contains(StartsWith("no row for this rank in the trace; the layout "
-                                                                   "rule gives local shape [5, 3]")));
+  EXPECT_THAT(RankDetails(m, 3, 5),
+              ::testing::Contains(StartsWith("no row for this rank in the trace; the layout "
+                                             "rule gives local shape [5, 3]")));
 }
 
 TEST(TraceModelTest, FromSpecIsOneFrame) {
@@ -165,14 +174,16 @@ TEST(TraceModelTest, BadFilesAreInputErrors) {
   std::string text = testing::ReadJson(Golden(kUneven)).dump(1);
   const std::string truncated = WriteText("truncated.json", text.substr(0, text.size() / 2));
   EXPECT_THAT(ErrorOf([&] { TraceModel::Load(truncated); }), HasSubstr("is not valid JSON"));
-  const std::string v2 = EditedTrace(kUneven, "v2.json", [](nlohmann::json& j) { j["version"] = 2; });
+  const std::string v2 =
+      EditedTrace(kUneven, "v2.json", [](nlohmann::json& j) { j["version"] = 2; });
   EXPECT_EQ(ErrorOf([&] { TraceModel::Load(v2); }),
             "trace: '" + v2 + "': version 2 is not supported (this dtsim reads version 1)");
   const std::string moved = EditedTrace(kUneven, "final_mesh.json", [](nlohmann::json& j) {
     j["final"]["spec"]["mesh"]["names"] = {"a", "b"};
   });
   EXPECT_EQ(ErrorOf([&] { TraceModel::Load(moved); }),
-            "trace: final.spec: mesh mesh[a=2, b=4] differs from the initial mesh mesh[dp=2, tp=4] (a redistribution "
+            "trace: final.spec: mesh mesh[a=2, b=4] differs from the initial mesh mesh[dp=2, tp=4] "
+            "(a redistribution "
             "keeps its mesh)");
 }
 
@@ -184,7 +195,8 @@ TEST(ModelDiffTest, IdenticalTracesAgree) {
   EXPECT_FALSE(d.first_frame.has_value());
   EXPECT_EQ(d.num_ranks_differing, 0);
   EXPECT_EQ(d.summary,
-            "agree: same plan, collectives and shard hashes on all 8 ranks at every step (initial, 2 steps, final)");
+            "agree: same plan, collectives and shard hashes on all 8 ranks at every step (initial, "
+            "2 steps, final)");
 }
 
 TEST(ModelDiffTest, ADifferingRankIsMarkedAtItsFrames) {
@@ -201,11 +213,14 @@ TEST(ModelDiffTest, ADifferingRankIsMarkedAtItsFrames) {
   EXPECT_EQ(d.num_ranks_differing, 1);
   for (int64_t f = 0; f < 4; ++f) {
     for (int64_t p = 0; p < 8; ++p) {
-      EXPECT_EQ(d.differs[f][p], (p == a.GetPosition(5) && f >= 2) ? 1 : 0) << "frame " << f << " position " << p;
+      EXPECT_EQ(d.differs[f][p], (p == a.GetPosition(5) && f >= 2) ? 1 : 0)
+          << "frame " << f << " position " << p;
     }
   }
   EXPECT_THAT(d.frame_differs, ElementsAre(0, 0, 1, 1));
-  EXPECT_THAT(d.summary, StartsWith("differ: first at step 2 (dp(0) S(0) -> R  all_gather): hash differs on rank 5"));
+  EXPECT_THAT(
+      d.summary,
+      StartsWith("differ: first at step 2 (dp(0) S(0) -> R  all_gather): hash differs on rank 5"));
   EXPECT_THAT(d.summary, HasSubstr("1 of 8 ranks differ; 2 differences in all"));
   EXPECT_EQ(d.At(2, 4).size(), 1u);
   // The highlight of frame 2 marks rank 5 only.
@@ -216,7 +231,8 @@ TEST(ModelDiffTest, ADifferingRankIsMarkedAtItsFrames) {
   EXPECT_EQ(h.differs[a.GetPosition(5)], 1);
   // The rank's details name the other trace's row and the difference.
   EXPECT_THAT(RankDetails(a, 2, a.GetPosition(5), &b, &d),
-              ::testing::Contains(StartsWith("differs: step 2 (dp(0) S(0) -> R  all_gather): hash differs on rank 5")));
+              ::testing::Contains(StartsWith(
+                  "differs: step 2 (dp(0) S(0) -> R  all_gather): hash differs on rank 5")));
 }
 
 TEST(ModelDiffTest, ADifferentStepCountIsADifferenceNotAMismatch) {
@@ -235,21 +251,24 @@ TEST(ModelDiffTest, ADifferentStepCountIsADifferenceNotAMismatch) {
 TEST(ModelDiffTest, TracesOfDifferentRedistributionsAreRefused) {
   const TraceModel a = TraceModel::Load(Golden(kUneven));
   const TraceModel nested = TraceModel::Load(Golden("nested_4x2_S0S0_to_S1S1.json"));
-  EXPECT_THAT(ErrorOf([&] { CheckSameRedistribution(a, nested); }),
-              HasSubstr("are not traces of the same redistribution: the meshes differ: mesh[dp=2, tp=4] vs "
-                        "mesh[dp=4, tp=2]"));
-  const TraceModel shape = TraceModel::Load(EditedTrace(kUneven, "shape.json", [](nlohmann::json& j) {
-    j["initial"]["spec"]["shape"] = {5, 12};
-    j["final"]["spec"]["shape"] = {5, 12};
-    j["steps"] = nlohmann::json::array();
-    j["initial"]["ranks"] = nlohmann::json::array();
-    j["final"]["ranks"] = nlohmann::json::array();
-  }));
+  EXPECT_THAT(
+      ErrorOf([&] { CheckSameRedistribution(a, nested); }),
+      HasSubstr("are not traces of the same redistribution: the meshes differ: mesh[dp=2, tp=4] vs "
+                "mesh[dp=4, tp=2]"));
+  const TraceModel shape =
+      TraceModel::Load(EditedTrace(kUneven, "shape.json", [](nlohmann::json& j) {
+        j["initial"]["spec"]["shape"] = {5, 12};
+        j["final"]["spec"]["shape"] = {5, 12};
+        j["steps"] = nlohmann::json::array();
+        j["initial"]["ranks"] = nlohmann::json::array();
+        j["final"]["ranks"] = nlohmann::json::array();
+      }));
   EXPECT_THAT(ErrorOf([&] { CheckSameRedistribution(a, shape); }),
               HasSubstr("the tensors differ: shape [5, 10] float32 vs [5, 12] float32"));
-  const TraceModel target = TraceModel::Load(EditedTrace(kUneven, "target.json", [](nlohmann::json& j) {
-    j["final"]["spec"]["placements"] = "[R, R]";
-  }));
+  const TraceModel target =
+      TraceModel::Load(EditedTrace(kUneven, "target.json", [](nlohmann::json& j) {
+        j["final"]["spec"]["placements"] = "[R, R]";
+      }));
   EXPECT_THAT(ErrorOf([&] { CheckSameRedistribution(a, target); }),
               HasSubstr("they end in different placements: [R, S(1)] vs [R, R]"));
 }

@@ -1,20 +1,23 @@
-// dtsim-viewer: the layout inspector. Opens one trace, or two to compare, in a window; or, with --screenshot, renders
-// one frame offscreen and writes a PNG (for docs, tests and CI, under xvfb-run).
+// dtsim-viewer: the layout inspector. Opens one trace, or two to compare, in a window; or, with
+// --screenshot, renders one frame offscreen and writes a PNG (for docs, tests and CI, under
+// xvfb-run).
 //
-//   dtsim-viewer trace.json [other.json] [--step K] [--select-rank R] [--mesh-grid dp,tp] [--tensor-grid 0,1]
+//   dtsim-viewer trace.json [other.json] [--step K] [--select-rank R] [--mesh-grid dp,tp]
+//   [--tensor-grid 0,1]
 //                [--slice 2=3] [--show-second] [--size 1600x1000]
 //                [--screenshot out.png [--dump-records out.json]] [--bench-frames N]
 //
-// Exit codes: 0 done; 2 bad input (a trace that cannot be read, a mismatched pair, a bad option), printed as
-// "dtsim-viewer: error: <field>: <message>"; 3 internal error; 4 no window or OpenGL context could be opened.
+// Exit codes: 0 done; 2 bad input (a trace that cannot be read, a mismatched pair, a bad option),
+// printed as "dtsim-viewer: error: <field>: <message>"; 3 internal error; 4 no window or OpenGL
+// context could be opened.
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "dtsim/error.h"
-#include "dtsim/trace.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/trace/trace.h"
 #include "platform.h"
 #include "viewer/model/app_state.h"
 #include "viewer/model/mesh_layout.h"
@@ -30,24 +33,29 @@ namespace {
 // Options of dtsim-viewer; defaults in comments.
 struct ViewerOptions {
   std::vector<std::string> traces;  // one trace, or two to compare
-  std::string screenshot;           // "": interactive; else render one frame offscreen into this PNG and exit
-  std::string dump_records;         // with --screenshot: also write every panel's draw records (JSON) here
-  std::string step;                 // the frame to show: initial / 0, a step number, final ("": initial, or the
-                                    // first difference of two traces)
-  int64_t select_rank = -1;         // the rank to select (highlighted everywhere, shown in the rank panel)
-  std::string mesh_grid;            // "dp,tp": the mesh dims of each grid's rows and columns (names or indices)
-  std::string tensor_grid;          // "0,1": the tensor dims shown as rows and columns
-  std::vector<std::string> slice;   // "2=3": show index 3 of tensor dim 2
-  bool show_second = false;         // two traces: draw the second one
-  std::string size = "1600x1000";   // window / screenshot size in pixels
-  std::string mouse;                // headless: "X,Y" puts the mouse there (hover, tooltips); "": no mouse
-  int bench_frames = 0;             // > 0: render this many frames offscreen while scrubbing, print frames/second
+  std::string
+      screenshot;  // "": interactive; else render one frame offscreen into this PNG and exit
+  std::string dump_records;  // with --screenshot: also write every panel's draw records (JSON) here
+  std::string step;  // the frame to show: initial / 0, a step number, final ("": initial, or the
+                     // first difference of two traces)
+  int64_t select_rank = -1;  // the rank to select (highlighted everywhere, shown in the rank panel)
+  std::string
+      mesh_grid;  // "dp,tp": the mesh dims of each grid's rows and columns (names or indices)
+  std::string tensor_grid;         // "0,1": the tensor dims shown as rows and columns
+  std::vector<std::string> slice;  // "2=3": show index 3 of tensor dim 2
+  bool show_second = false;        // two traces: draw the second one
+  std::string size = "1600x1000";  // window / screenshot size in pixels
+  std::string mouse;  // headless: "X,Y" puts the mouse there (hover, tooltips); "": no mouse
+  int bench_frames =
+      0;  // > 0: render this many frames offscreen while scrubbing, print frames/second
 };
 
 std::pair<int, int> ParseSize(const std::string& text) {
   const std::vector<int64_t> v = ParseIntList(text, "size");
   if (v.size() != 2 || v[0] < 200 || v[1] < 150 || v[0] > 8192 || v[1] > 8192) {
-    throw InputError("size", "'" + text + "' must be WIDTHxHEIGHT with 200..8192 x 150..8192 pixels, e.g. 1600x1000");
+    throw InputError(
+        "size",
+        "'" + text + "' must be WIDTHxHEIGHT with 200..8192 x 150..8192 pixels, e.g. 1600x1000");
   }
   return {static_cast<int>(v[0]), static_cast<int>(v[1])};
 }
@@ -57,8 +65,8 @@ std::pair<float, float> ParseMouse(const std::string& text, int width, int heigh
   if (text.empty()) return {-1.0f, -1.0f};
   const std::vector<int64_t> xy = ParseIntList(text, "mouse");
   if (xy.size() != 2 || xy[0] < 0 || xy[1] < 0 || xy[0] >= width || xy[1] >= height) {
-    throw InputError("mouse", "'" + text + "' must be X,Y inside the " + std::to_string(width) + "x" +
-                                  std::to_string(height) + " picture");
+    throw InputError("mouse", "'" + text + "' must be X,Y inside the " + std::to_string(width) +
+                                  "x" + std::to_string(height) + " picture");
   }
   return {static_cast<float>(xy[0]), static_cast<float>(xy[1])};
 }
@@ -78,7 +86,8 @@ void ApplyView(App& app, const ViewerOptions& o) {
   }
   if (!o.mesh_grid.empty()) {
     const std::vector<std::string> names = ParseNameList(o.mesh_grid);
-    if (names.size() != 2) throw InputError("mesh-grid", "'" + o.mesh_grid + "' must name two mesh dims, e.g. dp,tp");
+    if (names.size() != 2)
+      throw InputError("mesh-grid", "'" + o.mesh_grid + "' must name two mesh dims, e.g. dp,tp");
     v.mesh_row_dim = static_cast<int>(m.mesh().GetDim(names[0], "mesh-grid"));
     v.mesh_col_dim = static_cast<int>(m.mesh().GetDim(names[1], "mesh-grid"));
     ResolveMeshGrid(m.mesh(), v);
@@ -87,14 +96,16 @@ void ApplyView(App& app, const ViewerOptions& o) {
   if (!o.tensor_grid.empty()) {
     const std::vector<int64_t> dims = ParseIntList(o.tensor_grid, "tensor-grid");
     if (dims.size() != 2) {
-      throw InputError("tensor-grid", "'" + o.tensor_grid + "' must name two tensor dims, e.g. 0,2");
+      throw InputError("tensor-grid",
+                       "'" + o.tensor_grid + "' must name two tensor dims, e.g. 0,2");
     }
     v.tensor_row_dim = static_cast<int>(dims[0]);
     v.tensor_col_dim = static_cast<int>(dims[1]);
   }
   for (const std::string& s : o.slice) {
     const size_t eq = s.find('=');
-    if (eq == std::string::npos) throw InputError("slice", "'" + s + "' must be DIM=INDEX, e.g. 2=3");
+    if (eq == std::string::npos)
+      throw InputError("slice", "'" + s + "' must be DIM=INDEX, e.g. 2=3");
     const std::vector<int64_t> d = ParseIntList(s.substr(0, eq), "slice");
     const std::vector<int64_t> i = ParseIntList(s.substr(eq + 1), "slice");
     if (d.size() != 1 || i.size() != 1 || d[0] < 0 || d[0] >= spec.ndim()) {
@@ -111,7 +122,8 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
   auto window = Window::Open({width, height, /*headless=*/true});
   if (o.bench_frames > 0) {
     const int64_t frames = app.shown().num_frames();
-    // Warm up (fonts, first layout), then scrub through every frame with the mouse sweeping the mesh panel.
+    // Warm up (fonts, first layout), then scrub through every frame with the mouse sweeping the
+    // mesh panel.
     for (int i = 0; i < 3; ++i) {
       window->BeginFrame();
       DrawViewer(app, window->width(), window->height(), window->Now());
@@ -127,13 +139,15 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
       window->EndFrame();
       window->Finish();
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("viewer_fps %.2f frames %d seconds %.3f size %dx%d ranks %lld\n", o.bench_frames / seconds,
-                o.bench_frames, seconds, width, height, static_cast<long long>(app.shown().world_size()));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("viewer_fps %.2f frames %d seconds %.3f size %dx%d ranks %lld\n",
+                o.bench_frames / seconds, o.bench_frames, seconds, width, height,
+                static_cast<long long>(app.shown().world_size()));
   }
   if (!o.screenshot.empty()) {
-    // A few frames so that ImGui's windows and columns settle (and a hover found in one frame is highlighted in the
-    // next); the last one is the picture.
+    // A few frames so that ImGui's windows and columns settle (and a hover found in one frame is
+    // highlighted in the next); the last one is the picture.
     const auto [mx, my] = ParseMouse(o.mouse, width, height);
     app.record = !o.dump_records.empty();
     for (int i = 0; i < 3; ++i) {
@@ -146,7 +160,8 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
     if (!o.dump_records.empty()) {
       nlohmann::json panels = nlohmann::json::object();
       for (const auto& [name, list] : app.recorded) panels[name] = ToJson(list);
-      nlohmann::json dump = {{"size", {width, height}}, {"frame", app.view.frame}, {"panels", std::move(panels)}};
+      nlohmann::json dump = {
+          {"size", {width, height}}, {"frame", app.view.frame}, {"panels", std::move(panels)}};
       WriteJsonFileAtomically(o.dump_records, dump, "dump-records");
     }
   }
@@ -166,19 +181,24 @@ int RunInteractive(App& app, int width, int height) {
 int Run(int argc, char** argv) {
   ViewerOptions o;
   po::options_description desc("dtsim-viewer options");
-  desc.add_options()
-      ("help,h", "this help")
-      ("screenshot", po::value(&o.screenshot), "render one frame offscreen, write it to this PNG and exit")
-      ("dump-records", po::value(&o.dump_records), "with --screenshot: write the panels' draw records (JSON) here")
-      ("step", po::value(&o.step), "frame to show: initial (0), a step number (the state after it), final")
-      ("select-rank", po::value(&o.select_rank), "select this rank (highlighted in every panel)")
-      ("mesh-grid", po::value(&o.mesh_grid), "mesh dims of the grid rows and columns, e.g. dp,tp")
-      ("tensor-grid", po::value(&o.tensor_grid), "tensor dims shown as rows and columns, e.g. 0,2")
-      ("slice", po::value(&o.slice)->composing(), "index of a tensor dim that is not shown, e.g. 2=3 (repeatable)")
-      ("show-second", po::bool_switch(&o.show_second), "two traces: draw the second one")
-      ("size", po::value(&o.size), "window / screenshot size WIDTHxHEIGHT (default 1600x1000)")
-      ("mouse", po::value(&o.mouse), "with --screenshot: put the mouse at X,Y (hover highlights and tooltips)")
-      ("bench-frames", po::value(&o.bench_frames), "render N frames offscreen while scrubbing; print frames/second");
+  desc.add_options()("help,h", "this help")(
+      "screenshot", po::value(&o.screenshot),
+      "render one frame offscreen, write it to this PNG and exit")(
+      "dump-records", po::value(&o.dump_records),
+      "with --screenshot: write the panels' draw records (JSON) here")(
+      "step", po::value(&o.step),
+      "frame to show: initial (0), a step number (the state after it), final")(
+      "select-rank", po::value(&o.select_rank), "select this rank (highlighted in every panel)")(
+      "mesh-grid", po::value(&o.mesh_grid), "mesh dims of the grid rows and columns, e.g. dp,tp")(
+      "tensor-grid", po::value(&o.tensor_grid), "tensor dims shown as rows and columns, e.g. 0,2")(
+      "slice", po::value(&o.slice)->composing(),
+      "index of a tensor dim that is not shown, e.g. 2=3 (repeatable)")(
+      "show-second", po::bool_switch(&o.show_second), "two traces: draw the second one")(
+      "size", po::value(&o.size), "window / screenshot size WIDTHxHEIGHT (default 1600x1000)")(
+      "mouse", po::value(&o.mouse),
+      "with --screenshot: put the mouse at X,Y (hover highlights and tooltips)")(
+      "bench-frames", po::value(&o.bench_frames),
+      "render N frames offscreen while scrubbing; print frames/second");
   po::options_description hidden;
   hidden.add_options()("trace", po::value(&o.traces)->composing());
   po::options_description all;
@@ -189,16 +209,19 @@ int Run(int argc, char** argv) {
   po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << "usage: dtsim-viewer trace.json [other.json] [--screenshot out.png] [--step K] [--select-rank R] "
+    std::cout << "usage: dtsim-viewer trace.json [other.json] [--screenshot out.png] [--step K] "
+                 "[--select-rank R] "
                  "[--size WxH]\n"
               << desc;
     return 0;
   }
   if (o.traces.empty() || o.traces.size() > 2) {
-    throw InputError("traces", "give one trace, or two traces of the same redistribution to compare (got " +
-                                   std::to_string(o.traces.size()) + ")");
+    throw InputError("traces",
+                     "give one trace, or two traces of the same redistribution to compare (got " +
+                         std::to_string(o.traces.size()) + ")");
   }
-  if (!o.dump_records.empty() && o.screenshot.empty()) throw InputError("dump-records", "needs --screenshot");
+  if (!o.dump_records.empty() && o.screenshot.empty())
+    throw InputError("dump-records", "needs --screenshot");
   if (!o.mouse.empty() && o.screenshot.empty()) throw InputError("mouse", "needs --screenshot");
   const auto [width, height] = ParseSize(o.size);
   ParseMouse(o.mouse, width, height);

@@ -2,8 +2,11 @@
 #define GL_GLEXT_PROTOTYPES 1
 #include "platform.h"
 
+// GLFW brings GL/gl.h, which glext.h needs first.
+// clang-format off
 #include <GLFW/glfw3.h>
 #include <GL/glext.h>
+// clang-format on
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
@@ -29,10 +32,11 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
   if (!glfwInit()) {
     const char* display = std::getenv("DISPLAY");
     const std::string why = g_glfw_error.empty() ? std::string("glfwInit failed") : g_glfw_error;
-    throw DisplayError("cannot open a window: " + why +
-                       (display == nullptr || *display == '\0'
-                            ? "; DISPLAY is not set (for screenshots without a screen, run under xvfb-run -a)"
-                            : ""));
+    throw DisplayError(
+        "cannot open a window: " + why +
+        (display == nullptr || *display == '\0'
+             ? "; DISPLAY is not set (for screenshots without a screen, run under xvfb-run -a)"
+             : ""));
   }
   std::unique_ptr<Window> w(new Window());
   w->options_ = options;
@@ -43,14 +47,16 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
   const char* glsl = "#version 330";
-  w->window_ = glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
+  w->window_ =
+      glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
   if (w->window_ == nullptr) {
     glfwDefaultWindowHints();
     glfwWindowHint(GLFW_VISIBLE, options.headless ? GLFW_FALSE : GLFW_TRUE);
     glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
     glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
     glsl = "#version 130";
-    w->window_ = glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
+    w->window_ =
+        glfwCreateWindow(options.width, options.height, options.title.c_str(), nullptr, nullptr);
   }
   if (w->window_ == nullptr) {
     glfwTerminate();
@@ -66,8 +72,8 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
     glBindFramebuffer(GL_FRAMEBUFFER, w->fbo_);
     glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, w->color_);
     if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE) {
-      throw DisplayError("cannot create an offscreen framebuffer of " + std::to_string(options.width) + "x" +
-                         std::to_string(options.height));
+      throw DisplayError("cannot create an offscreen framebuffer of " +
+                         std::to_string(options.width) + "x" + std::to_string(options.height));
     }
   }
   IMGUI_CHECKVERSION();
@@ -78,8 +84,8 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
   ImGuiStyle& style = ImGui::GetStyle();
   style.WindowRounding = 0;
   style.ChildRounding = 0;
-  // The full-window background comes from glClear: a textured, blended quad over every pixel costs software
-  // renderers (Mesa's llvmpipe under Xvfb) a large share of each frame.
+  // The full-window background comes from glClear: a textured, blended quad over every pixel costs
+  // software renderers (Mesa's llvmpipe under Xvfb) a large share of each frame.
   style.Colors[ImGuiCol_WindowBg] = ImVec4(0, 0, 0, 0);
   ImGui_ImplGlfw_InitForOpenGL(w->window_, true);
   ImGui_ImplOpenGL3_Init(glsl);
@@ -115,7 +121,8 @@ void Window::BeginFrame(float mouse_x, float mouse_y) {
   ImGui_ImplGlfw_NewFrame();
   if (options_.headless) {
     ImGuiIO& io = ImGui::GetIO();
-    io.DisplaySize = ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
+    io.DisplaySize =
+        ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
     io.DisplayFramebufferScale = ImVec2(1, 1);
     io.MousePos = mouse_x < 0 ? ImVec2(-FLT_MAX, -FLT_MAX) : ImVec2(mouse_x, mouse_y);
     for (bool& down : io.MouseDown) down = false;

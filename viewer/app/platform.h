@@ -1,9 +1,11 @@
-// The viewer's platform layer: a GLFW window with an OpenGL 3 context, Dear ImGui's GLFW and OpenGL3 backends, and
-// reading a rendered frame back for screenshots. Headless runs (screenshots, benchmarks) keep the window hidden and
-// render into an offscreen framebuffer of exactly the requested size, so the picture does not depend on the screen
-// (Xvfb's default screen is 1280x1024).
+// The viewer's platform layer: a GLFW window with an OpenGL 3 context, Dear ImGui's GLFW and
+// OpenGL3 backends, and reading a rendered frame back for screenshots. Headless runs (screenshots,
+// benchmarks) keep the window hidden and render into an offscreen framebuffer of exactly the
+// requested size, so the picture does not depend on the screen (Xvfb's default screen is
+// 1280x1024).
 //
-// Example: auto w = Window::Open({1600, 1000, /*headless=*/true});  w->BeginFrame(); ...panels...; w->EndFrame();
+// Example: auto w = Window::Open({1600, 1000, /*headless=*/true});  w->BeginFrame(); ...panels...;
+// w->EndFrame();
 //          Image shot = w->ReadPixels();
 #pragma once
 
@@ -17,14 +19,15 @@ struct GLFWwindow;
 
 namespace dtsim::viewer {
 
-// No window or OpenGL context could be made (no X display, no GL driver). The viewer exits with code 4.
+// No window or OpenGL context could be made (no X display, no GL driver). The viewer exits with
+// code 4.
 class DisplayError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 struct WindowOptions {
-  int width = 1600;       // pixels
+  int width = 1600;  // pixels
   int height = 1000;
   bool headless = false;  // hidden window, offscreen framebuffer of width x height
   std::string title = "dtsim-viewer";
@@ -39,7 +42,8 @@ class Window {
   Window& operator=(const Window&) = delete;
 
   bool ShouldClose() const;
-  // Polls events and starts an ImGui frame. `mouse_x/y` (headless only) place the mouse; negative: no mouse.
+  // Polls events and starts an ImGui frame. `mouse_x/y` (headless only) place the mouse; negative:
+  // no mouse.
   void BeginFrame(float mouse_x = -1, float mouse_y = -1);
   // Renders the ImGui frame; shows it unless headless.
   void EndFrame();
@@ -58,7 +62,7 @@ class Window {
   WindowOptions options_;
   GLFWwindow* window_ = nullptr;
   unsigned int fbo_ = 0, color_ = 0;  // headless offscreen target
-  bool imgui_ = false;                 // the ImGui context and backends are up
+  bool imgui_ = false;                // the ImGui context and backends are up
 };
 
 }  // namespace dtsim::viewer

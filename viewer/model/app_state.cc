@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 
@@ -34,7 +34,8 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.view = ViewState{};
   try {
     if (paths.empty() || paths.size() > 2) {
-      throw InputError("traces", StrCat("give one trace, or two to compare (got ", paths.size(), ")"));
+      throw InputError("traces",
+                       StrCat("give one trace, or two to compare (got ", paths.size(), ")"));
     }
     TraceModel a = TraceModel::Load(paths[0]);
     if (paths.size() == 2) {

@@ -1,9 +1,11 @@
-// The viewer's colours: one colour per rank, the same in every panel, picture and screenshot, and the few marking
-// colours (diff, selection, groups). Rank colours are never fully saturated, so the diff colour (saturated red) can
-// never be mistaken for a rank, even by a pixel test that compares exact values.
+// The viewer's colours: one colour per rank, the same in every panel, picture and screenshot, and
+// the few marking colours (diff, selection, groups). Rank colours are never fully saturated, so the
+// diff colour (saturated red) can never be mistaken for a rank, even by a pixel test that compares
+// exact values.
 //
-// Example: RankColor(3) is the fill of rank 3's mesh cell, of rank 3's blocks in the tensor panel and of its bytes
-// bar; a rank that differs between two traces is filled with kDiffColor in the mesh panel instead.
+// Example: RankColor(3) is the fill of rank 3's mesh cell, of rank 3's blocks in the tensor panel
+// and of its bytes bar; a rank that differs between two traces is filled with kDiffColor in the
+// mesh panel instead.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,9 @@
 
 namespace dtsim::viewer {
 
-// A categorical colour for `rank`: golden-ratio steps around the hue circle (neighbouring ranks differ strongly),
-// saturation 0.45..0.62 and value 0.80..0.95, opaque. Deterministic across runs and machines.
+// A categorical colour for `rank`: golden-ratio steps around the hue circle (neighbouring ranks
+// differ strongly), saturation 0.45..0.62 and value 0.80..0.95, opaque. Deterministic across runs
+// and machines.
 Rgba RankColor(int64_t rank);
 
 // Black or white, whichever reads better on `background`.
@@ -25,7 +28,8 @@ inline constexpr Rgba kDiffColor{235, 20, 20, 255};
 inline constexpr Rgba kHighlightColor{255, 255, 255, 255};
 // Yellow: the collective group of the selected rank in the current step.
 inline constexpr Rgba kGroupColor{255, 210, 0, 255};
-// Orange: a rank whose recorded shape or offset disagrees with the layout rule (a broken or real trace).
+// Orange: a rank whose recorded shape or offset disagrees with the layout rule (a broken or real
+// trace).
 inline constexpr Rgba kAnomalyColor{255, 140, 0, 255};
 // Outline of blocks that hold Partial values (to be reduced), and their label.
 inline constexpr Rgba kPartialColor{120, 200, 255, 255};

@@ -14,16 +14,26 @@ std::string ToHex(Rgba c) {
 
 std::string ToString(Role role) {
   switch (role) {
-    case Role::kBackground: return "background";
-    case Role::kMeshCell: return "mesh_cell";
-    case Role::kMeshGroup: return "mesh_group";
-    case Role::kTensorBlock: return "tensor_block";
-    case Role::kTensorOwner: return "tensor_owner";
-    case Role::kEmptyShard: return "empty_shard";
-    case Role::kBar: return "bar";
-    case Role::kFrameBox: return "frame_box";
-    case Role::kHighlight: return "highlight";
-    case Role::kDecoration: return "decoration";
+    case Role::kBackground:
+      return "background";
+    case Role::kMeshCell:
+      return "mesh_cell";
+    case Role::kMeshGroup:
+      return "mesh_group";
+    case Role::kTensorBlock:
+      return "tensor_block";
+    case Role::kTensorOwner:
+      return "tensor_owner";
+    case Role::kEmptyShard:
+      return "empty_shard";
+    case Role::kBar:
+      return "bar";
+    case Role::kFrameBox:
+      return "frame_box";
+    case Role::kHighlight:
+      return "highlight";
+    case Role::kDecoration:
+      return "decoration";
   }
   return "?";
 }
@@ -72,19 +82,39 @@ nlohmann::json ColorJson(Rgba c) { return {c.r, c.g, c.b, c.a}; }
 }  // namespace
 
 nlohmann::json ToJson(const DrawList& list) {
-  nlohmann::json rects = nlohmann::json::array(), lines = nlohmann::json::array(), texts = nlohmann::json::array();
+  nlohmann::json rects = nlohmann::json::array(), lines = nlohmann::json::array(),
+                 texts = nlohmann::json::array();
   for (const DrawRect& r : list.rects) {
-    rects.push_back({{"x0", r.rect.x0}, {"y0", r.rect.y0}, {"x1", r.rect.x1}, {"y1", r.rect.y1},
-                     {"fill", ColorJson(r.fill)}, {"border", ColorJson(r.border)}, {"border_width", r.border_width},
-                     {"role", ToString(r.role)}, {"rank", r.rank}, {"rank_end", r.rank_end}, {"block", r.block},
+    rects.push_back({{"x0", r.rect.x0},
+                     {"y0", r.rect.y0},
+                     {"x1", r.rect.x1},
+                     {"y1", r.rect.y1},
+                     {"fill", ColorJson(r.fill)},
+                     {"border", ColorJson(r.border)},
+                     {"border_width", r.border_width},
+                     {"role", ToString(r.role)},
+                     {"rank", r.rank},
+                     {"rank_end", r.rank_end},
+                     {"block", r.block},
                      {"frame", r.frame}});
   }
   for (const DrawLine& l : list.lines) {
-    lines.push_back({{"x0", l.x0}, {"y0", l.y0}, {"x1", l.x1}, {"y1", l.y1}, {"color", ColorJson(l.color)},
-                     {"width", l.width}, {"role", ToString(l.role)}, {"rank", l.rank}});
+    lines.push_back({{"x0", l.x0},
+                     {"y0", l.y0},
+                     {"x1", l.x1},
+                     {"y1", l.y1},
+                     {"color", ColorJson(l.color)},
+                     {"width", l.width},
+                     {"role", ToString(l.role)},
+                     {"rank", l.rank}});
   }
   for (const DrawText& t : list.texts) {
-    texts.push_back({{"x", t.x}, {"y", t.y}, {"w", t.w}, {"h", t.h}, {"text", t.text}, {"color", ColorJson(t.color)},
+    texts.push_back({{"x", t.x},
+                     {"y", t.y},
+                     {"w", t.w},
+                     {"h", t.h},
+                     {"text", t.text},
+                     {"color", ColorJson(t.color)},
                      {"role", ToString(t.role)}});
   }
   return {{"rects", std::move(rects)}, {"lines", std::move(lines)}, {"texts", std::move(texts)}};

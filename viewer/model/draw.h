@@ -1,9 +1,11 @@
-// Draw records: what the pure layout step (mesh_layout.h, tensor_layout.h, timeline_layout.h) produces and what the
-// panels (ImGui), the SVG writer and the PNG rasteriser draw — plain data in pixels, no GUI types. Coordinates are
-// whole pixels (the layout rounds them), so a renderer fills exactly the pixels a test expects.
+// Draw records: what the pure layout step (mesh_layout.h, tensor_layout.h, timeline_layout.h)
+// produces and what the panels (ImGui), the SVG writer and the PNG rasteriser draw — plain data in
+// pixels, no GUI types. Coordinates are whole pixels (the layout rounds them), so a renderer fills
+// exactly the pixels a test expects.
 //
-// Example: the mesh layout of mesh[dp=2, tp=4] in a 400x200 rect holds 8 DrawRects of role kMeshCell, the one with
-// rank 6 at row 1, column 2, filled with RankColor(6); HitTest(list, x, y, Role::kMeshCell) finds it again.
+// Example: the mesh layout of mesh[dp=2, tp=4] in a 400x200 rect holds 8 DrawRects of role
+// kMeshCell, the one with rank 6 at row 1, column 2, filled with RankColor(6); HitTest(list, x, y,
+// Role::kMeshCell) finds it again.
 #pragma once
 
 #include <cstdint>
@@ -42,29 +44,31 @@ enum class Role : uint8_t {
   kTensorBlock,  // one block of the global tensor (block set: TensorLayout::blocks)
   kTensorOwner,  // the part of a block drawn in one owner's colour (rank and block set)
   kEmptyShard,   // a rank that holds an empty shard (rank set)
-  kBar,          // a bytes bar of one rank (rank set) or of a bucket of ranks (rank = first rank, rank_end set)
-  kFrameBox,     // a timeline frame (frame set)
-  kHighlight,    // an outline drawn over a record to highlight it (hover, selection, diff)
-  kDecoration,   // axes, ticks, separators
+  kBar,  // a bytes bar of one rank (rank set) or of a bucket of ranks (rank = first rank, rank_end
+         // set)
+  kFrameBox,    // a timeline frame (frame set)
+  kHighlight,   // an outline drawn over a record to highlight it (hover, selection, diff)
+  kDecoration,  // axes, ticks, separators
 };
 
 std::string ToString(Role role);
 
 struct DrawRect {
   Rect rect;
-  Rgba fill;                 // invisible: not filled
-  Rgba border;               // invisible: no border
-  float border_width = 0;    // drawn INSIDE the rect
+  Rgba fill;               // invisible: not filled
+  Rgba border;             // invisible: no border
+  float border_width = 0;  // drawn INSIDE the rect
   Role role = Role::kDecoration;
-  int64_t rank = -1;         // the rank the record stands for, or -1
-  int64_t rank_end = -1;     // for aggregated records: one past the last position covered (see kBar), else -1
-  int32_t block = -1;        // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
-  int32_t frame = -1;        // kFrameBox: the frame index
+  int64_t rank = -1;  // the rank the record stands for, or -1
+  int64_t rank_end =
+      -1;  // for aggregated records: one past the last position covered (see kBar), else -1
+  int32_t block = -1;  // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
+  int32_t frame = -1;  // kFrameBox: the frame index
 };
 
 struct DrawText {
-  float x = 0, y = 0;        // top-left
-  float w = 0, h = 0;        // the box the layout reserved (TextMetrics below)
+  float x = 0, y = 0;  // top-left
+  float w = 0, h = 0;  // the box the layout reserved (TextMetrics below)
   std::string text;
   Rgba color;
   Role role = Role::kDecoration;
@@ -90,8 +94,9 @@ struct DrawList {
   bool empty() const { return rects.empty() && lines.empty() && texts.empty(); }
 };
 
-// The size of one character of the font that will draw the text: fixed-width estimate, used to decide whether a
-// label fits. ImGui's default font (ProggyClean 13 px) is 7 x 13; the PNG rasteriser's (stb_easy_font) about 6 x 12.
+// The size of one character of the font that will draw the text: fixed-width estimate, used to
+// decide whether a label fits. ImGui's default font (ProggyClean 13 px) is 7 x 13; the PNG
+// rasteriser's (stb_easy_font) about 6 x 12.
 struct TextMetrics {
   float char_width = 7;
   float line_height = 13;
@@ -101,9 +106,10 @@ struct TextMetrics {
 // The index of the top-most rect of `role` containing (x, y), or nullopt.
 std::optional<size_t> HitTest(const DrawList& list, float x, float y, Role role);
 
-// {"rects": [{"x0", "y0", "x1", "y1", "fill": [r, g, b, a], "border": [...], "border_width", "role", "rank",
-// "rank_end", "block", "frame"}], "lines": [...], "texts": [{"x", "y", "w", "h", "text", "color", "role"}]}: what a
-// headless run dumps (dtsim-viewer --dump-records) so tests find where a record was drawn.
+// {"rects": [{"x0", "y0", "x1", "y1", "fill": [r, g, b, a], "border": [...], "border_width",
+// "role", "rank", "rank_end", "block", "frame"}], "lines": [...], "texts": [{"x", "y", "w", "h",
+// "text", "color", "role"}]}: what a headless run dumps (dtsim-viewer --dump-records) so tests find
+// where a record was drawn.
 nlohmann::json ToJson(const DrawList& list);
 
 }  // namespace dtsim::viewer

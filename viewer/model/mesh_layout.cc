@@ -6,13 +6,13 @@
 #include <set>
 
 #include "colors.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 namespace {
 
-constexpr float kMinPitch = 2;    // below this many pixels per cell, cells are aggregated
-constexpr float kSliceGap = 10;   // pixels between the slices of a 3-D+ mesh
+constexpr float kMinPitch = 2;   // below this many pixels per cell, cells are aggregated
+constexpr float kSliceGap = 10;  // pixels between the slices of a 3-D+ mesh
 
 Rect R(float x0, float y0, float x1, float y1) { return Rect{x0, y0, x1, y1}; }
 
@@ -23,12 +23,13 @@ MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   MeshGrid g;
   auto check = [&](int d, const char* what) {
     if (d < 0 || d >= nd) {
-      throw InputError("mesh-grid",
-                       StrCat(what, " dim ", d, " is not a dim of ", mesh.ToString(), " (0..", nd - 1, ")"));
+      throw InputError("mesh-grid", StrCat(what, " dim ", d, " is not a dim of ", mesh.ToString(),
+                                           " (0..", nd - 1, ")"));
     }
   };
   if (nd == 1) {
-    if (view.mesh_row_dim > 0 || view.mesh_col_dim > 0) check(std::max(view.mesh_row_dim, view.mesh_col_dim), "grid");
+    if (view.mesh_row_dim > 0 || view.mesh_col_dim > 0)
+      check(std::max(view.mesh_row_dim, view.mesh_col_dim), "grid");
     g.row_dim = -1;
     g.col_dim = 0;
     return g;
@@ -38,8 +39,9 @@ MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   check(g.row_dim, "row");
   check(g.col_dim, "column");
   if (g.row_dim == g.col_dim) {
-    throw InputError("mesh-grid", StrCat("rows and columns are both dim ", g.row_dim, " (", mesh.DimLabel(g.row_dim),
-                                         "); pick two different dims of ", mesh.ToString()));
+    throw InputError("mesh-grid", StrCat("rows and columns are both dim ", g.row_dim, " (",
+                                         mesh.DimLabel(g.row_dim), "); pick two different dims of ",
+                                         mesh.ToString()));
   }
   for (int d = 0; d < nd; ++d) {
     if (d != g.row_dim && d != g.col_dim) g.slice_dims.push_back(d);
@@ -47,8 +49,8 @@ MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   return g;
 }
 
-MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlight& hl, const MeshGrid& grid,
-                      const Rect& area, const TextMetrics& tm) {
+MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlight& hl,
+                      const MeshGrid& grid, const Rect& area, const TextMetrics& tm) {
   MeshLayout out;
   const DeviceMesh& mesh = model.mesh();
   const int64_t n = mesh.size();
@@ -59,7 +61,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   int64_t rows = 1, cols = 1, slices = 1;
   if (grid.row_dim < 0) {
     // 1-D: wrap to the area's aspect.
-    const double aspect = std::max(0.1, static_cast<double>(area.width()) / std::max(1.0f, area.height() - line));
+    const double aspect =
+        std::max(0.1, static_cast<double>(area.width()) / std::max(1.0f, area.height() - line));
     cols = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(n * aspect))), 1, n);
     rows = (n + cols - 1) / cols;
   } else {
@@ -73,13 +76,15 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   if (grid.row_dim < 0) {
     header = StrCat(mesh.DimLabel(0), " (", n, " ranks, wrapped every ", cols, ")");
   } else {
-    header = StrCat("rows ", mesh.DimLabel(grid.row_dim), "=", rows, "  cols ", mesh.DimLabel(grid.col_dim), "=", cols);
+    header = StrCat("rows ", mesh.DimLabel(grid.row_dim), "=", rows, "  cols ",
+                    mesh.DimLabel(grid.col_dim), "=", cols);
     if (!grid.slice_dims.empty()) {
       header += "  slices";
       for (int d : grid.slice_dims) header += StrCat(" ", mesh.DimLabel(d), "=", mesh.size(d));
     }
   }
-  out.draw.texts.push_back({area.x0, area.y0, tm.Width(header), line, header, kDimTextColor, Role::kDecoration});
+  out.draw.texts.push_back(
+      {area.x0, area.y0, tm.Width(header), line, header, kDimTextColor, Role::kDecoration});
 
   // Slice arrangement: the number of slice columns that gives the largest cells.
   const float top = area.y0 + line + 4;
@@ -92,7 +97,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     const int64_t sr = (slices + sc - 1) / sc;
     const float gap = kSliceGap;
     const float w = (avail_w - gap * (sc - 1)) / static_cast<float>(sc * cols);
-    const float h = (avail_h - sr * (titled ? line + 2 : 0) - gap * (sr - 1)) / static_cast<float>(sr * rows);
+    const float h =
+        (avail_h - sr * (titled ? line + 2 : 0) - gap * (sr - 1)) / static_cast<float>(sr * rows);
     const float cell = std::min(w, h);
     if (cell > best + 1e-3f) {
       best = cell;
@@ -103,8 +109,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   float pitch_f = std::max(0.0f, best);
   int aggregate = 1;
   if (pitch_f < kMinPitch) {
-    // k x k cells per record of floor(k * cell) whole pixels: the smallest k that reaches kMinPitch and loses at most
-    // a fifth of the space to rounding.
+    // k x k cells per record of floor(k * cell) whole pixels: the smallest k that reaches kMinPitch
+    // and loses at most a fifth of the space to rounding.
     const float cell = std::max(pitch_f, 1e-3f);
     aggregate = static_cast<int>(std::ceil(kMinPitch / cell));
     while (std::floor(cell * aggregate) < 0.8f * cell * aggregate && aggregate < 64) ++aggregate;
@@ -126,7 +132,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // Slice origins.
   auto slice_origin = [&](int64_t s) {
     const int64_t sr = s / slice_cols, sc = s % slice_cols;
-    return std::pair<float, float>{std::round(area.x0 + sc * (slice_w + gap)), std::round(top + sr * (slice_h + gap))};
+    return std::pair<float, float>{std::round(area.x0 + sc * (slice_w + gap)),
+                                   std::round(top + sr * (slice_h + gap))};
   };
   const std::vector<int64_t>& shape = mesh.shape();
   auto slice_of = [&](const std::vector<int64_t>& c) {
@@ -148,7 +155,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
         title += StrCat(i ? " " : "", mesh.DimLabel(grid.slice_dims[i]), "=", coords[i]);
       }
       if (tm.Width(title) <= slice_w + gap) {
-        out.draw.texts.push_back({x, y, tm.Width(title), line, title, kDimTextColor, Role::kDecoration});
+        out.draw.texts.push_back(
+            {x, y, tm.Width(title), line, title, kDimTextColor, Role::kDecoration});
       }
     }
   }
@@ -173,7 +181,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     const float y0 = sy + (titled ? line + 2 : 0) + static_cast<float>((row / aggregate) * pitch);
     const Rect cell = R(x0, y0, x0 + pitch, y0 + pitch);
     out.cells[p] = cell;
-    const bool first_of_aggregate = aggregate == 1 || (row % aggregate == 0 && col % aggregate == 0);
+    const bool first_of_aggregate =
+        aggregate == 1 || (row % aggregate == 0 && col % aggregate == 0);
     if (!first_of_aggregate) continue;
     const int64_t rank = model.RankAt(p);
     const bool differs = !hl.differs.empty() && hl.differs[p];
@@ -189,13 +198,14 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     const std::string label = std::to_string(rank);
     const float w = tm.Width(label);
     if (aggregate == 1 && w + 4 <= pitch && line + 2 <= pitch) {
-      out.draw.texts.push_back({std::round(x0 + (pitch - w) / 2), std::round(y0 + (pitch - line) / 2), w, line, label,
+      out.draw.texts.push_back({std::round(x0 + (pitch - w) / 2),
+                                std::round(y0 + (pitch - line) / 2), w, line, label,
                                 TextColorOn(fill), Role::kMeshCell});
     }
   }
 
-  // Group connectors of the current step: consecutive members of each group, where cells are large enough to read
-  // them; the selected rank's group always.
+  // Group connectors of the current step: consecutive members of each group, where cells are large
+  // enough to read them; the selected rank's group always.
   if (!frame.groups.empty()) {
     const bool all = pitch >= 8 && aggregate == 1;
     for (const auto& group : frame.groups) {
@@ -212,13 +222,15 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
       for (size_t i = 1; i < pos.size(); ++i) {
         const Rect& a = out.cells[pos[i - 1]];
         const Rect& b = out.cells[pos[i]];
-        out.draw.lines.push_back({(a.x0 + a.x1) / 2, (a.y0 + a.y1) / 2, (b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2, color,
-                                  emphasised ? 2.0f : 1.0f, Role::kMeshGroup, group.front()});
+        out.draw.lines.push_back({(a.x0 + a.x1) / 2, (a.y0 + a.y1) / 2, (b.x0 + b.x1) / 2,
+                                  (b.y0 + b.y1) / 2, color, emphasised ? 2.0f : 1.0f,
+                                  Role::kMeshGroup, group.front()});
       }
     }
   }
 
-  // Outlines: anomalies, the group, the linked and the selected ranks (drawn inside the cell, over its fill).
+  // Outlines: anomalies, the group, the linked and the selected ranks (drawn inside the cell, over
+  // its fill).
   const float thick = pitch >= 12 ? 3 : (pitch >= 6 ? 2 : 1);
   for (int64_t p : positions_drawn) {
     const Rect& c = out.cells[p];
@@ -245,7 +257,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     if (hl.emphasis[p] == 2) {
       outline(kHighlightColor, thick, Role::kHighlight);
       if (pitch < 10) {
-        // Small cells: a ring around the cell as well, so the selected rank can be found at a glance.
+        // Small cells: a ring around the cell as well, so the selected rank can be found at a
+        // glance.
         DrawRect halo;
         halo.rect = Rect{c.x0 - 3, c.y0 - 3, c.x1 + 3, c.y1 + 3};
         halo.border = kHighlightColor;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "rank_details.h"
 
 namespace dtsim::viewer {
@@ -18,16 +18,20 @@ constexpr int64_t kCollectivesTid = 2;  // the thread of collective slices
 }  // namespace
 
 std::string BackendLabel(const Trace& trace) {
-  return trace.meta.backend == "local" ? "simulated (local)" : StrCat("real (", trace.meta.backend, ")");
+  return trace.meta.backend == "local" ? "simulated (local)"
+                                       : StrCat("real (", trace.meta.backend, ")");
 }
 
 nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
   nlohmann::json events = nlohmann::json::array();
   nlohmann::json sources_json = nlohmann::json::array();
   int64_t flow_id = 1;
-  // Times are kept in whole nanoseconds and written in microseconds with at most 3 decimals, so a reader converts
-  // them back exactly; consecutive slices on one track are 1 ns apart, so no reader sees them overlap.
-  auto ns = [](double us) { return static_cast<int64_t>(std::llround(std::max(0.0, us) * 1000.0)); };
+  // Times are kept in whole nanoseconds and written in microseconds with at most 3 decimals, so a
+  // reader converts them back exactly; consecutive slices on one track are 1 ns apart, so no reader
+  // sees them overlap.
+  auto ns = [](double us) {
+    return static_cast<int64_t>(std::llround(std::max(0.0, us) * 1000.0));
+  };
   auto us = [](int64_t t) { return static_cast<double>(t) / 1000.0; };
   for (size_t t = 0; t < sources.size(); ++t) {
     const Trace& trace = *sources[t].trace;
@@ -41,46 +45,64 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
                             {"from", trace.initial.spec.ToString()},
                             {"to", ToString(trace.final_state.spec.placements())}});
 
-    // Processes and threads: every rank of the mesh; collective rows of ranks outside it get a process too.
+    // Processes and threads: every rank of the mesh; collective rows of ranks outside it get a
+    // process too.
     std::vector<int64_t> ranks = mesh.ranks();
     for (const TraceStep& step : trace.steps) {
-      for (const TraceCollective& c : step.collectives) ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
+      for (const TraceCollective& c : step.collectives)
+        ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
     }
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     for (int64_t rank : ranks) {
       const auto coordinate = mesh.FindCoordinate(rank);
-      const std::string name = StrCat(label.empty() ? "" : label + ": ", "rank ", rank,
-                                      coordinate ? " " + CoordinateText(mesh, *coordinate) : " (not in the mesh)");
-      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid_of(rank)}, {"args", {{"name", name}}}});
-      events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid_of(rank)},
+      const std::string name =
+          StrCat(label.empty() ? "" : label + ": ", "rank ", rank,
+                 coordinate ? " " + CoordinateText(mesh, *coordinate) : " (not in the mesh)");
+      events.push_back({{"ph", "M"},
+                        {"name", "process_name"},
+                        {"pid", pid_of(rank)},
+                        {"args", {{"name", name}}}});
+      events.push_back({{"ph", "M"},
+                        {"name", "process_sort_index"},
+                        {"pid", pid_of(rank)},
                         {"args", {{"sort_index", base + rank}}}});
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(rank)}, {"tid", kStepsTid},
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid_of(rank)},
+                        {"tid", kStepsTid},
                         {"args", {{"name", "steps"}}}});
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_of(rank)}, {"tid", kCollectivesTid},
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid_of(rank)},
+                        {"tid", kCollectivesTid},
                         {"args", {{"name", "collectives"}}}});
     }
 
     int64_t step_start = 0;
     for (size_t s = 0; s < trace.steps.size(); ++s) {
       const TraceStep& step = trace.steps[s];
-      const std::string dim = step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
+      const std::string dim =
+          step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
       const std::string mesh_dim = StrCat(dim, "(", step.plan.mesh_dim, ")");
-      const std::string transition = StrCat(step.plan.from.ToString(), " -> ", step.plan.to.ToString());
+      const std::string transition =
+          StrCat(step.plan.from.ToString(), " -> ", step.plan.to.ToString());
       const std::string step_name = StrCat("step ", s + 1, ": ", mesh_dim, " ", transition);
       const size_t nc = step.collectives.size();
-      // Each rank's collectives one after another from the step's start: measured time, or the estimate's share.
+      // Each rank's collectives one after another from the step's start: measured time, or the
+      // estimate's share.
       struct Slice {
         int64_t ts, dur;
       };
-      std::map<int64_t, int64_t> rank_end;                // rank -> end of its last collective in this step
+      std::map<int64_t, int64_t> rank_end;  // rank -> end of its last collective in this step
       std::vector<std::map<int64_t, Slice>> slices(nc);  // [collective] rank -> slice
       for (size_t k = 0; k < nc; ++k) {
         const TraceCollective& c = step.collectives[k];
         const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
         for (size_t i = 0; i < c.ranks.size(); ++i) {
           const int64_t rank = c.ranks[i];
-          const int64_t dur = ns(measured ? c.time_us[i] : step.plan.est_us / static_cast<double>(nc));
+          const int64_t dur =
+              ns(measured ? c.time_us[i] : step.plan.est_us / static_cast<double>(nc));
           auto it = rank_end.find(rank);
           const int64_t ts = it == rank_end.end() ? step_start : it->second + 1;
           slices[k][rank] = Slice{ts, dur};
@@ -120,16 +142,17 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
           const int64_t rank = c.ranks[i];
           const Slice& sl = slices[k].at(rank);
           auto g = group_of.find(rank);
-          nlohmann::json args = {{"step", s + 1},
-                                 {"mesh_dim", mesh_dim},
-                                 {"transition", transition},
-                                 {"group", g == group_of.end() ? std::vector<int64_t>{} : c.groups[g->second]},
-                                 {"bytes_sent", c.bytes_sent[i]},
-                                 {"bytes_received", c.bytes_received[i]},
-                                 {"input_shape", c.input_shapes[i]},
-                                 {"output_shape", c.output_shapes[i]},
-                                 {"time_us", us(sl.dur)},
-                                 {"time_source", measured ? "measured" : "estimated (cost model)"}};
+          nlohmann::json args = {
+              {"step", s + 1},
+              {"mesh_dim", mesh_dim},
+              {"transition", transition},
+              {"group", g == group_of.end() ? std::vector<int64_t>{} : c.groups[g->second]},
+              {"bytes_sent", c.bytes_sent[i]},
+              {"bytes_received", c.bytes_received[i]},
+              {"input_shape", c.input_shapes[i]},
+              {"output_shape", c.output_shapes[i]},
+              {"time_us", us(sl.dur)},
+              {"time_source", measured ? "measured" : "estimated (cost model)"}};
           events.push_back({{"ph", "X"},
                             {"name", op},
                             {"cat", kCategory},
@@ -139,7 +162,8 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
                             {"dur", us(sl.dur)},
                             {"args", std::move(args)}});
         }
-        // Flows: one chain per group through its ranks (in group order), each point inside its collective slice.
+        // Flows: one chain per group through its ranks (in group order), each point inside its
+        // collective slice.
         for (const auto& group : c.groups) {
           std::vector<int64_t> members;
           for (int64_t r : group) {
@@ -167,7 +191,8 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
     }
   }
   return {{"traceEvents", std::move(events)},
-          {"otherData", {{"generator", "dtsim export --format perfetto"}, {"traces", std::move(sources_json)}}}};
+          {"otherData",
+           {{"generator", "dtsim export --format perfetto"}, {"traces", std::move(sources_json)}}}};
 }
 
 }  // namespace dtsim::viewer

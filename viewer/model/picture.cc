@@ -13,12 +13,13 @@ namespace dtsim::viewer {
 std::pair<int, int> PictureSize(const TraceModel& model) {
   // Room for about 28 px per mesh cell of the largest grid row, capped; a tensor area beside it.
   const int64_t n = model.world_size();
-  const int side = static_cast<int>(std::clamp<double>(std::sqrt(static_cast<double>(n)) * 34, 220, 900));
+  const int side =
+      static_cast<int>(std::clamp<double>(std::sqrt(static_cast<double>(n)) * 34, 220, 900));
   return {std::max(720, side + 560), std::max(360, side + 60)};
 }
 
-DrawList LayoutPicture(const TraceModel& model, int64_t frame_index, const ViewState& view, int width, int height,
-                       const TextMetrics& tm) {
+DrawList LayoutPicture(const TraceModel& model, int64_t frame_index, const ViewState& view,
+                       int width, int height, const TextMetrics& tm) {
   DrawList out;
   const Frame& frame = model.frame(frame_index);
   const float pad = 10;
@@ -31,8 +32,10 @@ DrawList LayoutPicture(const TraceModel& model, int64_t frame_index, const ViewS
   const Rect mesh_area{pad, top, pad + mesh_w, static_cast<float>(height) - pad};
   const float right = static_cast<float>(width) - pad, bottom = static_cast<float>(height) - pad;
   const Rect tensor_area{pad + mesh_w + 2 * pad, top, right, bottom};
-  MeshLayout mesh = LayoutMesh(model, frame, hl, ResolveMeshGrid(model.mesh(), view), mesh_area, tm);
-  TensorLayout tensor = LayoutTensor(model, frame, hl, ResolveTensorView(frame.spec, view), tensor_area, tm);
+  MeshLayout mesh =
+      LayoutMesh(model, frame, hl, ResolveMeshGrid(model.mesh(), view), mesh_area, tm);
+  TensorLayout tensor =
+      LayoutTensor(model, frame, hl, ResolveTensorView(frame.spec, view), tensor_area, tm);
   out.Append(mesh.draw);
   out.Append(tensor.draw);
   return out;

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -57,10 +57,12 @@ class Canvas {
     const float h = std::max(0.5f, l.width / 2);
     if (dx == 0 || dy == 0) {
       Fill(std::min(l.x0, l.x1) - (dx == 0 ? h : 0), std::min(l.y0, l.y1) - (dy == 0 ? h : 0),
-           std::max(l.x0, l.x1) + (dx == 0 ? h : 0), std::max(l.y0, l.y1) + (dy == 0 ? h : 0), l.color);
+           std::max(l.x0, l.x1) + (dx == 0 ? h : 0), std::max(l.y0, l.y1) + (dy == 0 ? h : 0),
+           l.color);
       return;
     }
-    // Distance to the segment, one pass over its bounding box (no pixel painted twice, so alpha stays right).
+    // Distance to the segment, one pass over its bounding box (no pixel painted twice, so alpha
+    // stays right).
     const int x0 = static_cast<int>(std::floor(std::min(l.x0, l.x1) - h));
     const int x1 = static_cast<int>(std::ceil(std::max(l.x0, l.x1) + h));
     const int y0 = static_cast<int>(std::floor(std::min(l.y0, l.y1) - h));
@@ -82,8 +84,8 @@ class Canvas {
     }
     std::vector<char> buffer(text.size() * 300 + 64);
     // stb_easy_font draws about 7 px tall glyphs from y; centre them in the reserved line.
-    const int quads = stb_easy_font_print(t.x, t.y + std::max(0.0f, (t.h - 8) / 2), text.data(), nullptr,
-                                          buffer.data(), static_cast<int>(buffer.size()));
+    const int quads = stb_easy_font_print(t.x, t.y + std::max(0.0f, (t.h - 8) / 2), text.data(),
+                                          nullptr, buffer.data(), static_cast<int>(buffer.size()));
     const float* v = reinterpret_cast<const float*>(buffer.data());
     for (int q = 0; q < quads; ++q) {
       const float* a = v + q * 16;  // 4 vertices of 4 floats (x, y, z, colour)
@@ -109,7 +111,8 @@ Image Rasterize(const DrawList& list, int width, int height, Rgba background) {
   img.height = std::max(1, height);
   img.rgba.resize(static_cast<size_t>(img.width) * img.height * 4);
   for (size_t i = 0; i < img.rgba.size(); i += 4) {
-    img.rgba[i] = background.r, img.rgba[i + 1] = background.g, img.rgba[i + 2] = background.b, img.rgba[i + 3] = 255;
+    img.rgba[i] = background.r, img.rgba[i + 1] = background.g, img.rgba[i + 2] = background.b,
+    img.rgba[i + 3] = 255;
   }
   Canvas c(img);
   for (const DrawRect& r : list.rects) {
@@ -124,9 +127,11 @@ Image Rasterize(const DrawList& list, int width, int height, Rgba background) {
 std::string EncodePng(const Image& image) {
   std::string out;
   auto write = [](void* context, void* data, int size) {
-    static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                               static_cast<size_t>(size));
   };
-  const int ok = stbi_write_png_to_func(write, &out, image.width, image.height, 4, image.rgba.data(), image.width * 4);
+  const int ok = stbi_write_png_to_func(write, &out, image.width, image.height, 4,
+                                        image.rgba.data(), image.width * 4);
   DTSIM_CHECK(ok != 0, "PNG encoding of a ", image.width, "x", image.height, " image failed");
   return out;
 }

@@ -1,8 +1,10 @@
-// Draw records rasterised in software into an RGBA image, and PNG encoding (stb_image_write): `dtsim layout --png`
-// and tests, without a window or OpenGL. Text uses stb_easy_font (ASCII, about 6 x 12 pixels per character; pass
-// kRasterTextMetrics to the layout step so labels are sized for it).
+// Draw records rasterised in software into an RGBA image, and PNG encoding (stb_image_write):
+// `dtsim layout --png` and tests, without a window or OpenGL. Text uses stb_easy_font (ASCII, about
+// 6 x 12 pixels per character; pass kRasterTextMetrics to the layout step so labels are sized for
+// it).
 //
-// Example: Image img = Rasterize(list, 900, 420, kBackgroundColor);  img.At(x, y) is the colour of that pixel;
+// Example: Image img = Rasterize(list, 900, 420, kBackgroundColor);  img.At(x, y) is the colour of
+// that pixel;
 //          WriteFileAtomically("layout.png", EncodePng(img), "png").
 #pragma once
 
@@ -23,8 +25,8 @@ struct Image {
   Rgba At(int x, int y) const;
 };
 
-// Paints `list` in order (rect fills, rect borders inside the rect, lines, texts), with alpha blending, clipped to
-// the image.
+// Paints `list` in order (rect fills, rect borders inside the rect, lines, texts), with alpha
+// blending, clipped to the image.
 Image Rasterize(const DrawList& list, int width, int height, Rgba background);
 
 // The PNG file bytes of `image`. InternalError if the encoder fails.

@@ -1,7 +1,9 @@
-// Draw records as SVG text: `dtsim layout --svg` and anything else that wants a picture without a window.
+// Draw records as SVG text: `dtsim layout --svg` and anything else that wants a picture without a
+// window.
 //
-// Example: ToSvg(LayoutPicture(TraceModel::FromSpec(spec), {900, 420}), 900, 420) is a standalone <svg> document whose
-// <rect> of rank 3 is filled with ToHex(RankColor(3)) and carries data-rank="3".
+// Example: ToSvg(LayoutPicture(TraceModel::FromSpec(spec), {900, 420}), 900, 420) is a standalone
+// <svg> document whose <rect> of rank 3 is filled with ToHex(RankColor(3)) and carries
+// data-rank="3".
 #pragma once
 
 #include <string>
@@ -10,8 +12,8 @@
 
 namespace dtsim::viewer {
 
-// A standalone SVG 1.1 document of `width` x `height` pixels over `background`. Rects carry data-role / data-rank /
-// data-block attributes so tools can find them; text is escaped.
+// A standalone SVG 1.1 document of `width` x `height` pixels over `background`. Rects carry
+// data-role / data-rank / data-block attributes so tools can find them; text is escaped.
 std::string ToSvg(const DrawList& list, int width, int height, Rgba background);
 
 }  // namespace dtsim::viewer

@@ -8,13 +8,13 @@
 #include <tuple>
 
 #include "colors.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 namespace {
 
 constexpr float kMaxElementAspect = 4;  // elements may be stretched at most 4:1 to fill the panel
-constexpr float kMinStripe = 3;         // owner chips narrower than this are folded into a grey "+k" chip
+constexpr float kMinStripe = 3;  // owner chips narrower than this are folded into a grey "+k" chip
 const Rgba kRestColor{110, 110, 120, 255};
 
 bool Holds(const std::vector<Interval>& intervals, int64_t index) {
@@ -49,8 +49,9 @@ TensorView ResolveTensorView(const DTensorSpec& spec, const ViewState& view) {
   TensorView v;
   auto check = [&](int d, const char* what) {
     if (d < 0 || d >= nd) {
-      throw InputError("tensor-grid", StrCat(what, " dim ", d, " is not a dim of the tensor of shape ",
-                                             IntListToString(spec.shape()), " (", nd, " dims)"));
+      throw InputError("tensor-grid",
+                       StrCat(what, " dim ", d, " is not a dim of the tensor of shape ",
+                              IntListToString(spec.shape()), " (", nd, " dims)"));
     }
   };
   if (nd == 1) {
@@ -63,7 +64,8 @@ TensorView ResolveTensorView(const DTensorSpec& spec, const ViewState& view) {
     check(v.row_dim, "row");
     check(v.col_dim, "column");
     if (v.row_dim == v.col_dim) {
-      throw InputError("tensor-grid", StrCat("rows and columns are both dim ", v.row_dim, "; pick two different dims"));
+      throw InputError("tensor-grid", StrCat("rows and columns are both dim ", v.row_dim,
+                                             "; pick two different dims"));
     }
   }
   v.slice.assign(nd, 0);
@@ -71,15 +73,16 @@ TensorView ResolveTensorView(const DTensorSpec& spec, const ViewState& view) {
     if (d == v.row_dim || d == v.col_dim) continue;
     const int64_t i = d < static_cast<int>(view.tensor_slice.size()) ? view.tensor_slice[d] : 0;
     if (i < 0 || (spec.shape()[d] > 0 && i >= spec.shape()[d])) {
-      throw InputError("slice", StrCat("index ", i, " is outside dim ", d, " of size ", spec.shape()[d]));
+      throw InputError("slice",
+                       StrCat("index ", i, " is outside dim ", d, " of size ", spec.shape()[d]));
     }
     v.slice[d] = i;
   }
   return v;
 }
 
-TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Highlight& hl, const TensorView& view,
-                          const Rect& area, const TextMetrics& tm) {
+TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Highlight& hl,
+                          const TensorView& view, const Rect& area, const TextMetrics& tm) {
   TensorLayout out;
   const DTensorSpec& spec = frame.spec;
   const int nd = static_cast<int>(spec.ndim());
@@ -95,11 +98,13 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   std::string slice_text;
   for (int d = 0; d < nd; ++d) {
     if (d == view.row_dim || d == view.col_dim) continue;
-    slice_text += StrCat(slice_text.empty() ? "" : ", ", "dim ", d, "=", view.slice[d], "/", spec.shape()[d]);
+    slice_text +=
+        StrCat(slice_text.empty() ? "" : ", ", "dim ", d, "=", view.slice[d], "/", spec.shape()[d]);
   }
   if (!slice_text.empty()) header += "slice " + slice_text + "  ";
   header += ToString(spec.placements());
-  out.draw.texts.push_back({area.x0, area.y0, tm.Width(header), line, header, kDimTextColor, Role::kDecoration});
+  out.draw.texts.push_back(
+      {area.x0, area.y0, tm.Width(header), line, header, kDimTextColor, Role::kDecoration});
 
   // Partial mesh dims: how many owners of a block hold addends.
   int64_t partial_ways = 1;
@@ -126,8 +131,10 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
       ++out.ranks_outside_slice;
       continue;
     }
-    const std::vector<Interval> rows = view.row_dim >= 0 ? l.intervals[view.row_dim] : std::vector<Interval>{whole};
-    const std::vector<Interval> cols = view.col_dim >= 0 ? l.intervals[view.col_dim] : std::vector<Interval>{whole};
+    const std::vector<Interval> rows =
+        view.row_dim >= 0 ? l.intervals[view.row_dim] : std::vector<Interval>{whole};
+    const std::vector<Interval> cols =
+        view.col_dim >= 0 ? l.intervals[view.col_dim] : std::vector<Interval>{whole};
     for (const Interval& r : rows) {
       for (const Interval& c : cols) {
         auto key = std::make_tuple(r.lo, r.hi, c.lo, c.hi);
@@ -140,10 +147,12 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   std::sort(out.empty_ranks.begin(), out.empty_ranks.end());
   for (TensorBlock& b : out.blocks) std::sort(b.ranks.begin(), b.ranks.end());
 
-  // Geometry: margins for tick labels, the empty-shard strip; elements as square as kMaxElementAspect allows.
+  // Geometry: margins for tick labels, the empty-shard strip; elements as square as
+  // kMaxElementAspect allows.
   const float left = tm.Width(std::to_string(std::max<int64_t>(ly, 1))) + 8;
   const float top = area.y0 + 2 * line + 6;
-  const float bottom_strip = out.empty_ranks.empty() && out.ranks_outside_slice == 0 ? 0 : line + 10;
+  const float bottom_strip =
+      out.empty_ranks.empty() && out.ranks_outside_slice == 0 ? 0 : line + 10;
   const float avail_w = std::max(1.0f, area.x1 - (area.x0 + left) - 2);
   const float avail_h = std::max(1.0f, area.y1 - top - bottom_strip - 2);
   float sx = avail_w / static_cast<float>(std::max<int64_t>(lx, 1));
@@ -156,13 +165,15 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   auto X = [&](int64_t i) { return std::round(ox + static_cast<float>(i) * sx); };
   auto Y = [&](int64_t i) { return std::round(oy + static_cast<float>(i) * sy); };
   out.tensor = Rect{ox, oy, X(std::max<int64_t>(lx, 1)), Y(std::max<int64_t>(ly, 1))};
-  if (view.row_dim < 0) out.tensor.y1 = std::round(oy + std::min(avail_h, std::max(3 * line, out.tensor.width() / 8)));
+  if (view.row_dim < 0)
+    out.tensor.y1 = std::round(oy + std::min(avail_h, std::max(3 * line, out.tensor.width() / 8)));
 
   // The tensor's frame (visible also where nothing is owned, e.g. a dim of size 0).
   out.draw.rects.push_back({out.tensor, Rgba{}, kGridColor, 1, Role::kBackground});
   if (lx == 0 || ly == 0) {
     const std::string t = "empty tensor (a dim of size 0)";
-    out.draw.texts.push_back({ox + 4, oy + 4, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
+    out.draw.texts.push_back(
+        {ox + 4, oy + 4, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
   }
 
   // Blocks: fill, owner chips, outlines and marks, labels.
@@ -184,8 +195,9 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     main.rank = b.ranks.front();
     main.block = static_cast<int32_t>(bi);
     out.draw.rects.push_back(main);
-    // Several owners (replicas, Partial addends): a band of chips along the bottom, one per owner in its colour,
-    // the last one grey "+k" when they do not all fit. The band reads as a legend, not as a split of the data.
+    // Several owners (replicas, Partial addends): a band of chips along the bottom, one per owner
+    // in its colour, the last one grey "+k" when they do not all fit. The band reads as a legend,
+    // not as a split of the data.
     struct Chip {
       Rect rect;
       int64_t rank;
@@ -194,17 +206,20 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     const float chip = std::clamp(std::floor(std::min(x1 - x0, y1 - y0) / 4), 4.0f, line + 2);
     if (owners > 1 && y1 - y0 >= 2 * chip + 4 && x1 - x0 >= 2 * chip) {
       const float by0 = y1 - chip - 2, by1 = y1 - 1;
-      out.draw.rects.push_back({Rect{x0, by0 - 1, x1, y1}, kCellBorderColor, Rgba{}, 0, Role::kDecoration});
+      out.draw.rects.push_back(
+          {Rect{x0, by0 - 1, x1, y1}, kCellBorderColor, Rgba{}, 0, Role::kDecoration});
       const float band_w = x1 - x0 - 2;
       const float label_w = tm.Width(std::to_string(b.ranks.back())) + 6;
       const float want = chip >= line ? std::max(2 * chip, label_w) : 2 * chip;
       const float chip_w = std::min(want, band_w / static_cast<float>(owners));
-      const size_t fit = chip_w >= kMinStripe ? owners
-                                              : std::max<size_t>(1, static_cast<size_t>(band_w / (2 * kMinStripe)));
+      const size_t fit = chip_w >= kMinStripe
+                             ? owners
+                             : std::max<size_t>(1, static_cast<size_t>(band_w / (2 * kMinStripe)));
       const float w = chip_w >= kMinStripe ? chip_w : band_w / static_cast<float>(fit);
       for (size_t i = 0; i < fit; ++i) {
         const bool rest = fit < owners && i + 1 == fit;
-        const Rect r{std::round(x0 + 1 + i * w), by0 + 1, std::round(x0 + 1 + (i + 1) * w) - (w >= 5 ? 1 : 0), by1};
+        const Rect r{std::round(x0 + 1 + i * w), by0 + 1,
+                     std::round(x0 + 1 + (i + 1) * w) - (w >= 5 ? 1 : 0), by1};
         DrawRect c;
         c.rect = r;
         c.fill = rest ? kRestColor : RankColor(b.ranks[i]);
@@ -217,17 +232,20 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
         if (tm.Width(t) + 2 <= r.width() && line <= r.height() + 1) {
           const float tx = std::round(r.x0 + (r.width() - tm.Width(t)) / 2);
           const float ty = std::round(r.y0 + (r.height() - line) / 2);
-          out.draw.texts.push_back({tx, ty, tm.Width(t), line, t, TextColorOn(c.fill), Role::kTensorOwner});
+          out.draw.texts.push_back(
+              {tx, ty, tm.Width(t), line, t, TextColorOn(c.fill), Role::kTensorOwner});
         }
       }
     }
-    // The block as a whole: the hover target; its outline separates blocks (blue for Partial values).
+    // The block as a whole: the hover target; its outline separates blocks (blue for Partial
+    // values).
     const float extent = std::min(x1 - x0, y1 - y0);
     DrawRect whole_rect;
     whole_rect.rect = b.rect;
     whole_rect.border = partial_ways > 1 ? kPartialColor : kCellBorderColor;
-    whole_rect.border_width =
-        partial_ways > 1 ? std::max(1.0f, std::min(2.0f, std::floor(extent / 4))) : (extent >= 4 ? 1 : 0);
+    whole_rect.border_width = partial_ways > 1
+                                  ? std::max(1.0f, std::min(2.0f, std::floor(extent / 4)))
+                                  : (extent >= 4 ? 1 : 0);
     whole_rect.role = Role::kTensorBlock;
     whole_rect.block = static_cast<int32_t>(bi);
     out.draw.rects.push_back(whole_rect);
@@ -260,7 +278,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     Rect ring = b.rect;
     auto inset = [&](float w) {
       const float d = std::min(w, room);
-      ring = Rect{ring.x0 + d, ring.y0 + d, std::max(ring.x0 + d, ring.x1 - d), std::max(ring.y0 + d, ring.y1 - d)};
+      ring = Rect{ring.x0 + d, ring.y0 + d, std::max(ring.x0 + d, ring.x1 - d),
+                  std::max(ring.y0 + d, ring.y1 - d)};
     };
     if (differs) {
       mark(ring, kDiffColor, 3, differing_rank);
@@ -283,7 +302,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     const int64_t replicas = static_cast<int64_t>(owners) / std::max<int64_t>(1, partial_ways);
     std::string badge;
     if (replicas > 1) badge += StrCat("R x", replicas);
-    if (partial_ways > 1) badge += StrCat(badge.empty() ? "" : " ", partial_text, " x", partial_ways);
+    if (partial_ways > 1)
+      badge += StrCat(badge.empty() ? "" : " ", partial_text, " x", partial_ways);
     if (!badge.empty()) labels.push_back(badge);
     labels.push_back(StrCat(b.rows.size(), "x", b.cols.size()));
     float ty = y0 + 3;
@@ -316,7 +336,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
         out.draw.lines.push_back({x, oy - 4, x, oy, kDimTextColor, 1, Role::kDecoration});
         const float tx = std::round(std::clamp(x - w / 2, area.x0, area.x1 - w));
         if (tx >= last_end + 4) {
-          out.draw.texts.push_back({tx, oy - 4 - line, w, line, t, kDimTextColor, Role::kDecoration});
+          out.draw.texts.push_back(
+              {tx, oy - 4 - line, w, line, t, kDimTextColor, Role::kDecoration});
           last_end = tx + w;
         }
       } else {
@@ -346,7 +367,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
       const float box = std::max(line, tm.Width(std::to_string(out.empty_ranks.back())) + 6);
       size_t shown = 0;
       for (int64_t r : out.empty_ranks) {
-        const float room_needed = box + 4 + (shown + 1 < out.empty_ranks.size() ? tm.Width("+00000 more") : 0);
+        const float room_needed =
+            box + 4 + (shown + 1 < out.empty_ranks.size() ? tm.Width("+00000 more") : 0);
         if (x + room_needed > area.x1) break;
         DrawRect e;
         e.rect = Rect{std::round(x), y, std::round(x + box), y + line};
@@ -362,8 +384,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
           out.draw.rects.push_back({e.rect, Rgba{}, kHighlightColor, 2, Role::kHighlight, r});
         }
         const std::string label = std::to_string(r);
-        out.draw.texts.push_back({std::round(x + (box - tm.Width(label)) / 2), y, tm.Width(label), line, label,
-                                  RankColor(r), Role::kEmptyShard});
+        out.draw.texts.push_back({std::round(x + (box - tm.Width(label)) / 2), y, tm.Width(label),
+                                  line, label, RankColor(r), Role::kEmptyShard});
         x += box + 4;
         ++shown;
       }
@@ -375,8 +397,9 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
       x += 12;
     }
     if (out.ranks_outside_slice > 0) {
-      const std::string t = StrCat(out.ranks_outside_slice, " rank", out.ranks_outside_slice == 1 ? "" : "s",
-                                   " hold nothing of this slice");
+      const std::string t =
+          StrCat(out.ranks_outside_slice, " rank", out.ranks_outside_slice == 1 ? "" : "s",
+                 " hold nothing of this slice");
       if (x + tm.Width(t) <= area.x1) {
         out.draw.texts.push_back({x, y, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
       }

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "colors.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 
@@ -22,7 +22,8 @@ std::string BytesText(int64_t bytes) {
   if (u == 0) {
     std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
   } else {
-    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v, units[u]);
+    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v,
+                  units[u]);
   }
   return buf;
 }
@@ -31,24 +32,28 @@ std::string FrameBoxLabel(const TraceModel& model, int64_t frame) {
   const Frame& f = model.frame(frame);
   if (f.kind != Frame::Kind::kAfterStep) return f.label;
   const TraceStep& step = model.trace().steps[f.step];
-  const std::string dim = step.mesh_dim_name.empty() ? model.mesh().DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
+  const std::string dim =
+      step.mesh_dim_name.empty() ? model.mesh().DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
   return StrCat(f.step + 1, " ", ToString(step.plan.collective), " ", dim);
 }
 
-DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& frame_differs, int64_t current,
-                          const Rect& area, const TextMetrics& tm) {
+DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& frame_differs,
+                          int64_t current, const Rect& area, const TextMetrics& tm) {
   DrawList out;
   const int64_t n = model.num_frames();
   const float gap = 4;
-  const float w = std::max(4.0f, (area.width() - gap * static_cast<float>(n - 1)) / static_cast<float>(n));
+  const float w =
+      std::max(4.0f, (area.width() - gap * static_cast<float>(n - 1)) / static_cast<float>(n));
   for (int64_t f = 0; f < n; ++f) {
     const float x0 = std::round(area.x0 + static_cast<float>(f) * (w + gap));
     const float x1 = std::round(area.x0 + static_cast<float>(f) * (w + gap) + w);
     DrawRect box;
     box.rect = Rect{x0, area.y0, x1, area.y1};
     const Frame& fr = model.frame(f);
-    const bool moves = fr.kind == Frame::Kind::kAfterStep && MovesData(model.trace().steps[fr.step].plan.collective);
-    box.fill = f == current ? Rgba{70, 90, 130, 255} : (moves ? Rgba{55, 60, 75, 255} : Rgba{45, 45, 52, 255});
+    const bool moves = fr.kind == Frame::Kind::kAfterStep &&
+                       MovesData(model.trace().steps[fr.step].plan.collective);
+    box.fill = f == current ? Rgba{70, 90, 130, 255}
+                            : (moves ? Rgba{55, 60, 75, 255} : Rgba{45, 45, 52, 255});
     box.border = f == current ? kHighlightColor : kGridColor;
     box.border_width = f == current ? 2 : 1;
     box.role = Role::kFrameBox;
@@ -66,14 +71,15 @@ DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& f
     while (!label.empty() && tm.Width(label) + 8 > x1 - x0) label.pop_back();
     if (!label.empty()) {
       const float y = std::round(area.y0 + (area.height() - tm.line_height) / 2);
-      out.texts.push_back({x0 + 4, y, tm.Width(label), tm.line_height, label, kTextColor, Role::kFrameBox});
+      out.texts.push_back(
+          {x0 + 4, y, tm.Width(label), tm.line_height, label, kTextColor, Role::kFrameBox});
     }
   }
   return out;
 }
 
-BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const Highlight& hl, const Rect& area,
-                            const TextMetrics& tm) {
+BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const Highlight& hl,
+                            const Rect& area, const TextMetrics& tm) {
   BytesChart out;
   const int64_t n = model.world_size();
   const float line = tm.line_height;
@@ -95,18 +101,21 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
   }
   const std::string sent = StrCat("sent <= ", BytesText(max_sent));
   const std::string received = StrCat("recv <= ", BytesText(max_received));
-  out.draw.texts.push_back({area.x0, plot.y0, tm.Width(sent), line, sent, kDimTextColor, Role::kDecoration});
-  out.draw.texts.push_back({area.x0, plot.y1 - line, tm.Width(received), line, received, kDimTextColor,
-                            Role::kDecoration});
+  out.draw.texts.push_back(
+      {area.x0, plot.y0, tm.Width(sent), line, sent, kDimTextColor, Role::kDecoration});
+  out.draw.texts.push_back({area.x0, plot.y1 - line, tm.Width(received), line, received,
+                            kDimTextColor, Role::kDecoration});
   if (frame.kind != Frame::Kind::kAfterStep || max_bytes == 0) {
-    const std::string t =
-        frame.kind != Frame::Kind::kAfterStep ? "no step: nothing moves" : "no bytes move in this step";
-    out.draw.texts.push_back({plot.x0 + 6, mid - line - 2, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
+    const std::string t = frame.kind != Frame::Kind::kAfterStep ? "no step: nothing moves"
+                                                                : "no bytes move in this step";
+    out.draw.texts.push_back(
+        {plot.x0 + 6, mid - line - 2, tm.Width(t), line, t, kDimTextColor, Role::kDecoration});
     return out;
   }
   // Bars: at least 2 px per bar; k ranks per bar when the world is wider than that.
   const float width = plot.width() - 2;
-  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(2.0 * n / std::max(1.0f, width))));
+  const int64_t k =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(2.0 * n / std::max(1.0f, width))));
   out.ranks_per_bar = k;
   const int64_t bars = (n + k - 1) / k;
   const float bw = width / static_cast<float>(bars);
@@ -129,7 +138,8 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
     column.rank = model.RankAt(p0);
     column.rank_end = k == 1 ? -1 : p1;
     out.draw.rects.push_back(column);
-    const Rgba color = differs ? kDiffColor : (k == 1 ? RankColor(model.RankAt(p0)) : Rgba{120, 160, 220, 255});
+    const Rgba color =
+        differs ? kDiffColor : (k == 1 ? RankColor(model.RankAt(p0)) : Rgba{120, 160, 220, 255});
     auto bar = [&](float y0, float y1) {
       DrawRect rect;
       rect.rect = Rect{x0, y0, x1, y1};
@@ -143,8 +153,11 @@ BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const H
       }
       out.draw.rects.push_back(rect);
     };
-    const float hs = max_sent ? std::round(half * static_cast<float>(s) / static_cast<float>(max_sent)) : 0;
-    const float hr = max_received ? std::round(half * static_cast<float>(r) / static_cast<float>(max_received)) : 0;
+    const float hs =
+        max_sent ? std::round(half * static_cast<float>(s) / static_cast<float>(max_sent)) : 0;
+    const float hr =
+        max_received ? std::round(half * static_cast<float>(r) / static_cast<float>(max_received))
+                     : 0;
     bar(mid - std::max(hs, s > 0 ? 1.0f : 0.0f), mid);
     bar(mid + 1, mid + 1 + std::max(hr, r > 0 ? 1.0f : 0.0f));
   }

@@ -5,7 +5,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -17,9 +17,10 @@ std::string PlacementText(const Placements& p) { return ToString(p); }
 
 // "dp(0) S(0) -> R  all_gather"
 std::string StepText(const TraceStep& step, const DeviceMesh& mesh) {
-  const std::string dim = step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
-  return StrCat(dim, "(", step.plan.mesh_dim, ") ", step.plan.from.ToString(), " -> ", step.plan.to.ToString(), "  ",
-                ToString(step.plan.collective));
+  const std::string dim =
+      step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
+  return StrCat(dim, "(", step.plan.mesh_dim, ") ", step.plan.from.ToString(), " -> ",
+                step.plan.to.ToString(), "  ", ToString(step.plan.collective));
 }
 
 std::string StepTitle(const TraceStep& step, size_t index, const DeviceMesh& mesh) {
@@ -37,8 +38,9 @@ TraceModel TraceModel::FromTrace(Trace trace, std::string source) {
   const DeviceMesh& mesh = m.trace_.initial.spec.mesh();
   const DeviceMesh& final_mesh = m.trace_.final_state.spec.mesh();
   if (final_mesh != mesh) {
-    throw InputError("trace", StrCat("final.spec: mesh ", final_mesh.ToString(), " differs from the initial mesh ",
-                                     mesh.ToString(), " (a redistribution keeps its mesh)"));
+    throw InputError("trace", StrCat("final.spec: mesh ", final_mesh.ToString(),
+                                     " differs from the initial mesh ", mesh.ToString(),
+                                     " (a redistribution keeps its mesh)"));
   }
   m.Index();
   return m;
@@ -72,7 +74,8 @@ TraceModel TraceModel::FromSpec(const DTensorSpec& spec) {
 void TraceModel::Index() {
   const DeviceMesh& mesh = trace_.initial.spec.mesh();
   const int64_t n = mesh.size();
-  // rank → position: dense when ranks are small (the usual 0..N-1), else a sorted table searched by FindPosition.
+  // rank → position: dense when ranks are small (the usual 0..N-1), else a sorted table searched by
+  // FindPosition.
   int64_t max_rank = 0;
   for (int64_t r : mesh.ranks()) max_rank = std::max(max_rank, r);
   if (max_rank < kDenseRankFactor * n + 64) {
@@ -97,7 +100,8 @@ void TraceModel::Index() {
       f.rows[*pos] = static_cast<int32_t>(i);
       const RankLayout& l = f.layouts[*pos];
       bool anomaly = rows[i].local_shape != l.local_shape;
-      if (!rows[i].global_offset.empty() && rows[i].global_offset != l.global_offset) anomaly = true;
+      if (!rows[i].global_offset.empty() && rows[i].global_offset != l.global_offset)
+        anomaly = true;
       if (anomaly) {
         f.anomalies[*pos] = 1;
         ++f.num_anomalies;
@@ -116,8 +120,8 @@ void TraceModel::Index() {
   measured_ = false;
   for (size_t s = 0; s < trace_.steps.size(); ++s) {
     const TraceStep& step = trace_.steps[s];
-    const DTensorSpec spec = DTensorSpec::Create(mesh, step.placements_after, trace_.initial.spec.shape(),
-                                                 trace_.initial.spec.dtype());
+    const DTensorSpec spec = DTensorSpec::Create(
+        mesh, step.placements_after, trace_.initial.spec.shape(), trace_.initial.spec.dtype());
     Frame f = make_frame(Frame::Kind::kAfterStep, static_cast<int64_t>(s), StrCat("step ", s + 1),
                          StepTitle(step, s, mesh), spec, step.ranks_after);
     f.est_us = step.plan.est_us;
@@ -157,10 +161,11 @@ void TraceModel::Index() {
     }
     frames_.push_back(std::move(f));
   }
-  frames_.push_back(make_frame(Frame::Kind::kFinal, -1, "final",
-                               StrCat("final: ", PlacementText(trace_.final_state.spec.placements()),
-                                      trace_.ok ? (*trace_.ok ? "  (verdict OK)" : "  (verdict WRONG)") : ""),
-                               trace_.final_state.spec, trace_.final_state.ranks));
+  frames_.push_back(
+      make_frame(Frame::Kind::kFinal, -1, "final",
+                 StrCat("final: ", PlacementText(trace_.final_state.spec.placements()),
+                        trace_.ok ? (*trace_.ok ? "  (verdict OK)" : "  (verdict WRONG)") : ""),
+                 trace_.final_state.spec, trace_.final_state.ranks));
 }
 
 const Frame& TraceModel::frame(int64_t index) const {
@@ -184,7 +189,8 @@ std::optional<int64_t> TraceModel::FindPosition(int64_t rank) const {
 int64_t TraceModel::GetPosition(int64_t rank, const std::string& field) const {
   auto p = FindPosition(rank);
   if (!p) {
-    throw InputError(field, StrCat("rank ", rank, " is not in ", mesh().ToString(), " (", world_size(), " ranks)"));
+    throw InputError(field, StrCat("rank ", rank, " is not in ", mesh().ToString(), " (",
+                                   world_size(), " ranks)"));
   }
   return *p;
 }
@@ -216,7 +222,8 @@ const RankState* TraceModel::RowAt(int64_t frame_index, int64_t position) const 
 
 int64_t TraceModel::ParseFrame(const std::string& text, const std::string& field) const {
   const int64_t steps = num_frames() - 2;
-  const std::string range = StrCat("0 = initial, 1..", steps, " = after that step, ", steps + 1, " = final");
+  const std::string range =
+      StrCat("0 = initial, 1..", steps, " = after that step, ", steps + 1, " = final");
   if (text == "initial") return 0;
   if (text == "final" || text == "last") return num_frames() - 1;
   int64_t k = -1;
@@ -227,11 +234,12 @@ int64_t TraceModel::ParseFrame(const std::string& text, const std::string& field
     used = 0;
   }
   if (used == 0 || used != text.size()) {
-    throw InputError(field, StrCat("'", text, "' is not a step number (", range, ", or initial / final)"));
+    throw InputError(field,
+                     StrCat("'", text, "' is not a step number (", range, ", or initial / final)"));
   }
   if (k < 0 || k >= num_frames()) {
-    throw InputError(field, StrCat("step ", k, " does not exist: the trace has ", steps, " step", steps == 1 ? "" : "s",
-                                   " (", range, ")"));
+    throw InputError(field, StrCat("step ", k, " does not exist: the trace has ", steps, " step",
+                                   steps == 1 ? "" : "s", " (", range, ")"));
   }
   return k;
 }
@@ -245,13 +253,15 @@ void CheckSameRedistribution(const TraceModel& a, const TraceModel& b) {
   if (x.mesh() != y.mesh()) {
     why = StrCat("the meshes differ: ", x.mesh().ToString(), " vs ", y.mesh().ToString());
   } else if (x.shape() != y.shape() || x.dtype() != y.dtype()) {
-    why = StrCat("the tensors differ: shape ", IntListToString(x.shape()), " ", ToString(x.dtype()), " vs ",
-                 IntListToString(y.shape()), " ", ToString(y.dtype()));
+    why = StrCat("the tensors differ: shape ", IntListToString(x.shape()), " ", ToString(x.dtype()),
+                 " vs ", IntListToString(y.shape()), " ", ToString(y.dtype()));
   } else if (x.placements() != y.placements()) {
-    why = StrCat("they start from different placements: ", ToString(x.placements()), " vs ", ToString(y.placements()));
+    why = StrCat("they start from different placements: ", ToString(x.placements()), " vs ",
+                 ToString(y.placements()));
   } else if (a.trace().final_state.spec.placements() != b.trace().final_state.spec.placements()) {
-    why = StrCat("they end in different placements: ", ToString(a.trace().final_state.spec.placements()), " vs ",
-                 ToString(b.trace().final_state.spec.placements()));
+    why = StrCat(
+        "they end in different placements: ", ToString(a.trace().final_state.spec.placements()),
+        " vs ", ToString(b.trace().final_state.spec.placements()));
   }
   if (!why.empty()) {
     throw InputError("traces", StrCat("'", a.source(), "' and '", b.source(),
@@ -281,11 +291,13 @@ std::string Where(const TraceModel& model, const TraceDifference& d) {
       break;
   }
   const auto& steps = model.trace().steps;
-  if (d.step < 0 || d.step >= static_cast<int64_t>(steps.size())) return StrCat("after step ", d.step);
+  if (d.step < 0 || d.step >= static_cast<int64_t>(steps.size()))
+    return StrCat("after step ", d.step);
   const TraceStep& step = steps[d.step];
   std::string out = StrCat("step ", d.step + 1, " (", StepText(step, model.mesh()), ")");
   if (d.collective >= 0 && d.collective < static_cast<int64_t>(step.collectives.size())) {
-    out += StrCat(", collective ", d.collective, " (", ToString(step.collectives[d.collective].kind), ")");
+    out += StrCat(", collective ", d.collective, " (",
+                  ToString(step.collectives[d.collective].kind), ")");
   }
   return out;
 }
@@ -301,7 +313,8 @@ std::vector<const TraceDifference*> TraceDiff::At(int64_t frame, int64_t num_fra
 TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
   CheckSameRedistribution(a, b);
   TraceDiff out;
-  // Every difference: DiffTraces groups ranks per place and field, so the count is bounded by places x fields.
+  // Every difference: DiffTraces groups ranks per place and field, so the count is bounded by
+  // places x fields.
   out.differences = DiffTraces(a.trace(), b.trace(), static_cast<size_t>(-1));
   const int64_t frames = a.num_frames();
   const int64_t n = a.world_size();
@@ -321,18 +334,20 @@ TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
   }
   out.num_ranks_differing = std::count(out.differs_anywhere.begin(), out.differs_anywhere.end(), 1);
   out.hashes_compared = a.has_hashes() && b.has_hashes();
-  const std::string hashes =
-      out.hashes_compared ? "shard hashes" : "shapes (no hashes compared: a metadata-only trace has none)";
+  const std::string hashes = out.hashes_compared
+                                 ? "shard hashes"
+                                 : "shapes (no hashes compared: a metadata-only trace has none)";
   if (out.differences.empty()) {
-    out.summary = StrCat("agree: same plan, collectives and ", hashes, " on all ", n, " ranks at every step (initial, ",
-                         a.trace().steps.size(), " steps, final)");
+    out.summary =
+        StrCat("agree: same plan, collectives and ", hashes, " on all ", n,
+               " ranks at every step (initial, ", a.trace().steps.size(), " steps, final)");
   } else {
     const TraceDifference& first = out.differences.front();
-    out.summary = StrCat("differ: first at ", Where(a, first), ": ", first.what, "; ", out.num_ranks_differing,
-                         " of ", n,
-                         " ranks differ; ", out.differences.size(), " difference",
-                         out.differences.size() == 1 ? "" : "s", " in all",
-                         out.hashes_compared ? "" : " (no hashes compared: a metadata-only trace has none)");
+    out.summary =
+        StrCat("differ: first at ", Where(a, first), ": ", first.what, "; ",
+               out.num_ranks_differing, " of ", n, " ranks differ; ", out.differences.size(),
+               " difference", out.differences.size() == 1 ? "" : "s", " in all",
+               out.hashes_compared ? "" : " (no hashes compared: a metadata-only trace has none)");
   }
   return out;
 }

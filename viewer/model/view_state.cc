@@ -29,7 +29,8 @@ Highlight ComputeHighlight(const TraceModel& model, const TraceDiff* diff, const
       if (auto q = model.FindPosition(r)) h.in_group[*q] = 1;
     }
   }
-  if (diff != nullptr && f < static_cast<int64_t>(diff->differs.size())) h.differs = diff->differs[f];
+  if (diff != nullptr && f < static_cast<int64_t>(diff->differs.size()))
+    h.differs = diff->differs[f];
   return h;
 }
 

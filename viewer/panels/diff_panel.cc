@@ -17,7 +17,8 @@ void DrawDiffPanel(App& app, const Rect& area) {
     if (diff->differences.empty()) {
       ImGui::TextUnformatted("No difference at any frame.");
     } else {
-      if (diff->first_frame && ImGui::SmallButton("go to the first difference")) app.view.frame = *diff->first_frame;
+      if (diff->first_frame && ImGui::SmallButton("go to the first difference"))
+        app.view.frame = *diff->first_frame;
       ImGui::SameLine();
       ImGui::Text("%zu at this frame, %zu in all", here.size(), diff->differences.size());
       for (const TraceDifference* d : here) {

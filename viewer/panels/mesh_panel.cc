@@ -1,4 +1,5 @@
-// The mesh panel: the device mesh as grids of rank cells (model/mesh_layout.h), dim pickers, hover and selection.
+// The mesh panel: the device mesh as grids of rank cells (model/mesh_layout.h), dim pickers, hover
+// and selection.
 #include <imgui.h>
 
 #include "panels.h"
@@ -61,7 +62,8 @@ void DrawMeshPanel(App& app, const Rect& area) {
   const bool clicked = ImGui::IsItemClicked(ImGuiMouseButton_Left);
   const Frame& frame = model.frame(app.view.frame);
   const Highlight hl = ComputeHighlight(model, app.shown_diff(), app.view);
-  const MeshLayout layout = LayoutMesh(model, frame, hl, grid, Rect{0, 0, avail.x, avail.y}, CurrentTextMetrics());
+  const MeshLayout layout =
+      LayoutMesh(model, frame, hl, grid, Rect{0, 0, avail.x, avail.y}, CurrentTextMetrics());
   Paint(app, "mesh", layout.draw, origin.x, origin.y);
   if (hovered) {
     const ImVec2 m = ImGui::GetIO().MousePos;
@@ -69,8 +71,8 @@ void DrawMeshPanel(App& app, const Rect& area) {
       const int64_t rank = layout.draw.rects[*hit].rank;
       app.pending_hovered_rank = rank;
       ImGui::BeginTooltip();
-      for (const std::string& line :
-           RankDetails(model, app.view.frame, model.GetPosition(rank), app.other(), app.shown_diff())) {
+      for (const std::string& line : RankDetails(model, app.view.frame, model.GetPosition(rank),
+                                                 app.other(), app.shown_diff())) {
         ImGui::TextUnformatted(line.c_str());
       }
       if (layout.aggregate > 1) {

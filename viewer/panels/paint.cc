@@ -1,4 +1,5 @@
-// Painting the layout step's records with ImGui, and the text metrics of ImGui's font (see panels.h).
+// Painting the layout step's records with ImGui, and the text metrics of ImGui's font (see
+// panels.h).
 #include <imgui.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@ void Paint(App& app, const char* panel, const DrawList& list, float ox, float oy
   for (const DrawLine& l : list.lines) {
     dl->AddLine(ImVec2(ox + l.x0, oy + l.y0), ImVec2(ox + l.x1, oy + l.y1), Col(l.color), l.width);
   }
-  for (const DrawText& t : list.texts) dl->AddText(ImVec2(ox + t.x, oy + t.y), Col(t.color), t.text.c_str());
+  for (const DrawText& t : list.texts)
+    dl->AddText(ImVec2(ox + t.x, oy + t.y), Col(t.color), t.text.c_str());
   if (app.record) {
     DrawList copy = list;
     copy.Translate(ox, oy);

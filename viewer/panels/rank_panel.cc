@@ -14,11 +14,14 @@ void DrawRankPanel(App& app, const Rect& area) {
   auto pos = model.FindPosition(rank);
   if (!pos) {
     ImGui::TextUnformatted("Rank");
-    ImGui::TextWrapped("Hover a rank in the mesh, a block of the tensor or a bar to see it here; click to keep it "
-                       "selected (Esc clears).");
+    ImGui::TextWrapped(
+        "Hover a rank in the mesh, a block of the tensor or a bar to see it here; click to keep it "
+        "selected (Esc clears).");
   } else {
-    ImGui::Text("Rank %lld%s", static_cast<long long>(rank), app.view.selected_rank >= 0 ? " (selected)" : "");
-    for (const std::string& line : RankDetails(model, app.view.frame, *pos, app.other(), app.shown_diff())) {
+    ImGui::Text("Rank %lld%s", static_cast<long long>(rank),
+                app.view.selected_rank >= 0 ? " (selected)" : "");
+    for (const std::string& line :
+         RankDetails(model, app.view.frame, *pos, app.other(), app.shown_diff())) {
       ImGui::TextWrapped("%s", line.c_str());
     }
   }

@@ -1,5 +1,5 @@
-// The tensor panel: the global tensor's blocks per owning rank (model/tensor_layout.h), dim pickers and slice
-// sliders for tensors of more than two dims, hover linking blocks to the mesh.
+// The tensor panel: the global tensor's blocks per owning rank (model/tensor_layout.h), dim pickers
+// and slice sliders for tensors of more than two dims, hover linking blocks to the mesh.
 #include <imgui.h>
 
 #include <algorithm>
@@ -12,7 +12,9 @@ namespace dtsim::viewer {
 namespace {
 
 bool TensorDimCombo(const char* label, const DTensorSpec& spec, int* dim) {
-  auto name = [&](int d) { return "dim " + std::to_string(d) + " (" + std::to_string(spec.shape()[d]) + ")"; };
+  auto name = [&](int d) {
+    return "dim " + std::to_string(d) + " (" + std::to_string(spec.shape()[d]) + ")";
+  };
   bool changed = false;
   ImGui::SetNextItemWidth(110);
   if (ImGui::BeginCombo(label, name(*dim).c_str())) {
@@ -35,8 +37,8 @@ void DrawTensorPanel(App& app, const Rect& area) {
   const TraceModel& model = app.shown();
   const Frame& frame = model.frame(app.view.frame);
   const DTensorSpec& spec = frame.spec;
-  ImGui::TextUnformatted(("Tensor  " + IntListToString(spec.shape()) + " " + ToString(spec.dtype()) + "  " +
-                          ToString(spec.placements()))
+  ImGui::TextUnformatted(("Tensor  " + IntListToString(spec.shape()) + " " +
+                          ToString(spec.dtype()) + "  " + ToString(spec.placements()))
                              .c_str());
   TensorView tv = ResolveTensorView(spec, app.view);
   if (spec.ndim() >= 2) {
@@ -71,7 +73,8 @@ void DrawTensorPanel(App& app, const Rect& area) {
   const bool hovered = ImGui::IsItemHovered();
   const bool clicked = ImGui::IsItemClicked(ImGuiMouseButton_Left);
   const Highlight hl = ComputeHighlight(model, app.shown_diff(), app.view);
-  const TensorLayout layout = LayoutTensor(model, frame, hl, tv, Rect{0, 0, avail.x, avail.y}, CurrentTextMetrics());
+  const TensorLayout layout =
+      LayoutTensor(model, frame, hl, tv, Rect{0, 0, avail.x, avail.y}, CurrentTextMetrics());
   Paint(app, "tensor", layout.draw, origin.x, origin.y);
   if (hovered) {
     const ImVec2 m = ImGui::GetIO().MousePos;
@@ -84,14 +87,18 @@ void DrawTensorPanel(App& app, const Rect& area) {
       if (owner_rank >= 0) app.pending_hovered_rank = owner_rank;
       ImGui::BeginTooltip();
       std::string where;
-      if (tv.row_dim >= 0) where += "rows " + std::to_string(b.rows.lo) + ":" + std::to_string(b.rows.hi) + "  ";
-      if (tv.col_dim >= 0) where += "cols " + std::to_string(b.cols.lo) + ":" + std::to_string(b.cols.hi);
+      if (tv.row_dim >= 0)
+        where += "rows " + std::to_string(b.rows.lo) + ":" + std::to_string(b.rows.hi) + "  ";
+      if (tv.col_dim >= 0)
+        where += "cols " + std::to_string(b.cols.lo) + ":" + std::to_string(b.cols.hi);
       ImGui::TextUnformatted(where.c_str());
       ImGui::TextUnformatted(("owned by rank" + std::string(b.ranks.size() == 1 ? " " : "s ") +
                               OwnersText(b.ranks, 12))
                                  .c_str());
-      const int64_t replicas = static_cast<int64_t>(b.ranks.size()) / std::max<int64_t>(1, b.partial_ways);
-      if (replicas > 1) ImGui::Text("replicated %lld times (identical copies)", static_cast<long long>(replicas));
+      const int64_t replicas =
+          static_cast<int64_t>(b.ranks.size()) / std::max<int64_t>(1, b.partial_ways);
+      if (replicas > 1)
+        ImGui::Text("replicated %lld times (identical copies)", static_cast<long long>(replicas));
       if (b.partial_ways > 1) {
         ImGui::Text("Partial: %lld ranks hold addends; the value is their reduction",
                     static_cast<long long>(b.partial_ways));
@@ -99,18 +106,20 @@ void DrawTensorPanel(App& app, const Rect& area) {
       if (owner_rank >= 0) {
         ImGui::Separator();
         for (const std::string& line :
-             RankDetails(model, app.view.frame, model.GetPosition(owner_rank), app.other(), app.shown_diff())) {
+             RankDetails(model, app.view.frame, model.GetPosition(owner_rank), app.other(),
+                         app.shown_diff())) {
           ImGui::TextUnformatted(line.c_str());
         }
-        if (clicked) app.view.selected_rank = app.view.selected_rank == owner_rank ? -1 : owner_rank;
+        if (clicked)
+          app.view.selected_rank = app.view.selected_rank == owner_rank ? -1 : owner_rank;
       }
       ImGui::EndTooltip();
     } else if (auto empty = HitTest(layout.draw, x, y, Role::kEmptyShard)) {
       const int64_t rank = layout.draw.rects[*empty].rank;
       app.pending_hovered_rank = rank;
       ImGui::BeginTooltip();
-      for (const std::string& line :
-           RankDetails(model, app.view.frame, model.GetPosition(rank), app.other(), app.shown_diff())) {
+      for (const std::string& line : RankDetails(model, app.view.frame, model.GetPosition(rank),
+                                                 app.other(), app.shown_diff())) {
         ImGui::TextUnformatted(line.c_str());
       }
       ImGui::EndTooltip();

@@ -1,5 +1,5 @@
-// The timeline: initial → each step → final, with playback controls, the frame strip, the step's collective and
-// the bytes each rank sends and receives (model/timeline_layout.h).
+// The timeline: initial → each step → final, with playback controls, the frame strip, the step's
+// collective and the bytes each rank sends and receives (model/timeline_layout.h).
 #include <imgui.h>
 
 #include <algorithm>
@@ -31,7 +31,8 @@ void DrawTimelinePanel(App& app, const Rect& area) {
   int frame = static_cast<int>(v.frame);
   const std::string label = model.frame(v.frame).label;
   ImGui::SetNextItemWidth(std::max(120.0f, area.width() * 0.35f));
-  if (ImGui::SliderInt("##frame", &frame, 0, static_cast<int>(n - 1), label.c_str())) v.frame = frame;
+  if (ImGui::SliderInt("##frame", &frame, 0, static_cast<int>(n - 1), label.c_str()))
+    v.frame = frame;
   ImGui::SameLine();
   float speed = static_cast<float>(v.seconds_per_frame);
   ImGui::SetNextItemWidth(110);
@@ -46,8 +47,9 @@ void DrawTimelinePanel(App& app, const Rect& area) {
   const bool strip_hovered = ImGui::IsItemHovered();
   const bool strip_clicked = ImGui::IsItemClicked(ImGuiMouseButton_Left);
   const TraceDiff* diff = app.shown_diff();
-  const DrawList strip = LayoutFrameStrip(model, diff ? diff->frame_differs : std::vector<uint8_t>{}, v.frame,
-                                          Rect{0, 0, std::max(8.0f, avail.x), strip_h}, tm);
+  const DrawList strip =
+      LayoutFrameStrip(model, diff ? diff->frame_differs : std::vector<uint8_t>{}, v.frame,
+                       Rect{0, 0, std::max(8.0f, avail.x), strip_h}, tm);
   Paint(app, "frames", strip, origin.x, origin.y);
   if (strip_hovered) {
     const ImVec2 m = ImGui::GetIO().MousePos;
@@ -70,10 +72,11 @@ void DrawTimelinePanel(App& app, const Rect& area) {
       total += fr.bytes_sent[p];
     }
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%zu group%s of %zu ranks  est %.2f us  sent/rank %s..%s  total %s%s",
-                  fr.groups.size(), fr.groups.size() == 1 ? "" : "s", fr.groups.empty() ? 0 : fr.groups[0].size(),
-                  step.plan.est_us, BytesText(lo).c_str(), BytesText(hi).c_str(), BytesText(total).c_str(),
-                  fr.bytes_observed ? "" : " (planned)");
+    std::snprintf(
+        buf, sizeof buf, "%zu group%s of %zu ranks  est %.2f us  sent/rank %s..%s  total %s%s",
+        fr.groups.size(), fr.groups.size() == 1 ? "" : "s",
+        fr.groups.empty() ? 0 : fr.groups[0].size(), step.plan.est_us, BytesText(lo).c_str(),
+        BytesText(hi).c_str(), BytesText(total).c_str(), fr.bytes_observed ? "" : " (planned)");
     ImGui::TextUnformatted(buf);
     if (!fr.time_us.empty()) {
       const double slowest = *std::max_element(fr.time_us.begin(), fr.time_us.end());
@@ -81,7 +84,8 @@ void DrawTimelinePanel(App& app, const Rect& area) {
       ImGui::TextUnformatted(buf);
     }
   } else {
-    ImGui::TextUnformatted(fr.kind == Frame::Kind::kInitial ? "the layout before any step" : "the layout at the end");
+    ImGui::TextUnformatted(fr.kind == Frame::Kind::kInitial ? "the layout before any step"
+                                                            : "the layout at the end");
   }
 
   // Bytes per rank.
@@ -102,11 +106,13 @@ void DrawTimelinePanel(App& app, const Rect& area) {
         if (bar.rank_end < 0) {
           app.pending_hovered_rank = bar.rank;
           ImGui::SetTooltip("rank %lld: sent %s, received %s", static_cast<long long>(bar.rank),
-                            BytesText(fr.bytes_sent[p]).c_str(), BytesText(fr.bytes_received[p]).c_str());
+                            BytesText(fr.bytes_sent[p]).c_str(),
+                            BytesText(fr.bytes_received[p]).c_str());
           if (clicked) v.selected_rank = v.selected_rank == bar.rank ? -1 : bar.rank;
         } else {
           ImGui::SetTooltip("ranks %lld.. (%lld per bar): the largest bytes of the bucket",
-                            static_cast<long long>(bar.rank), static_cast<long long>(chart.ranks_per_bar));
+                            static_cast<long long>(bar.rank),
+                            static_cast<long long>(chart.ranks_per_bar));
         }
       }
     }

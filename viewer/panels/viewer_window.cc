@@ -1,5 +1,5 @@
-// The viewer's window: the toolbar, the panels arranged over the display, keyboard control, playback, and the
-// error panel that replaces them when a trace cannot be opened.
+// The viewer's window: the toolbar, the panels arranged over the display, keyboard control,
+// playback, and the error panel that replaces them when a trace cannot be opened.
 #include <imgui.h>
 
 #include <algorithm>
@@ -15,8 +15,9 @@ ImVec4 ToVec4(Rgba c) { return ImVec4(c.r / 255.f, c.g / 255.f, c.b / 255.f, c.a
 std::string Describe(const TraceModel& m) {
   const TraceMeta& meta = m.trace().meta;
   return meta.backend + (meta.backend == "local" ? " (simulated)" : " (real)") + ", " +
-         std::to_string(m.world_size()) + " ranks, " + std::to_string(m.trace().steps.size()) + " steps" +
-         (meta.planner.empty() ? "" : ", planner " + meta.planner) + (m.has_hashes() ? "" : ", no hashes");
+         std::to_string(m.world_size()) + " ranks, " + std::to_string(m.trace().steps.size()) +
+         " steps" + (meta.planner.empty() ? "" : ", planner " + meta.planner) +
+         (m.has_hashes() ? "" : ", no hashes");
 }
 
 void HandleKeys(App& app) {
@@ -25,12 +26,14 @@ void HandleKeys(App& app) {
   const int64_t n = app.shown().num_frames();
   ViewState& v = app.view;
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) v.frame = NextFrame(v.frame, n);
-  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) v.frame = PreviousFrame(v.frame, n);
+  if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow)))
+    v.frame = PreviousFrame(v.frame, n);
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home))) v.frame = 0;
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End))) v.frame = n - 1;
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false)) v.playing = !v.playing;
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) v.selected_rank = -1;
-  if (app.second && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Tab), false)) v.show_second = !v.show_second;
+  if (app.second && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Tab), false))
+    v.show_second = !v.show_second;
 }
 
 }  // namespace
@@ -50,7 +53,8 @@ void DrawToolbar(App& app) {
     return slash == std::string::npos ? p : p.substr(slash + 1);
   };
   auto path_tooltip = [](const TraceModel& m) {
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
   };
   if (!app.second) {
     ImGui::TextUnformatted(name(*app.first).c_str());
@@ -60,13 +64,15 @@ void DrawToolbar(App& app) {
     return;
   }
   int which = app.view.show_second ? 1 : 0;
-  if (ImGui::RadioButton(("first: " + name(*app.first)).c_str(), &which, 0)) app.view.show_second = false;
+  if (ImGui::RadioButton(("first: " + name(*app.first)).c_str(), &which, 0))
+    app.view.show_second = false;
   path_tooltip(*app.first);
   ImGui::SameLine();
   ImGui::TextColored(dim, "%s", Describe(*app.first).c_str());
   ImGui::SameLine();
   ImGui::TextColored(dim, "  (Tab switches)");
-  if (ImGui::RadioButton(("second: " + name(*app.second)).c_str(), &which, 1)) app.view.show_second = true;
+  if (ImGui::RadioButton(("second: " + name(*app.second)).c_str(), &which, 1))
+    app.view.show_second = true;
   path_tooltip(*app.second);
   ImGui::SameLine();
   ImGui::TextColored(dim, "%s", Describe(*app.second).c_str());
@@ -86,8 +92,10 @@ void DrawErrorPanel(const App& app, const Rect& area) {
   ImGui::Spacing();
   for (const std::string& p : app.paths) ImGui::BulletText("%s", p.c_str());
   ImGui::Spacing();
-  ImGui::TextWrapped("Open a trace written by `dtsim redistribute --trace out.json` (format dtsim-trace, version 1), "
-                     "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json");
+  ImGui::TextWrapped(
+      "Open a trace written by `dtsim redistribute --trace out.json` (format dtsim-trace, version "
+      "1), "
+      "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json");
   ImGui::EndChild();
 }
 

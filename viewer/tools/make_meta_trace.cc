@@ -1,16 +1,18 @@
-// dtsim_make_meta_trace: writes a metadata-only trace (meta_trace.h) — viewer test and benchmark input.
+// dtsim_make_meta_trace: writes a metadata-only trace (meta_trace.h) — viewer test and benchmark
+// input.
 //
-//   dtsim_make_meta_trace --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from "S(0),S(1),S(2)" \
+//   dtsim_make_meta_trace --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from "S(0),S(1),S(2)"
+//   \
 //                         --to "R,S(0),S(1)" [--measured] out.json
 #include <iostream>
 #include <map>
 #include <string>
 
-#include "dtsim/error.h"
-#include "dtsim/json_reader.h"
-#include "dtsim/mesh.h"
-#include "dtsim/placement.h"
-#include "dtsim/trace.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/mesh.h"
+#include "dtsim/layout/placement.h"
+#include "dtsim/trace/trace.h"
 #include "meta_trace.h"
 
 int main(int argc, char** argv) {
@@ -37,8 +39,9 @@ int main(int argc, char** argv) {
     }
     if (out.empty()) throw dtsim::InputError("out", "missing: give the output path");
     const dtsim::DTensorSpec src = dtsim::DTensorSpec::Create(
-        dtsim::DeviceMesh::Parse(opt["--mesh"], opt["--names"]), dtsim::ParsePlacements(opt["--from"], "from"),
-        dtsim::ParseIntList(opt["--shape"], "shape"), dtsim::ParseDType(opt["--dtype"]));
+        dtsim::DeviceMesh::Parse(opt["--mesh"], opt["--names"]),
+        dtsim::ParsePlacements(opt["--from"], "from"), dtsim::ParseIntList(opt["--shape"], "shape"),
+        dtsim::ParseDType(opt["--dtype"]));
     dtsim::viewer::MetaTraceOptions options;
     options.measured = measured;
     options.argv = command;

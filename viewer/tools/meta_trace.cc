@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dtsim/planner.h"
+#include "dtsim/layout/planner.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -13,13 +13,15 @@ std::vector<RankState> States(const DTensorSpec& spec) {
   for (const RankLayout& l : spec.AllLayouts()) {
     out.push_back({l.rank, l.coordinate, l.local_shape, l.global_offset, {}});
   }
-  std::sort(out.begin(), out.end(), [](const RankState& a, const RankState& b) { return a.rank < b.rank; });
+  std::sort(out.begin(), out.end(),
+            [](const RankState& a, const RankState& b) { return a.rank < b.rank; });
   return out;
 }
 
 }  // namespace
 
-Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst, const MetaTraceOptions& options) {
+Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst,
+                    const MetaTraceOptions& options) {
   const Plan plan = PlanRedistribute(src, dst, PlannerKind::kGreedy);
   const DeviceMesh& mesh = src.mesh();
   Trace t;
@@ -27,7 +29,7 @@ Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst, const MetaTra
   t.meta.argv = options.argv;
   t.meta.backend = options.measured ? "nccl" : "local";
   t.meta.world_size = mesh.size();
-  t.meta.planner = plan.planner;
+  t.meta.planner = ToString(plan.planner);
   t.meta.data = false;
   t.initial.spec = src;
   t.initial.ranks = States(src);
@@ -37,7 +39,8 @@ Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst, const MetaTra
     s.plan = step;
     s.mesh_dim_name = mesh.DimLabel(step.mesh_dim);
     s.placements_after = step.placements_after;
-    const DTensorSpec after = DTensorSpec::Create(mesh, step.placements_after, src.shape(), src.dtype());
+    const DTensorSpec after =
+        DTensorSpec::Create(mesh, step.placements_after, src.shape(), src.dtype());
     if (MovesData(step.collective)) {
       const std::vector<RankLayout> in = before.AllLayouts(), out = after.AllLayouts();
       TraceCollective c;
@@ -49,7 +52,8 @@ Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst, const MetaTra
         c.output_shapes.push_back(out[p].local_shape);
         c.bytes_sent.push_back(step.bytes_sent_per_rank[p]);
         c.bytes_received.push_back(step.bytes_received_per_rank[p]);
-        if (options.measured) c.time_us.push_back(step.est_us * (1.0 + static_cast<double>(mesh.ranks()[p] % 7) / 20));
+        if (options.measured)
+          c.time_us.push_back(step.est_us * (1.0 + static_cast<double>(mesh.ranks()[p] % 7) / 20));
       }
       s.collectives.push_back(std::move(c));
     }

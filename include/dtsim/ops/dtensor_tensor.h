@@ -1,20 +1,21 @@
-// DTensor as an at::Tensor: a wrapper tensor whose sizes, strides and dtype are the DTensor's global ones, so ATen
-// ops — and LibTorch code built on them (torch::nn modules, functional calls, autograd) — run on DTensors unchanged,
-// as upstream's DTensor is a torch.Tensor subclass.
+// DTensor as an at::Tensor: a wrapper tensor whose sizes, strides and dtype are the DTensor's
+// global ones, so ATen ops — and LibTorch code built on them (torch::nn modules, functional calls,
+// autograd) — run on DTensors unchanged, as upstream's DTensor is a torch.Tensor subclass.
 //
 // Every ATen op with a DTensor argument reaches one kernel (dispatch key PrivateUse2; ops with a
-// CompositeImplicitAutograd kernel decompose first, exactly as they do before upstream's __torch_dispatch__). The
-// kernel asks sharding propagation (sharding_prop.h) for the placements, redistributes the inputs that need it
-// through the DTensor's planner and collectives (simulated or real), runs the op on the local data (a LocalTensor in
-// simulation, this rank's tensor on a real backend) and wraps the results with the chosen specs. A 0-d plain tensor
-// mixed in is a replicated scalar; any other plain tensor is refused, as upstream does.
+// CompositeImplicitAutograd kernel decompose first, exactly as they do before upstream's
+// __torch_dispatch__). The kernel asks sharding propagation (sharding_prop.h) for the placements,
+// redistributes the inputs that need it through the DTensor's planner and collectives (simulated or
+// real), runs the op on the local data (a LocalTensor in simulation, this rank's tensor on a real
+// backend) and wraps the results with the chosen specs. A 0-d plain tensor mixed in is a replicated
+// scalar; any other plain tensor is refused, as upstream does.
 //
 // Example (8 simulated ranks):
 //   DeviceMesh mesh = DeviceMesh::Create({2, 4}, {"dp", "tp"});
 //   at::Tensor x = AsTensor(DistributeTensor(at::randn({8, 16}), mesh, ParsePlacements("S(0),R")));
-//   at::Tensor w = AsTensor(DistributeTensor(at::randn({16, 12}), mesh, ParsePlacements("R,S(1)")));
-//   at::Tensor y = at::mm(x, w);          // no communication: y is [S(0), S(1)] of shape [8, 12]
-//   GetDTensor(y).placements()            // [S(0), S(1)]
+//   at::Tensor w = AsTensor(DistributeTensor(at::randn({16, 12}), mesh,
+//   ParsePlacements("R,S(1)"))); at::Tensor y = at::mm(x, w);          // no communication: y is
+//   [S(0), S(1)] of shape [8, 12] GetDTensor(y).placements()            // [S(0), S(1)]
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "dtsim/dtensor.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/layout/plan.h"
 #include "dtsim/ops/sharding_prop.h"
-#include "dtsim/plan.h"
 
 namespace dtsim {
 namespace ops {
@@ -48,13 +49,13 @@ struct OpRedistribution {
 
 // What one op call on DTensors did.
 struct OpEvent {
-  std::string op;                               // "aten::mm"
-  std::vector<TensorMeta> inputs;               // global metadata of the tensor inputs
-  std::vector<Placements> input_placements;     // before any redistribution
+  std::string op;                            // "aten::mm"
+  std::vector<TensorMeta> inputs;            // global metadata of the tensor inputs
+  std::vector<Placements> input_placements;  // before any redistribution
   ShardingDecision decision;
   std::vector<OpRedistribution> redistributions;
   std::vector<std::optional<DTensorSpec>> outputs;  // per tensor output (nullopt: undefined)
-  bool cache_hit = false;                       // the decision came from the (op, input specs) cache
+  bool cache_hit = false;  // the decision came from the (op, input specs) cache
 };
 
 // Receives every op call on DTensors made by this thread while installed.
@@ -62,6 +63,15 @@ class OpObserver {
  public:
   virtual ~OpObserver() = default;
   virtual void OnOp(const OpEvent& event) = 0;
+  // An implicit redistribution of tensor input `input` (OpRedistribution::input) of `op` runs
+  // `plan` on `source` (ExecutePlan): OnRedistributeStep hears every step as ExecutePlan's
+  // StepObserver does, OnRedistributeEnd the result. Only the planned part is reported: a local
+  // R -> P that may follow moves no data. All three come before the op's OnOp. Default: nothing.
+  virtual void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
+                                   const Plan& plan) {}
+  virtual void OnRedistributeStep(const PlanStep& step, const DTensorSpec& spec,
+                                  const at::Tensor& local) {}
+  virtual void OnRedistributeEnd(const DTensor& result) {}
 };
 
 // Installs `observer` for the calling thread (nullptr removes it) and returns the previous one.

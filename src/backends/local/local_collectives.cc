@@ -1,13 +1,15 @@
-// LocalCollectives: the simulated backend (see include/dtsim/backends/local_collectives.h). The front
-// (src/collectives.cc) has validated the call and accounts the bytes; this file only computes the results.
+// LocalCollectives: the simulated backend (see include/dtsim/backends/local_collectives.h). The
+// front (src/tensor/collectives.cc) has validated the call and accounts the bytes; this file only
+// computes the results.
 //
-// Terms: "slot" i is the i-th rank the input LocalTensor holds (call.held[i]); a group's "members" are its slots in
-// group order. Slots in no group keep a copy of their input.
+// Terms: "slot" i is the i-th rank the input LocalTensor holds (call.held[i]); a group's "members"
+// are its slots in group order. Slots in no group keep a copy of their input.
 //
-// Replicas: where every member of a group gets the same result (all_gather, all_reduce, broadcast) the result is
-// computed once per group and each member gets a copy-on-write replica of it (ShareReplica, local_tensor.h): one
-// buffer for the group until a rank writes to its shard. Each member's replica is made in its RankScope, so a
-// MemoryMeter charges every rank its full copy, as a real rank would hold; the group's buffer is charged to nobody.
+// Replicas: where every member of a group gets the same result (all_gather, all_reduce, broadcast)
+// the result is computed once per group and each member gets a copy-on-write replica of it
+// (ShareReplica, local_tensor.h): one buffer for the group until a rank writes to its shard. Each
+// member's replica is made in its RankScope, so a MemoryMeter charges every rank its full copy, as
+// a real rank would hold; the group's buffer is charged to nobody.
 #include "dtsim/backends/local_collectives.h"
 
 #include <ATen/ATen.h>
@@ -15,10 +17,11 @@
 #include <algorithm>
 #include <numeric>
 
-#include "dtsim/error.h"
-#include "dtsim/local_tensor.h"
-#include "dtsim/memory_meter.h"
-#include "local_tensor_impl.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/memory_meter.h"
+#include "dtsim/tensor/sim_world.h"
+#include "tensor/local_tensor_impl.h"
 
 namespace dtsim {
 namespace {
@@ -35,20 +38,24 @@ std::vector<std::vector<size_t>> Members(const CallInfo& call) {
 
 // Gives every member slot a replica of `value` (charged to the member's rank).
 void GiveReplicas(const at::Tensor& value, const std::vector<size_t>& members, const CallInfo& call,
-                  std::vector<at::Tensor>& out) {
+                  const SimWorld* world, std::vector<at::Tensor>& out) {
   for (size_t slot : members) {
     RankScope scope(call.held[slot]);
-    out[slot] = ShareReplica(value);
+    out[slot] = ShareReplica(value, world);
   }
 }
 
 class LocalCollectives : public Collectives {
  public:
-  explicit LocalCollectives(int64_t world_size) : Collectives("local", world_size, std::nullopt) {}
+  explicit LocalCollectives(int64_t world_size)
+      : Collectives("local", world_size, std::nullopt), world_(SimWorld::Create()) {}
+
+  std::shared_ptr<SimWorld> sim_world() const override { return world_; }
 
  protected:
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const at::Tensor& first = in[m[0]];
@@ -58,13 +65,15 @@ class LocalCollectives : public Collectives {
       // One buffer per group, each piece copied straight into its slice; the members share it.
       at::Tensor o = at::empty(shape, first.options().memory_format(at::MemoryFormat::Contiguous));
       for (size_t k = 0; k < m.size(); ++k) o.narrow(dim, k * piece, piece).copy_(in[m[k]]);
-      GiveReplicas(o, m, call, out);
+      GiveReplicas(o, m, call, impl->world().get(), out);
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dim) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                             int64_t dim) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const int64_t chunk = in[m[0]].size(dim) / static_cast<int64_t>(m.size());
@@ -75,22 +84,25 @@ class LocalCollectives : public Collectives {
         out[m[i]] = ReduceInOrder(pieces, op);
       }
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
   at::Tensor DoAllReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
       for (size_t s : m) xs.push_back(in[s]);
-      GiveReplicas(ReduceInOrder(xs, op), m, call, out);
+      GiveReplicas(ReduceInOrder(xs, op), m, call, impl->world().get(), out);
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dst) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                      int64_t dst) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
@@ -98,11 +110,13 @@ class LocalCollectives : public Collectives {
       RankScope scope(call.held[m[dst]]);
       out[m[dst]] = ReduceInOrder(xs, op);
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoAllToAll(const at::Tensor& input, const CallInfo& call, int64_t split_dim, int64_t concat_dim) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoAllToAll(const at::Tensor& input, const CallInfo& call, int64_t split_dim,
+                        int64_t concat_dim) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const int64_t chunk = in[m[0]].size(split_dim) / static_cast<int64_t>(m.size());
@@ -113,12 +127,13 @@ class LocalCollectives : public Collectives {
         out[m[j]] = at::cat(pieces, concat_dim);
       }
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call, const SplitSizes& splits,
-                              const SplitSizes&) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call,
+                              const SplitSizes& splits, const SplitSizes&) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       for (size_t j = 0; j < m.size(); ++j) {
@@ -132,18 +147,21 @@ class LocalCollectives : public Collectives {
         out[m[j]] = at::cat(pieces, 0);
       }
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
-    for (const auto& m : Members(call)) GiveReplicas(in[m[src]], m, call, out);
-    return Wrap(call, in, std::move(out));
+    for (const auto& m : Members(call)) GiveReplicas(in[m[src]], m, call, impl->world().get(), out);
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src, int64_t dim) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src,
+                       int64_t dim) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const at::Tensor& x = in[m[src]];
@@ -153,11 +171,13 @@ class LocalCollectives : public Collectives {
         out[m[k]] = x.narrow(dim, k * chunk, chunk).clone(at::MemoryFormat::Contiguous);
       }
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
-  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst, int64_t dim) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst,
+                      int64_t dim) override {
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       std::vector<at::Tensor> xs;
@@ -165,35 +185,40 @@ class LocalCollectives : public Collectives {
       RankScope scope(call.held[m[dst]]);
       out[m[dst]] = at::cat(xs, dim);
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
   at::Tensor DoSendRecv(const at::Tensor& input, const CallInfo& call,
                         const std::vector<std::pair<int64_t, int64_t>>& pairs) override {
-    const std::vector<at::Tensor>& in = internal::FindLocalImpl(input)->shards();
+    const internal::LocalTensorImpl* impl = internal::FindLocalImpl(input);
+    const std::vector<at::Tensor>& in = impl->shards();
     std::vector<at::Tensor> out(in.size());
     auto slot = [&](int64_t rank) {
-      return static_cast<size_t>(std::lower_bound(call.held.begin(), call.held.end(), rank) - call.held.begin());
+      return static_cast<size_t>(std::lower_bound(call.held.begin(), call.held.end(), rank) -
+                                 call.held.begin());
     };
     for (const auto& [src, dst] : pairs) {
       RankScope scope(dst);
-      out[slot(dst)] = ShareReplica(in[slot(src)]);
+      out[slot(dst)] = ShareReplica(in[slot(src)], impl->world().get());
     }
-    return Wrap(call, in, std::move(out));
+    return Wrap(call, *impl, std::move(out));
   }
 
   void DoBarrier(const CallInfo&) override {}
 
  private:
+  std::shared_ptr<SimWorld> world_;  // of the LocalTensors FromRankFn makes
   // Slots in no group keep a copy of their input; wraps the outputs into a LocalTensor.
-  static at::Tensor Wrap(const CallInfo& call, const std::vector<at::Tensor>& in, std::vector<at::Tensor> out) {
+  // The result belongs to the input's world.
+  static at::Tensor Wrap(const CallInfo& call, const internal::LocalTensorImpl& input,
+                         std::vector<at::Tensor> out) {
     for (size_t s = 0; s < out.size(); ++s) {
       if (!out[s].defined()) {
         RankScope scope(call.held[s]);
-        out[s] = ShareReplica(in[s]);
+        out[s] = ShareReplica(input.shards()[s], input.world().get());
       }
     }
-    return internal::WrapShards(call.held, std::move(out));
+    return internal::WrapShards(call.held, std::move(out), input.world());
   }
 };
 
@@ -202,7 +227,8 @@ class LocalCollectives : public Collectives {
 at::Tensor ReduceInOrder(const std::vector<at::Tensor>& xs, ReduceOp op) {
   DTSIM_CHECK(!xs.empty(), "ReduceInOrder of nothing");
   at::Tensor acc = xs[0].clone(at::MemoryFormat::Contiguous);  // the result: the caller's rank's
-  RankScope scratch(-1);  // what the in-place ops allocate for a moment (a wrapped scalar) belongs to no rank
+  RankScope scratch(
+      -1);  // what the in-place ops allocate for a moment (a wrapped scalar) belongs to no rank
   for (size_t i = 1; i < xs.size(); ++i) {
     switch (op) {
       case ReduceOp::kSum:

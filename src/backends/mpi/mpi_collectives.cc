@@ -1,6 +1,7 @@
-// MpiCollectives (see include/dtsim/backends/mpi_collectives.h). The front (src/collectives.cc) has validated the
-// call, checked the fault plan and accounts the bytes; this file moves the data with MPI on the communicator of this
-// rank's group (mpi_world.h), after the group agreed on the call.
+// MpiCollectives (see include/dtsim/backends/mpi_collectives.h). The front
+// (src/tensor/collectives.cc) has validated the call, checked the fault plan and accounts the
+// bytes; this file moves the data with MPI on the communicator of this rank's group (mpi_world.h),
+// after the group agreed on the call.
 #include "dtsim/backends/mpi_collectives.h"
 
 #include <ATen/ATen.h>
@@ -13,7 +14,7 @@
 #include <thread>
 
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "mpi_world.h"
 
 namespace dtsim {
@@ -27,7 +28,8 @@ constexpr int kMaxDims = 64;
 
 int Count(int64_t bytes) {
   if (bytes > INT_MAX) {
-    throw InputError("input", StrCat("mpi: a message of ", bytes, " bytes is over the 2^31-1 bytes one MPI call "
+    throw InputError("input", StrCat("mpi: a message of ", bytes,
+                                     " bytes is over the 2^31-1 bytes one MPI call "
                                      "sends here; use a smaller tensor or more ranks"));
   }
   return static_cast<int>(bytes);
@@ -43,21 +45,31 @@ void Check(int rc, const char* what) {
   MpiWorld::Get().Abort(StrCat(what, " failed: ", std::string(text, len)));
 }
 
-// MPI's datatype for `t` where its reductions are exact and order-independent here, or MPI_DATATYPE_NULL.
+// MPI's datatype for `t` where its reductions are exact and order-independent here, or
+// MPI_DATATYPE_NULL.
 MPI_Datatype NativeType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kChar: return MPI_INT8_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kByte: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kChar:
+      return MPI_INT8_T;
+    case at::kShort:
+      return MPI_INT16_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
-// MPI's op for `op` on `t`, or MPI_OP_NULL where the result would depend on the reduction order or MPI lacks it.
+// MPI's op for `op` on `t`, or MPI_OP_NULL where the result would depend on the reduction order or
+// MPI lacks it.
 MPI_Op NativeOp(at::ScalarType t, ReduceOp op) {
   if (NativeType(t) == MPI_DATATYPE_NULL) return MPI_OP_NULL;
   const bool floating = at::isFloatingType(t);
@@ -66,7 +78,8 @@ MPI_Op NativeOp(at::ScalarType t, ReduceOp op) {
     case ReduceOp::kAvg:  // sum, then divide
       return MPI_SUM;
     case ReduceOp::kProduct:
-      return floating ? MPI_OP_NULL : MPI_PROD;  // a float product rounds differently in another order
+      return floating ? MPI_OP_NULL
+                      : MPI_PROD;  // a float product rounds differently in another order
     case ReduceOp::kMin:
       return MPI_MIN;
     case ReduceOp::kMax:
@@ -88,7 +101,8 @@ at::Tensor StackPieces(const at::Tensor& x, int64_t n, int64_t dim) {
 
 class MpiCollectives : public MpiLaunchedCollectives {
  public:
-  explicit MpiCollectives(const RealBackendOptions& options) : MpiLaunchedCollectives("mpi", options) {
+  explicit MpiCollectives(const RealBackendOptions& options)
+      : MpiLaunchedCollectives("mpi", options) {
     // Ranks on one host share its cores: give each an equal share of LibTorch's intra-op threads.
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int64_t per_host = local ? std::max(1, std::atoi(local)) : 1;
@@ -97,7 +111,6 @@ class MpiCollectives : public MpiLaunchedCollectives {
   }
 
  protected:
-
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
@@ -106,21 +119,24 @@ class MpiCollectives : public MpiLaunchedCollectives {
     return at::cat(stacked.unbind(0), dim);
   }
 
-  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dim) override {
+  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                             int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
     const int64_t chunk = input.size(dim) / n;
     if (Ordered(input, op)) {
       std::vector<at::Tensor> all = GatherStacked(input, call).unbind(0);
       std::vector<at::Tensor> pieces;
-      for (const at::Tensor& x : all) pieces.push_back(x.narrow(dim, Position(call) * chunk, chunk));
+      for (const at::Tensor& x : all)
+        pieces.push_back(x.narrow(dim, Position(call) * chunk, chunk));
       return ReduceInOrder(pieces, op);
     }
     at::Tensor send = dim == 0 ? input.contiguous() : StackPieces(input, n, dim);
     std::vector<int64_t> shape = input.sizes().vec();
     shape[dim] = chunk;
     at::Tensor out = at::empty(shape, input.options());
-    Check(MPI_Reduce_scatter_block(send.data_ptr(), out.data_ptr(), Count(out.numel()), NativeType(input.scalar_type()),
+    Check(MPI_Reduce_scatter_block(send.data_ptr(), out.data_ptr(), Count(out.numel()),
+                                   NativeType(input.scalar_type()),
                                    NativeOp(input.scalar_type(), op), MpiComm(call)),
           "MPI_Reduce_scatter_block");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
@@ -140,7 +156,8 @@ class MpiCollectives : public MpiLaunchedCollectives {
     return out;
   }
 
-  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dst) override {
+  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                      int64_t dst) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
     const bool root = Position(call) == dst;
@@ -151,8 +168,8 @@ class MpiCollectives : public MpiLaunchedCollectives {
     at::Tensor send = input.contiguous();
     at::Tensor out = root ? at::empty_like(send) : input.clone();
     Check(MPI_Reduce(send.data_ptr(), root ? out.data_ptr() : nullptr, Count(send.numel()),
-                     NativeType(input.scalar_type()), NativeOp(input.scalar_type(), op), static_cast<int>(dst),
-                     MpiComm(call)),
+                     NativeType(input.scalar_type()), NativeOp(input.scalar_type(), op),
+                     static_cast<int>(dst), MpiComm(call)),
           "MPI_Reduce");
     if (root && op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
@@ -165,12 +182,14 @@ class MpiCollectives : public MpiLaunchedCollectives {
     at::Tensor send = StackPieces(input, n, split_dim);
     at::Tensor recv = at::empty_like(send);
     const int piece = Count(Bytes(send) / n);
-    Check(MPI_Alltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE, MpiComm(call)),
+    Check(MPI_Alltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE,
+                       MpiComm(call)),
           "MPI_Alltoall");
     return at::cat(recv.unbind(0), concat_dim);
   }
 
-  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call, const SplitSizes& input_splits,
+  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call,
+                              const SplitSizes& input_splits,
                               const SplitSizes& output_splits) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
@@ -179,10 +198,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
     for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
     const std::vector<int64_t>& mine = input_splits.at(rank());
     std::vector<int64_t> theirs(n);
-    Check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call)), "MPI_Alltoall");
+    Check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call)),
+          "MPI_Alltoall");
     auto expected = output_splits.find(rank());
     if (expected != output_splits.end() && expected->second != theirs) {
-      MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ", IntListToString(expected->second),
+      MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ",
+                                   IntListToString(expected->second),
                                    " rows but the group sends it ", IntListToString(theirs)));
     }
     std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
@@ -198,8 +219,9 @@ class MpiCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] = std::accumulate(theirs.begin(), theirs.end(), int64_t{0});
     at::Tensor out = at::empty(shape, x.options());
-    Check(MPI_Alltoallv(x.data_ptr(), send_counts.data(), send_displs.data(), MPI_BYTE, out.data_ptr(),
-                        recv_counts.data(), recv_displs.data(), MPI_BYTE, MpiComm(call)),
+    Check(MPI_Alltoallv(x.data_ptr(), send_counts.data(), send_displs.data(), MPI_BYTE,
+                        out.data_ptr(), recv_counts.data(), recv_displs.data(), MPI_BYTE,
+                        MpiComm(call)),
           "MPI_Alltoallv");
     return out;
   }
@@ -207,24 +229,29 @@ class MpiCollectives : public MpiLaunchedCollectives {
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
     if (GroupSize(call) <= 1) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    Check(MPI_Bcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), MpiComm(call)), "MPI_Bcast");
+    Check(MPI_Bcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                    MpiComm(call)),
+          "MPI_Bcast");
     return out;
   }
 
-  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src, int64_t dim) override {
+  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src,
+                       int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
     std::vector<int64_t> shape = input.sizes().vec();
     shape[dim] /= n;
     at::Tensor out = at::empty(shape, input.options());
     at::Tensor send = Position(call) == src ? StackPieces(input, n, dim) : at::Tensor();
-    Check(MPI_Scatter(send.defined() ? send.data_ptr() : nullptr, Count(Bytes(out)), MPI_BYTE, out.data_ptr(),
-                      Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), MpiComm(call)),
+    Check(MPI_Scatter(send.defined() ? send.data_ptr() : nullptr, Count(Bytes(out)), MPI_BYTE,
+                      out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                      MpiComm(call)),
           "MPI_Scatter");
     return out;
   }
 
-  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst, int64_t dim) override {
+  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst,
+                      int64_t dim) override {
     if (GroupSize(call) <= 1) return input.clone();
     at::Tensor stacked = GatherStackedTo(input, call, dst);
     return Position(call) == dst ? at::cat(stacked.unbind(0), dim) : input.clone();
@@ -240,28 +267,30 @@ class MpiCollectives : public MpiLaunchedCollectives {
     for (const auto& [src, dst] : pairs) {
       if (src != rank()) continue;
       sends.emplace_back();
-      Check(MPI_Isend(header.data(), static_cast<int>(header.size()), MPI_INT64_T, static_cast<int>(dst), kSendRecvTag,
-                      MPI_COMM_WORLD, &sends.back()),
+      Check(MPI_Isend(header.data(), static_cast<int>(header.size()), MPI_INT64_T,
+                      static_cast<int>(dst), kSendRecvTag, MPI_COMM_WORLD, &sends.back()),
             "MPI_Isend");
       sends.emplace_back();
-      Check(MPI_Isend(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, static_cast<int>(dst), kSendRecvTag + 1,
-                      MPI_COMM_WORLD, &sends.back()),
+      Check(MPI_Isend(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, static_cast<int>(dst),
+                      kSendRecvTag + 1, MPI_COMM_WORLD, &sends.back()),
             "MPI_Isend");
     }
     at::Tensor out;
     for (const auto& [src, dst] : pairs) {
       if (dst != rank()) continue;
       std::vector<int64_t> got(1 + kMaxDims);
-      Check(MPI_Recv(got.data(), static_cast<int>(got.size()), MPI_INT64_T, static_cast<int>(src), kSendRecvTag,
-                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+      Check(MPI_Recv(got.data(), static_cast<int>(got.size()), MPI_INT64_T, static_cast<int>(src),
+                     kSendRecvTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
             "MPI_Recv");
       std::vector<int64_t> shape(got.begin() + 1, got.begin() + 1 + got[0]);
       out = at::empty(shape, x.options());
-      Check(MPI_Recv(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src), kSendRecvTag + 1,
-                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+      Check(MPI_Recv(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                     kSendRecvTag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
             "MPI_Recv");
     }
-    if (!sends.empty()) Check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (!sends.empty())
+      Check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
     return out.defined() ? out : input.clone();
   }
 
@@ -270,12 +299,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
   }
 
  private:
-
   // Reductions in group-rank order (the simulation's ReduceInOrder) where MPI's op is not exact and
-  // order-independent, and on every rank while a wrong-op fault is armed (so one rank can reduce differently
-  // without breaking the MPI call).
+  // order-independent, and on every rank while a wrong-op fault is armed (so one rank can reduce
+  // differently without breaking the MPI call).
   bool Ordered(const at::Tensor& x, ReduceOp op) const {
-    return NativeOp(x.scalar_type(), op) == MPI_OP_NULL || fault().kind == FaultSpec::Kind::kWrongOp;
+    return NativeOp(x.scalar_type(), op) == MPI_OP_NULL ||
+           fault().kind == FaultSpec::Kind::kWrongOp;
   }
 
   // `input` with the shape of the concatenation of n such along `dim`.
@@ -285,13 +314,15 @@ class MpiCollectives : public MpiLaunchedCollectives {
     return shape;
   }
 
-  // Every group member's input, stacked: [n, ...input shape] on every rank (MPI_Allgather of bytes).
+  // Every group member's input, stacked: [n, ...input shape] on every rank (MPI_Allgather of
+  // bytes).
   at::Tensor GatherStacked(const at::Tensor& input, const CallInfo& call) {
     at::Tensor x = input.contiguous();
     std::vector<int64_t> shape = x.sizes().vec();
     shape.insert(shape.begin(), GroupSize(call));
     at::Tensor out = at::empty(shape, x.options());
-    Check(MPI_Allgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)), MPI_BYTE, MpiComm(call)),
+    Check(MPI_Allgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)),
+                        MPI_BYTE, MpiComm(call)),
           "MPI_Allgather");
     return out;
   }
@@ -305,8 +336,9 @@ class MpiCollectives : public MpiLaunchedCollectives {
       shape.insert(shape.begin(), GroupSize(call));
       out = at::empty(shape, x.options());
     }
-    Check(MPI_Gather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.defined() ? out.data_ptr() : nullptr,
-                     Count(Bytes(x)), MPI_BYTE, static_cast<int>(root), MpiComm(call)),
+    Check(MPI_Gather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE,
+                     out.defined() ? out.data_ptr() : nullptr, Count(Bytes(x)), MPI_BYTE,
+                     static_cast<int>(root), MpiComm(call)),
           "MPI_Gather");
     return out;
   }
@@ -316,7 +348,8 @@ class MpiCollectives : public MpiLaunchedCollectives {
 
 std::shared_ptr<Collectives> MakeMpiCollectives(const RealBackendOptions& options) {
   if (!(options.timeout_s > 0)) {
-    throw InputError("timeout", StrCat("must be a positive number of seconds, got ", options.timeout_s));
+    throw InputError("timeout",
+                     StrCat("must be a positive number of seconds, got ", options.timeout_s));
   }
   return std::make_shared<MpiCollectives>(options);
 }

@@ -3,15 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <climits>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 
 namespace dtsim::internal {
 namespace {
@@ -28,8 +28,8 @@ std::string Ranks(const std::vector<int64_t>& v) {
   return out.str();
 }
 
-// Waits for `requests` with a deadline, yielding the core between tests (ranks may outnumber cores). Returns false
-// on timeout; `done[i]` says which completed.
+// Waits for `requests` with a deadline, yielding the core between tests (ranks may outnumber
+// cores). Returns false on timeout; `done[i]` says which completed.
 bool WaitUntil(std::vector<MPI_Request>& requests, std::vector<int>& done,
                std::chrono::steady_clock::time_point deadline) {
   done.assign(requests.size(), 0);
@@ -104,7 +104,8 @@ MPI_Comm MpiWorld::GroupComm(const std::vector<int64_t>& group) {
   const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub_group, /*tag=*/7300, &comm);
   MPI_Group_free(&sub_group);
   MPI_Group_free(&world_group);
-  if (rc != MPI_SUCCESS || comm == MPI_COMM_NULL) Abort("could not create the communicator of group " + Ranks(group));
+  if (rc != MPI_SUCCESS || comm == MPI_COMM_NULL)
+    Abort("could not create the communicator of group " + Ranks(group));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   comms_.emplace(group, comm);
   return comm;
@@ -123,8 +124,8 @@ void MpiWorld::AgreeOnCall(const CallInfo& call, const std::string& what, double
   if (const auto* group = GroupOf(call)) Agree(*group, what, call.sequence, timeout_s);
 }
 
-void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_in, int64_t sequence,
-                     double timeout_s) {
+void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_in,
+                     int64_t sequence, double timeout_s) {
   if (group.size() <= 1) return;
   const std::string what = what_in.substr(0, kMaxWhat - 1);
   const int64_t root = group[0];
@@ -136,8 +137,8 @@ void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_
     std::vector<std::vector<char>> bufs(n, std::vector<char>(kMaxWhat, 0));
     std::vector<MPI_Request> requests(n);
     for (size_t i = 0; i < n; ++i) {
-      MPI_Irecv(bufs[i].data(), static_cast<int>(kMaxWhat), MPI_CHAR, static_cast<int>(group[i + 1]), kCheckTag,
-                check_comm_, &requests[i]);
+      MPI_Irecv(bufs[i].data(), static_cast<int>(kMaxWhat), MPI_CHAR,
+                static_cast<int>(group[i + 1]), kCheckTag, check_comm_, &requests[i]);
     }
     std::vector<int> done;
     if (!WaitUntil(requests, done, deadline)) {
@@ -150,8 +151,9 @@ void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_
     for (size_t i = 0; i < n; ++i) {
       const std::string theirs(bufs[i].data());
       if (theirs != what) {
-        Abort("collective order diverges in group " + Ranks(group) + ": rank " + std::to_string(group[i + 1]) +
-              " runs '" + theirs + "' where rank " + std::to_string(root) + " runs '" + what + "'");
+        Abort("collective order diverges in group " + Ranks(group) + ": rank " +
+              std::to_string(group[i + 1]) + " runs '" + theirs + "' where rank " +
+              std::to_string(root) + " runs '" + what + "'");
       }
     }
     const char ok = 1;
@@ -166,11 +168,12 @@ void MpiWorld::Agree(const std::vector<int64_t>& group, const std::string& what_
   mine.push_back(0);
   char ack = 0;
   std::vector<MPI_Request> requests(2);
-  MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, static_cast<int>(root), kCheckTag, check_comm_,
-            &requests[0]);
+  MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, static_cast<int>(root), kCheckTag,
+            check_comm_, &requests[0]);
   MPI_Irecv(&ack, 1, MPI_CHAR, static_cast<int>(root), kAckTag, check_comm_, &requests[1]);
   std::vector<int> done;
-  if (!WaitUntil(requests, done, deadline)) Stuck(Status{rank_, sequence, false, {root}, what}, timeout_s);
+  if (!WaitUntil(requests, done, deadline))
+    Stuck(Status{rank_, sequence, false, {root}, what}, timeout_s);
 }
 
 void MpiWorld::WaitAfterSkipping(const std::string& what, int64_t sequence, double timeout_s) {
@@ -227,7 +230,9 @@ std::string MpiWorld::Report(const std::map<int64_t, Status>& statuses, double t
   }
   if (earliest == INT64_MAX) {
     for (const auto& [rank, s] : statuses) {
-      if (s.skipped) return "rank " + std::to_string(rank) + " skipped collective " + s.what + " and waits elsewhere";
+      if (s.skipped)
+        return "rank " + std::to_string(rank) + " skipped collective " + s.what +
+               " and waits elsewhere";
     }
     return "the job is stuck";
   }
@@ -244,14 +249,17 @@ std::string MpiWorld::Report(const std::map<int64_t, Status>& statuses, double t
   std::string elsewhere;
   for (int64_t r : awaited) {
     auto it = statuses.find(r);
-    if (it != statuses.end() && it->second.sequence == earliest && !it->second.skipped) continue;  // there, waiting
+    if (it != statuses.end() && it->second.sequence == earliest && !it->second.skipped)
+      continue;  // there, waiting
     missing.push_back(r);
     if (it == statuses.end()) continue;
-    elsewhere += it->second.skipped ? "; rank " + std::to_string(r) + " skipped this collective and went on"
-                                    : "; rank " + std::to_string(r) + " is at collective " + it->second.what;
+    elsewhere += it->second.skipped
+                     ? "; rank " + std::to_string(r) + " skipped this collective and went on"
+                     : "; rank " + std::to_string(r) + " is at collective " + it->second.what;
   }
-  return "collective " + what + " is stuck: " + RankWord(missing) + " did not arrive within " + Seconds(timeout_s) +
-         " (--timeout); " + RankWord(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " for " +
+  return "collective " + what + " is stuck: " + RankWord(missing) + " did not arrive within " +
+         Seconds(timeout_s) + " (--timeout); " + RankWord(waiting) +
+         (waiting.size() == 1 ? " waits" : " wait") + " for " +
          (missing.size() == 1 ? "it" : "them") + elsewhere;
 }
 
@@ -259,18 +267,21 @@ void MpiWorld::Stuck(const Status& mine, double timeout_s) {
   const double window = WindowSeconds(timeout_s);
   std::map<int64_t, Status> statuses;
   statuses[mine.rank] = mine;
-  // Every waiting rank tells the two reporting ranks (0, and 1 in case 0 is the stuck one) where it is.
+  // Every waiting rank tells the two reporting ranks (0, and 1 in case 0 is the stuck one) where it
+  // is.
   const std::string encoded = Encode(mine);
   std::vector<MPI_Request> sends;
   for (int64_t to : {int64_t{0}, int64_t{1}}) {
     if (to == rank_ || to >= size_) continue;
     sends.emplace_back();
-    MPI_Isend(encoded.c_str(), static_cast<int>(encoded.size() + 1), MPI_CHAR, static_cast<int>(to), kStatusTag,
-              check_comm_, &sends.back());
+    MPI_Isend(encoded.c_str(), static_cast<int>(encoded.size() + 1), MPI_CHAR, static_cast<int>(to),
+              kStatusTag, check_comm_, &sends.back());
   }
   if (rank_ > 1) {
-    // A reporting rank prints one message for the whole job and ends it; if neither can, this rank's view ends it.
-    std::this_thread::sleep_for(std::chrono::duration<double>(window * 2 + 0.05 * std::min<int64_t>(rank_, 40)));
+    // A reporting rank prints one message for the whole job and ends it; if neither can, this
+    // rank's view ends it.
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(window * 2 + 0.05 * std::min<int64_t>(rank_, 40)));
     Abort(Report(statuses, timeout_s));
   }
   const auto until = std::chrono::steady_clock::now() +
@@ -285,8 +296,8 @@ void MpiWorld::Stuck(const Status& mine, double timeout_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
-    MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, st.MPI_SOURCE, kStatusTag, check_comm_,
-             MPI_STATUS_IGNORE);
+    MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, st.MPI_SOURCE, kStatusTag,
+             check_comm_, MPI_STATUS_IGNORE);
     Status s = Decode(std::string(buf.data()));
     statuses[s.rank] = s;
   }
@@ -295,7 +306,8 @@ void MpiWorld::Stuck(const Status& mine, double timeout_s) {
 
 void MpiWorld::Abort(const std::string& message, int code, bool print) {
   if (print) {
-    std::fprintf(stderr, "dtsim: error: real run: rank %lld: %s\n", static_cast<long long>(rank_), message.c_str());
+    std::fprintf(stderr, "dtsim: error: real run: rank %lld: %s\n", static_cast<long long>(rank_),
+                 message.c_str());
     std::fflush(stderr);
   }
   MPI_Abort(MPI_COMM_WORLD, code);

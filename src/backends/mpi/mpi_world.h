@@ -1,7 +1,8 @@
-// MpiWorld: this process's place in an MPI job, shared by the MPI and NCCL backends (NCCL bootstraps over MPI):
-// initialisation, one communicator per process group (created once, cached), the agreement check that every rank of a
-// group makes the same call (with a timeout: the collective-order check that reports instead of hanging), and ending
-// the whole job with a message. Private to src/backends/.
+// MpiWorld: this process's place in an MPI job, shared by the MPI and NCCL backends (NCCL
+// bootstraps over MPI): initialisation, one communicator per process group (created once, cached),
+// the agreement check that every rank of a group makes the same call (with a timeout: the
+// collective-order check that reports instead of hanging), and ending the whole job with a message.
+// Private to src/backends/.
 #pragma once
 
 #include <mpi.h>
@@ -12,30 +13,32 @@
 #include <vector>
 
 #include "dtsim/backends/real_backend.h"
-#include "dtsim/collectives.h"
+#include "dtsim/tensor/collectives.h"
 
 namespace dtsim::internal {
 
 class MpiWorld {
  public:
-  // The process's world: MPI_Init_thread on first use (MPI_THREAD_FUNNELED: only the calling thread talks to MPI),
-  // MPI_Finalize at exit.
+  // The process's world: MPI_Init_thread on first use (MPI_THREAD_FUNNELED: only the calling thread
+  // talks to MPI), MPI_Finalize at exit.
   static MpiWorld& Get();
 
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
 
-  // The communicator of `group` (global ranks, this rank among them), ranks ordered as in `group`. Created on first
-  // use with MPI_Comm_create_group (collective over the group's members only) and cached.
+  // The communicator of `group` (global ranks, this rank among them), ranks ordered as in `group`.
+  // Created on first use with MPI_Comm_create_group (collective over the group's members only) and
+  // cached.
   MPI_Comm GroupComm(const std::vector<int64_t>& group);
 
-  // The collective-order check: every rank of `group` calls it with its own description `what` of call number
-  // `sequence`. The group's first rank collects the others' descriptions and answers; a difference ends the whole job
-  // at once with a message naming the group and the two descriptions. A rank that waits longer than `timeout_s`
-  // starts the stuck-job report (Stuck).
-  void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence, double timeout_s);
-  // Agree for one call of a backend: over this rank's group of `call`, over the whole world for send/recv (whose
-  // pairs are not groups), not at all where this rank takes no part.
+  // The collective-order check: every rank of `group` calls it with its own description `what` of
+  // call number `sequence`. The group's first rank collects the others' descriptions and answers; a
+  // difference ends the whole job at once with a message naming the group and the two descriptions.
+  // A rank that waits longer than `timeout_s` starts the stuck-job report (Stuck).
+  void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence,
+             double timeout_s);
+  // Agree for one call of a backend: over this rank's group of `call`, over the whole world for
+  // send/recv (whose pairs are not groups), not at all where this rank takes no part.
   void AgreeOnCall(const CallInfo& call, const std::string& what, double timeout_s);
   // This rank's group (global ranks) in `call`, or nullptr where it takes no part.
   static const std::vector<int64_t>* GroupOf(const CallInfo& call) {
@@ -43,12 +46,12 @@ class MpiWorld {
     return &call.groups->groups[call.group[0]];
   }
 
-  // A drop-rank fault: this rank skips call `sequence` and, like a rank whose program took another branch, waits at a
-  // collective no other rank makes — until the stuck-job report ends the job.
+  // A drop-rank fault: this rank skips call `sequence` and, like a rank whose program took another
+  // branch, waits at a collective no other rank makes — until the stuck-job report ends the job.
   [[noreturn]] void WaitAfterSkipping(const std::string& what, int64_t sequence, double timeout_s);
 
-  // Ends every process of the job: prints "dtsim: error: real run: rank R: <message>" on this rank's stderr (unless
-  // `print` is false), then MPI_Abort(MPI_COMM_WORLD, code).
+  // Ends every process of the job: prints "dtsim: error: real run: rank R: <message>" on this
+  // rank's stderr (unless `print` is false), then MPI_Abort(MPI_COMM_WORLD, code).
   [[noreturn]] void Abort(const std::string& message, int code = 4, bool print = true);
 
  private:
@@ -63,16 +66,18 @@ class MpiWorld {
     std::vector<int64_t> awaited;  // the ranks it waits for
     std::string what;              // its description of the call
   };
-  // The one message of a stuck job from the waiting ranks' statuses (each rank's own view when it is alone).
+  // The one message of a stuck job from the waiting ranks' statuses (each rank's own view when it
+  // is alone).
   static std::string Report(const std::map<int64_t, Status>& statuses, double timeout_s);
-  // The stuck-job report: every rank whose wait timed out sends its Status to rank 0, which collects them for a
-  // short window and prints one message naming the earliest stuck call, its group, the ranks that did not arrive
-  // (and where they are instead, if they answered); if rank 0 cannot (it is the stuck one), each rank prints its own
-  // view after the window. Ends the job.
+  // The stuck-job report: every rank whose wait timed out sends its Status to rank 0, which
+  // collects them for a short window and prints one message naming the earliest stuck call, its
+  // group, the ranks that did not arrive (and where they are instead, if they answered); if rank 0
+  // cannot (it is the stuck one), each rank prints its own view after the window. Ends the job.
   [[noreturn]] void Stuck(const Status& mine, double timeout_s);
 
  private:
-  // The time a rank waits before reporting: the timeout less the report's window, so the job ends within it.
+  // The time a rank waits before reporting: the timeout less the report's window, so the job ends
+  // within it.
   static double WaitSeconds(double timeout_s);
   static double WindowSeconds(double timeout_s);
   ~MpiWorld() = default;
@@ -86,13 +91,15 @@ class MpiWorld {
 // The exit code of a real run that was ended because ranks disagreed or got stuck.
 inline constexpr int kRealRunFailedExitCode = 4;
 
-// The part of a backend whose processes come from mpirun (MPI, and NCCL bootstrapped over MPI): rank and world from
-// MpiWorld, the agreement check and drop-rank faults through it, the job ended with MPI_Abort, and the per-call
-// group helpers. The concrete backend adds the data movement (the Do* hooks).
+// The part of a backend whose processes come from mpirun (MPI, and NCCL bootstrapped over MPI):
+// rank and world from MpiWorld, the agreement check and drop-rank faults through it, the job ended
+// with MPI_Abort, and the per-call group helpers. The concrete backend adds the data movement (the
+// Do* hooks).
 class MpiLaunchedCollectives : public Collectives {
  public:
   MpiLaunchedCollectives(std::string backend, const RealBackendOptions& options)
-      : Collectives(std::move(backend), MpiWorld::Get().size(), MpiWorld::Get().rank()), options_(options) {}
+      : Collectives(std::move(backend), MpiWorld::Get().size(), MpiWorld::Get().rank()),
+        options_(options) {}
 
   [[noreturn]] void EndJob(const std::string& message, int code, bool print) override {
     MpiWorld::Get().Abort(message, code, print);
@@ -106,13 +113,16 @@ class MpiLaunchedCollectives : public Collectives {
     MpiWorld::Get().WaitAfterSkipping(fingerprint, call.sequence, options_.timeout_s);
   }
 
-  // The size of this rank's group in `call` (0 where it takes no part), its place in it, and its communicator.
+  // The size of this rank's group in `call` (0 where it takes no part), its place in it, and its
+  // communicator.
   static int64_t GroupSize(const CallInfo& call) {
     const auto* g = MpiWorld::GroupOf(call);
     return g ? static_cast<int64_t>(g->size()) : 0;
   }
   static int64_t Position(const CallInfo& call) { return call.position[0]; }
-  static MPI_Comm MpiComm(const CallInfo& call) { return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call)); }
+  static MPI_Comm MpiComm(const CallInfo& call) {
+    return MpiWorld::Get().GroupComm(*MpiWorld::GroupOf(call));
+  }
 
   const RealBackendOptions options_;
 };

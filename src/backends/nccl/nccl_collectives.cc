@@ -1,7 +1,8 @@
-// NcclCollectives (see include/dtsim/backends/nccl_collectives.h). The front (src/collectives.cc) has validated the
-// call and accounts the bytes; the group agreed on the call over MPI (mpi_world.h); this file stages the data to the
-// GPU, runs NCCL on the group's communicator (created once per group: the group's first rank makes the unique id and
-// broadcasts it over MPI), and copies the result back.
+// NcclCollectives (see include/dtsim/backends/nccl_collectives.h). The front
+// (src/tensor/collectives.cc) has validated the call and accounts the bytes; the group agreed on
+// the call over MPI (mpi_world.h); this file stages the data to the GPU, runs NCCL on the group's
+// communicator (created once per group: the group's first rank makes the unique id and broadcasts
+// it over MPI), and copies the result back.
 #include "dtsim/backends/nccl_collectives.h"
 
 #include <ATen/ATen.h>
@@ -13,7 +14,7 @@
 #include <numeric>
 
 #include "dtsim/backends/local_collectives.h"
-#include "dtsim/error.h"
+#include "dtsim/layout/error.h"
 #include "mpi_world.h"
 
 namespace dtsim {
@@ -27,13 +28,20 @@ int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.e
 // NCCL's type for `t` where its reductions are exact and order-independent here; nullopt otherwise.
 std::optional<ncclDataType_t> NativeType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kChar: return ncclInt8;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    default: return std::nullopt;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kChar:
+      return ncclInt8;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -56,11 +64,14 @@ std::optional<ncclRedOp_t> NativeOp(at::ScalarType t, ReduceOp op) {
   }
 }
 
-at::Tensor StackPieces(const at::Tensor& x, int64_t n, int64_t dim) { return at::stack(x.chunk(n, dim), 0).contiguous(); }
+at::Tensor StackPieces(const at::Tensor& x, int64_t n, int64_t dim) {
+  return at::stack(x.chunk(n, dim), 0).contiguous();
+}
 
 class NcclCollectives : public MpiLaunchedCollectives {
  public:
-  explicit NcclCollectives(const RealBackendOptions& options) : MpiLaunchedCollectives("nccl", options) {
+  explicit NcclCollectives(const RealBackendOptions& options)
+      : MpiLaunchedCollectives("nccl", options) {
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices == 0) {
@@ -75,7 +86,6 @@ class NcclCollectives : public MpiLaunchedCollectives {
   }
 
  protected:
-
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
@@ -88,7 +98,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     return at::cat(stacked.unbind(0), dim);
   }
 
-  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dim) override {
+  at::Tensor DoReduceScatter(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                             int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
     const int64_t chunk = input.size(dim) / n;
@@ -119,15 +130,16 @@ class NcclCollectives : public MpiLaunchedCollectives {
     if (Ordered(input, op)) return ReduceInOrder(GatherStacked(input, call).unbind(0), op);
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
     void* d = Stage(out, 0);
-    NcclCheck(ncclAllReduce(d, d, out.numel(), *NativeType(out.scalar_type()), *NativeOp(out.scalar_type(), op),
-                            Comm(call), stream_),
+    NcclCheck(ncclAllReduce(d, d, out.numel(), *NativeType(out.scalar_type()),
+                            *NativeOp(out.scalar_type(), op), Comm(call), stream_),
               "ncclAllReduce");
     Unstage(d, out);
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
   }
 
-  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op, int64_t dst) override {
+  at::Tensor DoReduce(const at::Tensor& input, const CallInfo& call, ReduceOp op,
+                      int64_t dst) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
     const bool root = Position(call) == dst;
@@ -137,9 +149,10 @@ class NcclCollectives : public MpiLaunchedCollectives {
     }
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
     void* d = Stage(out, 0);
-    NcclCheck(ncclReduce(d, d, out.numel(), *NativeType(out.scalar_type()), *NativeOp(out.scalar_type(), op),
-                         static_cast<int>(dst), Comm(call), stream_),
-              "ncclReduce");
+    NcclCheck(
+        ncclReduce(d, d, out.numel(), *NativeType(out.scalar_type()),
+                   *NativeOp(out.scalar_type(), op), static_cast<int>(dst), Comm(call), stream_),
+        "ncclReduce");
     if (!root) return input.clone();
     Unstage(d, out);
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
@@ -158,7 +171,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     return at::cat(recv.unbind(0), concat_dim);
   }
 
-  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call, const SplitSizes& input_splits,
+  at::Tensor DoAllToAllSingle(const at::Tensor& input, const CallInfo& call,
+                              const SplitSizes& input_splits,
                               const SplitSizes& output_splits) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
@@ -170,7 +184,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call));
     auto expected = output_splits.find(rank());
     if (expected != output_splits.end() && expected->second != theirs) {
-      MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ", IntListToString(expected->second),
+      MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ",
+                                   IntListToString(expected->second),
                                    " rows but the group sends it ", IntListToString(theirs)));
     }
     std::vector<int64_t> send_bytes(n), recv_bytes(n);
@@ -189,12 +204,15 @@ class NcclCollectives : public MpiLaunchedCollectives {
     if (GroupSize(call) == 0) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
     void* d = Stage(out, 0);
-    NcclCheck(ncclBroadcast(d, d, Bytes(out), ncclUint8, static_cast<int>(src), Comm(call), stream_), "ncclBroadcast");
+    NcclCheck(
+        ncclBroadcast(d, d, Bytes(out), ncclUint8, static_cast<int>(src), Comm(call), stream_),
+        "ncclBroadcast");
     Unstage(d, out);
     return out;
   }
 
-  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src, int64_t dim) override {
+  at::Tensor DoScatter(const at::Tensor& input, const CallInfo& call, int64_t src,
+                       int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
     std::vector<int64_t> shape = input.sizes().vec();
@@ -208,7 +226,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     return out;
   }
 
-  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst, int64_t dim) override {
+  at::Tensor DoGather(const at::Tensor& input, const CallInfo& call, int64_t dst,
+                      int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n == 0) return input.clone();
     const bool root = Position(call) == dst;
@@ -236,26 +255,32 @@ class NcclCollectives : public MpiLaunchedCollectives {
     for (const auto& [src, dst] : pairs) {
       if (src != rank()) continue;
       sends.emplace_back();
-      MPI_Isend(header.data(), static_cast<int>(header.size()), MPI_INT64_T, static_cast<int>(dst), 7320,
-                MPI_COMM_WORLD, &sends.back());
+      MPI_Isend(header.data(), static_cast<int>(header.size()), MPI_INT64_T, static_cast<int>(dst),
+                7320, MPI_COMM_WORLD, &sends.back());
     }
     at::Tensor out;
     int64_t from = -1;
     for (const auto& [src, dst] : pairs) {
       if (dst != rank()) continue;
       std::vector<int64_t> got(65);
-      MPI_Recv(got.data(), 65, MPI_INT64_T, static_cast<int>(src), 7320, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Recv(got.data(), 65, MPI_INT64_T, static_cast<int>(src), 7320, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
       out = at::empty(std::vector<int64_t>(got.begin() + 1, got.begin() + 1 + got[0]), x.options());
       from = src;
     }
-    if (!sends.empty()) MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+    if (!sends.empty())
+      MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
     void* d_in = Stage(x, 0);
     void* d_out = out.defined() ? Buffer(1, Bytes(out)) : nullptr;
     NcclCheck(ncclGroupStart(), "ncclGroupStart");
     for (const auto& [src, dst] : pairs) {
-      if (src == rank()) NcclCheck(ncclSend(d_in, Bytes(x), ncclUint8, static_cast<int>(dst), comm, stream_), "ncclSend");
+      if (src == rank())
+        NcclCheck(ncclSend(d_in, Bytes(x), ncclUint8, static_cast<int>(dst), comm, stream_),
+                  "ncclSend");
     }
-    if (out.defined()) NcclCheck(ncclRecv(d_out, Bytes(out), ncclUint8, static_cast<int>(from), comm, stream_), "ncclRecv");
+    if (out.defined())
+      NcclCheck(ncclRecv(d_out, Bytes(out), ncclUint8, static_cast<int>(from), comm, stream_),
+                "ncclRecv");
     NcclCheck(ncclGroupEnd(), "ncclGroupEnd");
     if (!out.defined()) {
       CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -270,7 +295,6 @@ class NcclCollectives : public MpiLaunchedCollectives {
   }
 
  private:
-
   bool Ordered(const at::Tensor& x, ReduceOp op) const {
     return !NativeOp(x.scalar_type(), op) || fault().kind == FaultSpec::Kind::kWrongOp;
   }
@@ -283,8 +307,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     if (r != ncclSuccess) Fail(StrCat(what, " failed: ", ncclGetErrorString(r)));
   }
 
-  // The NCCL communicator of `group` (this rank among them), created once: the group's first rank makes the unique
-  // id and broadcasts it over the group's MPI communicator.
+  // The NCCL communicator of `group` (this rank among them), created once: the group's first rank
+  // makes the unique id and broadcasts it over the group's MPI communicator.
   ncclComm_t CommOf(const std::vector<int64_t>& group) {
     auto it = comms_.find(group);
     if (it != comms_.end()) return it->second;
@@ -293,8 +317,9 @@ class NcclCollectives : public MpiLaunchedCollectives {
     if (position == 0) NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MpiWorld::Get().GroupComm(group));
     ncclComm_t comm;
-    NcclCheck(ncclCommInitRank(&comm, static_cast<int>(group.size()), id, static_cast<int>(position)),
-              "ncclCommInitRank");
+    NcclCheck(
+        ncclCommInitRank(&comm, static_cast<int>(group.size()), id, static_cast<int>(position)),
+        "ncclCommInitRank");
     comms_.emplace(group, comm);
     return comm;
   }
@@ -313,14 +338,17 @@ class NcclCollectives : public MpiLaunchedCollectives {
   void* Stage(const at::Tensor& host, int slot) {
     void* d = Buffer(slot, Bytes(host));
     if (Bytes(host) > 0) {
-      CudaCheck(cudaMemcpyAsync(d, host.data_ptr(), Bytes(host), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+      CudaCheck(cudaMemcpyAsync(d, host.data_ptr(), Bytes(host), cudaMemcpyHostToDevice, stream_),
+                "cudaMemcpyAsync");
     }
     return d;
   }
   // Waits for the stream and copies `device` into `host` (contiguous).
   void Unstage(const void* device, at::Tensor& host) {
     if (Bytes(host) > 0) {
-      CudaCheck(cudaMemcpyAsync(host.data_ptr(), device, Bytes(host), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+      CudaCheck(
+          cudaMemcpyAsync(host.data_ptr(), device, Bytes(host), cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync");
     }
     CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
@@ -333,13 +361,14 @@ class NcclCollectives : public MpiLaunchedCollectives {
     at::Tensor out = at::empty(shape, x.options());
     void* d_in = Stage(x, 0);
     void* d_out = Buffer(1, Bytes(out));
-    NcclCheck(ncclAllGather(d_in, d_out, Bytes(x), ncclUint8, Comm(call), stream_), "ncclAllGather");
+    NcclCheck(ncclAllGather(d_in, d_out, Bytes(x), ncclUint8, Comm(call), stream_),
+              "ncclAllGather");
     Unstage(d_out, out);
     return out;
   }
 
-  // Point-to-point exchange within the group: send_bytes[j] bytes of `send` (in order) to group rank j,
-  // recv_bytes[j] bytes from group rank j into `recv` (in order).
+  // Point-to-point exchange within the group: send_bytes[j] bytes of `send` (in order) to group
+  // rank j, recv_bytes[j] bytes from group rank j into `recv` (in order).
   void Exchange(const at::Tensor& send, const std::vector<int64_t>& send_bytes, at::Tensor& recv,
                 const std::vector<int64_t>& recv_bytes, const CallInfo& call) {
     const std::vector<int64_t>& group = *MpiWorld::GroupOf(call);
@@ -349,8 +378,14 @@ class NcclCollectives : public MpiLaunchedCollectives {
     NcclCheck(ncclGroupStart(), "ncclGroupStart");
     int64_t s = 0, r = 0;
     for (size_t j = 0; j < group.size(); ++j) {
-      if (send_bytes[j] > 0) NcclCheck(ncclSend(d_send + s, send_bytes[j], ncclUint8, static_cast<int>(j), comm, stream_), "ncclSend");
-      if (recv_bytes[j] > 0) NcclCheck(ncclRecv(d_recv + r, recv_bytes[j], ncclUint8, static_cast<int>(j), comm, stream_), "ncclRecv");
+      if (send_bytes[j] > 0)
+        NcclCheck(
+            ncclSend(d_send + s, send_bytes[j], ncclUint8, static_cast<int>(j), comm, stream_),
+            "ncclSend");
+      if (recv_bytes[j] > 0)
+        NcclCheck(
+            ncclRecv(d_recv + r, recv_bytes[j], ncclUint8, static_cast<int>(j), comm, stream_),
+            "ncclRecv");
       s += send_bytes[j];
       r += recv_bytes[j];
     }
@@ -373,7 +408,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
 
 std::shared_ptr<Collectives> MakeNcclCollectives(const RealBackendOptions& options) {
   if (!(options.timeout_s > 0)) {
-    throw InputError("timeout", StrCat("must be a positive number of seconds, got ", options.timeout_s));
+    throw InputError("timeout",
+                     StrCat("must be a positive number of seconds, got ", options.timeout_s));
   }
   return std::make_shared<NcclCollectives>(options);
 }

@@ -1,0 +1,111 @@
+// LocalTensor: an at::Tensor that holds one shard per rank of a rank set, so one process simulates
+// a whole world.
+//
+// Any ATen operator called with LocalTensor arguments runs once per rank on that rank's shards and
+// returns LocalTensors; plain tensors mixed in act as the same value on every rank. Shards may
+// differ in shape per rank (uneven sharding, zero-size shards). See docs/local-tensor.md for how
+// the dispatch works.
+//
+// The per-rank helpers below work on LocalTensors only. Code that must also run on real ranks
+// (DTensor, the executor, traces) goes through the same-named methods of its Collectives object
+// (collectives.h), which on a real backend run once, for that backend's rank.
+//
+// Example: 4 ranks, 9 rows sharded 3,3,3,0:
+//   at::Tensor full = at::arange(18).reshape({9, 2});
+//   at::Tensor lt = MakeLocalTensor({0, 1, 2, 3}, [&](int64_t r) {
+//     return full.narrow(0, std::min<int64_t>(9, 3 * r), r < 3 ? 3 : 0);
+//   });
+//   at::Tensor doubled = lt * 2;                 // a LocalTensor; rank 3's shard is 0x2
+//   LocalShard(doubled, 1)                       // rows 3..5 of full, times 2
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtsim {
+
+class SimWorld;  // sim_world.h
+
+// Wraps per-rank shards (same dtype and device on every rank; shapes may differ) into one
+// LocalTensor. `ranks` are distinct global ranks, sorted ascending, one per shard. Throws
+// InputError on a mismatch. The tensor belongs to `world` (its random generators and settings,
+// sim_world.h); without one it gets a fresh world of its own. Ops and MapShards give their results
+// the world of their LocalTensor inputs.
+at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                           std::shared_ptr<SimWorld> world = nullptr);
+// Builds the shard of each rank with `fn(rank)`.
+at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks,
+                           const std::function<at::Tensor(int64_t)>& fn,
+                           std::shared_ptr<SimWorld> world = nullptr);
+
+// The world a LocalTensor belongs to (InputError for a plain tensor). Example: seeding the ranks'
+// random streams of `lt`'s world: WorldOf(lt)->SetSeed(7).
+std::shared_ptr<SimWorld> WorldOf(const at::Tensor& t);
+
+// True if `t` is a LocalTensor.
+bool IsLocalTensor(const at::Tensor& t);
+// The ranks a LocalTensor holds, ascending. InputError for a plain tensor.
+std::vector<int64_t> LocalRanks(const at::Tensor& t);
+// The shard of `rank`. InputError if `t` is not a LocalTensor or does not hold `rank`.
+at::Tensor LocalShard(const at::Tensor& t, int64_t rank);
+
+// Runs `fn(rank, shard)` for every rank `t` holds and wraps the results (InputError for a plain
+// tensor); when fn returns every rank's own shard object unchanged, the result is `t` itself.
+at::Tensor MapShards(const at::Tensor& t,
+                     const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn);
+
+// The shards of `t` in LocalRanks(t) order (InputError for a plain tensor).
+std::vector<at::Tensor> LocalShards(const at::Tensor& t);
+
+// The tensor_map of several tensors: runs `fn(rank, shards)` for every rank, where shards[k] is
+// tensors[k]'s shard (a plain tensor stands for every rank), and wraps the results. All
+// LocalTensors must hold the same ranks, and at least one must be a LocalTensor (InputError
+// otherwise). Example: MapShards({a, b}, [](int64_t r, const auto& s) { return s[0] * r + s[1]; }).
+at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
+                     const std::function<at::Tensor(int64_t, const std::vector<at::Tensor>&)>& fn);
+
+// The value of a (possibly per-rank) integer for `rank`: sym_size(d) of an uneven LocalTensor is
+// one value per rank. Example: rows 3,3,3,0 → LocalInt(lt.sym_size(0), 3) == 0. A plain SymInt
+// returns its value for any rank.
+int64_t LocalInt(const c10::SymInt& value, int64_t rank);
+// A per-rank integer (a plain SymInt when all values agree). InputError when the lengths differ.
+c10::SymInt MakeLocalInt(const std::vector<int64_t>& ranks, std::vector<int64_t> values);
+
+// A copy of `shard` for another rank that shares its storage until one of them is written
+// (copy-on-write, c10's lazy clone): reads stay shared; the first write to either one — an in-place
+// or out= op, a write through a view — gives that one a storage of its own first, so the other
+// ranks keep their values, and views of a replica follow their own rank's storage. The simulated
+// collectives give the ranks of a group their common result this way (all_gather, all_reduce,
+// broadcast), and DistributeTensor its replicas: S(0) -> R over 8 ranks holds the gathered tensor
+// once, not 8 times. Meta tensors (metadata-only runs) get a new meta tensor of the same sizes and
+// strides. A real copy where storage cannot be shared: sharing switched off in `world`
+// (SimWorld::SetReplicaSharing; null: on), a non-CPU tensor, or an allocator whose data pointers
+// carry a context. A MemoryMeter charges the replica in full to CurrentRankScope().
+at::Tensor ShareReplica(const at::Tensor& shard, const SimWorld* world = nullptr);
+// True while `shard`'s storage is copy-on-write: a replica (or the tensor it was made from) that
+// has not been written since. (The last holder of a shared buffer stays copy-on-write until it
+// writes; its write then copies nothing.)
+bool IsSharedReplica(const at::Tensor& shard);
+
+// Checks that every shard is equal (same shape and values) and returns a plain copy of that one
+// value; on a plain tensor returns it unchanged. InputError naming the first two differing ranks
+// and their values otherwise.
+at::Tensor Reconcile(const at::Tensor& t);
+
+// "LocalTensor(0: [[0, 1], [2, 3]], 1: [])" for a LocalTensor; the nested value list for a plain
+// tensor. Integral/bool dtypes print as integers, floating ones with up to 8 significant digits; at
+// most 1000 values a shard.
+std::string ToString(const at::Tensor& t);
+// The nested value list of one plain tensor, as used by ToString: "[[0, 1], [2, 3]]".
+std::string ShardToString(const at::Tensor& shard);
+
+// Per-rank random numbers: each rank draws from its own generator of the tensor's world
+// (SimWorld::SetSeed in sim_world.h).
+
+}  // namespace dtsim

@@ -1,0 +1,447 @@
+// The LocalTensor kernel (see docs/local-tensor.md): one boxed kernel registered at PrivateUse1 for
+// every operator, which runs the op once per rank on that rank's shard — per-rank integer
+// arguments unwrapped, each rank's own random generator (its SimWorld's) swapped in for seeded
+// ops, copy-on-write replicas given their own storage before a write, allocations charged to the
+// rank (RankScope) — and wraps the per-rank results; plus its registration with the dispatcher.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/impl/COW.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/memory_meter.h"
+#include "dtsim/tensor/sim_world.h"
+#include "tensor/local_tensor_impl.h"
+
+namespace dtsim {
+namespace internal {
+
+namespace {
+
+// What the kernel needs to know about one operator schema, computed once.
+struct OpInfo {
+  bool seeded = false;
+  std::vector<int> write_args;        // arguments marked (a!)
+  std::vector<int> return_alias_arg;  // per return: the written argument it returns, or -1
+  std::vector<bool> return_symint;    // per return: declared SymInt
+};
+
+const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> cache;
+  const c10::FunctionSchema* key = &op.schema();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  OpInfo info;
+  info.seeded = op.hasTag(at::Tag::nondeterministic_seeded);
+  const auto& args = key->arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() && args[i].alias_info()->isWrite())
+      info.write_args.push_back(static_cast<int>(i));
+  }
+  for (const auto& ret : key->returns()) {
+    int alias = -1;
+    if (ret.alias_info() && ret.alias_info()->isWrite()) {
+      for (int a : info.write_args) {
+        if (args[a].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+          alias = a;
+          break;
+        }
+      }
+    }
+    info.return_alias_arg.push_back(alias);
+    info.return_symint.push_back(ret.real_type()->kind() == c10::TypeKind::SymIntType);
+  }
+  return cache.emplace(key, std::move(info)).first->second;
+}
+
+// How an argument is unwrapped per rank.
+enum class ArgKind : uint8_t { kPass, kLocal, kList, kSymInt, kSymIntList };
+
+c10::IValue UnwrapList(const c10::IValue& v, size_t idx) {
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    auto in = v.toTensorList();
+    out.reserve(in.size());
+    for (const at::Tensor& t : in) {
+      LocalTensorImpl* impl = FindLocalImpl(t);
+      out.push_back(impl ? impl->shards()[idx] : t);
+    }
+    return out;
+  }
+  auto in = v.toList();
+  c10::impl::GenericList out(in.elementType());
+  out.reserve(in.size());
+  for (const c10::IValue& e : in) {
+    if (e.isTensor()) {
+      LocalTensorImpl* impl = FindLocalImpl(e.toTensor());
+      out.push_back(impl ? c10::IValue(impl->shards()[idx]) : e);
+    } else {
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+std::string IValueText(const c10::IValue& v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+[[noreturn]] void ThrowDisagree(const c10::OperatorHandle& op, const std::vector<int64_t>& ranks,
+                                const std::vector<torch::jit::Stack>& outs, size_t j,
+                                const std::string& what) {
+  std::ostringstream per_rank;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    per_rank << (i ? ", " : "") << "rank " << ranks[i] << ": ";
+    const c10::IValue& v = outs[i][j];
+    if (v.isTensorList()) {
+      per_rank << v.toTensorList().size();
+    } else {
+      per_rank << IValueText(v);
+    }
+  }
+  throw InputError(op.schema().name(),
+                   StrCat(what, " differs per rank (", per_rank.str(),
+                          "); a LocalTensor op can only return it when every rank agrees"));
+}
+
+void FlushPending();
+
+// Gives a copy-on-write storage its own data (a copy if still shared; nothing to copy for the last
+// holder).
+void MakeOwnStorage(const at::Tensor& shard) {
+  if (shard.defined() && shard.has_storage() &&
+      c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr())) {
+    shard.storage().mutable_data();
+  }
+}
+
+void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  FlushPending();
+  const c10::FunctionSchema& schema = op.schema();
+  const OpInfo& info = GetOpInfo(op);
+  const size_t n_args = schema.arguments().size();
+  const size_t base = stack->size() - n_args;
+
+  // 1. Classify the arguments and find the rank set.
+  const std::vector<int64_t>* ranks = nullptr;
+  const std::shared_ptr<SimWorld>* world = nullptr;  // the first LocalTensor argument's
+  auto note_ranks = [&](const LocalTensorImpl* impl) {
+    if (ranks == nullptr) {
+      ranks = &impl->ranks();
+      world = &impl->world();
+    } else if (*ranks != impl->ranks()) {
+      throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ",
+                                             JoinInts(*ranks), " and ", JoinInts(impl->ranks())));
+    }
+  };
+  ArgKind kinds_small[16];
+  std::vector<ArgKind> kinds_big;
+  ArgKind* kinds = kinds_small;
+  if (n_args > 16) {
+    kinds_big.resize(n_args);
+    kinds = kinds_big.data();
+  }
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = (*stack)[base + a];
+    kinds[a] = ArgKind::kPass;
+    if (v.isTensor()) {
+      if (LocalTensorImpl* impl = FindLocalImpl(v.toTensor())) {
+        note_ranks(impl);
+        kinds[a] = ArgKind::kLocal;
+      }
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (LocalTensorImpl* impl = FindLocalImpl(t)) {
+          note_ranks(impl);
+          kinds[a] = ArgKind::kList;
+        }
+      }
+    } else if (v.isSymIntList()) {
+      for (const c10::SymInt& s : v.toSymIntList()) {
+        if (IsLocalSymInt(s)) kinds[a] = ArgKind::kSymIntList;
+      }
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toList()) {
+        if (e.isTensor()) {
+          if (LocalTensorImpl* impl = FindLocalImpl(e.toTensor())) {
+            note_ranks(impl);
+            kinds[a] = ArgKind::kList;
+          }
+        }
+      }
+    } else if (v.isSymInt()) {
+      if (IsLocalSymInt(v.toSymInt())) kinds[a] = ArgKind::kSymInt;
+    }
+  }
+  DTSIM_CHECK(ranks != nullptr,
+              "LocalTensor kernel reached without a LocalTensor argument: ", schema.name());
+
+  // 2. A plain tensor must not be the mutated argument: every rank would write into the same
+  // tensor.
+  for (int a : info.write_args) {
+    const c10::IValue& v = (*stack)[base + a];
+    bool plain = (v.isTensor() && v.toTensor().defined() && kinds[a] != ArgKind::kLocal) ||
+                 (v.isTensorList() && kinds[a] != ArgKind::kList && v.toTensorList().size() > 0);
+    if (plain) {
+      throw InputError(
+          schema.arguments()[a].name(),
+          StrCat(schema.name(),
+                 " would mutate a plain tensor with LocalTensor inputs (every rank "
+                 "would write into the same tensor); make it a LocalTensor first, e.g. "
+                 "MakeLocalTensor(ranks, [&](int64_t) { return t.clone(); })"));
+    }
+  }
+
+  // 3. Run the op once per rank.
+  const size_t n_ranks = ranks->size();
+  // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
+  // them per call; they are cleared on exit so no shard outlives the call.
+  thread_local std::deque<std::vector<torch::jit::Stack>>
+      pool;  // deque: references stay valid when it grows
+  thread_local size_t depth = 0;
+  if (pool.size() <= depth) pool.emplace_back();
+  std::vector<torch::jit::Stack>& outs = pool[depth];
+  if (outs.size() < n_ranks) outs.resize(n_ranks);
+  struct DepthGuard {
+    std::vector<torch::jit::Stack>& outs;
+    size_t& depth;
+    ~DepthGuard() {
+      for (auto& s : outs) s.clear();
+      --depth;
+    }
+  } depth_guard{outs, ++depth};
+  // An op with no LocalTensor argument (a factory given per-rank sizes) makes a world of its own.
+  const std::shared_ptr<SimWorld> out_world = world != nullptr ? *world : SimWorld::Create();
+  SimWorld* rng = info.seeded ? out_world.get() : nullptr;
+  std::unique_lock<std::mutex> rng_lock;
+  at::Tensor saved_state;
+  at::Generator default_gen;
+  if (rng) {
+    rng_lock = std::unique_lock<std::mutex>(rng->rng_mutex());
+    default_gen = at::detail::getDefaultCPUGenerator();
+    saved_state = default_gen.get_state();
+  }
+  for (size_t i = 0; i < n_ranks; ++i) {
+    torch::jit::Stack& s = outs[i];
+    s.reserve(std::max(n_args, schema.returns().size()));
+    const int64_t rank = (*ranks)[i];
+    for (size_t a = 0; a < n_args; ++a) {
+      const c10::IValue& v = (*stack)[base + a];
+      switch (kinds[a]) {
+        case ArgKind::kPass:
+          s.push_back(v);
+          break;
+        case ArgKind::kLocal:
+          s.push_back(
+              static_cast<LocalTensorImpl*>(v.toTensor().unsafeGetTensorImpl())->shards()[i]);
+          break;
+        case ArgKind::kList:
+          s.push_back(UnwrapList(v, i));
+          break;
+        case ArgKind::kSymInt:
+          s.push_back(SymIntForRank(v.toSymInt(), rank));
+          break;
+        case ArgKind::kSymIntList: {
+          std::vector<int64_t> ints;
+          for (const c10::SymInt& x : v.toSymIntList()) ints.push_back(SymIntForRank(x, rank));
+          s.push_back(c10::IValue(ints));
+          break;
+        }
+      }
+    }
+    if (rng) {
+      at::Generator& g = rng->GeneratorLocked(rank);
+      std::lock_guard<std::mutex> lock(default_gen.mutex());
+      default_gen.set_state(g.get_state());
+    }
+    {
+      RankScope scope(rank);  // what the op allocates is this rank's (MemoryMeter)
+      // Copy-on-write: a written shard that shares its storage with other ranks' replicas gets its
+      // own copy first (the other ranks keep theirs). c10 would copy on the first write too, but
+      // not on every path (an out= op that resizes a shared storage trips an internal assert), so
+      // the kernel does it before the op runs.
+      for (int a : info.write_args) {
+        if (kinds[a] == ArgKind::kLocal) {
+          MakeOwnStorage(s[a].toTensor());
+        } else if (kinds[a] == ArgKind::kList && s[a].isTensorList()) {
+          for (const at::Tensor& t : s[a].toTensorList()) MakeOwnStorage(t);
+        }
+      }
+      op.callBoxed(s);
+    }
+    if (rng) {
+      std::lock_guard<std::mutex> lock(default_gen.mutex());
+      rng->GeneratorLocked(rank).set_state(default_gen.get_state());
+    }
+  }
+  if (rng) {
+    std::lock_guard<std::mutex> lock(default_gen.mutex());
+    default_gen.set_state(saved_state);
+  }
+
+  // 4. Mutated wrappers: shards may have changed shape (resize_, out=, transpose_): refresh the
+  // wrapper.
+  for (int a : info.write_args) {
+    if (kinds[a] == ArgKind::kLocal) {
+      auto* impl =
+          static_cast<LocalTensorImpl*>((*stack)[base + a].toTensor().unsafeGetTensorImpl());
+      bool changed = false;
+      for (const at::Tensor& sh : impl->shards()) {
+        if (impl->uneven() || sh.dim() != impl->dim() ||
+            (!impl->uneven() && (sh.sizes() != impl->sizes() || sh.strides() != impl->strides()))) {
+          changed = true;
+          break;
+        }
+      }
+      if (changed) {
+        std::vector<at::Tensor> shards = impl->shards();
+        std::vector<int64_t> r = impl->ranks();
+        impl->shallow_copy_from(
+            c10::make_intrusive<LocalTensorImpl>(std::move(r), std::move(shards), impl->world()));
+      }
+    }
+  }
+
+  // 5. Wrap the results.
+  const size_t n_rets = schema.returns().size();
+  std::vector<c10::IValue> results;
+  results.reserve(n_rets);
+  for (size_t j = 0; j < n_rets; ++j) {
+    int alias = info.return_alias_arg[j];
+    if (alias >= 0 && kinds[alias] == ArgKind::kLocal) {
+      results.push_back((*stack)[base + alias]);
+      continue;
+    }
+    const c10::IValue& r0 = outs[0][j];
+    if (r0.isTensor()) {
+      std::vector<at::Tensor> shards;
+      shards.reserve(n_ranks);
+      bool any_defined = false;
+      for (size_t i = 0; i < n_ranks; ++i) {
+        DTSIM_CHECK(outs[i][j].isTensor(), schema.name(), " returned a tensor on one rank only");
+        shards.push_back(outs[i][j].toTensor());
+        any_defined = any_defined || shards.back().defined();
+      }
+      if (!any_defined) {
+        results.emplace_back(at::Tensor());
+        continue;
+      }
+      for (size_t i = 0; i < n_ranks; ++i) {
+        if (!shards[i].defined())
+          ThrowDisagree(op, *ranks, outs, j, "whether the result is defined");
+      }
+      results.emplace_back(
+          at::Tensor(c10::make_intrusive<LocalTensorImpl>(*ranks, std::move(shards), out_world)));
+    } else if (r0.isTensorList()) {
+      size_t len = r0.toTensorList().size();
+      for (size_t i = 1; i < n_ranks; ++i) {
+        if (outs[i][j].toTensorList().size() != len) {
+          ThrowDisagree(op, *ranks, outs, j, "the length of the returned tensor list");
+        }
+      }
+      c10::List<at::Tensor> list;
+      list.reserve(len);
+      for (size_t k = 0; k < len; ++k) {
+        std::vector<at::Tensor> shards;
+        shards.reserve(n_ranks);
+        for (size_t i = 0; i < n_ranks; ++i) shards.push_back(outs[i][j].toTensorList().get(k));
+        list.push_back(
+            at::Tensor(c10::make_intrusive<LocalTensorImpl>(*ranks, std::move(shards), out_world)));
+      }
+      results.emplace_back(std::move(list));
+    } else if (info.return_symint[j] && (r0.isInt() || r0.isSymInt())) {
+      std::vector<int64_t> values;
+      for (size_t i = 0; i < n_ranks; ++i) values.push_back(outs[i][j].toSymInt().expect_int());
+      results.emplace_back(PerRankSymInt(*ranks, std::move(values)));
+    } else {
+      for (size_t i = 1; i < n_ranks; ++i) {
+        if (!(outs[i][j] == r0)) ThrowDisagree(op, *ranks, outs, j, "the returned value");
+      }
+      results.push_back(r0);
+    }
+  }
+  torch::jit::drop(*stack, n_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+}  // namespace
+
+// Registration of the per-rank kernel. Operators defined after the first registration (a library
+// loaded later, a custom op) are seen by a registration listener, which only records their names:
+// it runs under the dispatcher's lock, so they are registered at the next
+// EnsureLocalTensorDispatch() (every MakeLocalTensor / wrap) or kernel call.
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<c10::RegistrationHandleRAII> handles;  // kept for the life of the process
+  std::vector<c10::OperatorName> pending;
+  std::atomic<bool> has_pending{false};
+};
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+void RegisterOp(Registry& reg, const c10::OperatorName& name) {
+  auto& d = c10::Dispatcher::singleton();
+  auto handle = d.findOp(name);
+  if (!handle || !handle->hasSchema()) return;
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+    return;  // c10d::* and our own
+  reg.handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                       c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
+                                       std::nullopt, nullptr, "dtsim LocalTensor per-rank kernel"));
+}
+
+class LateOpListener : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    Registry& reg = GetRegistry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    reg.pending.push_back(op.operator_name());
+    reg.has_pending.store(true);
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+};
+
+void FlushPending() {
+  Registry& reg = GetRegistry();
+  if (!reg.has_pending.load(std::memory_order_acquire)) return;
+  std::vector<c10::OperatorName> names;
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    names.swap(reg.pending);
+    reg.has_pending.store(false);
+  }
+  for (const auto& name : names) RegisterOp(reg, name);
+}
+
+}  // namespace
+
+void EnsureLocalTensorDispatch() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& d = c10::Dispatcher::singleton();
+    Registry& reg = GetRegistry();
+    reg.handles.push_back(d.registerFallback(
+        c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
+        "dtsim LocalTensor fallback"));
+    for (const c10::OperatorName& name : d.getAllOpNames()) RegisterOp(reg, name);
+    // The listener is first called for every existing op (already registered above: skipped as
+    // having a PrivateUse1 kernel), then for every op defined later.
+    reg.handles.push_back(d.addRegistrationListener(std::make_unique<LateOpListener>()));
+  });
+  FlushPending();
+}
+
+}  // namespace internal
+}  // namespace dtsim

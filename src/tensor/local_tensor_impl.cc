@@ -1,0 +1,177 @@
+// LocalTensorImpl (see src/tensor/local_tensor_impl.h): the TensorImpl behind a LocalTensor, its
+// per-rank size metadata, and the wrapping helpers of the kernel and the collectives.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+#include <typeinfo>
+
+#include "dtsim/layout/error.h"
+#include "tensor/local_tensor_impl.h"
+
+namespace dtsim {
+namespace internal {
+namespace {
+
+std::vector<int64_t> ToVector(c10::IntArrayRef a) {
+  return std::vector<int64_t>(a.begin(), a.end());
+}
+
+}  // namespace
+
+namespace {
+constexpr c10::DispatchKeySet kLocalKeys = c10::DispatchKeySet(
+    {c10::DispatchKey::PrivateUse1, c10::DispatchKey::ADInplaceOrView,
+     c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::AutocastPrivateUse1});
+}  // namespace
+
+LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                                 std::shared_ptr<SimWorld> world, std::optional<bool> uneven)
+    : c10::TensorImpl(kLocalKeys, shards.at(0).dtype(), shards.at(0).device()),
+      world_(std::move(world)) {
+  DTSIM_CHECK(world_ != nullptr, "a LocalTensor needs its SimWorld");
+  Init(std::move(ranks), std::move(shards), uneven);
+}
+
+void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                           std::optional<bool> uneven) {
+  ranks_ = std::move(ranks);
+  shards_ = std::move(shards);
+  const at::Tensor& first = shards_[0];
+  dim_ = first.dim();
+  uneven_ = false;
+  if (uneven) {
+    uneven_ = *uneven;
+  } else {
+    for (size_t i = 1; i < shards_.size() && !uneven_; ++i) {
+      const at::Tensor& s = shards_[i];
+      uneven_ = s.dim() != dim_ || s.sizes() != first.sizes() || s.strides() != first.strides();
+    }
+  }
+  bool allow = allow_tensor_metadata_change();
+  set_allow_tensor_metadata_change(true);
+  set_custom_sizes_strides(SizesStridesPolicy::Default);
+  set_sizes_and_strides(first.sizes(), first.strides());
+  set_allow_tensor_metadata_change(allow);
+  sym_sizes_.clear();
+  sym_strides_.clear();
+  if (!uneven_) return;
+  for (const at::Tensor& s : shards_) {
+    if (s.dim() != dim_) {
+      throw InputError("shards", StrCat("shards differ in their number of dims: ", PerRankSizes()));
+    }
+  }
+  std::vector<int64_t> per_rank(shards_.size());
+  for (int64_t d = 0; d < dim_; ++d) {
+    for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].size(d);
+    sym_sizes_.push_back(PerRankSymInt(ranks_, per_rank));
+    for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].stride(d);
+    sym_strides_.push_back(PerRankSymInt(ranks_, per_rank));
+  }
+  for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].numel();
+  sym_numel_ = PerRankSymInt(ranks_, per_rank);
+  set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
+}
+
+int64_t LocalTensorImpl::IndexOf(int64_t rank) const {
+  auto it = std::lower_bound(ranks_.begin(), ranks_.end(), rank);
+  if (it == ranks_.end() || *it != rank) return -1;
+  return it - ranks_.begin();
+}
+
+std::string LocalTensorImpl::PerRankSizes() const {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    out << (i ? ", " : "") << "rank " << ranks_[i] << ": "
+        << JoinInts(ToVector(shards_[i].sizes()));
+  }
+  return out.str();
+}
+
+void LocalTensorImpl::ThrowUneven(const char* what) const {
+  throw InputError("sizes",
+                   StrCat(what,
+                          " is not defined for uneven shards (a LocalTensor whose shards differ in "
+                          "shape), sizes per rank: ",
+                          PerRankSizes(), "; use sym_sizes()/sym_size(d) or LocalShard(t, rank)"));
+}
+
+c10::IntArrayRef LocalTensorImpl::sizes_custom() const { ThrowUneven("sizes()"); }
+c10::IntArrayRef LocalTensorImpl::strides_custom() const { ThrowUneven("strides()"); }
+int64_t LocalTensorImpl::numel_custom() const { ThrowUneven("numel()"); }
+int64_t LocalTensorImpl::dim_custom() const { return dim_; }
+int64_t LocalTensorImpl::storage_offset_custom() const {
+  int64_t off = shards_[0].storage_offset();
+  for (const auto& s : shards_) {
+    if (s.storage_offset() != off) ThrowUneven("storage_offset()");
+  }
+  return off;
+}
+c10::SymIntArrayRef LocalTensorImpl::sym_sizes_custom() const { return sym_sizes_; }
+c10::SymIntArrayRef LocalTensorImpl::sym_strides_custom() const { return sym_strides_; }
+c10::SymInt LocalTensorImpl::sym_numel_custom() const { return sym_numel_; }
+c10::SymInt LocalTensorImpl::sym_storage_offset_custom() const {
+  std::vector<int64_t> v;
+  for (const auto& s : shards_) v.push_back(s.storage_offset());
+  return PerRankSymInt(ranks_, v);
+}
+c10::SymBool LocalTensorImpl::sym_is_contiguous_custom(at::MemoryFormat memory_format) const {
+  return c10::SymBool(std::all_of(shards_.begin(), shards_.end(), [&](const at::Tensor& s) {
+    return s.is_contiguous(memory_format);
+  }));
+}
+bool LocalTensorImpl::is_strides_like_custom(at::MemoryFormat memory_format) const {
+  return std::all_of(shards_.begin(), shards_.end(), [&](const at::Tensor& s) {
+    return s.unsafeGetTensorImpl()->is_strides_like(memory_format);
+  });
+}
+c10::SymBool LocalTensorImpl::sym_is_non_overlapping_and_dense_custom() const {
+  return c10::SymBool(std::all_of(shards_.begin(), shards_.end(), [](const at::Tensor& s) {
+    return s.unsafeGetTensorImpl()->is_non_overlapping_and_dense();
+  }));
+}
+
+c10::intrusive_ptr<c10::TensorImpl> LocalTensorImpl::shallow_copy_and_detach(
+    const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<LocalTensorImpl>(ranks_, shards_, world_);
+  impl->set_version_counter(version_counter);
+  impl->set_allow_tensor_metadata_change(allow_tensor_metadata_change);
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> LocalTensorImpl::shallow_copy_and_detach(
+    c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<LocalTensorImpl>(ranks_, shards_, world_);
+  impl->set_version_counter(std::move(version_counter));
+  impl->set_allow_tensor_metadata_change(allow_tensor_metadata_change);
+  return impl;
+}
+
+void LocalTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
+  auto* other = dynamic_cast<LocalTensorImpl*>(impl.get());
+  if (other == nullptr) {
+    throw InputError("tensor",
+                     "set_data: a LocalTensor can only take the data of another LocalTensor");
+  }
+  world_ = other->world_;
+  Init(other->ranks_, other->shards_);
+}
+
+LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->key_set().has(c10::DispatchKey::PrivateUse1)) return nullptr;
+  // LocalTensorImpl is final: an exact type check is enough and cheaper than dynamic_cast on the
+  // hot path.
+  return typeid(*impl) == typeid(LocalTensorImpl) ? static_cast<LocalTensorImpl*>(impl) : nullptr;
+}
+
+at::Tensor WrapShards(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+                      std::shared_ptr<SimWorld> world, std::optional<bool> uneven) {
+  EnsureLocalTensorDispatch();
+  return at::Tensor(
+      c10::make_intrusive<LocalTensorImpl>(std::move(ranks), std::move(shards), std::move(world), uneven));
+}
+
+}  // namespace internal
+}  // namespace dtsim

@@ -1,0 +1,643 @@
+// The trace model: JSON forms, validation, reading, atomic writing, merging per-rank traces (see
+// include/dtsim/trace/trace.h).
+#include "dtsim/trace/trace.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 62;
+constexpr size_t kMaxJsonDepth = 512;
+constexpr int64_t kMaxTraceFileBytes = int64_t{1} << 30;
+
+bool IsHash(const std::string& s) {
+  if (s.size() != 21 || s.compare(0, 5, "xxh3:") != 0) return false;
+  return std::all_of(s.begin() + 5, s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Checks an entry list against `ranks`: same length.
+void ExpectPerRank(const JsonReader& r, size_t got, size_t ranks) {
+  if (got != ranks) r.Fail(StrCat("has ", got, " entries for ", ranks, " ranks"));
+}
+
+Placements PlacementsOf(const JsonReader& r, int64_t mesh_ndim, int64_t tensor_ndim) {
+  Placements p;
+  try {
+    p = ParsePlacements(r.AsString(), "placements");
+    if (static_cast<int64_t>(p.size()) != mesh_ndim) {
+      r.Fail(StrCat(Excerpt(r.json()), " has ", p.size(), " placements for a mesh of ", mesh_ndim,
+                    " dims"));
+    }
+    for (Placement& q : p) q = q.Normalized(tensor_ndim, "placements");
+  } catch (const InputError& e) {
+    if (e.field() == "trace") throw;
+    r.Fail(e.what());
+  }
+  return p;
+}
+
+RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool need_hash) {
+  r.ExpectObject();
+  RankState s;
+  const DeviceMesh& mesh = spec.mesh();
+  s.rank = r.Int("rank", 0, kMaxMeshRanks * 64);
+  const std::optional<std::vector<int64_t>> where = mesh.FindCoordinate(s.rank);
+  if (!where)
+    r.At("rank").Fail(StrCat("rank ", s.rank, " is not in ", ExcerptText(mesh.ToString())));
+  if (r.Has("coordinate")) {
+    s.coordinate = r.Ints("coordinate", 0);
+    if (static_cast<int64_t>(s.coordinate.size()) != mesh.ndim()) {
+      r.At("coordinate")
+          .Fail(StrCat(ExcerptText(IntListToString(s.coordinate)), " has ", s.coordinate.size(),
+                       " entries for a mesh of ", mesh.ndim(), " dims"));
+    }
+    if (s.coordinate != *where) {
+      r.At("coordinate")
+          .Fail(StrCat(IntListToString(s.coordinate), " is not the coordinate of rank ", s.rank,
+                       " in ", ExcerptText(mesh.ToString()), " (", IntListToString(*where), ")"));
+    }
+  } else {
+    s.coordinate = *where;  // optional in the file: the mesh gives it
+  }
+  s.local_shape = r.Ints("local_shape", 0, kMaxDim);
+  if (static_cast<int64_t>(s.local_shape.size()) != spec.ndim()) {
+    r.At("local_shape")
+        .Fail(StrCat(IntListToString(s.local_shape), " has ", s.local_shape.size(),
+                     " dims but the tensor has ", spec.ndim()));
+  }
+  for (int64_t d = 0; d < spec.ndim(); ++d) {
+    if (s.local_shape[d] > spec.shape()[d]) {
+      r.At("local_shape")
+          .Fail(StrCat(IntListToString(s.local_shape), " is larger than the global shape ",
+                       IntListToString(spec.shape())));
+    }
+  }
+  if (r.Has("global_offset")) {
+    s.global_offset = r.Ints("global_offset", 0, kMaxDim);
+    if (s.global_offset.size() != s.local_shape.size()) {
+      r.At("global_offset")
+          .Fail(StrCat(ExcerptText(IntListToString(s.global_offset)), " has ",
+                       s.global_offset.size(), " dims but the tensor has ", spec.ndim()));
+    }
+  } else {
+    try {
+      s.global_offset =
+          spec.LayoutAt(*where).global_offset;  // optional in the file: the layout gives it
+    } catch (const InputError& e) {
+      r.Fail(e.what());
+    }
+  }
+  if (r.Has("hash")) {
+    const JsonReader h = r.At("hash");
+    if (!h.json().is_string() || !IsHash(h.json().get<std::string>())) {
+      h.Fail(StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(h.json())));
+    }
+    s.hash = h.json().get<std::string>();
+  } else if (need_hash) {
+    r.At("hash");  // fails: missing
+  }
+  return s;
+}
+
+std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec& spec,
+                                          bool need_hash) {
+  const size_t n = r.ArraySize();
+  std::vector<RankState> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(RankStateFromJson(r.At(i), spec, need_hash));
+    if (i > 0 && out[i].rank <= out[i - 1].rank) {
+      r.At(i).At("rank").Fail(StrCat("ranks must be listed once each, ascending: rank ",
+                                     out[i].rank, " follows rank ", out[i - 1].rank));
+    }
+  }
+  return out;
+}
+
+TraceState StateFromJson(const JsonReader& r, bool need_hash) {
+  r.ExpectObject();
+  TraceState s;
+  s.spec = SpecFromJson(r.At("spec").json(), "trace", r.At("spec").path());
+  s.ranks = RankStatesFromJson(r.At("ranks"), s.spec, need_hash);
+  return s;
+}
+
+TraceCollective CollectiveFromJson(const JsonReader& r) {
+  r.ExpectObject();
+  TraceCollective c;
+  const JsonReader op = r.At("op");
+  auto kind = FindCollectiveKind(op.AsString());
+  if (!kind) op.Fail(StrCat("unknown collective ", Excerpt(op.json())));
+  c.kind = *kind;
+  c.groups = r.At("groups").AsIntLists(0);
+  c.ranks = r.Ints("ranks", 0);
+  std::set<int64_t> seen(c.ranks.begin(), c.ranks.end());
+  if (seen.size() != c.ranks.size()) r.At("ranks").Fail("lists a rank twice");
+  const size_t n = c.ranks.size();
+  auto shapes = [&](const char* key) {
+    JsonReader s = r.At(key);
+    auto v = s.AsIntLists(0, kMaxDim);
+    ExpectPerRank(s, v.size(), n);
+    return v;
+  };
+  auto ints = [&](const char* key) {
+    JsonReader s = r.At(key);
+    auto v = s.AsInts(0);
+    ExpectPerRank(s, v.size(), n);
+    return v;
+  };
+  c.input_shapes = shapes("input_shapes");
+  c.output_shapes = shapes("output_shapes");
+  c.bytes_sent = ints("bytes_sent");
+  c.bytes_received = ints("bytes_received");
+  if (r.Has("time_us")) {
+    JsonReader t = r.At("time_us");
+    const size_t m = t.ArraySize();
+    ExpectPerRank(t, m, n);
+    for (size_t i = 0; i < m; ++i) {
+      const double v = t.At(i).AsNumber();
+      if (v < 0) t.At(i).Fail(StrCat("negative time ", v));
+      c.time_us.push_back(v);
+    }
+  }
+  return c;
+}
+
+TraceMeta MetaFromJson(const JsonReader& r) {
+  r.ExpectObject();
+  TraceMeta m;
+  m.extra = nlohmann::json::object();
+  for (const auto& [key, value] : r.json().items()) {
+    if (key == "tool") {
+      m.tool = r.String("tool");
+    } else if (key == "command") {
+      m.command = r.String("command");
+    } else if (key == "argv") {
+      m.argv = r.String("argv");
+    } else if (key == "backend") {
+      m.backend = r.String("backend");
+      if (m.backend != "local" && m.backend != "mpi" && m.backend != "nccl") {
+        r.At("backend").Fail(
+            StrCat("unknown backend ", Excerpt(value), " (expected local, mpi or nccl)"));
+      }
+    } else if (key == "world_size") {
+      m.world_size = r.Int("world_size", 0, kMaxMeshRanks);
+    } else if (key == "planner") {
+      m.planner = r.String("planner");
+    } else if (key == "data") {
+      m.data = r.Bool("data");
+    } else if (key == "format" || key == "version") {
+      // repeated from the top level by older writers
+    } else {
+      m.extra[key] = value;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+TraceMeta TraceMetaFromJson(const JsonReader& r) { return MetaFromJson(r); }
+
+nlohmann::json SpecToJson(const DTensorSpec& spec) {
+  return {{"mesh",
+           {{"shape", spec.mesh().shape()},
+            {"names", spec.mesh().names()},
+            {"ranks", spec.mesh().ranks()}}},
+          {"placements", ToString(spec.placements())},
+          {"shape", spec.shape()},
+          {"dtype", ToString(spec.dtype())}};
+}
+
+DTensorSpec SpecFromJson(const nlohmann::json& json, const std::string& field,
+                         const std::string& path) {
+  JsonReader r(json, field, path);
+  r.ExpectObject();
+  const JsonReader mesh = r.At("mesh");
+  mesh.ExpectObject();
+  const std::vector<int64_t> mesh_shape = mesh.At("shape").AsInts(1, kMaxMeshRanks, 64);
+  std::vector<std::string> names =
+      mesh.Has("names") ? mesh.At("names").AsStrings() : std::vector<std::string>{};
+  std::vector<int64_t> ranks = mesh.Has("ranks")
+                                   ? mesh.At("ranks").AsInts(0, INT64_MAX, kMaxMeshRanks)
+                                   : std::vector<int64_t>{};
+  const std::vector<int64_t> shape = r.At("shape").AsInts(0, kMaxDim, 64);
+  DeviceMesh m = [&] {
+    try {
+      return DeviceMesh::Create(mesh_shape, names, ranks);
+    } catch (const InputError& e) {
+      mesh.Fail(e.what());
+    }
+  }();
+  const Placements placements =
+      PlacementsOf(r.At("placements"), m.ndim(), static_cast<int64_t>(shape.size()));
+  DType dtype = [&] {
+    try {
+      return ParseDType(r.String("dtype"));
+    } catch (const InputError& e) {
+      if (e.field() == field) throw;
+      r.At("dtype").Fail(e.what());
+    }
+  }();
+  try {
+    return DTensorSpec::Create(std::move(m), placements, shape, dtype);
+  } catch (const InputError& e) {
+    r.Fail(e.what());
+  }
+}
+
+nlohmann::json ToJson(const TraceMeta& m) {
+  nlohmann::json out = m.extra.is_object() ? m.extra : nlohmann::json::object();
+  out["tool"] = m.tool;
+  out["command"] = m.command;
+  out["argv"] = m.argv;
+  out["backend"] = m.backend;
+  out["world_size"] = m.world_size;
+  if (!m.planner.empty()) out["planner"] = m.planner;
+  out["data"] = m.data;
+  out["format"] = kTraceFormat;
+  out["version"] = kTraceVersion;
+  return out;
+}
+
+nlohmann::json ToJson(const RankState& s) {
+  nlohmann::json out = {{"rank", s.rank},
+                        {"coordinate", s.coordinate},
+                        {"local_shape", s.local_shape},
+                        {"global_offset", s.global_offset}};
+  if (s.hash) out["hash"] = *s.hash;
+  return out;
+}
+
+nlohmann::json ToJson(const TraceCollective& c) {
+  nlohmann::json out = {{"op", std::string(ToString(c.kind))},
+                        {"groups", c.groups},
+                        {"ranks", c.ranks},
+                        {"input_shapes", c.input_shapes},
+                        {"output_shapes", c.output_shapes},
+                        {"bytes_sent", c.bytes_sent},
+                        {"bytes_received", c.bytes_received}};
+  if (!c.time_us.empty()) out["time_us"] = c.time_us;
+  return out;
+}
+
+nlohmann::json ToJson(const TraceStep& step, size_t index, const std::vector<std::string>& labels) {
+  nlohmann::json out = ToJson(step.plan, labels);
+  out["index"] = index;
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const TraceCollective& c : step.collectives) collectives.push_back(ToJson(c));
+  out["collectives"] = std::move(collectives);
+  out["placements_after"] = ToString(step.placements_after);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankState& s : step.ranks_after) ranks.push_back(ToJson(s));
+  out["ranks_after"] = std::move(ranks);
+  return out;
+}
+
+nlohmann::json ToJson(const TraceStep& step) {
+  std::vector<std::string> labels(step.plan.mesh_dim + 1);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = std::to_string(i);
+  if (!step.mesh_dim_name.empty()) labels[step.plan.mesh_dim] = step.mesh_dim_name;
+  return ToJson(step, 0, labels);
+}
+
+namespace {
+nlohmann::json StateToJson(const TraceState& s) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankState& r : s.ranks) ranks.push_back(ToJson(r));
+  return {{"spec", SpecToJson(s.spec)}, {"ranks", std::move(ranks)}};
+}
+}  // namespace
+
+nlohmann::json ToJson(const Trace& t) {
+  nlohmann::json steps = nlohmann::json::array();
+  std::vector<std::string> labels;
+  for (int64_t m = 0; m < t.initial.spec.mesh().ndim(); ++m)
+    labels.push_back(t.initial.spec.mesh().DimLabel(m));
+  for (size_t i = 0; i < t.steps.size(); ++i) {
+    std::vector<std::string> l = labels;
+    const TraceStep& s = t.steps[i];
+    if (static_cast<int64_t>(l.size()) <= s.plan.mesh_dim) l.resize(s.plan.mesh_dim + 1);
+    if (!s.mesh_dim_name.empty()) l[s.plan.mesh_dim] = s.mesh_dim_name;
+    steps.push_back(ToJson(s, i, l));
+  }
+  nlohmann::json out = {{"format", kTraceFormat},    {"version", kTraceVersion},
+                        {"meta", ToJson(t.meta)},    {"initial", StateToJson(t.initial)},
+                        {"steps", std::move(steps)}, {"final", StateToJson(t.final_state)}};
+  if (t.ok) out["ok"] = *t.ok;
+  return out;
+}
+
+void CheckTraceHeader(const nlohmann::json& trace) {
+  if (!trace.is_object()) {
+    throw InputError("trace",
+                     StrCat("the file holds no JSON object (it holds ", trace.type_name(), ")"));
+  }
+  if (!trace.contains("format") || trace["format"] != kTraceFormat) {
+    const bool op_trace = trace.contains("format") && trace["format"] == "dtsim-op-trace";
+    throw InputError(
+        "trace",
+        StrCat("format is ", trace.contains("format") ? Excerpt(trace["format"]) : "missing",
+               ", expected \"", kTraceFormat, "\"",
+               op_trace ? " (an op trace of `dtsim op --trace`: dtsim trace-diff compares two; "
+                          "each of its redistributions[k].trace is a dtsim trace)"
+                        : ""));
+  }
+  if (!trace.contains("version") || !trace["version"].is_number_integer()) {
+    throw InputError(
+        "trace",
+        StrCat("version is ", trace.contains("version") ? Excerpt(trace["version"]) : "missing",
+               ", expected the integer ", kTraceVersion));
+  }
+  if (trace["version"] != kTraceVersion) {
+    throw InputError("trace",
+                     StrCat("version ", Excerpt(trace["version"]),
+                            " is not supported (this dtsim reads version ", kTraceVersion, ")"));
+  }
+  for (const char* key : {"meta", "initial", "steps", "final"}) {
+    if (!trace.contains(key)) throw InputError("trace", StrCat("field '", key, "' is missing"));
+  }
+}
+
+Trace TraceFromJson(const nlohmann::json& json) {
+  CheckTraceHeader(json);
+  JsonReader r(json, "trace");
+  Trace t;
+  t.meta = MetaFromJson(r.At("meta"));
+  const bool need_hash = t.meta.data;
+  t.initial = StateFromJson(r.At("initial"), need_hash);
+  t.final_state = StateFromJson(r.At("final"), need_hash);
+  const DTensorSpec& spec = t.initial.spec;
+  if (t.final_state.spec.shape() != spec.shape() || t.final_state.spec.dtype() != spec.dtype()) {
+    r.At("final").At("spec").Fail(StrCat("shape/dtype ", t.final_state.spec.ToString(),
+                                         " differ from the initial ", spec.ToString()));
+  }
+  const JsonReader steps = r.At("steps");
+  const size_t n = steps.ArraySize();
+  for (size_t i = 0; i < n; ++i) {
+    const JsonReader s = steps.At(i);
+    s.ExpectObject();
+    TraceStep step;
+    step.plan = PlanStepFromJson(s.json(), "trace", s.path(), &step.mesh_dim_name);
+    if (s.Has("index") && s.Int("index") != static_cast<int64_t>(i)) {
+      s.At("index").Fail(StrCat("is ", s.Int("index"), " at position ", i));
+    }
+    if (step.plan.mesh_dim >= spec.mesh().ndim()) {
+      s.At("mesh_dim").Fail(StrCat(step.plan.mesh_dim, " is outside ", spec.mesh().ToString()));
+    }
+    if (s.Has("collectives")) {
+      const JsonReader cs = s.At("collectives");
+      const size_t m = cs.ArraySize();
+      for (size_t k = 0; k < m; ++k) step.collectives.push_back(CollectiveFromJson(cs.At(k)));
+    }
+    step.placements_after = PlacementsOf(s.At("placements_after"), spec.mesh().ndim(), spec.ndim());
+    const DTensorSpec after =
+        DTensorSpec::Create(spec.mesh(), step.placements_after, spec.shape(), spec.dtype());
+    step.ranks_after = RankStatesFromJson(s.At("ranks_after"), after, need_hash);
+    t.steps.push_back(std::move(step));
+  }
+  if (r.Has("ok")) t.ok = r.Bool("ok");
+  return t;
+}
+
+nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
+                             const std::string& source) {
+  // Depth and duplicate keys are checked while parsing (a callback per event), so hostile input is
+  // refused before it is built.
+  std::vector<std::set<std::string>> keys;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (static_cast<size_t>(depth) > kMaxJsonDepth) {
+      throw InputError(field, StrCat(source, " nests JSON deeper than ", kMaxJsonDepth, " levels"));
+    }
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == E::key && !keys.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!keys.back().insert(key).second) {
+        throw InputError(
+            field, StrCat(source, " has the key '", ExcerptText(key, 40), "' twice in one object"));
+      }
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), callback);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what =
+          what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.parse_error.101] "
+    }
+    throw InputError(field, StrCat(source, " is not valid JSON: ", ExcerptText(what, 200)));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number too large for a double ("1e400").
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
+    throw InputError(field,
+                     StrCat(source, " holds a number out of range: ", ExcerptText(what, 200)));
+  }
+}
+
+nlohmann::json ReadTraceJson(const std::string& path) {
+  if (path.empty()) throw InputError("trace", "the trace path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InputError("trace",
+                     StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode))
+    throw InputError("trace", StrCat("'", ExcerptText(path), "' is a directory, not a trace file"));
+  if (st.st_size > kMaxTraceFileBytes) {
+    throw InputError("trace",
+                     StrCat("'", ExcerptText(path), "' has ", st.st_size, " bytes; traces over ",
+                            kMaxTraceFileBytes, " bytes are refused"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw InputError("trace",
+                     StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw InputError("trace", StrCat("'", ExcerptText(path), "' is empty"));
+  }
+  const nlohmann::json json = ParseJsonText(text, "trace", StrCat("'", ExcerptText(path), "'"));
+  return json;
+}
+
+Trace ReadTrace(const std::string& path) {
+  const nlohmann::json json = ReadTraceJson(path);
+  return WithFileName(path, [&] { return TraceFromJson(json); });
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text,
+                         const std::string& field) {
+  if (path.empty()) throw InputError(field, "the output path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw InputError(field, StrCat("'", ExcerptText(path), "' is a directory; give a file path"));
+  }
+  const std::string tmp = StrCat(path, ".tmp.", ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    throw InputError(field,
+                     StrCat("cannot write '", ExcerptText(path), "': ", std::strerror(errno)));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!wrote || !closed) {
+    std::remove(tmp.c_str());
+    throw InputError(field, StrCat("writing '", ExcerptText(path),
+                                   "' failed: ", std::strerror(wrote ? errno : write_errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw InputError(field, StrCat("cannot move the output into place at '", ExcerptText(path),
+                                   "': ", std::strerror(e)));
+  }
+}
+
+void WriteJsonFileAtomically(const std::string& path, const nlohmann::json& json,
+                             const std::string& field) {
+  WriteFileAtomically(path, SafeDump(json, 1) + "\n", field);
+}
+
+namespace {
+
+std::vector<RankState> MergeStates(const std::vector<const std::vector<RankState>*>& lists,
+                                   const std::string& where) {
+  std::map<int64_t, RankState> by_rank;
+  for (const auto* list : lists) {
+    for (const RankState& s : *list) {
+      if (!by_rank.emplace(s.rank, s).second) {
+        throw InputError("trace",
+                         StrCat(where, ": rank ", s.rank, " is reported by more than one part"));
+      }
+    }
+  }
+  std::vector<RankState> out;
+  for (auto& [rank, s] : by_rank) out.push_back(std::move(s));
+  return out;
+}
+
+TraceCollective MergeCollectives(const std::vector<const TraceCollective*>& parts,
+                                 const std::string& where) {
+  TraceCollective out = *parts[0];
+  struct Row {
+    std::vector<int64_t> in, outs;
+    int64_t sent, received;
+    std::optional<double> time;
+  };
+  std::map<int64_t, Row> rows;
+  for (const TraceCollective* c : parts) {
+    if (c->kind != out.kind || c->groups != out.groups) {
+      throw InputError(
+          "trace",
+          StrCat(where, ": the parts ran different collectives (", ToString(out.kind), " on ",
+                 IntListToString(out.groups.empty() ? std::vector<int64_t>{} : out.groups[0]),
+                 "… vs ", ToString(c->kind), ")"));
+    }
+    for (size_t i = 0; i < c->ranks.size(); ++i) {
+      Row row{c->input_shapes[i], c->output_shapes[i], c->bytes_sent[i], c->bytes_received[i],
+              std::nullopt};
+      if (i < c->time_us.size()) row.time = c->time_us[i];
+      if (!rows.emplace(c->ranks[i], std::move(row)).second) {
+        throw InputError(
+            "trace", StrCat(where, ": rank ", c->ranks[i], " is reported by more than one part"));
+      }
+    }
+  }
+  out.ranks.clear();
+  out.input_shapes.clear();
+  out.output_shapes.clear();
+  out.bytes_sent.clear();
+  out.bytes_received.clear();
+  out.time_us.clear();
+  bool all_timed = true;
+  for (const auto& [rank, row] : rows) all_timed = all_timed && row.time.has_value();
+  for (auto& [rank, row] : rows) {
+    out.ranks.push_back(rank);
+    out.input_shapes.push_back(row.in);
+    out.output_shapes.push_back(row.outs);
+    out.bytes_sent.push_back(row.sent);
+    out.bytes_received.push_back(row.received);
+    if (all_timed) out.time_us.push_back(*row.time);
+  }
+  return out;
+}
+
+}  // namespace
+
+Trace MergeRankTraces(const std::vector<Trace>& parts) {
+  if (parts.empty()) throw InputError("trace", "no traces to merge");
+  Trace out = parts[0];
+  const size_t steps = parts[0].steps.size();
+  for (size_t p = 1; p < parts.size(); ++p) {
+    if (parts[p].steps.size() != steps) {
+      throw InputError("trace", StrCat("part ", p, " has ", parts[p].steps.size(),
+                                       " steps, part 0 has ", steps));
+    }
+    if (parts[p].initial.spec.ToString() != parts[0].initial.spec.ToString()) {
+      throw InputError("trace",
+                       StrCat("part ", p, " starts from ", parts[p].initial.spec.ToString(),
+                              ", part 0 from ", parts[0].initial.spec.ToString()));
+    }
+  }
+  auto collect = [&](auto get) {
+    std::vector<const std::vector<RankState>*> lists;
+    for (const Trace& t : parts) lists.push_back(&get(t));
+    return lists;
+  };
+  out.initial.ranks = MergeStates(
+      collect([](const Trace& t) -> const auto& { return t.initial.ranks; }), "initial");
+  out.final_state.ranks = MergeStates(
+      collect([](const Trace& t) -> const auto& { return t.final_state.ranks; }), "final");
+  for (size_t s = 0; s < steps; ++s) {
+    const std::string where = StrCat("step ", s);
+    TraceStep& step = out.steps[s];
+    step.ranks_after = MergeStates(
+        collect([&](const Trace& t) -> const auto& { return t.steps[s].ranks_after; }), where);
+    const size_t n = parts[0].steps[s].collectives.size();
+    for (size_t p = 1; p < parts.size(); ++p) {
+      if (parts[p].steps[s].collectives.size() != n) {
+        throw InputError("trace",
+                         StrCat(where, ": part ", p, " ran ", parts[p].steps[s].collectives.size(),
+                                " collectives, part 0 ran ", n));
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<const TraceCollective*> cs;
+      for (const Trace& t : parts) cs.push_back(&t.steps[s].collectives[k]);
+      step.collectives[k] = MergeCollectives(cs, StrCat(where, ", collective ", k));
+    }
+  }
+  for (const Trace& t : parts) {
+    if (t.ok && !*t.ok) out.ok = false;
+  }
+  return out;
+}
+
+}  // namespace dtsim

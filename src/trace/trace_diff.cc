@@ -1,0 +1,212 @@
+// Trace diff (see include/dtsim/trace/trace_diff.h).
+#include "dtsim/trace/trace_diff.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dtsim/layout/error.h"
+
+namespace dtsim {
+namespace {
+
+std::string RankList(const std::vector<int64_t>& ranks) {
+  std::ostringstream out;
+  const size_t shown = std::min<size_t>(ranks.size(), 16);
+  for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << ranks[i];
+  if (shown < ranks.size()) out << ", … (" << ranks.size() << " ranks)";
+  return out.str();
+}
+
+std::string ShapeText(const std::vector<int64_t>& v) { return IntListToString(v); }
+
+class Differ {
+ public:
+  explicit Differ(size_t limit) : limit_(limit) {}
+
+  bool full() const { return out_.size() >= limit_; }
+  std::vector<TraceDifference> take() { return std::move(out_); }
+
+  void At(TraceDifference::Phase phase, int64_t step, int64_t collective, std::string where) {
+    phase_ = phase;
+    step_ = step;
+    collective_ = collective;
+    where_ = std::move(where);
+  }
+
+  void Add(const std::string& what, std::vector<int64_t> ranks = {}) {
+    if (full()) return;
+    out_.push_back({phase_, step_, collective_, where_, what, std::move(ranks)});
+  }
+
+  // Compares one field over rank rows: `a_rows`/`b_rows` map rank → text of the value.
+  void PerRank(const std::string& field, const std::map<int64_t, std::string>& a_rows,
+               const std::map<int64_t, std::string>& b_rows) {
+    std::vector<int64_t> ranks;
+    std::string example;
+    for (const auto& [rank, x] : a_rows) {
+      auto it = b_rows.find(rank);
+      if (it == b_rows.end() || it->second == x) continue;
+      if (ranks.empty()) example = StrCat("rank ", rank, ": ", x, " vs ", it->second);
+      ranks.push_back(rank);
+    }
+    if (ranks.empty()) return;
+    const std::string what = StrCat(field, " differs on rank", ranks.size() == 1 ? " " : "s ",
+                                    RankList(ranks), " (", example, ")");
+    Add(what, std::move(ranks));
+  }
+
+  void RankSets(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const char* what) {
+    std::vector<int64_t> only_a, only_b;
+    std::set<int64_t> sa(a.begin(), a.end()), sb(b.begin(), b.end());
+    for (int64_t r : a)
+      if (!sb.count(r)) only_a.push_back(r);
+    for (int64_t r : b)
+      if (!sa.count(r)) only_b.push_back(r);
+    if (!only_a.empty())
+      Add(StrCat(what, " only in the first trace: ranks ", RankList(only_a)), only_a);
+    if (!only_b.empty())
+      Add(StrCat(what, " only in the second trace: ranks ", RankList(only_b)), only_b);
+  }
+
+  void States(const std::vector<RankState>& a, const std::vector<RankState>& b) {
+    std::vector<int64_t> ra, rb;
+    for (const auto& s : a) ra.push_back(s.rank);
+    for (const auto& s : b) rb.push_back(s.rank);
+    RankSets(ra, rb, "rank states");
+    auto rows = [](const std::vector<RankState>& v, auto get) {
+      std::map<int64_t, std::string> m;
+      for (const RankState& s : v) {
+        std::string text = get(s);
+        if (!text.empty()) m[s.rank] = text;
+      }
+      return m;
+    };
+    auto shape = [](const RankState& s) { return ShapeText(s.local_shape); };
+    auto offset = [](const RankState& s) { return ShapeText(s.global_offset); };
+    auto coord = [](const RankState& s) { return ShapeText(s.coordinate); };
+    PerRank("local_shape", rows(a, shape), rows(b, shape));
+    PerRank("global_offset", rows(a, offset), rows(b, offset));
+    PerRank("coordinate", rows(a, coord), rows(b, coord));
+    // Hashes only where both traces have them.
+    auto hash = [](const RankState& s) { return s.hash ? *s.hash : std::string(); };
+    PerRank("hash", rows(a, hash), rows(b, hash));
+  }
+
+  void Collective(const TraceCollective& a, const TraceCollective& b) {
+    if (a.kind != b.kind)
+      Add(StrCat("op \"", ToString(a.kind), "\" vs \"", ToString(b.kind), "\""));
+    if (a.groups != b.groups) {
+      std::vector<int64_t> ranks;
+      std::set<std::vector<int64_t>> gb(b.groups.begin(), b.groups.end());
+      for (const auto& g : a.groups) {
+        if (!gb.count(g)) ranks.insert(ranks.end(), g.begin(), g.end());
+      }
+      std::sort(ranks.begin(), ranks.end());
+      const std::string what =
+          StrCat("groups differ: ", GroupsText(a.groups), " vs ", GroupsText(b.groups));
+      Add(what, std::move(ranks));
+    }
+    RankSets(a.ranks, b.ranks, "collective rows");
+    auto rows = [](const TraceCollective& c, auto get) {
+      std::map<int64_t, std::string> m;
+      for (size_t i = 0; i < c.ranks.size(); ++i) m[c.ranks[i]] = get(c, i);
+      return m;
+    };
+    auto in = [](const TraceCollective& c, size_t i) { return ShapeText(c.input_shapes[i]); };
+    auto out = [](const TraceCollective& c, size_t i) { return ShapeText(c.output_shapes[i]); };
+    auto sent = [](const TraceCollective& c, size_t i) { return std::to_string(c.bytes_sent[i]); };
+    auto received = [](const TraceCollective& c, size_t i) {
+      return std::to_string(c.bytes_received[i]);
+    };
+    PerRank("input shape", rows(a, in), rows(b, in));
+    PerRank("output shape", rows(a, out), rows(b, out));
+    PerRank("bytes_sent", rows(a, sent), rows(b, sent));
+    PerRank("bytes_received", rows(a, received), rows(b, received));
+  }
+
+  static std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
+    std::string out = "[";
+    const size_t shown = std::min<size_t>(groups.size(), 4);
+    for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + IntListToString(groups[i]);
+    if (shown < groups.size()) out += StrCat(", … ", groups.size(), " groups");
+    return out + "]";
+  }
+
+ private:
+  size_t limit_;
+  std::vector<TraceDifference> out_;
+  TraceDifference::Phase phase_ = TraceDifference::Phase::kInitial;
+  int64_t step_ = -1;
+  int64_t collective_ = -1;
+  std::string where_;
+};
+
+std::string StepLabel(const TraceStep& step, size_t index) {
+  return StrCat("step ", index + 1, " (mesh dim ", step.plan.mesh_dim, ": ",
+                step.plan.from.ToString(), " -> ", step.plan.to.ToString(), ", ",
+                ToString(step.plan.collective), ")");
+}
+
+}  // namespace
+
+std::vector<TraceDifference> DiffTraces(const Trace& a, const Trace& b, size_t limit) {
+  using Phase = TraceDifference::Phase;
+  Differ d(limit);
+  d.At(Phase::kInitial, -1, -1, "initial");
+  if (a.initial.spec.ToString() != b.initial.spec.ToString()) {
+    d.Add(StrCat("spec ", a.initial.spec.ToString(), " vs ", b.initial.spec.ToString()));
+  }
+  d.States(a.initial.ranks, b.initial.ranks);
+  if (a.steps.size() != b.steps.size()) {
+    d.At(Phase::kStep, static_cast<int64_t>(std::min(a.steps.size(), b.steps.size())), -1, "steps");
+    d.Add(StrCat(a.steps.size(), " steps vs ", b.steps.size()));
+  }
+  for (size_t i = 0; i < std::min(a.steps.size(), b.steps.size()) && !d.full(); ++i) {
+    const TraceStep& x = a.steps[i];
+    const TraceStep& y = b.steps[i];
+    const std::string where = StepLabel(x, i);
+    d.At(Phase::kStep, static_cast<int64_t>(i), -1, where);
+    if (x.plan.mesh_dim != y.plan.mesh_dim)
+      d.Add(StrCat("mesh_dim ", x.plan.mesh_dim, " vs ", y.plan.mesh_dim));
+    if (x.plan.from != y.plan.from)
+      d.Add(StrCat("from ", x.plan.from.ToString(), " vs ", y.plan.from.ToString()));
+    if (x.plan.to != y.plan.to)
+      d.Add(StrCat("to ", x.plan.to.ToString(), " vs ", y.plan.to.ToString()));
+    if (x.plan.collective != y.plan.collective) {
+      d.Add(
+          StrCat("collective ", ToString(x.plan.collective), " vs ", ToString(y.plan.collective)));
+    }
+    if (x.placements_after != y.placements_after) {
+      d.Add(StrCat("placements_after ", ToString(x.placements_after), " vs ",
+                   ToString(y.placements_after)));
+    }
+    if (x.collectives.size() != y.collectives.size()) {
+      d.Add(StrCat(x.collectives.size(), " collectives vs ", y.collectives.size()));
+    }
+    for (size_t k = 0; k < std::min(x.collectives.size(), y.collectives.size()) && !d.full(); ++k) {
+      d.At(Phase::kStep, static_cast<int64_t>(i), static_cast<int64_t>(k),
+           StrCat(where, ", collective ", k, " (", ToString(x.collectives[k].kind), ")"));
+      d.Collective(x.collectives[k], y.collectives[k]);
+    }
+    d.At(Phase::kStep, static_cast<int64_t>(i), -1, where);
+    d.States(x.ranks_after, y.ranks_after);
+  }
+  d.At(Phase::kFinal, -1, -1, "final");
+  if (a.final_state.spec.ToString() != b.final_state.spec.ToString()) {
+    d.Add(StrCat("spec ", a.final_state.spec.ToString(), " vs ", b.final_state.spec.ToString()));
+  }
+  d.States(a.final_state.ranks, b.final_state.ranks);
+  if (a.ok && b.ok && *a.ok != *b.ok) {
+    d.Add(StrCat("verdict ", *a.ok ? "OK" : "MISMATCH", " vs ", *b.ok ? "OK" : "MISMATCH"));
+  }
+  return d.take();
+}
+
+std::vector<int64_t> RanksThatDiffer(const std::vector<TraceDifference>& diffs) {
+  std::set<int64_t> ranks;
+  for (const auto& d : diffs) ranks.insert(d.ranks.begin(), d.ranks.end());
+  return {ranks.begin(), ranks.end()};
+}
+
+}  // namespace dtsim
