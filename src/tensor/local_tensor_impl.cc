@@ -1,5 +1,7 @@
 // LocalTensorImpl (see src/tensor/local_tensor_impl.h): the TensorImpl behind a LocalTensor, its
 // per-rank size metadata, and the wrapping helpers of the kernel and the collectives.
+#include "tensor/local_tensor_impl.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <typeinfo>
 
 #include "dtsim/layout/error.h"
-#include "tensor/local_tensor_impl.h"
 
 namespace dtsim {
 namespace internal {
@@ -169,8 +170,8 @@ LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {
 at::Tensor WrapShards(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                       std::shared_ptr<SimWorld> world, std::optional<bool> uneven) {
   EnsureLocalTensorDispatch();
-  return at::Tensor(
-      c10::make_intrusive<LocalTensorImpl>(std::move(ranks), std::move(shards), std::move(world), uneven));
+  return at::Tensor(c10::make_intrusive<LocalTensorImpl>(std::move(ranks), std::move(shards),
+                                                         std::move(world), uneven));
 }
 
 }  // namespace internal

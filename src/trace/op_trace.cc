@@ -11,9 +11,9 @@ nlohmann::json ToJson(const OpTrace& t) {
   for (const OpTraceRedistribution& r : t.redistributions) {
     redistributions.push_back({{"op", r.op}, {"arg", r.arg}, {"trace", ToJson(r.trace)}});
   }
-  nlohmann::json out = {{"format", kOpTraceFormat},    {"version", kOpTraceVersion},
-                        {"meta", ToJson(t.meta)},       {"op", t.op},
-                        {"strategy", t.strategy},       {"redistributions", redistributions}};
+  nlohmann::json out = {{"format", kOpTraceFormat}, {"version", kOpTraceVersion},
+                        {"meta", ToJson(t.meta)},   {"op", t.op},
+                        {"strategy", t.strategy},   {"redistributions", redistributions}};
   if (t.ok) out["ok"] = *t.ok;
   return out;
 }
@@ -24,11 +24,11 @@ bool IsOpTrace(const nlohmann::json& json) {
 
 OpTrace OpTraceFromJson(const nlohmann::json& json) {
   if (!IsOpTrace(json)) {
-    throw InputError("trace", StrCat("format is ",
-                                     json.is_object() && json.contains("format")
-                                         ? Excerpt(json["format"])
-                                         : "missing",
-                                     ", expected \"", kOpTraceFormat, "\""));
+    throw InputError(
+        "trace",
+        StrCat("format is ",
+               json.is_object() && json.contains("format") ? Excerpt(json["format"]) : "missing",
+               ", expected \"", kOpTraceFormat, "\""));
   }
   JsonReader r(json, "trace");
   const int64_t version = r.Int("version", 0, 1000000);
@@ -56,7 +56,7 @@ OpTrace OpTraceFromJson(const nlohmann::json& json) {
       const std::string what = e.what();
       const std::string prefix = e.field() + ": ";
       item.At("trace").Fail(what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size())
-                                                                         : what);
+                                                                        : what);
     }
     t.redistributions.push_back(std::move(red));
   }
@@ -72,7 +72,8 @@ std::vector<TraceDifference> DiffOpTraces(const OpTrace& a, const OpTrace& b, si
     out.push_back(std::move(d));
   };
   if (a.op != b.op) whole(StrCat("the op differs: ", a.op, " vs ", b.op));
-  if (a.strategy != b.strategy) whole(StrCat("the strategy differs: ", a.strategy, " vs ", b.strategy));
+  if (a.strategy != b.strategy)
+    whole(StrCat("the strategy differs: ", a.strategy, " vs ", b.strategy));
   if (a.redistributions.size() != b.redistributions.size()) {
     whole(StrCat(a.redistributions.size(), " vs ", b.redistributions.size(),
                  " implicit redistributions"));
