@@ -9,7 +9,7 @@ if [ -z "$CLANG_FORMAT" ]; then
   echo "format: clang-format-14 is not installed (apt-get install clang-format-14, or run scripts/setup.sh)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cpp' '*.hpp')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cpp' '*.hpp')
 case "${1:-}" in
   --check)
     bad=()

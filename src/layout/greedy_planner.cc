@@ -1,4 +1,5 @@
-// Upstream's greedy planner (_gen_transform_infos_non_cached): its transitions, and the plan of them.
+// Upstream's greedy planner (_gen_transform_infos_non_cached): its transitions, and the plan of
+// them.
 //
 // Terms used below:
 //   * state — a full placement list (one placement per mesh dim), read left to right: a later mesh
