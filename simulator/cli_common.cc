@@ -17,6 +17,7 @@
 #include "dtsim/backends/backends.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
 
 namespace dtsim::cli {
@@ -158,25 +159,7 @@ void RefuseOptionsWithBatch(const po::variables_map& vm,
 }
 
 void CheckOutputPath(const std::string& path, const std::string& field) {
-  if (path.empty()) throw InputError(field, "the output path is empty");
-  const std::string shown = ExcerptText(path);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    throw InputError(field, StrCat("'", shown, "' is a directory; give a file path"));
-  }
-  const size_t slash = path.find_last_of('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  if (::stat(dir.c_str(), &st) != 0) {
-    throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    throw InputError(
-        field, StrCat("cannot write '", shown, "': '", ExcerptText(dir), "' is not a directory"));
-  }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw InputError(field, StrCat("cannot write '", shown, "': ", std::strerror(errno)));
-  }
+  CheckOutputFile(path, field);
 }
 
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {

@@ -83,9 +83,11 @@ void RequireOptions(const boost::program_options::variables_map& vm,
 // lines run: --backend, --timeout). Also refuses an empty --batch path.
 void RefuseOptionsWithBatch(const boost::program_options::variables_map& vm,
                             std::initializer_list<const char*> allowed = {});
-// Checks, before any work, that `path` can be written (InputError(field) naming the path and the
-// reason: empty, a directory, a missing or unwritable parent directory), so a run is not wasted on
-// an output that cannot be saved.
+// Checks, before any work, that `path` can be written by the output-path policy (CheckOutputFile in
+// dtsim/trace/files.h: InputError(field) naming the path and the reason — empty, a directory, a
+// device other than /dev/null or this process's stdout/stderr, a missing or unwritable parent
+// directory), so a run is not wasted on an output that cannot be saved. Commands with inputs and
+// several outputs use RunFiles (files.h), which also refuses an output that is an input.
 void CheckOutputPath(const std::string& path, const std::string& field);
 
 // Bounds on what one case may cost. The command line uses the defaults; the fuzz targets

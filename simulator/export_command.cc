@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
 #include "viewer/model/perfetto_export.h"
 
@@ -68,10 +69,10 @@ int RunExport(const Args& args) {
                o.files.size(), " file", o.files.size() == 1 ? "" : "s"));
   }
   const std::string& out = o.files[1];
-  if (out == o.files[0] || (!o.with.empty() && out == o.with)) {
-    throw InputError("file",
-                     StrCat("the output '", ExcerptText(out), "' would overwrite an input trace"));
-  }
+  RunFiles files;  // the output may be no input, however spelled
+  files.Input(o.files[0], "file");
+  if (!o.with.empty()) files.Input(o.with, "with");
+  files.Output(out, "file");
   const Trace first = ReadTrace(o.files[0]);
   std::vector<viewer::PerfettoSource> sources = {{&first, ""}};
   Trace second;

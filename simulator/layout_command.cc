@@ -26,6 +26,7 @@
 #include "dtsim/layout/rank_selection.h"
 #include "dtsim/layout/spec.h"
 #include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
 #include "viewer/model/colors.h"
 #include "viewer/model/picture.h"
@@ -69,6 +70,9 @@ std::optional<std::string> DistributeMeta(const DTensorSpec& spec) {
 // Writes the pictures asked for (before anything is printed: an error leaves stdout empty).
 void WritePictures(const DTensorSpec& spec, const LayoutOptions& o) {
   if (o.svg.empty() && o.png.empty()) return;
+  RunFiles files;  // --svg and --png may not name the same file
+  if (!o.svg.empty()) files.Output(o.svg, "svg");
+  if (!o.png.empty()) files.Output(o.png, "png");
   const viewer::TraceModel model = viewer::TraceModel::FromSpec(spec);
   const auto [width, height] = viewer::PictureSize(model);
   if (!o.svg.empty()) {

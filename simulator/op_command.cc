@@ -39,6 +39,7 @@
 #include "dtsim/ops/dtensor_tensor.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/op_trace.h"
 #include "tensor_report.h"
 
@@ -630,15 +631,19 @@ namespace {
 // One batch line on `backend` (nullptr: the simulated world): the answer on the reporting rank
 // (null elsewhere); the line's op trace written to its "trace" path (checked first; written only
 // when limits.write_files).
-json RunOpLine(const json& j, const CaseLimits& limits,
-               const std::shared_ptr<Collectives>& backend) {
+json RunOpLine(const json& j, const CaseLimits& limits, const std::shared_ptr<Collectives>& backend,
+               const std::string& batch_path) {
   OpCase c = CaseFromJson(j, limits);
   if (backend) {
     CheckMeshFitsWorld(*backend, c.mesh);
     c.backend = backend;
   }
   const bool reporting = !backend || IsReportingRank(*backend);
-  if (c.trace_path && limits.write_files && reporting) CheckOutputPath(*c.trace_path, "trace");
+  if (c.trace_path && limits.write_files && reporting) {
+    RunFiles files;  // a line's trace is never the batch file itself
+    if (batch_path != "-") files.Input(batch_path, "batch");
+    files.Output(*c.trace_path, "trace");
+  }
   OpOutcome out = RunOpCase(c, nullptr);
   if (out.trace && c.trace_path && limits.write_files) {
     WriteJsonFileAtomically(*c.trace_path, ToJson(*out.trace));
@@ -647,7 +652,9 @@ json RunOpLine(const json& j, const CaseLimits& limits,
 }
 }  // namespace
 
-json OpBatchCase(const json& j, const CaseLimits& limits) { return RunOpLine(j, limits, nullptr); }
+json OpBatchCase(const json& j, const CaseLimits& limits) {
+  return RunOpLine(j, limits, nullptr, "-");
+}
 
 namespace {
 struct OpCliOptions : TensorOptions, BackendCliOptions {};
@@ -711,7 +718,8 @@ int RunOp(const Args& args) {
           "batch",
           "under mpirun only rank 0 reads standard input: give --batch a file all ranks can read");
     }
-    return RunJsonLines(batch, [&](const json& j) { return RunOpLine(j, CaseLimits(), real); });
+    return RunJsonLines(batch,
+                        [&](const json& j) { return RunOpLine(j, CaseLimits(), real, batch); });
   }
   if (op.empty()) throw InputError("op", "missing: give an ATen op such as mm or add.Tensor");
   RequireOptions(vm, {"mesh"});

@@ -39,6 +39,7 @@
 #include "dtsim/layout/planner.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
 #include "tensor_report.h"
 
@@ -98,8 +99,11 @@ nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits,
   std::optional<std::string> trace_path;
   if (j.contains("trace")) {
     trace_path = JsonReader(j["trace"], "trace").AsString();
-    if (limits.write_files && (!real || IsReportingRank(*real)))
-      CheckOutputPath(*trace_path, "trace");
+    if (limits.write_files && (!real || IsReportingRank(*real))) {
+      RunFiles files;  // a line's trace is never the batch file itself
+      if (batch_path != "-") files.Input(batch_path, "batch");
+      files.Output(*trace_path, "trace");
+    }
   }
   std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
   CheckMeshFitsWorld(*comm, c.src.mesh());

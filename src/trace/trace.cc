@@ -16,6 +16,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/files.h"
 
 namespace dtsim {
 namespace {
@@ -493,31 +494,7 @@ Trace ReadTrace(const std::string& path) {
 
 void WriteFileAtomically(const std::string& path, const std::string& text,
                          const std::string& field) {
-  if (path.empty()) throw InputError(field, "the output path is empty");
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    throw InputError(field, StrCat("'", ExcerptText(path), "' is a directory; give a file path"));
-  }
-  const std::string tmp = StrCat(path, ".tmp.", ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    throw InputError(field,
-                     StrCat("cannot write '", ExcerptText(path), "': ", std::strerror(errno)));
-  }
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed) {
-    std::remove(tmp.c_str());
-    throw InputError(field, StrCat("writing '", ExcerptText(path),
-                                   "' failed: ", std::strerror(wrote ? errno : write_errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw InputError(field, StrCat("cannot move the output into place at '", ExcerptText(path),
-                                   "': ", std::strerror(e)));
-  }
+  WriteOutputFile(path, text, field);
 }
 
 void WriteJsonFileAtomically(const std::string& path, const nlohmann::json& json,

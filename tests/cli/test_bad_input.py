@@ -363,7 +363,7 @@ BAD_INPUTS = [
     Row("export-one-file", ["export", "--format", "perfetto", "t.json"], "file", ["got 1 file"],
         files={"t.json": GOOD_TRACE}),
     Row("export-overwrites-input", ["export", "--format", "perfetto", "t.json", "t.json"], "file",
-        ["'t.json' would overwrite an input"], files={"t.json": GOOD_TRACE}),
+        ["'t.json' is the same file as the input of file"], files={"t.json": GOOD_TRACE}),
     Row("export-directory-trace", ["export", "--format", "perfetto", ".", "o.json"], "trace", ["'.' is a directory"]),
     Row("export-broken-trace", ["export", "--format", "perfetto", "t.json", "o.json"], "trace", ["t.json"],
         files={"t.json": GOOD_TRACE[: len(GOOD_TRACE) // 2]}),

@@ -175,7 +175,7 @@ def test_export_two_traces_side_by_side(tmp_path):
     (["trace", "out"], "dtsim: error: format: missing: give --format perfetto"),
     (["--format", "chrome", "trace", "out"], "dtsim: error: format: 'chrome' is not supported (supported: perfetto)"),
     (["--format", "perfetto", "trace"], "dtsim: error: file: give the trace and the output file"),
-    (["--format", "perfetto", "same", "same"], "dtsim: error: file: the output 'same' would overwrite an input trace"),
+    (["--format", "perfetto", "same", "same"], "dtsim: error: file: 'same' is the same file as the input of file"),
     (["--format", "perfetto", "/nonexistent.json", "OUT"], "dtsim: error: trace: cannot open '/nonexistent.json'"),
     (["--format", "perfetto", "BROKEN", "OUT"], "dtsim: error: trace: "),
     (["--format", "perfetto", "GOLDEN", "/nonexistent/dir/out.json"], "dtsim: error: file: cannot write"),

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
 #include "platform.h"
 #include "viewer/model/app_state.h"
@@ -225,6 +226,13 @@ int Run(int argc, char** argv) {
   if (!o.mouse.empty() && o.screenshot.empty()) throw InputError("mouse", "needs --screenshot");
   const auto [width, height] = ParseSize(o.size);
   ParseMouse(o.mouse, width, height);
+  {
+    // The outputs may be no input (and not each other), however spelled; checked before any work.
+    RunFiles files;
+    for (const std::string& t : o.traces) files.Input(t, "traces");
+    if (!o.screenshot.empty()) files.Output(o.screenshot, "screenshot");
+    if (!o.dump_records.empty()) files.Output(o.dump_records, "dump-records");
+  }
   App app;
   LoadTraces(app, o.traces);
   const bool headless = !o.screenshot.empty() || o.bench_frames > 0;

@@ -147,9 +147,11 @@ auto WithFileName(const std::string& path, F&& read) -> decltype(read()) {
 nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
                              const std::string& source);
 
-// Writes `text` to `path` through a temporary file in the same directory renamed into place: never
-// a half-written file, and no temporary left behind on error. InputError(field) naming the path and
-// the reason (errno text) when the path is empty, a directory, or not writable.
+// Writes `text` to `path` by the output-path policy of files.h (WriteOutputFile): a regular or new
+// file through a temporary file in the same directory renamed into place (never a half-written
+// file, no temporary left behind on error), /dev/null, this process's stdout/stderr or a read FIFO
+// as a stream, a symlink through to its target; other special files refused. InputError(field)
+// naming the path and the reason.
 void WriteFileAtomically(const std::string& path, const std::string& text,
                          const std::string& field = "trace");
 // The same for JSON (indented by one space, invalid UTF-8 replaced).

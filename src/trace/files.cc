@@ -1,0 +1,246 @@
+// The output-path policy (see include/dtsim/trace/files.h).
+#include "dtsim/trace/files.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim {
+namespace {
+
+std::string Quoted(const std::string& path) { return StrCat("'", ExcerptText(path), "'"); }
+
+// What a path names now, and whether a writer may use it.
+enum class Kind { kMissing, kRegular, kStream, kFifo };
+
+struct Identity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string canonical;  // the absolute path, symlinks of existing folders resolved
+};
+
+Identity Identify(const std::string& path) {
+  Identity id;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+  }
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  const std::filesystem::path canon = std::filesystem::weakly_canonical(abs, ec);
+  id.canonical = (ec ? abs.lexically_normal() : canon).string();
+  return id;
+}
+
+bool SameInode(const struct stat& a, int fd) {
+  struct stat b;
+  return ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// Classifies `path` for writing; InputError(field) for what may never be written.
+Kind Classify(const std::string& path, const std::string& field) {
+  if (path.empty()) throw InputError(field, "the output path is empty");
+  struct stat lst;
+  if (::lstat(path.c_str(), &lst) != 0) {
+    // Not there (or under a file): the writer's folder check names what is wrong.
+    if (errno == ENOENT || errno == ENOTDIR) return Kind::kMissing;
+    throw InputError(field, StrCat("cannot write ", Quoted(path), ": ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    // A symlink to a file not there yet: written through (its folder is checked by the writer).
+    if (errno == ENOENT) return Kind::kMissing;
+    throw InputError(field, StrCat("cannot write ", Quoted(path), ": ", std::strerror(errno)));
+  }
+  if (S_ISREG(st.st_mode)) return Kind::kRegular;
+  if (S_ISDIR(st.st_mode)) {
+    throw InputError(field, StrCat(Quoted(path), " is a directory; give a file path"));
+  }
+  if (S_ISFIFO(st.st_mode)) return Kind::kFifo;
+  if (S_ISCHR(st.st_mode)) {
+    struct stat null_st;
+    const bool is_null = ::stat("/dev/null", &null_st) == 0 && null_st.st_dev == st.st_dev &&
+                         null_st.st_ino == st.st_ino;
+    if (is_null || SameInode(st, STDOUT_FILENO) || SameInode(st, STDERR_FILENO)) {
+      return Kind::kStream;
+    }
+    throw InputError(field, StrCat(Quoted(path),
+                                   " is a character device other than /dev/null or this "
+                                   "process's standard output or error: not written"));
+  }
+  throw InputError(field, StrCat(Quoted(path), " is ",
+                                 S_ISBLK(st.st_mode)    ? "a block device"
+                                 : S_ISSOCK(st.st_mode) ? "a socket"
+                                                        : "not a regular file",
+                                 ": not written"));
+}
+
+// The folder a new or regular file is written in must exist and be writable.
+void CheckFolder(const std::string& target, const std::string& shown, const std::string& field) {
+  const size_t slash = target.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    throw InputError(field, StrCat("cannot write ", Quoted(shown), ": ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    throw InputError(
+        field, StrCat("cannot write ", Quoted(shown), ": ", Quoted(dir), " is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw InputError(field, StrCat("cannot write ", Quoted(shown), ": ", std::strerror(errno)));
+  }
+}
+
+// A symlink is written through: the file it points to (which may not exist yet).
+std::string Target(const std::string& path) {
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat lst;
+    if (::lstat(current.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) return current;
+    std::error_code ec;
+    const std::filesystem::path link = std::filesystem::read_symlink(current, ec);
+    if (ec) return current;
+    current = (link.is_absolute() ? link : std::filesystem::path(current).parent_path() / link)
+                  .lexically_normal()
+                  .string();
+  }
+  return current;
+}
+
+// Writes all of `text` to `fd` (a write to a pipe whose reader left fails with EPIPE, not SIGPIPE).
+void WriteAll(int fd, const std::string& text, const std::string& path, const std::string& field) {
+  sigset_t block, saved;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, &saved);
+  size_t done = 0;
+  int error = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (error == EPIPE) {  // consume the pending SIGPIPE before unblocking it
+    const struct timespec zero = {0, 0};
+    sigtimedwait(&block, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  if (error != 0) {
+    throw InputError(field, StrCat("writing ", Quoted(path), " failed: ", std::strerror(error)));
+  }
+}
+
+void WriteStream(const std::string& path, const std::string& text, Kind kind,
+                 const std::string& field) {
+  // A FIFO is opened without waiting: no reader, no write (ENXIO).
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (kind == Kind::kFifo ? O_NONBLOCK : 0));
+  if (fd < 0) {
+    throw InputError(field, StrCat("cannot write ", Quoted(path), ": ",
+                                   errno == ENXIO ? "it is a FIFO that no process reads"
+                                                  : std::strerror(errno)));
+  }
+  if (kind == Kind::kFifo) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  try {
+    WriteAll(fd, text, path, field);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+void WriteAtomically(const std::string& path, const std::string& text, const std::string& field) {
+  const std::string target = Target(path);
+  CheckFolder(target, path, field);
+  const std::string tmp = StrCat(target, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw InputError(field, StrCat("cannot write ", Quoted(path), ": ", std::strerror(errno)));
+  }
+  try {
+    WriteAll(fd, text, path, field);
+  } catch (...) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw InputError(field, StrCat("writing ", Quoted(path), " failed: ", std::strerror(e)));
+  }
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw InputError(field, StrCat("cannot move the output into place at ", Quoted(path), ": ",
+                                   std::strerror(e)));
+  }
+}
+
+}  // namespace
+
+bool SameFile(const std::string& a, const std::string& b) {
+  const Identity x = Identify(a);
+  const Identity y = Identify(b);
+  if (x.exists && y.exists) return x.dev == y.dev && x.ino == y.ino;
+  if (x.exists != y.exists) return false;
+  return x.canonical == y.canonical;
+}
+
+void CheckOutputFile(const std::string& path, const std::string& field) {
+  const Kind kind = Classify(path, field);
+  if (kind == Kind::kMissing || kind == Kind::kRegular) CheckFolder(Target(path), path, field);
+}
+
+void RunFiles::Input(const std::string& path, const std::string& field) {
+  entries_.push_back({path, field, false});
+}
+
+void RunFiles::Output(const std::string& path, const std::string& field) {
+  CheckOutputFile(path, field);
+  for (const Entry& e : entries_) {
+    if (!SameFile(path, e.path)) continue;
+    // /dev/null may take several outputs (nothing is kept).
+    struct stat st, null_st;
+    if (e.output && ::stat(path.c_str(), &st) == 0 && ::stat("/dev/null", &null_st) == 0 &&
+        st.st_dev == null_st.st_dev && st.st_ino == null_st.st_ino) {
+      continue;
+    }
+    throw InputError(
+        field, StrCat(Quoted(path), " is the same file as the ", e.output ? "output" : "input",
+                      " of ", e.field, " (", Quoted(e.path), "): an output never replaces ",
+                      e.output ? "another output of the same run" : "an input"));
+  }
+  entries_.push_back({path, field, true});
+}
+
+void WriteOutputFile(const std::string& path, const std::string& text, const std::string& field) {
+  const Kind kind = Classify(path, field);
+  if (kind == Kind::kStream || kind == Kind::kFifo) {
+    WriteStream(path, text, kind, field);
+  } else {
+    WriteAtomically(path, text, field);
+  }
+}
+
+}  // namespace dtsim

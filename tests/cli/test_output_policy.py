@@ -1,0 +1,193 @@
+"""The output-path policy (include/dtsim/trace/files.h) from the outside, one table per class: an output that is an
+input (or another output) of the same run, by every spelling, is refused with exit 2 and the input left byte for
+byte; special files are never replaced (/dev/null and this process's stdout are streams, a FIFO is written only
+while read, other devices and sockets are refused); a symlinked output is written through; no temporary file is
+left behind."""
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import threading
+
+import pytest
+
+DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
+VIEWER = os.environ.get("DTSIM_VIEWER_BIN")
+CASE = ["--mesh", "2x2", "--shape", "4,6", "--from", "S(0),S(1)", "--to", "R,S(0)"]
+
+
+def run(*args, cwd=None, stdin=None, stdout=subprocess.PIPE, timeout=120):
+    return subprocess.run([DTSIM, *args], cwd=cwd, input=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture()
+def trace(tmp_path):
+    """A real trace, t.json in tmp_path, with a folder sub/ beside it."""
+    out = run("redistribute", *CASE, "--trace", "t.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "sub").mkdir()
+    return tmp_path / "t.json"
+
+
+def spellings(tmp_path):
+    """Every way the tests spell t.json (some made on the spot: a symlink and a hard link)."""
+    os.symlink("t.json", tmp_path / "link.json")
+    os.link(tmp_path / "t.json", tmp_path / "hard.json")
+    return ["t.json", "./t.json", "sub/../t.json", str(tmp_path / "t.json"), "link.json", "hard.json",
+            str(tmp_path / "sub" / ".." / "link.json")]
+
+
+def no_temporaries(folder):
+    return [p for p in os.listdir(folder) if ".tmp." in p]
+
+
+def test_export_never_writes_over_its_input_however_spelled(trace, tmp_path):
+    before = digest(trace)
+    for spelling in spellings(tmp_path):
+        out = run("export", "--format", "perfetto", "t.json", spelling, cwd=tmp_path)
+        assert out.returncode == 2 and out.stdout == "", (spelling, out.stderr)
+        assert "dtsim: error: file: " in out.stderr and "is the same file as the input of file" in out.stderr, \
+            (spelling, out.stderr)
+        assert digest(trace) == before, spelling
+        out = run("export", "--format", "perfetto", "other.json", spelling, "--with", "t.json", cwd=tmp_path)
+        assert out.returncode == 2 and "the same file as the input of with" in out.stderr, (spelling, out.stderr)
+    assert digest(trace) == before and no_temporaries(tmp_path) == []
+    assert os.path.islink(tmp_path / "link.json")
+
+
+def test_two_outputs_of_one_run_may_not_be_the_same_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for second in ["pic", "./pic", "sub/../pic", str(tmp_path / "pic")]:
+        out = run("layout", "--mesh", "2", "--shape", "4", "--placements", "S(0)", "--svg", "pic", "--png", second,
+                  cwd=tmp_path)
+        assert out.returncode == 2 and "dtsim: error: png: " in out.stderr, (second, out.stderr)
+        assert "is the same file as the output of svg" in out.stderr
+        assert not (tmp_path / "pic").exists()
+    # /dev/null takes any number of outputs (nothing is kept).
+    out = run("layout", "--mesh", "2", "--shape", "4", "--placements", "S(0)", "--svg", "/dev/null", "--png",
+              "/dev/null")
+    assert out.returncode == 0, out.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("command", ["redistribute", "op"])
+def test_a_batch_line_never_writes_its_trace_over_the_batch_file(tmp_path, command):
+    if command == "redistribute":
+        line = {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}
+    else:
+        line = {"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}
+    batch = tmp_path / "cases.jsonl"
+    os.symlink("cases.jsonl", tmp_path / "alias.jsonl")
+    lines = [dict(line, trace=spelling) for spelling in ["cases.jsonl", "./cases.jsonl", "alias.jsonl",
+                                                         str(batch)]]
+    lines.append(dict(line, trace="ok.json"))
+    batch.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    before = digest(batch)
+    out = run(command, "--batch", "cases.jsonl", cwd=tmp_path)
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert out.returncode == 1 and len(answers) == len(lines)
+    for answer in answers[:-1]:
+        assert answer["field"] == "trace" and "is the same file as the input of batch" in answer["error"], answer
+    assert "error" not in answers[-1] and (tmp_path / "ok.json").exists()
+    assert digest(batch) == before and no_temporaries(tmp_path) == []
+
+
+def test_viewer_outputs_are_not_its_inputs(trace, tmp_path):
+    if not VIEWER:
+        pytest.skip("dtsim-viewer is not built")
+    before = digest(trace)
+    for args, field in [(["--screenshot", "./t.json"], "screenshot"),
+                        (["--screenshot", "shot.png", "--dump-records", "sub/../t.json"], "dump-records"),
+                        (["--screenshot", "shot.png", "--dump-records", "shot.png"], "dump-records")]:
+        out = subprocess.run([VIEWER, "t.json", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and f"error: {field}: " in out.stderr, (args, out.stderr)
+        assert "is the same file as the" in out.stderr
+    assert digest(trace) == before and not (tmp_path / "shot.png").exists()
+
+
+def test_dev_null_and_stdout_are_streams_never_replaced(tmp_path):
+    null_before = os.stat("/dev/null")
+    out = run("redistribute", *CASE, "--trace", "/dev/null")
+    assert out.returncode == 0, out.stderr
+    # /dev/stdout is this process's stdout: here /dev/null, written as a stream.
+    out = run("op", "neg", "--mesh", "2", "--arg", "4:S(0)", "--trace", "/dev/stdout", stdout=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (null_before.st_ino, null_before.st_rdev)
+    # stdout as a pipe: the trace arrives on it, whole.
+    out = run("redistribute", *CASE, "--json", "--trace", "/dev/stdout")
+    assert out.returncode == 0, out.stderr
+    trace_text = out.stdout[:out.stdout.rindex("}\n{") + 2] if "}\n{" in out.stdout else out.stdout
+    assert json.loads(trace_text)["format"] == "dtsim-trace"
+    assert no_temporaries("/dev") == []
+
+
+@pytest.mark.parametrize("path,words", [("/dev/zero", "a character device other than /dev/null"),
+                                        ("/dev/urandom", "a character device other than /dev/null")])
+def test_other_devices_are_refused(path, words):
+    out = run("redistribute", *CASE, "--trace", path)
+    assert out.returncode == 2 and out.stdout == "" and words in out.stderr, out.stderr
+    assert stat.S_ISCHR(os.stat(path).st_mode)
+
+
+def test_a_socket_and_a_directory_are_refused(tmp_path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s.sock"))
+    try:
+        out = run("redistribute", *CASE, "--trace", str(tmp_path / "s.sock"))
+        assert out.returncode == 2 and "is a socket: not written" in out.stderr, out.stderr
+    finally:
+        sock.close()
+    out = run("redistribute", *CASE, "--trace", str(tmp_path))
+    assert out.returncode == 2 and "is a directory; give a file path" in out.stderr
+
+
+def test_a_fifo_is_written_while_read_and_refused_without_a_reader(tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    out = run("redistribute", *CASE, "--trace", str(fifo), timeout=60)
+    assert out.returncode == 2 and "it is a FIFO that no process reads" in out.stderr, out.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    got = {}
+
+    def reader():
+        with open(fifo) as f:
+            got["text"] = f.read()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    # The reader must hold the FIFO open before the write: wait until open() has returned in the thread is not
+    # observable, so retry the run until it succeeds (a real reader such as `cat` is already waiting).
+    for _ in range(50):
+        out = run("redistribute", *CASE, "--trace", str(fifo), timeout=60)
+        if out.returncode == 0:
+            break
+    t.join(timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(got["text"])["format"] == "dtsim-trace"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_symlinked_output_is_written_through(tmp_path):
+    (tmp_path / "real").mkdir()
+    os.symlink("real/target.json", tmp_path / "link.json")
+    out = run("redistribute", *CASE, "--trace", "link.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert os.path.islink(tmp_path / "link.json")
+    assert json.loads((tmp_path / "real" / "target.json").read_text())["format"] == "dtsim-trace"
+    # A link to a file not there yet creates it; one into a missing folder is refused.
+    os.symlink("real/new.json", tmp_path / "fresh.json")
+    assert run("redistribute", *CASE, "--trace", "fresh.json", cwd=tmp_path).returncode == 0
+    assert os.path.islink(tmp_path / "fresh.json") and (tmp_path / "real" / "new.json").is_file()
+    os.symlink("missing/nowhere.json", tmp_path / "dangling.json")
+    out = run("redistribute", *CASE, "--trace", "dangling.json", cwd=tmp_path)
+    assert out.returncode == 2 and "cannot write 'dangling.json'" in out.stderr, out.stderr
+    assert no_temporaries(tmp_path) == [] and no_temporaries(tmp_path / "real") == []
