@@ -35,4 +35,6 @@ int RunOp(const Args& args);
 // dtsim export: a trace as Chrome / Perfetto trace-event JSON.
 int RunExport(const Args& args);
 
+int RunModel(const Args& args);
+
 }  // namespace dtsim::cli

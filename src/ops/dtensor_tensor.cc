@@ -76,21 +76,6 @@ DTensorImpl* FindImpl(const at::Tensor& t) {
 
 thread_local OpObserver* g_observer = nullptr;
 
-// ExecutePlan of an implicit redistribution, told to the observer when one is installed.
-DTensor ObservedExecutePlan(const std::string& op, size_t input, const DTensor& source,
-                            const Plan& plan) {
-  OpObserver* observer = g_observer;
-  if (observer == nullptr) return ExecutePlan(source, plan);
-  observer->OnRedistributeBegin(op, input, source, plan);
-  DTensor out = ExecutePlan(
-      source, plan,
-      [observer](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
-        observer->OnRedistributeStep(step, spec, local);
-      });
-  observer->OnRedistributeEnd(out);
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // The decision cache: (op, input specs, other arguments) → decision and output metadata, as
 // upstream caches propagation per OpSchema.
@@ -216,7 +201,7 @@ at::Tensor ArgMinMax(const DTensor& input, bool is_max, std::optional<int64_t> d
     r.from = dt.placements();
     r.to = no_partial;
     r.plan = PlanFor(dt.spec(), no_partial);
-    dt = ObservedExecutePlan(is_max ? "aten::argmax" : "aten::argmin", 0, dt, r.plan);
+    dt = ExecutePlanObserved(is_max ? "aten::argmax" : "aten::argmin", 0, dt, r.plan);
     if (redistributions != nullptr) redistributions->push_back(std::move(r));
   }
   const int64_t ndim = static_cast<int64_t>(dt.shape().size());
@@ -626,7 +611,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     r.to = target;
     if (dt.placements() != planned) {
       r.plan = PlanFor(dt.spec(), planned);
-      dt = ObservedExecutePlan(name, i, dt, r.plan);
+      dt = ExecutePlanObserved(name, i, dt, r.plan);
     }
     if (planned != target) {
       at::Tensor local = dt.to_local();
@@ -823,6 +808,22 @@ void EnsureDTensorDispatch() {
     }
   });
 }
+
+DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& source,
+                            const Plan& plan) {
+  OpObserver* observer = g_observer;
+  if (observer == nullptr) return ExecutePlan(source, plan);
+  observer->OnRedistributeBegin(op, input, source, plan);
+  DTensor out = ExecutePlan(
+      source, plan,
+      [observer](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+        observer->OnRedistributeStep(step, spec, local);
+      });
+  observer->OnRedistributeEnd(out);
+  return out;
+}
+
+OpObserver* CurrentOpObserver() { return g_observer; }
 
 at::Tensor AsTensor(const DTensor& dt) {
   EnsureDTensorDispatch();

@@ -397,6 +397,16 @@ void RegisterOp(Registry& reg, const c10::OperatorName& name) {
   if (!handle || !handle->hasSchema()) return;
   if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
     return;  // c10d::* and our own
+  // As for a CPU tensor (and upstream's LocalTensor, a Python subclass seen below autograd), an op
+  // that decomposes (CompositeImplicitAutograd, no CPU kernel) gets no kernel here: it decomposes
+  // at AutogradPrivateUse1, recording autograd for LocalTensors that require grad (activations of
+  // a model under use_local_output), and its parts reach the per-rank kernel.
+  const bool cpu_kernel =
+      handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+      handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+      handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) && !cpu_kernel)
+    return;
   reg.handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
                                        c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
                                        std::nullopt, nullptr, "dtsim LocalTensor per-rank kernel"));

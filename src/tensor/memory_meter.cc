@@ -46,7 +46,8 @@ struct MemoryMeter::State {
   };
 
   mutable std::mutex mu;
-  mutable std::vector<Counter> counters;  // by rank
+  mutable std::vector<Counter> counters;          // by rank
+  std::vector<std::vector<int64_t>> saved_peaks;  // PushWindow's stack: the enclosing peaks
   uint64_t generation = 0;
 
   Counter& At(int64_t rank) const {
@@ -226,6 +227,33 @@ void MemoryMeter::BeginWindow() {
     State::Purge(c);
     c.peak = c.live;
   }
+}
+
+void MemoryMeter::PushWindow() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  std::vector<int64_t> saved;
+  saved.reserve(state_->counters.size());
+  for (State::Counter& c : state_->counters) {
+    State::Purge(c);
+    saved.push_back(c.peak);
+    c.peak = c.live;
+  }
+  state_->saved_peaks.push_back(std::move(saved));
+}
+
+std::vector<int64_t> MemoryMeter::PopWindow() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  DTSIM_CHECK(!state_->saved_peaks.empty(), "MemoryMeter::PopWindow without PushWindow");
+  std::vector<int64_t> saved = std::move(state_->saved_peaks.back());
+  state_->saved_peaks.pop_back();
+  std::vector<int64_t> inner;
+  inner.reserve(state_->counters.size());
+  for (size_t r = 0; r < state_->counters.size(); ++r) {
+    State::Counter& c = state_->counters[r];
+    inner.push_back(c.peak);
+    if (r < saved.size()) c.peak = std::max(c.peak, saved[r]);
+  }
+  return inner;
 }
 
 int64_t MemoryMeter::Live(int64_t rank) const {

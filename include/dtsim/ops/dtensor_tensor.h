@@ -77,6 +77,15 @@ class OpObserver {
 // Installs `observer` for the calling thread (nullptr removes it) and returns the previous one.
 OpObserver* SetOpObserver(OpObserver* observer);
 
+// The calling thread's observer, or nullptr.
+OpObserver* CurrentOpObserver();
+
+// ExecutePlan(source, plan), told to the thread's observer (OnRedistributeBegin/Step/End with `op`
+// and `input`) when one is installed: how the op kernel and the differentiable conversions
+// (dtensor_autograd.h) run every redistribution.
+DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& source,
+                            const Plan& plan);
+
 // Registers the DTensor kernel with the dispatcher (done by AsTensor; idempotent).
 void EnsureDTensorDispatch();
 

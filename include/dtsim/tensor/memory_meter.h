@@ -57,6 +57,12 @@ class MemoryMeter {
 
   // Starts a measurement window: every rank's peak restarts at its live bytes now.
   void BeginWindow();
+  // Nested windows (a module inside a module): PushWindow starts one — every rank's peak restarts
+  // at its live bytes, the enclosing window's peaks are kept aside; PopWindow ends the innermost
+  // and returns each rank's peak within it (ranks 0..n-1 as seen so far), folding it into the
+  // enclosing window's peaks, so Peak() afterwards is what it would have been without the nesting.
+  void PushWindow();
+  std::vector<int64_t> PopWindow();
   // Bytes `rank` holds now, and the most it held since the window began (0 for a rank never seen).
   int64_t Live(int64_t rank) const;
   int64_t Peak(int64_t rank) const;

@@ -1,0 +1,103 @@
+// Runs the Llama model (llama.h) parallelized on a simulated mesh and reports, per module, what
+// upstream's CommDebugMode reports and what it cannot: every collective with its kind, mesh dim,
+// groups, bytes per rank, estimated time and cause (the op and argument of an implicit
+// redistribution, or the parallel style that asked for it), every DTensor op with its input and
+// output placements, parameter and gradient placements, every rank's peak memory per module — and
+// a check of the loss, logits and gradients against the same model run unsharded.
+//
+// Attribution follows CommDebugMode exactly: in forward an event belongs to the innermost module
+// running; in backward to the last module whose output gradient arrived (upstream's full backward
+// pre-hook); counts of a module include its descendants'; "Global" holds everything, including the
+// loss outside the model.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/layout/collective_kind.h"
+#include "dtsim/layout/mesh.h"
+#include "dtsim/model/llama.h"
+
+namespace dtsim {
+namespace model {
+
+struct ModelRunOptions {
+  LlamaArgs args;
+  DeviceMesh mesh = DeviceMesh::Create({1}, {"tp"});
+  std::string plan = "tp+sp";  // tp | tp+sp
+  bool loss_parallel = false;
+  bool backward = false;
+  bool meta = false;  // meta tensors: shapes, collectives and memory, no values, no check
+  bool check = true;  // compare with the unsharded model (data runs)
+  at::ScalarType dtype = at::kFloat;
+};
+
+// The plan names `dtsim model --plan` accepts, and a check of an options set (InputError naming the
+// field: plan, mesh, names, ...).
+const std::vector<std::string>& ModelPlanNames();
+void ValidateModelRun(const ModelRunOptions& options);
+
+struct CollectiveEvent {
+  CollectiveKind kind = CollectiveKind::kNone;
+  std::string mesh_dim;    // its name ("tp")
+  int64_t groups = 0;      // how many groups ran it at once
+  int64_t group_size = 0;  // ranks per group
+  int64_t bytes_sent = 0;  // per rank (the largest over ranks)
+  int64_t bytes_received = 0;
+  double est_us = 0;      // the cost model's time of the step (slowest group)
+  std::string from, to;   // the redistribution's placements before and after
+  std::string cause;      // "aten::mm arg 0" (implicit) or "RowwiseParallel output of ..."
+  bool implicit = false;  // caused by an op's sharding propagation
+};
+
+struct OpRecord {
+  std::string op;          // "aten::mm"
+  std::string placements;  // "[S(1)], [R] -> [S(1)]"
+  int64_t count = 0;
+};
+
+struct ModuleNode {
+  std::string fqn;   // "layers.0.attention.wq"; "Global"; the root model "Transformer"
+  std::string type;  // "Linear"
+  int depth = 0;
+  std::vector<std::pair<std::string, std::string>> parameters;  // name → placements
+  std::vector<std::string> children;
+  std::vector<CollectiveEvent> collectives[2];  // [forward, backward], this module's own
+  std::vector<OpRecord> operations[2];          // this module's own
+  std::vector<int64_t> forward_peak_bytes;      // per rank, while the module's forward ran
+};
+
+struct TensorCheck {
+  std::string name;  // "loss", "logits", "grad layers.0.attention.wq.weight"
+  double max_abs_diff = 0;
+  double tolerance = 0;
+  bool ok = false;
+};
+
+struct ModelReport {
+  ModelRunOptions options;
+  std::vector<ModuleNode> modules;  // Global first, then modules in the order first called
+  std::vector<std::pair<std::string, std::string>> grad_placements;  // param fqn → placements
+  std::vector<int64_t> peak_bytes;                                   // per rank, whole run
+  double seconds = 0;                                                // wall time of the sharded run
+  std::optional<double> loss;                                        // data runs
+  std::vector<TensorCheck> checks;                                   // data runs with check
+  bool ok() const;
+};
+
+ModelReport RunModel(const ModelRunOptions& options);
+
+// The report as upstream CommDebugMode's JSON dump (nested nodes {fqn, module_type, parameters,
+// children, collectives_forward, collectives_backward, operations_forward, operations_backward},
+// counts inclusive of descendants) plus dtsim's fields.
+nlohmann::json ReportToJson(const ModelReport& report);
+// The same as a readable tree.
+std::string ReportToText(const ModelReport& report);
+
+}  // namespace model
+}  // namespace dtsim

@@ -1,0 +1,542 @@
+#include "dtsim/model/model_run.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "dtsim/backends/local_collectives.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/ops/dtensor_tensor.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/memory_meter.h"
+
+namespace dtsim {
+namespace model {
+namespace {
+
+constexpr const char* kGlobal = "Global";
+enum Phase { kForward = 0, kBackward = 1 };
+
+std::string PlacementsOf(const at::Tensor& t) {
+  if (auto dt = ops::FindDTensor(t)) return ToString(dt->placements());
+  return "plain";
+}
+
+// Hears modules, ops and redistributions; attributes each to a module as CommDebugMode does.
+class Recorder : public ops::OpObserver, public ModuleObserver {
+ public:
+  Recorder(const std::string& root_name, const DeviceMesh& mesh)
+      : root_name_(root_name), mesh_(mesh) {
+    nodes_.push_back(ModuleNode{kGlobal, "", 0, {}, {}, {}, {}, {}});
+    index_[kGlobal] = 0;
+  }
+
+  void SetPhase(Phase p) { phase_ = p; }
+  std::vector<ModuleNode> TakeNodes() { return std::move(nodes_); }
+
+  void OnForwardBegin(Module& m) override {
+    const std::string name = Name(m);
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      ModuleNode node;
+      node.fqn = name;
+      node.type = m.name();
+      const size_t parent = stack_.empty() ? 0 : stack_.back();
+      node.depth = nodes_[parent].depth + 1;
+      nodes_[parent].children.push_back(name);
+      index_[name] = nodes_.size();
+      nodes_.push_back(std::move(node));
+      it = index_.find(name);
+    }
+    stack_.push_back(it->second);
+    if (MemoryMeter* meter = MemoryMeter::Current()) meter->PushWindow();
+  }
+
+  void OnForwardEnd(Module& m) override {
+    ModuleNode& node = nodes_[stack_.back()];
+    if (node.parameters.empty()) {
+      for (const auto& [pname, p] : m.OwnParameters())
+        node.parameters.emplace_back(pname, PlacementsOf(p));
+    }
+    if (MemoryMeter* meter = MemoryMeter::Current()) {
+      std::vector<int64_t> peaks = meter->PopWindow();
+      peaks.resize(mesh_.root().size(), 0);
+      if (node.forward_peak_bytes.size() < peaks.size())
+        node.forward_peak_bytes.resize(peaks.size(), 0);
+      for (size_t r = 0; r < peaks.size(); ++r) {
+        node.forward_peak_bytes[r] = std::max(node.forward_peak_bytes[r], peaks[r]);
+      }
+    }
+    stack_.pop_back();
+  }
+
+  void OnBackwardBegin(Module& m) override {
+    auto it = index_.find(Name(m));
+    if (it != index_.end()) backward_current_ = it->second;
+  }
+
+  void OnOp(const ops::OpEvent& e) override {
+    std::string text;
+    for (size_t i = 0; i < e.input_placements.size(); ++i) {
+      if (i > 0) text += ", ";
+      text += ToString(e.input_placements[i]);
+    }
+    text += " -> ";
+    bool first = true;
+    for (const auto& out : e.outputs) {
+      if (!first) text += ", ";
+      first = false;
+      text += out ? ToString(out->placements()) : "none";
+    }
+    std::vector<OpRecord>& ops = Current().operations[phase_];
+    for (OpRecord& r : ops) {
+      if (r.op == e.op && r.placements == text) {
+        ++r.count;
+        return;
+      }
+    }
+    ops.push_back(OpRecord{e.op, text, 1});
+  }
+
+  void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
+                           const Plan& plan) override {
+    const bool implicit = op.rfind("aten::", 0) == 0;
+    const std::string cause = implicit ? op + " arg " + std::to_string(input) : op;
+    for (const PlanStep& step : plan.steps) {
+      if (!MovesData(step.collective)) continue;
+      CollectiveEvent ev;
+      ev.kind = step.collective;
+      ev.mesh_dim = source.mesh().DimLabel(step.mesh_dim);
+      ev.groups = static_cast<int64_t>(step.groups.size());
+      ev.group_size = step.groups.empty() ? 0 : static_cast<int64_t>(step.groups.front().size());
+      for (int64_t b : step.bytes_sent_per_rank) ev.bytes_sent = std::max(ev.bytes_sent, b);
+      for (int64_t b : step.bytes_received_per_rank)
+        ev.bytes_received = std::max(ev.bytes_received, b);
+      ev.est_us = step.est_us;
+      ev.from = ToString(plan.src);
+      ev.to = ToString(plan.dst);
+      ev.cause = cause;
+      ev.implicit = implicit;
+      Current().collectives[phase_].push_back(std::move(ev));
+    }
+  }
+
+ private:
+  std::string Name(const Module& m) const { return m.fqn().empty() ? root_name_ : m.fqn(); }
+  ModuleNode& Current() {
+    if (phase_ == kForward) return nodes_[stack_.empty() ? 0 : stack_.back()];
+    return nodes_[backward_current_];
+  }
+
+  std::string root_name_;
+  DeviceMesh mesh_;
+  Phase phase_ = kForward;
+  std::vector<ModuleNode> nodes_;
+  std::map<std::string, size_t> index_;
+  std::vector<size_t> stack_;
+  size_t backward_current_ = 0;
+};
+
+// Installs the recorder as both observers for a scope.
+class Observing {
+ public:
+  explicit Observing(Recorder* r)
+      : prev_op_(ops::SetOpObserver(r)), prev_module_(SetModuleObserver(r)) {}
+  ~Observing() {
+    ops::SetOpObserver(prev_op_);
+    SetModuleObserver(prev_module_);
+  }
+
+ private:
+  ops::OpObserver* prev_op_;
+  ModuleObserver* prev_module_;
+};
+
+// The global value of a model tensor: a DTensor's full tensor, or a LocalTensor whose ranks all
+// hold the same value (InternalError naming `what` otherwise), or a plain tensor.
+at::Tensor GlobalValue(const at::Tensor& t, const std::string& what) {
+  if (auto dt = ops::FindDTensor(t)) return dt->FullTensor();
+  if (!IsLocalTensor(t)) return t;
+  std::vector<at::Tensor> shards = LocalShards(t);
+  for (size_t i = 1; i < shards.size(); ++i) {
+    if (!at::equal(shards[i], shards[0])) {
+      throw InternalError(what + ": ranks " + std::to_string(LocalRanks(t)[0]) + " and " +
+                          std::to_string(LocalRanks(t)[i]) + " hold different values");
+    }
+  }
+  return shards[0];
+}
+
+// max |a - b| against a tolerance of 1e-4 times the reference's largest magnitude (plus 1e-6):
+// sharding changes only the order of float32 summations (matmul splits, reduce-scatter and
+// all-reduce sums), whose rounding differences grow like sqrt(terms) · 2^-24 relative to the
+// magnitudes involved — far below 1e-4 for these sizes, while any wrong shard, missing reduction
+// or double count moves values by O(1) relative.
+TensorCheck Check(const std::string& name, const at::Tensor& got, const at::Tensor& want) {
+  TensorCheck c;
+  c.name = name;
+  at::Tensor a = got.to(at::kDouble), b = want.to(at::kDouble);
+  if (a.sizes() != b.sizes()) {
+    c.max_abs_diff = std::numeric_limits<double>::infinity();
+    return c;
+  }
+  c.max_abs_diff = a.numel() == 0 ? 0 : (a - b).abs().max().item<double>();
+  const double scale = b.numel() == 0 ? 0 : b.abs().max().item<double>();
+  c.tolerance = 1e-4 * scale + 1e-6;
+  c.ok = c.max_abs_diff <= c.tolerance;
+  return c;
+}
+
+std::string Bytes(int64_t b) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1);
+  if (b >= (int64_t{1} << 30))
+    o << double(b) / double(int64_t{1} << 30) << " GiB";
+  else if (b >= (int64_t{1} << 20))
+    o << double(b) / double(int64_t{1} << 20) << " MiB";
+  else if (b >= 1024)
+    o << double(b) / 1024.0 << " KiB";
+  else
+    o << b << " B";
+  return o.str();
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelPlanNames() {
+  static const std::vector<std::string> names = {"tp", "tp+sp"};
+  return names;
+}
+
+void ValidateModelRun(const ModelRunOptions& o) {
+  o.args.Validate();
+  const auto& names = ModelPlanNames();
+  if (std::find(names.begin(), names.end(), o.plan) == names.end()) {
+    if (o.plan == "fsdp" || o.plan == "fsdp+tp") {
+      throw InputError("plan",
+                       "'" + o.plan + "' (fully_shard) is not available yet; use tp or tp+sp");
+    }
+    throw InputError("plan", "'" + o.plan + "' is not one of tp, tp+sp");
+  }
+  if (!o.mesh.FindDim("tp").has_value()) {
+    throw InputError("names", "the plan shards over the mesh dim named 'tp'; " + o.mesh.ToString() +
+                                  " has none (e.g. --names tp)");
+  }
+  for (int64_t d = 0; d < o.mesh.ndim(); ++d) {
+    if (o.mesh.DimLabel(d) != "tp" && o.mesh.size(d) > 1) {
+      throw InputError("mesh", "plan " + o.plan + " uses the tp dim only, but " +
+                                   o.mesh.ToString() + " has dim " + o.mesh.DimLabel(d) +
+                                   " of size " + std::to_string(o.mesh.size(d)) +
+                                   " (data parallelism over it needs fully_shard)");
+    }
+  }
+  if (o.loss_parallel) {
+    throw InputError("loss-parallel", "loss parallelism is not available yet");
+  }
+}
+
+bool ModelReport::ok() const {
+  for (const TensorCheck& c : checks) {
+    if (!c.ok) return false;
+  }
+  return true;
+}
+
+ModelReport RunModel(const ModelRunOptions& o) {
+  ValidateModelRun(o);
+  ModelReport report;
+  report.options = o;
+  const DeviceMesh& mesh = o.mesh;
+  const DeviceMesh tp_mesh = mesh.Submesh({"tp"}, mesh.ranks().front());
+  std::shared_ptr<Collectives> coll(MakeLocalCollectives(mesh.size()));
+
+  const auto weights = LlamaWeights(o.args, o.dtype, o.meta);
+  std::shared_ptr<Transformer> sharded = BuildLlama(o.args, weights);
+  const bool sp = o.plan == "tp+sp";
+  ParallelizeModule(*sharded, tp_mesh, LlamaTensorParallelPlan(o.args, sp, o.loss_parallel), coll);
+
+  const at::Tensor tokens_full = LlamaTokens(o.args, o.meta);
+  const at::Tensor labels_full = LlamaLabels(o.args, o.meta);
+  Placements all_r(mesh.ndim(), Placement::Replicate());
+  const at::Tensor tokens =
+      DistributeTensor(tokens_full, mesh, all_r, std::nullopt, coll).to_local();
+  const at::Tensor labels =
+      DistributeTensor(labels_full, mesh, all_r, std::nullopt, coll).to_local();
+
+  Recorder recorder(sharded->name(), mesh);
+  at::Tensor logits, loss;
+  {
+    MemoryMeter meter;
+    meter.BeginWindow();
+    const auto start = std::chrono::steady_clock::now();
+    {
+      Observing observing(&recorder);
+      logits = (*sharded)(tokens);
+      loss = CrossEntropy(logits, labels);
+      if (o.backward) {
+        recorder.SetPhase(kBackward);
+        loss.backward();
+      }
+    }
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.peak_bytes = meter.Peaks(mesh.root().ranks());
+  }
+  report.modules = recorder.TakeNodes();
+  for (Module* m : AllModules(*sharded)) {
+    for (const auto& [pname, p] : m->OwnParameters()) {
+      const std::string fqn = (m->fqn().empty() ? "" : m->fqn() + ".") + pname;
+      if (o.backward) {
+        report.grad_placements.emplace_back(fqn,
+                                            p.grad().defined() ? PlacementsOf(p.grad()) : "none");
+      }
+    }
+  }
+  if (o.meta) return report;
+
+  const at::Tensor loss_value = GlobalValue(loss, "loss");
+  report.loss = loss_value.item<double>();
+  if (!o.check) return report;
+
+  // The same model on one device, with the same weights.
+  std::shared_ptr<Transformer> reference = BuildLlama(o.args, weights);
+  at::Tensor ref_logits = (*reference)(tokens_full);
+  at::Tensor ref_loss = CrossEntropy(ref_logits, labels_full);
+  if (o.backward) ref_loss.backward();
+  report.checks.push_back(Check("loss", loss_value, ref_loss.detach()));
+  report.checks.push_back(
+      Check("logits", GlobalValue(logits.detach(), "logits"), ref_logits.detach()));
+  if (o.backward) {
+    std::map<std::string, at::Tensor> ref_grads;
+    for (Module* m : AllModules(*reference)) {
+      for (const auto& [pname, p] : m->OwnParameters()) {
+        ref_grads[(m->fqn().empty() ? "" : m->fqn() + ".") + pname] = p.grad();
+      }
+    }
+    for (Module* m : AllModules(*sharded)) {
+      for (const auto& [pname, p] : m->OwnParameters()) {
+        const std::string fqn = (m->fqn().empty() ? "" : m->fqn() + ".") + pname;
+        if (!p.grad().defined()) {
+          report.checks.push_back(TensorCheck{"grad " + fqn + " (missing)", 0, 0, false});
+          continue;
+        }
+        report.checks.push_back(
+            Check("grad " + fqn, GlobalValue(p.grad(), "grad " + fqn), ref_grads.at(fqn)));
+      }
+    }
+  }
+  return report;
+}
+
+namespace {
+
+struct Totals {
+  std::map<std::string, int64_t> count[2];
+  int64_t bytes[2] = {0, 0};
+  double us[2] = {0, 0};
+};
+
+// Inclusive totals of every node (own events plus descendants').
+std::map<std::string, Totals> Inclusive(const ModelReport& r) {
+  std::map<std::string, const ModuleNode*> by_name;
+  for (const ModuleNode& n : r.modules) by_name[n.fqn] = &n;
+  std::map<std::string, Totals> out;
+  std::function<Totals(const ModuleNode&)> visit = [&](const ModuleNode& n) {
+    Totals t;
+    for (int ph = 0; ph < 2; ++ph) {
+      for (const CollectiveEvent& e : n.collectives[ph]) {
+        ++t.count[ph][std::string(ToString(e.kind))];
+        t.bytes[ph] += e.bytes_sent;
+        t.us[ph] += e.est_us;
+      }
+    }
+    for (const std::string& c : n.children) {
+      Totals ct = visit(*by_name.at(c));
+      for (int ph = 0; ph < 2; ++ph) {
+        for (const auto& [k, v] : ct.count[ph]) t.count[ph][k] += v;
+        t.bytes[ph] += ct.bytes[ph];
+        t.us[ph] += ct.us[ph];
+      }
+    }
+    out[n.fqn] = t;
+    return t;
+  };
+  visit(r.modules.front());
+  return out;
+}
+
+nlohmann::json EventJson(const CollectiveEvent& e) {
+  return {{"kind", std::string(ToString(e.kind))},
+          {"mesh_dim", e.mesh_dim},
+          {"groups", e.groups},
+          {"group_size", e.group_size},
+          {"bytes_sent_per_rank", e.bytes_sent},
+          {"bytes_received_per_rank", e.bytes_received},
+          {"est_us", e.est_us},
+          {"from", e.from},
+          {"to", e.to},
+          {"cause", e.cause},
+          {"implicit", e.implicit}};
+}
+
+}  // namespace
+
+nlohmann::json ReportToJson(const ModelReport& r) {
+  using nlohmann::json;
+  const auto totals = Inclusive(r);
+  std::map<std::string, const ModuleNode*> by_name;
+  for (const ModuleNode& n : r.modules) by_name[n.fqn] = &n;
+  const bool per_rank = r.peak_bytes.size() <= 64;
+  std::function<json(const ModuleNode&)> node = [&](const ModuleNode& n) {
+    json j;
+    j["fqn"] = n.fqn;
+    j["module_type"] = n.type;
+    j["parameters"] = json::array();
+    for (const auto& [name, p] : n.parameters) j["parameters"].push_back({name, p});
+    j["children"] = json::array();
+    for (const std::string& c : n.children) j["children"].push_back(node(*by_name.at(c)));
+    const Totals& t = totals.at(n.fqn);
+    const char* phase_names[2] = {"forward", "backward"};
+    for (int ph = 0; ph < 2; ++ph) {
+      json counts = json::array();
+      for (const auto& [k, v] : t.count[ph]) counts.push_back({k, v});
+      j[std::string("collectives_") + phase_names[ph]] = counts;
+      json opsj = json::array();
+      for (const OpRecord& op : n.operations[ph]) {
+        opsj.push_back({{"name", op.op}, {"placements", op.placements}, {"count", op.count}});
+      }
+      j[std::string("operations_") + phase_names[ph]] = opsj;
+      json events = json::array();
+      for (const CollectiveEvent& e : n.collectives[ph]) events.push_back(EventJson(e));
+      j[std::string("dtsim_collectives_") + phase_names[ph]] = events;
+      j[std::string("dtsim_bytes_") + phase_names[ph]] = t.bytes[ph];
+      j[std::string("dtsim_est_us_") + phase_names[ph]] = t.us[ph];
+    }
+    if (!n.forward_peak_bytes.empty()) {
+      const auto mx = std::max_element(n.forward_peak_bytes.begin(), n.forward_peak_bytes.end());
+      j["dtsim_forward_peak_bytes"] = {
+          {"max", *mx},
+          {"max_rank", mx - n.forward_peak_bytes.begin()},
+          {"min", *std::min_element(n.forward_peak_bytes.begin(), n.forward_peak_bytes.end())}};
+      if (per_rank) j["dtsim_forward_peak_bytes"]["per_rank"] = n.forward_peak_bytes;
+    }
+    return j;
+  };
+  json out;
+  const LlamaArgs& a = r.options.args;
+  out["model"] = {{"dim", a.dim},     {"heads", a.heads},      {"layers", a.layers},
+                  {"vocab", a.vocab}, {"ffn", a.ffn_hidden()}, {"seq", a.seq},
+                  {"batch", a.batch}};
+  out["mesh"] = r.options.mesh.ToString();
+  out["plan"] = r.options.plan;
+  out["backward"] = r.options.backward;
+  out["meta"] = r.options.meta;
+  out["tree"] = node(r.modules.front());
+  json grads = json::object();
+  for (const auto& [k, v] : r.grad_placements) grads[k] = v;
+  out["grad_placements"] = grads;
+  if (!r.peak_bytes.empty()) {
+    const auto mx = std::max_element(r.peak_bytes.begin(), r.peak_bytes.end());
+    out["peak_bytes"] = {{"max", *mx}, {"max_rank", mx - r.peak_bytes.begin()}};
+    if (per_rank) out["peak_bytes"]["per_rank"] = r.peak_bytes;
+  }
+  out["seconds"] = r.seconds;
+  if (r.loss) out["loss"] = *r.loss;
+  if (!r.checks.empty()) {
+    json checks = json::array();
+    for (const TensorCheck& c : r.checks) {
+      checks.push_back({{"name", c.name},
+                        {"max_abs_diff", c.max_abs_diff},
+                        {"tolerance", c.tolerance},
+                        {"ok", c.ok}});
+    }
+    out["checks"] = checks;
+    out["verdict"] = r.ok() ? "OK" : "WRONG";
+  }
+  return out;
+}
+
+std::string ReportToText(const ModelReport& r) {
+  const auto totals = Inclusive(r);
+  std::map<std::string, const ModuleNode*> by_name;
+  for (const ModuleNode& n : r.modules) by_name[n.fqn] = &n;
+  std::ostringstream o;
+  const LlamaArgs& a = r.options.args;
+  o << "model: Llama dim " << a.dim << ", " << a.heads << " heads, " << a.layers << " layers, ffn "
+    << a.ffn_hidden() << ", vocab " << a.vocab << ", seq " << a.seq << ", batch " << a.batch << "; "
+    << r.options.mesh.ToString() << "; plan " << r.options.plan
+    << (r.options.backward ? "; forward + backward" : "; forward")
+    << (r.options.meta ? "; meta" : "") << "\n";
+  auto counts = [](const std::map<std::string, int64_t>& c) {
+    std::string s;
+    for (const auto& [k, v] : c) s += (s.empty() ? "" : ", ") + k + " " + std::to_string(v);
+    return s.empty() ? std::string("none") : s;
+  };
+  std::function<void(const ModuleNode&)> visit = [&](const ModuleNode& n) {
+    const std::string pad(2 * n.depth, ' ');
+    const Totals& t = totals.at(n.fqn);
+    o << pad << n.fqn << (n.type.empty() ? "" : " (" + n.type + ")");
+    for (const auto& [name, p] : n.parameters) o << "  " << name << " " << p;
+    o << "\n";
+    o << pad << "  FORWARD  " << counts(t.count[0]) << " | " << Bytes(t.bytes[0]) << "/rank, "
+      << std::fixed << std::setprecision(1) << t.us[0] << " us";
+    if (!n.forward_peak_bytes.empty()) {
+      o << " | peak "
+        << Bytes(*std::max_element(n.forward_peak_bytes.begin(), n.forward_peak_bytes.end()))
+        << "/rank";
+    }
+    o << "\n";
+    if (r.options.backward) {
+      o << pad << "  BACKWARD " << counts(t.count[1]) << " | " << Bytes(t.bytes[1]) << "/rank, "
+        << t.us[1] << " us\n";
+    }
+    const char* phase_names[2] = {"fwd", "bwd"};
+    for (int ph = 0; ph < 2; ++ph) {
+      for (const CollectiveEvent& e : n.collectives[ph]) {
+        o << pad << "    " << phase_names[ph] << " " << ToString(e.kind) << " on " << e.mesh_dim
+          << " (" << e.groups << " x " << e.group_size << " ranks) " << Bytes(e.bytes_sent)
+          << " -> " << Bytes(e.bytes_received) << "/rank " << std::setprecision(1) << e.est_us
+          << " us  " << e.from << " -> " << e.to << "  " << (e.implicit ? "implicit, " : "")
+          << e.cause << "\n";
+      }
+      for (const OpRecord& op : n.operations[ph]) {
+        o << pad << "    " << phase_names[ph] << " op " << op.op << " " << op.placements
+          << (op.count > 1 ? " x" + std::to_string(op.count) : "") << "\n";
+      }
+    }
+    for (const std::string& c : n.children) visit(*by_name.at(c));
+  };
+  visit(r.modules.front());
+  if (!r.grad_placements.empty()) {
+    o << "gradient placements:";
+    for (const auto& [k, v] : r.grad_placements) o << " " << k << " " << v << ";";
+    o << "\n";
+  }
+  if (!r.peak_bytes.empty()) {
+    const auto mx = std::max_element(r.peak_bytes.begin(), r.peak_bytes.end());
+    o << "peak memory: " << Bytes(*mx) << " on rank " << (mx - r.peak_bytes.begin()) << "\n";
+  }
+  o << "time: " << std::setprecision(3) << r.seconds << " s simulated run\n";
+  if (r.loss) o << "loss: " << std::setprecision(6) << *r.loss << "\n";
+  if (!r.checks.empty()) {
+    int bad = 0;
+    for (const TensorCheck& c : r.checks) {
+      if (!c.ok) {
+        ++bad;
+        o << "  MISMATCH " << c.name << ": max |diff| " << std::scientific << c.max_abs_diff
+          << " > " << c.tolerance << std::fixed << "\n";
+      }
+    }
+    o << "verdict: " << (bad == 0 ? "OK" : "WRONG") << " (" << r.checks.size() - bad << "/"
+      << r.checks.size() << " tensors equal to the unsharded model's within 1e-4 x max|value|)\n";
+  }
+  return o.str();
+}
+
+}  // namespace model
+}  // namespace dtsim

@@ -1,0 +1,127 @@
+#include "dtsim/model/module.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include "dtsim/layout/error.h"
+
+namespace dtsim {
+namespace model {
+namespace {
+
+thread_local ModuleObserver* g_observer = nullptr;
+
+// The identity node upstream's full backward hooks put after a module's output
+// (BackwardHookFunction): its backward runs when the output's gradient has arrived, before the
+// module's own backward, and tells the observer.
+class ModuleBackwardBegins : public torch::autograd::Node {
+ public:
+  explicit ModuleBackwardBegins(Module* module) : module_(module) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    if (g_observer != nullptr) g_observer->OnBackwardBegin(*module_);
+    return std::move(grads);
+  }
+  std::string name() const override { return "dtsim::ModuleBackwardBegins"; }
+
+ private:
+  Module* module_;
+};
+
+// A new tensor aliasing `out` (no dispatch, no data) whose gradient passes through a
+// ModuleBackwardBegins node, so that nested modules returning the same tensor each get their own
+// node, outermost first in backward, as upstream's.
+at::Tensor WithBackwardHook(const at::Tensor& out, Module* module) {
+  auto node = c10::make_intrusive<ModuleBackwardBegins>(module);
+  node->set_next_edges({torch::autograd::impl::gradient_edge(out)});
+  c10::TensorImpl* impl = out.unsafeGetTensorImpl();
+  at::Tensor alias(
+      impl->shallow_copy_and_detach(impl->version_counter(), impl->allow_tensor_metadata_change()));
+  torch::autograd::set_history(alias, node);
+  return alias;
+}
+
+}  // namespace
+
+ModuleObserver* SetModuleObserver(ModuleObserver* observer) {
+  ModuleObserver* previous = g_observer;
+  g_observer = observer;
+  return previous;
+}
+
+at::Tensor Module::operator()(const at::Tensor& input) {
+  if (g_observer != nullptr) g_observer->OnForwardBegin(*this);
+  at::Tensor x = input;
+  for (const ForwardPreHook& hook : pre_hooks_) x = hook(*this, x);
+  at::Tensor out = Forward(x);
+  for (const ForwardHook& hook : hooks_) out = hook(*this, x, out);
+  if (g_observer != nullptr) {
+    g_observer->OnForwardEnd(*this);
+    if (out.defined() && out.requires_grad()) out = WithBackwardHook(out, this);
+  }
+  return out;
+}
+
+const at::Tensor& Module::Param(const std::string& name) const {
+  const at::Tensor* p = parameters_.find(name);
+  if (p == nullptr) throw InputError("parameter", fqn_ + " has no parameter " + name);
+  return *p;
+}
+
+void Module::ReplaceParameter(const std::string& name, const at::Tensor& value) {
+  at::Tensor* p = parameters_.find(name);
+  if (p == nullptr) throw InputError("parameter", fqn_ + " has no parameter " + name);
+  at::Tensor leaf = value.detach();
+  leaf.set_requires_grad(true);
+  *p = leaf;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Module::OwnParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : parameters_) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::Children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& item : named_children()) {
+    if (auto m = std::dynamic_pointer_cast<Module>(item.value())) out.emplace_back(item.key(), m);
+  }
+  return out;
+}
+
+namespace {
+void Collect(Module& m, std::vector<Module*>& out) {
+  out.push_back(&m);
+  for (const auto& child : m.Children()) Collect(*child.second, out);
+}
+}  // namespace
+
+void AssignNames(Module& root) {
+  std::function<void(Module&, const std::string&)> name = [&](Module& m, const std::string& fqn) {
+    m.fqn_ = fqn;
+    for (const auto& [child_name, child] : m.Children()) {
+      name(*child, fqn.empty() ? child_name : fqn + "." + child_name);
+    }
+  };
+  name(root, "");
+}
+
+std::vector<Module*> AllModules(Module& root) {
+  std::vector<Module*> out;
+  Collect(root, out);
+  return out;
+}
+
+Module* FindModule(Module& root, const std::string& fqn) {
+  for (Module* m : AllModules(root)) {
+    if (m->fqn() == fqn) return m;
+  }
+  return nullptr;
+}
+
+at::Tensor ModuleDict::Forward(const at::Tensor&) {
+  throw InputError("module", "a ModuleDict (" + fqn() + ") is a container and cannot be called");
+}
+
+}  // namespace model
+}  // namespace dtsim
