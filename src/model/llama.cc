@@ -60,8 +60,11 @@ at::Tensor Attention::Forward(const at::Tensor& x) {
   at::Tensor xq = heads(q);
   at::Tensor xk = heads(k);
   at::Tensor xv = heads(v);
-  at::Tensor o = at::scaled_dot_product_attention(xq, xk, xv, std::nullopt, 0.0,
-                                                  /*is_causal=*/true);
+  // The kernel at::scaled_dot_product_attention picks on CPU for these inputs, called directly so
+  // that metadata-only runs (Meta shards, where the dispatcher would pick the math path) take the
+  // same path and allocate the same buffers.
+  at::Tensor o = std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(xq, xk, xv, 0.0,
+                                                                             /*is_causal=*/true));
   o = o.transpose(1, 2).contiguous().view({bs, seqlen, -1});
   return (*wo_)(o);
 }

@@ -11,6 +11,7 @@
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/core/dtensor.h"
 #include "dtsim/layout/error.h"
+#include "dtsim/model/fully_shard.h"
 #include "dtsim/ops/dtensor_tensor.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
@@ -101,6 +102,19 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
       }
     }
     ops.push_back(OpRecord{e.op, text, 1});
+  }
+
+  void OnCollective(const ops::CollectiveCall& call) override {
+    CollectiveEvent ev;
+    ev.kind = call.kind;
+    ev.mesh_dim = call.mesh_dim;
+    ev.groups = call.groups;
+    ev.group_size = call.group_size;
+    ev.bytes_sent = call.bytes_sent;
+    ev.bytes_received = call.bytes_received;
+    ev.est_us = call.est_us;
+    ev.cause = call.cause;
+    Current().collectives[phase_].push_back(std::move(ev));
   }
 
   void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
@@ -209,7 +223,7 @@ std::string Bytes(int64_t b) {
 }  // namespace
 
 const std::vector<std::string>& ModelPlanNames() {
-  static const std::vector<std::string> names = {"tp", "tp+sp"};
+  static const std::vector<std::string> names = {"tp", "tp+sp", "fsdp", "fsdp+tp"};
   return names;
 }
 
@@ -217,22 +231,61 @@ void ValidateModelRun(const ModelRunOptions& o) {
   o.args.Validate();
   const auto& names = ModelPlanNames();
   if (std::find(names.begin(), names.end(), o.plan) == names.end()) {
-    if (o.plan == "fsdp" || o.plan == "fsdp+tp") {
-      throw InputError("plan",
-                       "'" + o.plan + "' (fully_shard) is not available yet; use tp or tp+sp");
-    }
-    throw InputError("plan", "'" + o.plan + "' is not one of tp, tp+sp");
+    throw InputError("plan", "'" + o.plan + "' is not one of tp, tp+sp, fsdp, fsdp+tp");
   }
-  if (!o.mesh.FindDim("tp").has_value()) {
-    throw InputError("names", "the plan shards over the mesh dim named 'tp'; " + o.mesh.ToString() +
-                                  " has none (e.g. --names tp)");
+  const bool uses_tp = o.plan != "fsdp";
+  const bool uses_dp = o.plan.rfind("fsdp", 0) == 0;
+  if (uses_tp && !o.mesh.FindDim("tp").has_value()) {
+    throw InputError("names", "plan " + o.plan + " shards over the mesh dim named 'tp'; " +
+                                  o.mesh.ToString() + " has none (e.g. --names tp)");
+  }
+  if (uses_dp && !o.mesh.FindDim("dp").has_value()) {
+    throw InputError("names", "plan " + o.plan +
+                                  " shards parameters over the mesh dim named 'dp'; " +
+                                  o.mesh.ToString() + " has none (e.g. --mesh 2x4 --names dp,tp)");
   }
   for (int64_t d = 0; d < o.mesh.ndim(); ++d) {
-    if (o.mesh.DimLabel(d) != "tp" && o.mesh.size(d) > 1) {
-      throw InputError("mesh", "plan " + o.plan + " uses the tp dim only, but " +
-                                   o.mesh.ToString() + " has dim " + o.mesh.DimLabel(d) +
-                                   " of size " + std::to_string(o.mesh.size(d)) +
-                                   " (data parallelism over it needs fully_shard)");
+    const std::string label = o.mesh.DimLabel(d);
+    const bool used = (label == "tp" && uses_tp) || (label == "dp" && uses_dp);
+    if (!used && o.mesh.size(d) > 1) {
+      throw InputError(
+          "mesh", "plan " + o.plan + " does not use mesh dim " + label + " of size " +
+                      std::to_string(o.mesh.size(d)) + " in " + o.mesh.ToString() +
+                      (label == "dp" ? " (data parallelism needs --plan fsdp or fsdp+tp)" : ""));
+    }
+  }
+  if (uses_tp) {
+    // Every tp rank's rows of wq/wk/wv (torch.chunk of heads · head_dim) must be whole heads: the
+    // attention views its local projection as (batch, seq, -1, head_dim), as upstream's does.
+    const int64_t tp = o.mesh.size(*o.mesh.FindDim("tp"));
+    const int64_t rows = o.args.heads * o.args.head_dim();
+    const int64_t full = (rows + tp - 1) / tp;
+    for (int64_t r = 0; r < tp; ++r) {
+      const int64_t mine = std::max<int64_t>(0, std::min(rows, (r + 1) * full) - r * full);
+      if (mine % o.args.head_dim() != 0) {
+        throw InputError("heads", std::to_string(o.args.heads) + " heads of " +
+                                      std::to_string(o.args.head_dim()) + " over tp " +
+                                      std::to_string(tp) + " give tp rank " + std::to_string(r) +
+                                      " " + std::to_string(mine) + " rows of wq, not whole heads");
+      }
+    }
+  }
+  const bool sp = o.plan == "tp+sp" || o.plan == "fsdp+tp";
+  if (sp) {
+    const int64_t tp = o.mesh.size(*o.mesh.FindDim("tp"));
+    if (o.args.seq % tp != 0) {
+      throw InputError("seq", "sequence parallelism splits seq " + std::to_string(o.args.seq) +
+                                  " over tp " + std::to_string(tp) +
+                                  ": it must divide evenly (upstream's SequenceParallel takes "
+                                  "local inputs as even shards)");
+    }
+  }
+  if (uses_dp) {
+    const int64_t dp = o.mesh.size(*o.mesh.FindDim("dp"));
+    if (o.args.batch % dp != 0) {
+      throw InputError("batch", "batch " + std::to_string(o.args.batch) +
+                                    " does not split evenly over the " + std::to_string(dp) +
+                                    " dp ranks (each rank's batch is batch / dp)");
     }
   }
   if (o.loss_parallel) {
@@ -252,21 +305,65 @@ ModelReport RunModel(const ModelRunOptions& o) {
   ModelReport report;
   report.options = o;
   const DeviceMesh& mesh = o.mesh;
-  const DeviceMesh tp_mesh = mesh.Submesh({"tp"}, mesh.ranks().front());
   std::shared_ptr<Collectives> coll(MakeLocalCollectives(mesh.size()));
+  const bool uses_tp = o.plan != "fsdp";
+  const bool uses_dp = o.plan.rfind("fsdp", 0) == 0;
+  const std::optional<int64_t> dp_dim = uses_dp ? mesh.FindDim("dp") : std::nullopt;
 
   const auto weights = LlamaWeights(o.args, o.dtype, o.meta);
   std::shared_ptr<Transformer> sharded = BuildLlama(o.args, weights);
-  const bool sp = o.plan == "tp+sp";
-  ParallelizeModule(*sharded, tp_mesh, LlamaTensorParallelPlan(o.args, sp, o.loss_parallel), coll);
+  if (uses_tp) {
+    const DeviceMesh tp_mesh = mesh.Submesh({"tp"}, mesh.ranks().front());
+    const bool sp = o.plan == "tp+sp" || o.plan == "fsdp+tp";
+    ParallelizeModule(*sharded, tp_mesh, LlamaTensorParallelPlan(o.args, sp, o.loss_parallel),
+                      coll);
+  }
+  if (uses_dp) {
+    // torchtitan's order: every block, then the root (FSDP2's defaults: the root keeps its
+    // parameters unsharded between forward and backward, the blocks reshard).
+    const DeviceMesh dp_mesh = mesh.Submesh({"dp"}, mesh.ranks().front());
+    for (int64_t i = 0; i < o.args.layers; ++i) {
+      FullyShard(*FindModule(*sharded, "layers." + std::to_string(i)), dp_mesh, coll);
+    }
+    FullyShard(*sharded, dp_mesh, coll);
+  }
+
+  // Parameters no plan distributed (the norms of plan tp): every rank holds its own copy, as a
+  // LocalTensor of the world (so that each rank's memory counts it, and metadata runs mix it with
+  // the activations as data runs do).
+  {
+    Placements all_r(mesh.ndim(), Placement::Replicate());
+    for (Module* m : AllModules(*sharded)) {
+      for (const auto& [pname, p] : m->OwnParameters()) {
+        if (ops::IsDTensor(p) || IsLocalTensor(p)) continue;
+        m->ReplaceParameter(
+            pname, DistributeTensor(p.detach(), mesh, all_r, std::nullopt, coll).to_local());
+      }
+    }
+  }
+  report.param_bytes.assign(mesh.root().size(), 0);
+  for (Module* m : AllModules(*sharded)) {
+    for (const auto& [pname, p] : m->OwnParameters()) {
+      const at::Tensor local = ops::IsDTensor(p) ? ops::GetDTensor(p).to_local() : p;
+      const std::vector<int64_t> ranks = LocalRanks(local);
+      const std::vector<at::Tensor> shards = LocalShards(local);
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        report.param_bytes.at(ranks[i]) += shards[i].numel() * shards[i].element_size();
+      }
+    }
+  }
+  if (o.tamper) o.tamper(*sharded);
 
   const at::Tensor tokens_full = LlamaTokens(o.args, o.meta);
   const at::Tensor labels_full = LlamaLabels(o.args, o.meta);
-  Placements all_r(mesh.ndim(), Placement::Replicate());
+  // The batch: split over dp (each dp rank its own rows, as a data loader gives them), the same
+  // on every tp rank.
+  Placements batch_layout(mesh.ndim(), Placement::Replicate());
+  if (dp_dim) batch_layout[*dp_dim] = Placement::Shard(0);
   const at::Tensor tokens =
-      DistributeTensor(tokens_full, mesh, all_r, std::nullopt, coll).to_local();
+      DistributeTensor(tokens_full, mesh, batch_layout, std::nullopt, coll).to_local();
   const at::Tensor labels =
-      DistributeTensor(labels_full, mesh, all_r, std::nullopt, coll).to_local();
+      DistributeTensor(labels_full, mesh, batch_layout, std::nullopt, coll).to_local();
 
   Recorder recorder(sharded->name(), mesh);
   at::Tensor logits, loss;
@@ -299,18 +396,61 @@ ModelReport RunModel(const ModelRunOptions& o) {
   }
   if (o.meta) return report;
 
-  const at::Tensor loss_value = GlobalValue(loss, "loss");
-  report.loss = loss_value.item<double>();
+  // Each dp rank's loss is the mean over its own rows; the reported loss is their mean (what the
+  // averaged gradients are the gradient of). Without dp every rank's loss is the same.
+  const int64_t dp = dp_dim ? mesh.size(*dp_dim) : 1;
+  auto dp_coord = [&](int64_t rank) { return dp_dim ? mesh.GetCoordinate(rank)[*dp_dim] : 0; };
+  auto rows_of = [&](int64_t c) {
+    const int64_t full = (o.args.batch + dp - 1) / dp;
+    const int64_t start = std::min(o.args.batch, c * full);
+    return std::make_pair(start, std::min(o.args.batch, start + full) - start);
+  };
+  if (!dp_dim) {
+    report.loss = GlobalValue(loss.detach(), "loss").item<double>();
+  } else {
+    double sum = 0;
+    for (int64_t c = 0; c < dp; ++c) {
+      for (int64_t r : mesh.ranks()) {
+        if (dp_coord(r) != c) continue;
+        sum += LocalShard(loss.detach(), r).item<double>();
+        break;
+      }
+    }
+    report.loss = sum / static_cast<double>(dp);
+  }
   if (!o.check) return report;
 
-  // The same model on one device, with the same weights.
+  // The same model on one device, with the same weights, its loss averaged over the same rows.
   std::shared_ptr<Transformer> reference = BuildLlama(o.args, weights);
   at::Tensor ref_logits = (*reference)(tokens_full);
-  at::Tensor ref_loss = CrossEntropy(ref_logits, labels_full);
+  std::vector<at::Tensor> chunk_losses;
+  for (int64_t c = 0; c < dp; ++c) {
+    const auto [start, n] = rows_of(c);
+    chunk_losses.push_back(
+        CrossEntropy(ref_logits.narrow(0, start, n), labels_full.narrow(0, start, n)));
+  }
+  at::Tensor ref_loss = at::stack(chunk_losses).mean();
   if (o.backward) ref_loss.backward();
-  report.checks.push_back(Check("loss", loss_value, ref_loss.detach()));
   report.checks.push_back(
-      Check("logits", GlobalValue(logits.detach(), "logits"), ref_logits.detach()));
+      Check("loss", at::scalar_tensor(*report.loss, at::kDouble), ref_loss.detach()));
+  {
+    // Every rank's logits against the reference's rows of its dp coordinate.
+    at::Tensor got = logits.detach();
+    if (auto dt = ops::FindDTensor(got)) got = dt->FullTensor();
+    TensorCheck worst{"logits", 0, 0, true};
+    for (int64_t r : mesh.ranks()) {
+      const auto [start, n] = rows_of(dp_coord(r));
+      const at::Tensor mine = IsLocalTensor(got) ? LocalShard(got, r) : got;
+      TensorCheck c = Check("logits", mine, ref_logits.detach().narrow(0, start, n));
+      if (!c.ok) {
+        worst = c;
+        worst.name = "logits (rank " + std::to_string(r) + ")";
+        break;
+      }
+      if (c.max_abs_diff >= worst.max_abs_diff) worst = c;
+    }
+    report.checks.push_back(worst);
+  }
   if (o.backward) {
     std::map<std::string, at::Tensor> ref_grads;
     for (Module* m : AllModules(*reference)) {

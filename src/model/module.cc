@@ -11,36 +11,31 @@ namespace {
 
 thread_local ModuleObserver* g_observer = nullptr;
 
-// The identity node upstream's full backward hooks put after a module's output
-// (BackwardHookFunction): its backward runs when the output's gradient has arrived, before the
-// module's own backward, and tells the observer.
-class ModuleBackwardBegins : public torch::autograd::Node {
+// An identity node: its backward runs `hook` when the gradient has arrived.
+class BackwardHookNode : public torch::autograd::Node {
  public:
-  explicit ModuleBackwardBegins(Module* module) : module_(module) {}
+  explicit BackwardHookNode(std::function<void()> hook) : hook_(std::move(hook)) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    if (g_observer != nullptr) g_observer->OnBackwardBegin(*module_);
+    hook_();
     return std::move(grads);
   }
-  std::string name() const override { return "dtsim::ModuleBackwardBegins"; }
+  std::string name() const override { return "dtsim::BackwardHook"; }
 
  private:
-  Module* module_;
+  std::function<void()> hook_;
 };
 
-// A new tensor aliasing `out` (no dispatch, no data) whose gradient passes through a
-// ModuleBackwardBegins node, so that nested modules returning the same tensor each get their own
-// node, outermost first in backward, as upstream's.
-at::Tensor WithBackwardHook(const at::Tensor& out, Module* module) {
-  auto node = c10::make_intrusive<ModuleBackwardBegins>(module);
-  node->set_next_edges({torch::autograd::impl::gradient_edge(out)});
-  c10::TensorImpl* impl = out.unsafeGetTensorImpl();
+}  // namespace
+
+at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook) {
+  auto node = c10::make_intrusive<BackwardHookNode>(std::move(hook));
+  node->set_next_edges({torch::autograd::impl::gradient_edge(t)});
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   at::Tensor alias(
       impl->shallow_copy_and_detach(impl->version_counter(), impl->allow_tensor_metadata_change()));
   torch::autograd::set_history(alias, node);
   return alias;
 }
-
-}  // namespace
 
 ModuleObserver* SetModuleObserver(ModuleObserver* observer) {
   ModuleObserver* previous = g_observer;
@@ -56,7 +51,13 @@ at::Tensor Module::operator()(const at::Tensor& input) {
   for (const ForwardHook& hook : hooks_) out = hook(*this, x, out);
   if (g_observer != nullptr) {
     g_observer->OnForwardEnd(*this);
-    if (out.defined() && out.requires_grad()) out = WithBackwardHook(out, this);
+    // Each module gets its own node, so that nested modules returning the same tensor are entered
+    // outermost first in backward, as upstream's full backward pre-hooks are.
+    if (out.defined() && out.requires_grad()) {
+      out = WithBackwardHook(out, [this] {
+        if (g_observer != nullptr) g_observer->OnBackwardBegin(*this);
+      });
+    }
   }
   return out;
 }
@@ -73,6 +74,14 @@ void Module::ReplaceParameter(const std::string& name, const at::Tensor& value) 
   at::Tensor leaf = value.detach();
   leaf.set_requires_grad(true);
   *p = leaf;
+}
+
+at::Tensor Module::SwapParameter(const std::string& name, const at::Tensor& value) {
+  at::Tensor* p = parameters_.find(name);
+  if (p == nullptr) throw InputError("parameter", fqn_ + " has no parameter " + name);
+  at::Tensor previous = *p;
+  *p = value;
+  return previous;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Module::OwnParameters() const {

@@ -15,6 +15,7 @@
 #include "dtsim/layout/transition.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/memory_meter.h"
 
 namespace dtsim {
 namespace ops {
@@ -164,22 +165,28 @@ std::optional<at::Tensor> MaskedEmbedding(const DeviceMesh& mesh, Collectives& c
   if (!masked) return std::nullopt;
   const DTensorSpec spec = DTensorSpec::Create(mesh, weight, shape);
   MeshView view(mesh);
-  return coll.MapShards(
-      std::vector<at::Tensor>{weight_local, indices_local},
-      [&](int64_t rank, const std::vector<at::Tensor>& s) {
-        const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
-        const int64_t lo = layout.global_offset[0];
-        const int64_t hi = lo + layout.local_shape[0];
-        if (hi == lo) {  // an empty shard of the vocabulary (uneven): contributes nothing
-          std::vector<int64_t> sizes = s[1].sizes().vec();
-          sizes.push_back(s[0].size(1));
-          return at::zeros(sizes, s[0].options());
-        }
-        const at::Tensor outside = s[1].lt(lo).logical_or(s[1].ge(hi));
-        const at::Tensor local_idx = (s[1] - lo).masked_fill(outside, 0);
-        at::Tensor out = at::embedding(s[0], local_idx);
-        return out.masked_fill(outside.unsqueeze(-1), 0);
-      });
+  return coll.MapShards(std::vector<at::Tensor>{weight_local, indices_local},
+                        [&](int64_t rank, const std::vector<at::Tensor>& s) {
+                          // One operator on this rank: its masks are workspace, its output is
+                          // what counts (as a metadata run, which computes the shape only).
+                          OpBoundaryScope boundary(rank);
+                          const RankLayout layout = spec.LayoutAt(view.Coordinate(rank));
+                          const int64_t lo = layout.global_offset[0];
+                          const int64_t hi = lo + layout.local_shape[0];
+                          if (hi == lo || s[0].is_meta()) {
+                            // An empty shard of the vocabulary (uneven) contributes nothing;
+                            // metadata-only shards need only the shape (index_select has no meta
+                            // kernel).
+                            std::vector<int64_t> sizes = s[1].sizes().vec();
+                            sizes.push_back(s[0].size(1));
+                            return s[0].is_meta() ? at::empty(sizes, s[0].options())
+                                                  : at::zeros(sizes, s[0].options());
+                          }
+                          const at::Tensor outside = s[1].lt(lo).logical_or(s[1].ge(hi));
+                          const at::Tensor local_idx = (s[1] - lo).masked_fill(outside, 0);
+                          at::Tensor out = at::embedding(s[0], local_idx);
+                          return out.masked_fill(outside.unsqueeze(-1), 0);
+                        });
 }
 
 // Upstream's argminmax_handler (torch/distributed/tensor/_nonlinear_redux.py) for argmax /

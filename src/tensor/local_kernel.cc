@@ -263,7 +263,8 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       default_gen.set_state(g.get_state());
     }
     {
-      RankScope scope(rank);  // what the op allocates is this rank's (MemoryMeter)
+      RankScope scope(rank);           // what the op allocates is this rank's (MemoryMeter)
+      OpBoundaryScope boundary(rank);  // its peak counted at the op's end (no workspace)
       // Copy-on-write: a written shard that shares its storage with other ranks' replicas gets its
       // own copy first (the other ranks keep theirs). c10 would copy on the first write too, but
       // not on every path (an out= op that resizes a shared storage trips an internal assert), so
@@ -397,15 +398,19 @@ void RegisterOp(Registry& reg, const c10::OperatorName& name) {
   if (!handle || !handle->hasSchema()) return;
   if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
     return;  // c10d::* and our own
-  // As for a CPU tensor (and upstream's LocalTensor, a Python subclass seen below autograd), an op
-  // that decomposes (CompositeImplicitAutograd, no CPU kernel) gets no kernel here: it decomposes
-  // at AutogradPrivateUse1, recording autograd for LocalTensors that require grad (activations of
-  // a model under use_local_output), and its parts reach the per-rank kernel.
+  // As for a CPU tensor (and upstream's LocalTensor, a Python subclass seen below autograd), an
+  // ATen op that decomposes (CompositeImplicitAutograd, no CPU kernel) gets no kernel here: it
+  // decomposes at AutogradPrivateUse1, recording autograd for LocalTensors that require grad
+  // (activations of a model under use_local_output), and its parts reach the per-rank kernel.
+  // Operators of other libraries keep the per-rank kernel whole: their C++ bodies may read sizes,
+  // which a LocalTensor with uneven shards cannot give.
   const bool cpu_kernel =
       handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
       handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
       handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
-  if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) && !cpu_kernel)
+  const bool aten = name.name.rfind("aten::", 0) == 0 || name.name.rfind("prims::", 0) == 0;
+  if (aten && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+      !cpu_kernel)
     return;
   reg.handles.push_back(d.registerImpl(name, c10::DispatchKey::PrivateUse1,
                                        c10::KernelFunction::makeFromBoxedFunction<&LocalKernel>(),
@@ -449,6 +454,7 @@ void EnsureLocalTensorDispatch() {
     // The listener is first called for every existing op (already registered above: skipped as
     // having a PrivateUse1 kernel), then for every op defined later.
     reg.handles.push_back(d.addRegistrationListener(std::make_unique<LateOpListener>()));
+    EnsureMetaKernels();
   });
   FlushPending();
 }

@@ -168,6 +168,8 @@ int64_t SymIntForRank(const c10::SymInt& s, int64_t rank);
 c10::SymInt PerRankSymInt(const std::vector<int64_t>& ranks, std::vector<int64_t> values);
 // Registers the per-rank kernel with the dispatcher once; idempotent and thread-safe.
 void EnsureLocalTensorDispatch();
+// Registers the shape-only kernels metadata runs need and LibTorch lacks in C++ (meta_kernels.cc).
+void EnsureMetaKernels();
 
 }  // namespace internal
 }  // namespace dtsim

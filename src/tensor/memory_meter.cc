@@ -25,6 +25,7 @@ namespace dtsim {
 namespace {
 
 thread_local int64_t g_rank_scope = -1;
+thread_local int g_boundary_depth = 0;  // OpBoundaryScope nesting on this thread
 
 constexpr uint8_t kAllocatorPriority = 2;  // as EnableCachingCpuAllocator
 
@@ -32,6 +33,7 @@ constexpr uint8_t kAllocatorPriority = 2;  // as EnableCachingCpuAllocator
 
 RankScope::RankScope(int64_t rank) : saved_(g_rank_scope) { g_rank_scope = rank; }
 RankScope::~RankScope() { g_rank_scope = saved_; }
+
 int64_t CurrentRankScope() { return g_rank_scope; }
 
 struct MemoryMeter::State {
@@ -68,6 +70,13 @@ struct MemoryMeter::State {
     Counter& c = At(rank);
     Purge(c);
     c.live += bytes;
+    if (g_boundary_depth == 0) c.peak = std::max(c.peak, c.live);
+  }
+  // The end of an operator: its outputs count toward the peak, its freed workspace does not.
+  void Settle(int64_t rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    Counter& c = At(rank);
+    Purge(c);
     c.peak = std::max(c.peak, c.live);
   }
   void Sub(int64_t rank, int64_t bytes) {
@@ -296,6 +305,13 @@ void MemoryMeter::ChargeReplica(int64_t rank, const at::Tensor& replica) {
   c.replicas.push_back({storage.getWeakStorageImpl(), bytes});
   c.live += bytes;
   c.peak = std::max(c.peak, c.live);
+}
+
+OpBoundaryScope::OpBoundaryScope(int64_t rank) : rank_(rank) { ++g_boundary_depth; }
+OpBoundaryScope::~OpBoundaryScope() {
+  if (--g_boundary_depth != 0 || rank_ < 0) return;
+  std::lock_guard<std::mutex> lock(g_meter_mu);
+  if (MemoryMeter::State* s = g_state.load(std::memory_order_acquire)) s->Settle(rank_);
 }
 
 }  // namespace dtsim

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -35,6 +36,8 @@ struct ModelRunOptions {
   bool meta = false;  // meta tensors: shapes, collectives and memory, no values, no check
   bool check = true;  // compare with the unsharded model (data runs)
   at::ScalarType dtype = at::kFloat;
+  // Called on the parallelized model before it runs (tests corrupt a shard with it).
+  std::function<void(Transformer&)> tamper;
 };
 
 // The plan names `dtsim model --plan` accepts, and a check of an options set (InputError naming the
@@ -84,9 +87,10 @@ struct ModelReport {
   std::vector<ModuleNode> modules;  // Global first, then modules in the order first called
   std::vector<std::pair<std::string, std::string>> grad_placements;  // param fqn → placements
   std::vector<int64_t> peak_bytes;                                   // per rank, whole run
-  double seconds = 0;                                                // wall time of the sharded run
-  std::optional<double> loss;                                        // data runs
-  std::vector<TensorCheck> checks;                                   // data runs with check
+  std::vector<int64_t> param_bytes;  // per rank: the bytes of its parameter shards
+  double seconds = 0;                // wall time of the sharded run
+  std::optional<double> loss;        // data runs
+  std::vector<TensorCheck> checks;   // data runs with check
   bool ok() const;
 };
 

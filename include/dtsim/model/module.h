@@ -20,6 +20,7 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,7 +54,10 @@ class Module : public torch::nn::Module {
 
   at::Tensor operator()(const at::Tensor& input);
 
-  void RegisterForwardPreHook(ForwardPreHook hook) { pre_hooks_.push_back(std::move(hook)); }
+  // `prepend`: run before the hooks registered so far (upstream's prepend=True; fully_shard's).
+  void RegisterForwardPreHook(ForwardPreHook hook, bool prepend = false) {
+    pre_hooks_.insert(prepend ? pre_hooks_.begin() : pre_hooks_.end(), std::move(hook));
+  }
   void RegisterForwardHook(ForwardHook hook) { hooks_.push_back(std::move(hook)); }
 
   // The fully qualified name ("layers.0.attention.wq"; "" for the root), set by AssignNames.
@@ -62,6 +66,11 @@ class Module : public torch::nn::Module {
   const at::Tensor& Param(const std::string& name) const;
   // Replaces the parameter `name` by `value` (made a leaf that requires grad).
   void ReplaceParameter(const std::string& name, const at::Tensor& value);
+  // Sets parameter `name` to `value` as it is (a non-leaf computed from a sharded parameter, as
+  // fully_shard's unsharded parameters are) and returns the previous value.
+  at::Tensor SwapParameter(const std::string& name, const at::Tensor& value);
+  // State that a parallelization attaches to this module (fully_shard's unit), by key.
+  std::shared_ptr<void>& Attachment(const std::string& key) { return attachments_[key]; }
   // This module's own parameters (not its children's), in registration order.
   std::vector<std::pair<std::string, at::Tensor>> OwnParameters() const;
   // This module's direct children that are dtsim modules, in registration order.
@@ -75,7 +84,13 @@ class Module : public torch::nn::Module {
   std::string fqn_;
   std::vector<ForwardPreHook> pre_hooks_;
   std::vector<ForwardHook> hooks_;
+  std::map<std::string, std::shared_ptr<void>> attachments_;
 };
+
+// A tensor aliasing `t` (no data copied, nothing dispatched) whose gradient passes through a node
+// that calls `hook` when it arrives, before the gradient flows on: upstream's BackwardHookFunction
+// and FSDP's pre-backward hook. `t` must require grad.
+at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook);
 
 // Sets every module's fqn below `root` (dot-joined child names; the root's is "").
 void AssignNames(Module& root);

@@ -45,6 +45,22 @@ class RankScope {
   int64_t saved_;
 };
 
+// One operator's run on one rank: while the scope lives, allocations count toward `rank`'s live
+// bytes but its peak is taken when the scope ends, so workspace an operator allocates and frees
+// before returning (a CPU kernel's per-thread buffers, say) is not counted as a peak — a metadata
+// run, whose kernels have none, gives the same figures, and a device's workspace is its own matter.
+// LocalTensor's per-rank kernel runs every op in one.
+class OpBoundaryScope {
+ public:
+  explicit OpBoundaryScope(int64_t rank);
+  ~OpBoundaryScope();
+  OpBoundaryScope(const OpBoundaryScope&) = delete;
+  OpBoundaryScope& operator=(const OpBoundaryScope&) = delete;
+
+ private:
+  int64_t rank_;
+};
+
 // The rank allocations are attributed to now (-1 outside any RankScope).
 int64_t CurrentRankScope();
 

@@ -1,0 +1,414 @@
+#include "dtsim/model/fully_shard.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <map>
+#include <set>
+
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/redistribute.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/planner.h"
+#include "dtsim/ops/dtensor_autograd.h"
+#include "dtsim/ops/dtensor_tensor.h"
+
+namespace dtsim {
+namespace model {
+namespace {
+
+constexpr const char* kUnitKey = "fully_shard";
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One parameter of a unit.
+struct ManagedParam {
+  Module* owner = nullptr;
+  std::string name;
+  std::string fqn;
+  at::Tensor sharded;  // the leaf: a DTensor sharded S(0) over dp (and its tp placements)
+  // The unsharded form the module computes with: a DTensor on the tp mesh, or a plain tensor.
+  std::optional<DeviceMesh> tp_mesh;
+  Placements tp_placements;
+  std::vector<int64_t> tp_shape;  // global shape of the tp DTensor (or of the plain tensor)
+  // Per held rank: dim-0 rows of the unsharded (tp-local) tensor, and the other dims.
+  std::map<int64_t, std::vector<int64_t>> unsharded_shape;
+};
+
+struct Unit;
+
+// What the units of one model share (upstream's comm context).
+struct Context {
+  std::vector<Unit*> post_forward_order;
+  Unit* root = nullptr;
+};
+
+struct Unit {
+  Module* module = nullptr;
+  std::string fqn;
+  DeviceMesh dp_mesh = DeviceMesh::Create({1});
+  int64_t dp = 1;
+  int64_t dp_root_dim = 0;
+  GroupSet groups;
+  std::shared_ptr<Collectives> coll;
+  std::optional<bool> reshard_option;
+  std::vector<ManagedParam> params;
+  std::shared_ptr<Context> ctx;
+  bool unsharded = false;    // the group's unsharded parameters are (logically) present
+  bool in_backward = false;  // pre-backward ran since the last forward
+  std::vector<size_t> post_forward_indices;
+
+  bool is_root() const { return ctx->root == this; }
+  bool reshard_after_forward() const { return reshard_option.value_or(!is_root()); }
+  std::string label() const { return fqn.empty() ? module->name() : fqn; }
+};
+
+// The dp coordinate of a global rank.
+int64_t DpCoordinate(const Unit& u, int64_t rank) {
+  return u.dp_mesh.root().GetCoordinate(rank).at(u.dp_root_dim);
+}
+
+// Rows of chunk `c` of `rows` split over `n` as torch.chunk does.
+int64_t ChunkRows(int64_t rows, int64_t n, int64_t c) {
+  const int64_t full = CeilDiv(rows, n);
+  return std::max<int64_t>(0, std::min(rows, (c + 1) * full) - c * full);
+}
+
+int64_t RestNumel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_received,
+          const std::string& cause) {
+  ops::OpObserver* observer = ops::CurrentOpObserver();
+  if (observer == nullptr || u.dp <= 1) return;
+  ops::CollectiveCall call;
+  call.kind = kind;
+  call.mesh_dim = u.dp_mesh.DimLabel(0);
+  call.groups = static_cast<int64_t>(u.groups.groups.size());
+  call.group_size = u.dp;
+  call.bytes_sent = bytes_sent;
+  call.bytes_received = bytes_received;
+  call.est_us = CostModel().EstimateUs(kind, u.dp, std::max(bytes_sent, bytes_received));
+  call.cause = cause;
+  observer->OnCollective(call);
+}
+
+// Each rank's flat all-gather input: every parameter's chunk padded to the chunk rows, flattened,
+// concatenated.
+at::Tensor FlatShards(const Unit& u, const std::vector<at::Tensor>& locals) {
+  return u.coll->MapShards(locals, [&u](int64_t rank, const std::vector<at::Tensor>& shards) {
+    std::vector<at::Tensor> pieces;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+      const int64_t pad = CeilDiv(full[0], u.dp) - shards[i].size(0);
+      at::Tensor s = shards[i].contiguous();
+      if (pad > 0) {
+        std::vector<int64_t> pad_shape = s.sizes().vec();
+        pad_shape[0] = pad;
+        s = at::cat({s, at::zeros(pad_shape, s.options())}, 0);
+      }
+      pieces.push_back(s.reshape({-1}));
+    }
+    return at::cat(pieces, 0);
+  });
+}
+
+int64_t MaxBytes(const Unit& u, const at::Tensor& local) {
+  int64_t most = 0;
+  for (int64_t r : u.coll->HeldRanks(local)) {
+    const at::Tensor s = u.coll->Shard(local, r);
+    most = std::max<int64_t>(most, s.numel() * static_cast<int64_t>(s.element_size()));
+  }
+  return most;
+}
+
+// Length in the flat buffer of parameter `i`'s padded chunk on `rank`, and its offset.
+int64_t ChunkLen(const Unit& u, size_t i, int64_t rank) {
+  const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+  return CeilDiv(full[0], u.dp) * RestNumel(full);
+}
+int64_t ChunkOffset(const Unit& u, size_t i, int64_t rank) {
+  int64_t off = 0;
+  for (size_t j = 0; j < i; ++j) off += ChunkLen(u, j, rank);
+  return off;
+}
+
+// The all-gather of the whole group (no autograd): each parameter's unsharded local data.
+std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>& sharded_locals,
+                                    const std::string& cause) {
+  at::Tensor flat = FlatShards(u, sharded_locals);
+  at::Tensor gathered = u.dp > 1 ? u.coll->AllGather(flat, u.groups, 0) : flat;
+  Tell(u, CollectiveKind::kAllGather, MaxBytes(u, flat), MaxBytes(u, gathered), cause);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    out.push_back(u.coll->MapShards(gathered, [&u, i](int64_t rank, const at::Tensor& g) {
+      const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+      std::vector<int64_t> padded = full;
+      padded[0] = CeilDiv(full[0], u.dp) * u.dp;
+      return g.view({u.dp, -1})
+          .narrow(1, ChunkOffset(u, i, rank), ChunkLen(u, i, rank))
+          .reshape(padded)
+          .narrow(0, 0, full[0])
+          .contiguous();
+    }));
+  }
+  return out;
+}
+
+// The reduce-scatter (avg) of the group's unsharded gradients (local data per parameter; undefined
+// for none): each rank's chunk of each averaged gradient.
+std::vector<at::Tensor> ReduceScatterGroup(const Unit& u, const std::vector<at::Tensor>& grads,
+                                           const std::string& cause) {
+  std::vector<at::Tensor> locals;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined()) {
+      locals.push_back(grads[i]);
+    } else {
+      locals.push_back(u.coll->MapShards(ops::GetDTensor(u.params[i].sharded).to_local(),
+                                         [&u, i](int64_t rank, const at::Tensor& s) {
+                                           return at::zeros(u.params[i].unsharded_shape.at(rank),
+                                                            s.options());
+                                         }));
+    }
+  }
+  at::Tensor flat =
+      u.coll->MapShards(locals, [&u](int64_t rank, const std::vector<at::Tensor>& gs) {
+        std::vector<at::Tensor> pieces;
+        for (size_t i = 0; i < gs.size(); ++i) {
+          const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+          const int64_t pad = CeilDiv(full[0], u.dp) * u.dp - full[0];
+          at::Tensor g = gs[i].contiguous();
+          if (pad > 0) {
+            std::vector<int64_t> pad_shape = full;
+            pad_shape[0] = pad;
+            g = at::cat({g, at::zeros(pad_shape, g.options())}, 0);
+          }
+          pieces.push_back(g.reshape({u.dp, -1}));
+        }
+        return at::cat(pieces, 1).reshape({-1});
+      });
+  at::Tensor reduced = u.dp > 1 ? u.coll->ReduceScatter(flat, u.groups, ReduceOp::kAvg, 0) : flat;
+  Tell(u, CollectiveKind::kReduceScatter, MaxBytes(u, flat), MaxBytes(u, reduced), cause);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    out.push_back(u.coll->MapShards(reduced, [&u, i](int64_t rank, const at::Tensor& r) {
+      const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+      std::vector<int64_t> chunk = full;
+      chunk[0] = CeilDiv(full[0], u.dp);
+      const int64_t rows = ChunkRows(full[0], u.dp, DpCoordinate(u, rank));
+      return r.narrow(0, ChunkOffset(u, i, rank), ChunkLen(u, i, rank))
+          .reshape(chunk)
+          .narrow(0, 0, rows)
+          .contiguous();
+    }));
+  }
+  return out;
+}
+
+// Wraps unsharded local data as the module sees it: a DTensor on the tp mesh, or plain.
+at::Tensor Unsharded(const Unit& u, const ManagedParam& p, const at::Tensor& local) {
+  if (!p.tp_mesh) return local;
+  return ops::AsTensor(
+      DTensor::FromLocal(local, *p.tp_mesh, p.tp_placements, p.tp_shape, std::nullopt, u.coll));
+}
+
+// Unshard as an autograd function: sharded leaves in, unsharded parameters out; backward
+// reduce-scatters the gradients.
+struct UnshardFn : torch::autograd::Function<UnshardFn> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList sharded, Unit* unit) {
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    ctx->set_materialize_grads(false);
+    std::vector<at::Tensor> locals;
+    for (const at::Tensor& s : sharded) locals.push_back(ops::GetDTensor(s).to_local());
+    std::vector<at::Tensor> full =
+        GatherGroup(*unit, locals, "fully_shard all-gather of " + unit->label());
+    torch::autograd::variable_list out;
+    for (size_t i = 0; i < full.size(); ++i)
+      out.push_back(Unsharded(*unit, unit->params[i], full[i]));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    Unit* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
+    std::vector<at::Tensor> locals;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const at::Tensor& g = grads[i];
+      const ManagedParam& p = u->params[i];
+      if (!g.defined()) {
+        locals.emplace_back();
+      } else if (auto dt = ops::FindDTensor(g)) {
+        // Upstream's FSDPParam: a tp gradient in other placements (Partial from sequence
+        // parallelism) is redistributed to the parameter's placements first.
+        DTensor d = *dt;
+        if (p.tp_mesh && d.placements() != p.tp_placements) {
+          d = ops::ExecutePlanObserved("fully_shard gradient of " + p.fqn, 0, d,
+                                       PlanFor(d.spec(), p.tp_placements));
+        }
+        locals.push_back(d.to_local());
+      } else {
+        locals.push_back(g);
+      }
+    }
+    std::vector<at::Tensor> reduced =
+        ReduceScatterGroup(*u, locals, "fully_shard reduce-scatter of " + u->label());
+    u->unsharded = false;
+    torch::autograd::variable_list out;
+    for (size_t i = 0; i < reduced.size(); ++i) {
+      const DTensor leaf = ops::GetDTensor(u->params[i].sharded);
+      out.push_back(ops::AsTensor(MakeDTensor(leaf.spec(), reduced[i], u->coll, leaf.stride())));
+    }
+    out.emplace_back();  // the unit pointer
+    return out;
+  }
+};
+
+// Swaps the module parameters between their sharded leaves and `values`.
+void SetParams(Unit& u, const std::vector<at::Tensor>& values) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    u.params[i].owner->SwapParameter(u.params[i].name, values[i]);
+  }
+}
+void Reshard(Unit& u) {
+  std::vector<at::Tensor> leaves;
+  for (const ManagedParam& p : u.params) leaves.push_back(p.sharded);
+  SetParams(u, leaves);
+}
+
+// A backward all-gather (re-gather after reshard, or a prefetch): issued and told; autograd holds
+// the values it needs already.
+void Regather(Unit& u, const std::string& why) {
+  if (u.unsharded) return;
+  std::vector<at::Tensor> locals;
+  for (const ManagedParam& p : u.params) locals.push_back(ops::GetDTensor(p.sharded).to_local());
+  at::NoGradGuard no_grad;
+  GatherGroup(u, locals, why + u.label());
+  u.unsharded = true;
+}
+
+void PreForward(Unit& u) {
+  if (u.ctx->root == nullptr) {
+    u.ctx->root = &u;  // upstream's lazy init: the first unit to run forward is the root
+    u.ctx->post_forward_order.clear();
+  }
+  if (&u == u.ctx->root) u.ctx->post_forward_order.clear();
+  u.in_backward = false;
+  std::vector<at::Tensor> leaves;
+  for (const ManagedParam& p : u.params) leaves.push_back(p.sharded);
+  // As a TensorList: autograd tracks the tensors of a TensorList argument, not of a vector.
+  torch::autograd::variable_list full = UnshardFn::apply(at::TensorList(leaves), &u);
+  SetParams(u, full);
+  u.unsharded = true;
+}
+
+at::Tensor PostForward(Unit& u, const at::Tensor& output) {
+  if (u.reshard_after_forward()) {
+    Reshard(u);
+    u.unsharded = false;
+  } else {
+    Reshard(u);  // the module's registered parameters are the sharded ones between passes
+  }
+  u.post_forward_indices.push_back(u.ctx->post_forward_order.size());
+  u.ctx->post_forward_order.push_back(&u);
+  if (!output.defined() || !output.requires_grad()) return output;
+  Unit* unit = &u;
+  return WithBackwardHook(output, [unit] {
+    if (unit->in_backward) return;
+    unit->in_backward = true;
+    Regather(*unit, "fully_shard all-gather (backward) of ");
+    // Upstream's default backward prefetch: the unit that ran before this one in forward.
+    if (!unit->post_forward_indices.empty()) {
+      const size_t index = unit->post_forward_indices.back();
+      unit->post_forward_indices.pop_back();
+      if (index > 0)
+        Regather(*unit->ctx->post_forward_order[index - 1], "fully_shard prefetch of ");
+    }
+  });
+}
+
+}  // namespace
+
+void FullyShard(Module& module, const DeviceMesh& dp_mesh,
+                const std::shared_ptr<Collectives>& collectives, FullyShardOptions options) {
+  if (dp_mesh.ndim() != 1) {
+    throw InputError("mesh",
+                     "fully_shard takes a 1-D mesh (the dp dim), got " + dp_mesh.ToString());
+  }
+  if (module.Attachment(kUnitKey)) {
+    throw InputError("plan", "fully_shard was applied to " + module.fqn() + " already");
+  }
+  auto unit = std::make_shared<Unit>();
+  unit->module = &module;
+  unit->fqn = module.fqn();
+  unit->dp_mesh = dp_mesh;
+  unit->dp = dp_mesh.size(0);
+  unit->dp_root_dim = dp_mesh.root_dims().at(0).at(0);
+  unit->groups = GroupSet::AlongMeshDim(dp_mesh.root(), unit->dp_root_dim);
+  unit->coll = collectives;
+  unit->reshard_option = options.reshard_after_forward;
+
+  // Parameters already managed by units below, and their shared context.
+  std::set<std::pair<Module*, std::string>> managed;
+  for (Module* m : AllModules(module)) {
+    if (m == &module) continue;
+    if (auto below = std::static_pointer_cast<Unit>(m->Attachment(kUnitKey))) {
+      for (const ManagedParam& p : below->params) managed.insert({p.owner, p.name});
+      if (!unit->ctx) unit->ctx = below->ctx;
+    }
+  }
+  if (!unit->ctx) unit->ctx = std::make_shared<Context>();
+
+  for (Module* m : AllModules(module)) {
+    for (const auto& [name, value] : m->OwnParameters()) {
+      if (managed.count({m, name})) continue;
+      ManagedParam p;
+      p.owner = m;
+      p.name = name;
+      p.fqn = (m->fqn().empty() ? "" : m->fqn() + ".") + name;
+      if (auto dt = ops::FindDTensor(value)) {
+        p.tp_mesh = dt->mesh();
+        p.tp_placements = dt->placements();
+        p.tp_shape = dt->shape();
+        const at::Tensor& local = dt->to_local();
+        for (int64_t r : collectives->HeldRanks(local)) {
+          p.unsharded_shape[r] = collectives->Shard(local, r).sizes().vec();
+        }
+        p.sharded = ops::AsTensor(DistributeTensor(*dt, dp_mesh, {Placement::Shard(0)}));
+      } else {
+        p.tp_shape = value.sizes().vec();
+        p.sharded = ops::AsTensor(
+            DistributeTensor(value.detach(), dp_mesh, {Placement::Shard(0)}, 0, collectives));
+        const at::Tensor& local = ops::GetDTensor(p.sharded).to_local();
+        for (int64_t r : collectives->HeldRanks(local)) p.unsharded_shape[r] = p.tp_shape;
+      }
+      if (p.tp_shape.empty()) {
+        throw InputError("plan", "fully_shard cannot shard the 0-d parameter " + p.fqn);
+      }
+      p.sharded.set_requires_grad(true);
+      m->SwapParameter(name, p.sharded);
+      unit->params.push_back(std::move(p));
+    }
+  }
+  if (unit->params.empty()) {
+    throw InputError("plan", "fully_shard of " +
+                                 (module.fqn().empty() ? module.name() : module.fqn()) +
+                                 ": no parameter left to manage");
+  }
+  Unit* raw = unit.get();
+  module.RegisterForwardPreHook(
+      [raw](Module&, const at::Tensor& input) {
+        PreForward(*raw);
+        return input;
+      },
+      /*prepend=*/true);
+  module.RegisterForwardHook([raw](Module&, const at::Tensor&, const at::Tensor& output) {
+    return PostForward(*raw, output);
+  });
+  module.Attachment(kUnitKey) = unit;
+}
+
+}  // namespace model
+}  // namespace dtsim
