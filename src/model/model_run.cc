@@ -262,6 +262,11 @@ void ValidateModelRun(const ModelRunOptions& o) {
     const int64_t full = (rows + tp - 1) / tp;
     for (int64_t r = 0; r < tp; ++r) {
       const int64_t mine = std::max<int64_t>(0, std::min(rows, (r + 1) * full) - r * full);
+      if (mine == 0) {
+        throw InputError("heads", std::to_string(o.args.heads) + " heads over tp " +
+                                      std::to_string(tp) + " leave tp rank " + std::to_string(r) +
+                                      " without a head");
+      }
       if (mine % o.args.head_dim() != 0) {
         throw InputError("heads", std::to_string(o.args.heads) + " heads of " +
                                       std::to_string(o.args.head_dim()) + " over tp " +

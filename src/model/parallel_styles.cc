@@ -24,12 +24,32 @@ void ShardParameter(Module& m, const std::string& name, const Placement& p, cons
   m.ReplaceParameter(name, ops::AsTensor(DistributeTensor(full.detach(), mesh, {q}, 0, coll)));
 }
 
+// The global shape of local data laid out as Shard(d) over the 1-D `mesh`: the local shapes of
+// one group summed along d. Upstream's from_local (run_check=False, no shape) assumes even shards
+// and gives each rank its own guess when they are not; simulation holds every rank and can add
+// them up (nullopt on a real backend: the even guess, as upstream's).
+std::optional<std::vector<int64_t>> GlobalShape(const at::Tensor& local, const Placement& p,
+                                                const DeviceMesh& mesh, Collectives& coll) {
+  if (!coll.simulated() || !p.is_shard()) return std::nullopt;
+  const GroupSet groups = GroupSet::AlongMeshDim(mesh.root(), mesh.root_dims().at(0).at(0));
+  std::vector<int64_t> shape;
+  for (int64_t rank : groups.groups.at(0)) {
+    const std::vector<int64_t> s = coll.Shard(local, rank).sizes().vec();
+    if (shape.empty()) {
+      shape = s;
+    } else {
+      shape.at(p.dim()) += s.at(p.dim());
+    }
+  }
+  return shape;
+}
+
 // A local tensor taken as `layout` (from_local, no communication); a DTensor as it is.
 at::Tensor AsDTensor(const at::Tensor& x, const Placement& layout, const DeviceMesh& mesh,
                      const std::shared_ptr<Collectives>& coll, const std::string& reason) {
   if (ops::IsDTensor(x)) return x;
-  return ops::FromLocal(x, mesh, {layout.Normalized(x.dim(), "plan")}, coll, std::nullopt,
-                        std::nullopt, reason);
+  const Placement p = layout.Normalized(x.dim(), "plan");
+  return ops::FromLocal(x, mesh, {p}, coll, GlobalShape(x, p, mesh, *coll), std::nullopt, reason);
 }
 
 // Upstream compares placements as written (Shard(-1) != Shard(2)) and then redistributes, which

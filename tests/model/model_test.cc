@@ -154,7 +154,8 @@ TEST(ModelTest, MetadataRunsGiveTheDataRunsFigures) {
     // heads when tp divides heads, or when each chunk is a multiple of head_dim.
     bool whole_heads = true;
     for (int64_t i = 0; i < tp; ++i) {
-      if (ChunkLen(o.args.dim, tp, i) % o.args.head_dim() != 0) whole_heads = false;
+      const int64_t rows = ChunkLen(o.args.dim, tp, i);
+      if (rows == 0 || rows % o.args.head_dim() != 0) whole_heads = false;
     }
     if (!whole_heads) continue;
     o.mesh = DeviceMesh::Create({tp}, {"tp"});
