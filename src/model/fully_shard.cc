@@ -350,16 +350,17 @@ void FullyShard(Module& module, const DeviceMesh& dp_mesh,
   unit->coll = collectives;
   unit->reshard_option = options.reshard_after_forward;
 
-  // Parameters already managed by units below, and their shared context.
+  // Parameters already managed by units below; every unit below and this one share one context
+  // (upstream's state context, found from the root).
   std::set<std::pair<Module*, std::string>> managed;
+  unit->ctx = std::make_shared<Context>();
   for (Module* m : AllModules(module)) {
     if (m == &module) continue;
     if (auto below = std::static_pointer_cast<Unit>(m->Attachment(kUnitKey))) {
       for (const ManagedParam& p : below->params) managed.insert({p.owner, p.name});
-      if (!unit->ctx) unit->ctx = below->ctx;
+      below->ctx = unit->ctx;
     }
   }
-  if (!unit->ctx) unit->ctx = std::make_shared<Context>();
 
   for (Module* m : AllModules(module)) {
     for (const auto& [name, value] : m->OwnParameters()) {
