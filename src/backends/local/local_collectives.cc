@@ -77,11 +77,20 @@ class LocalCollectives : public Collectives {
     std::vector<at::Tensor> out(in.size());
     for (const auto& m : Members(call)) {
       const int64_t chunk = in[m[0]].size(dim) / static_cast<int64_t>(m.size());
+      // The group's inputs reduced whole, once (element by element the same additions in the same
+      // order as reducing each chunk apart: the same bits), then each rank keeps its chunk. The
+      // whole reduction is scratch, charged to no rank; each rank is charged its chunk.
+      std::vector<at::Tensor> xs;
+      for (size_t s : m) xs.push_back(in[s]);
+      at::Tensor whole;
+      {
+        RankScope scratch(-1);
+        whole = ReduceInOrder(xs, op);
+      }
       for (size_t i = 0; i < m.size(); ++i) {
-        std::vector<at::Tensor> pieces;
-        for (size_t s : m) pieces.push_back(in[s].narrow(dim, i * chunk, chunk));
         RankScope scope(call.held[m[i]]);
-        out[m[i]] = ReduceInOrder(pieces, op);
+        out[m[i]] = whole.narrow(dim, static_cast<int64_t>(i) * chunk, chunk)
+                        .clone(at::MemoryFormat::Contiguous);
       }
     }
     return Wrap(call, *impl, std::move(out));
