@@ -10,6 +10,13 @@
 #   bench op_<family>_vs_upstream ratio <x>  upstream DTensor op under LocalTensorMode / dtsim's (8 ranks, bench/op_bench.cc)
 #   bench op_<family>_dispatch_overhead ratio <x>  the op on the local data alone / the DTensor op (1 = no overhead)
 #   bench mpi_overhead_<case> ratio <x>      raw MPI call time / dtsim's MPI collective, 8 ranks x 16 MiB (mpirun)
+# Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
+#   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
+#                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50)
+#   bench model_vs_unsharded ratio <x> the unsharded model's forward + backward on one device / dtsim's simulated
+#                                      time of all 8 ranks (the physical floor is about 1; target >= 0.5)
+#   bench model_meta_70b_4096 ratio <x>  5 s / wall time of `dtsim model --meta --backward` on a Llama-3-70B layer
+#                                      (dim 8192, 64 heads, ffn 28672, vocab 128256, seq 8192), dp 512 x tp 8 (target >= 1)
 # Issue 11 (world-size scaling and replicas; bench/scale_bench.cc, bench/upstream_memory_bench.py):
 #   bench meta_4096 ratio <x>          1 s / time of planning and simulating 16x16x16 ranks [S(0),S(1),R] -> [R,S(0),S(1)]
 #                                      on meta tensors (target >= 1)
@@ -26,7 +33,8 @@
 # dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
 # the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim_op_bench dtsim >&2
+configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim_op_bench dtsim_model_bench \
+  dtsim >&2
 if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_mpi_bench:'; then
   configure_and_build --target dtsim_mpi_bench >&2
 fi
@@ -56,6 +64,12 @@ done
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
   "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
 fi
+# Issue 16: the model, dtsim and the upstream twin side by side, and the 70B layer in metadata mode.
+"$DTSIM_BUILD/bench/dtsim_model_bench" --benchmark_out="$out/model.json" --benchmark_out_format=json >&2
+"$DTSIM_PY" "$DTSIM_ROOT/tests/model/llama_twin.py" --mesh 2x4 --names dp,tp --plan fsdp+tp+sp --dim 256 --heads 8 \
+  --layers 2 --vocab 1000 --seq 64 --batch 4 --backward --time 5 > "$out/model_upstream.json"
+/usr/bin/time -f "%e %M" -o "$out/cli_model_70b" "$DTSIM_BUILD/dtsim" model --mesh 512x8 --names dp,tp --dim 8192 \
+  --heads 64 --layers 1 --ffn 28672 --vocab 128256 --seq 8192 --batch 512 --plan fsdp+tp --backward --meta > /dev/null
 # Issue 11. Scaling: 5 rounds, each running every size (64, 512, 4096 ranks ...) once; the best round of each counts.
 scale="$DTSIM_BUILD/bench/dtsim_scale_bench"
 for i in 1 2 3 4 5; do
@@ -129,6 +143,16 @@ if os.path.exists(os.path.join(out, "mpi.json")):
         m = mpi[case]
         print(f"bench mpi_overhead_{case} ratio {m['raw_us'] / m['dtsim_us']:.3f}   (raw MPI {m['raw_us'] / 1e3:.1f} ms, "
               f"dtsim {m['dtsim_us'] / 1e3:.1f} ms; {mpi['ranks']} ranks x {mpi['bytes_per_rank'] >> 20} MiB, best of 15)")
+model = load("model.json")
+up_model = json.load(open(os.path.join(out, "model_upstream.json")))
+sim_ms, flat_ms = model["BM_ModelSimulated"]["real_time"], model["BM_ModelUnsharded"]["real_time"]
+print(f"bench model_vs_upstream ratio {up_model['time_s'] * 1e3 / sim_ms:.1f}   (upstream LocalTensorMode "
+      f"{up_model['time_s'] * 1e3:.0f} ms, dtsim {sim_ms:.1f} ms per forward + backward, fsdp+tp on 2x4 ranks)")
+print(f"bench model_vs_unsharded ratio {flat_ms / sim_ms:.2f}   (the unsharded model {flat_ms:.1f} ms, dtsim's 8 "
+      f"simulated ranks {sim_ms:.1f} ms)")
+wall70, rss70 = [float(x) for x in open(os.path.join(out, "cli_model_70b")).read().split()[-2:]]
+print(f"bench model_meta_70b_4096 ratio {5.0 / wall70:.2f}   (`dtsim model --meta --backward`, a Llama-3-70B layer on "
+      f"dp 512 x tp 8: {wall70:.2f} s wall, process start included, peak RSS {rss70 / 1024:.0f} MiB)")
 print(f"bench all_gather_peak_memory ratio {peak['BM_AllGatherPeakMemory']['peak_over_in_out']:.3f}   "
       f"(peak RSS growth / (inputs + outputs))")
 
