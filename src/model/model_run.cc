@@ -227,8 +227,73 @@ const std::vector<std::string>& ModelPlanNames() {
   return names;
 }
 
+namespace {
+
+// a · b, or nullopt past 2^62.
+std::optional<int64_t> Mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out) || out > (int64_t{1} << 62)) return std::nullopt;
+  return out;
+}
+
+// The largest tensor of the model (elements), and a bound on the bytes a data run allocates: the
+// full weights (kept for the reference model and its gradients: 3 copies), every rank's shards and
+// gradients (2 more in total), and the activations of each rank kept for backward (a generous
+// 24 tensors of batch · seq · max(dim, ffn) per layer, plus the logits and their float copies).
+struct Size {
+  std::optional<int64_t> largest;
+  std::optional<int64_t> data_bytes;
+};
+
+Size SizeOf(const ModelRunOptions& o) {
+  const LlamaArgs& a = o.args;
+  const int64_t width = std::max(a.dim, a.ffn_hidden());
+  std::optional<int64_t> tokens = Mul(a.batch, a.seq);
+  std::optional<int64_t> logits = tokens ? Mul(*tokens, a.vocab) : std::nullopt;
+  std::optional<int64_t> act = tokens ? Mul(*tokens, width) : std::nullopt;
+  std::optional<int64_t> emb = Mul(a.vocab, a.dim);
+  std::optional<int64_t> ffn = Mul(a.dim, a.ffn_hidden());
+  Size size;
+  if (!logits || !act || !emb || !ffn) return size;
+  size.largest = std::max({*logits, *act, *emb, *ffn});
+  std::optional<int64_t> per_layer = Mul(*ffn, 3);
+  std::optional<int64_t> attn = Mul(a.dim, a.dim);
+  if (!per_layer || !attn || !Mul(*attn, 4)) return size;
+  std::optional<int64_t> layer_params = *per_layer + 4 * *attn + 2 * a.dim;
+  std::optional<int64_t> params =
+      Mul(*layer_params, a.layers)
+          ? std::optional<int64_t>(*Mul(*layer_params, a.layers) + 2 * *emb)
+          : std::nullopt;
+  std::optional<int64_t> acts = Mul(*act, 24);
+  acts = acts ? Mul(*acts, a.layers) : std::nullopt;
+  std::optional<int64_t> world_acts = acts ? Mul(*acts + 4 * *logits, o.mesh.size()) : std::nullopt;
+  if (!params || !world_acts) return size;
+  std::optional<int64_t> elements = Mul(*params, 5);
+  if (!elements || *elements > (int64_t{1} << 61) - *world_acts) return size;
+  size.data_bytes = Mul(*elements + *world_acts, 4);
+  return size;
+}
+
+}  // namespace
+
 void ValidateModelRun(const ModelRunOptions& o) {
   o.args.Validate();
+  if (o.mesh.size() > kMaxModelRanks) {
+    throw InputError("mesh", o.mesh.ToString() + " has " + std::to_string(o.mesh.size()) +
+                                 " ranks; dtsim model simulates at most " +
+                                 std::to_string(kMaxModelRanks));
+  }
+  const Size size = SizeOf(o);
+  if (!size.largest || *size.largest > kMaxModelTensorElements) {
+    throw InputError("model", "a tensor of this model would hold more than 2^50 elements");
+  }
+  if (!o.meta && (!size.data_bytes || *size.data_bytes > kMaxModelDataBytes)) {
+    throw InputError("model",
+                     "a data run of this model needs more than " +
+                         std::to_string(kMaxModelDataBytes >> 30) +
+                         " GiB on this machine (weights, every rank's shards and activations); use "
+                         "--meta for shapes, collectives and memory without data");
+  }
   const auto& names = ModelPlanNames();
   if (std::find(names.begin(), names.end(), o.plan) == names.end()) {
     throw InputError("plan", "'" + o.plan + "' is not one of tp, tp+sp, fsdp, fsdp+tp");

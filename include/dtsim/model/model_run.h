@@ -40,6 +40,13 @@ struct ModelRunOptions {
   std::function<void(Transformer&)> tamper;
 };
 
+// Limits of a run: world size (a metadata run is linear in ranks: 4,096 ranks take ~2.5 s on a 70B
+// layer), the largest tensor, and the bytes a data run may allocate (RunModel estimates them
+// before it starts; bigger models run with `meta`).
+inline constexpr int64_t kMaxModelRanks = 16384;
+inline constexpr int64_t kMaxModelTensorElements = int64_t{1} << 50;
+inline constexpr int64_t kMaxModelDataBytes = int64_t{8} << 30;
+
 // The plan names `dtsim model --plan` accepts, and a check of an options set (InputError naming the
 // field: plan, mesh, names, ...).
 const std::vector<std::string>& ModelPlanNames();
