@@ -3,7 +3,8 @@
 // the unsharded model.
 //
 //   dtsim model --mesh 4 --names tp --dim 256 --heads 8 --layers 2 --vocab 1000 --seq 64 --batch 4
-//               [--ffn N] [--plan tp|tp+sp] [--backward] [--meta] [--json] [--no-check]
+//               [--ffn N] [--plan tp|tp+sp|fsdp|fsdp+tp] [--backward] [--meta] [--json] [--ops]
+//               [--no-check]
 #include <boost/program_options.hpp>
 #include <iostream>
 
@@ -19,7 +20,7 @@ namespace po = boost::program_options;
 int RunModel(const Args& args) {
   model::ModelRunOptions o;
   std::string mesh = "1", names = "tp";
-  bool json_out = false, no_check = false;
+  bool json_out = false, no_check = false, with_ops = false;
   po::options_description desc("dtsim model options");
   desc.add_options()("help", "show this help")("mesh", po::value(&mesh)->default_value(mesh),
                                                "mesh shape, e.g. 8 or 1x8")(
@@ -32,13 +33,15 @@ int RunModel(const Args& args) {
       "seq", po::value(&o.args.seq)->default_value(o.args.seq), "sequence length")(
       "batch", po::value(&o.args.batch)->default_value(o.args.batch), "batch size")(
       "plan", po::value(&o.plan)->default_value(o.plan),
-      "tp+sp (torchtitan's Llama plan) or tp (no sequence parallelism)")(
+      "tp+sp (torchtitan's Llama plan), tp (no sequence parallelism), fsdp (fully_shard over dp), "
+      "fsdp+tp (torchtitan's 2-D: tp+sp on tp, fully_shard on dp)")(
       "loss-parallel", po::bool_switch(&o.loss_parallel),
       "keep the logits vocab-sharded and compute a loss-parallel cross entropy")(
       "backward", po::bool_switch(&o.backward), "run the backward pass too")(
       "meta", po::bool_switch(&o.meta),
       "metadata-only: shapes, collectives and memory on meta tensors, no values")(
       "no-check", po::bool_switch(&no_check), "skip the comparison with the unsharded model")(
+      "ops", po::bool_switch(&with_ops), "list every DTensor op per module with its placements")(
       "json", po::bool_switch(&json_out), "print the report as JSON (CommDebugMode's tree shape)");
   po::variables_map vm;
   try {
@@ -48,9 +51,11 @@ int RunModel(const Args& args) {
     throw InputError("options", e.what());
   }
   if (vm.count("help")) {
-    std::cout << "usage: dtsim model --mesh 4 --names tp [--dim 256 --heads 8 --layers 2 --vocab "
-                 "1000 --seq 64 --batch 4] [--plan tp+sp|tp] [--backward] [--meta] [--json]\n"
-              << desc;
+    std::cout
+        << "usage: dtsim model --mesh 4 --names tp [--dim 256 --heads 8 --layers 2 --vocab "
+           "1000 --seq 64 --batch 4] [--plan tp+sp|tp|fsdp|fsdp+tp] [--backward] [--meta] [--json] "
+           "[--ops]\n"
+        << desc;
     return 0;
   }
   o.mesh = DeviceMesh::Parse(mesh, names);
@@ -59,7 +64,7 @@ int RunModel(const Args& args) {
   if (json_out) {
     std::cout << model::ReportToJson(report).dump() << "\n";
   } else {
-    std::cout << model::ReportToText(report);
+    std::cout << model::ReportToText(report, with_ops);
   }
   return report.ok() ? 0 : 1;
 }

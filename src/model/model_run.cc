@@ -13,6 +13,7 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/model/fully_shard.h"
 #include "dtsim/ops/dtensor_tensor.h"
+#include "dtsim/ops/loss_parallel.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
 
@@ -358,8 +359,9 @@ void ValidateModelRun(const ModelRunOptions& o) {
                                     " dp ranks (each rank's batch is batch / dp)");
     }
   }
-  if (o.loss_parallel) {
-    throw InputError("loss-parallel", "loss parallelism is not available yet");
+  if (o.loss_parallel && !uses_tp) {
+    throw InputError("loss-parallel", "loss parallelism shards the logits over tp: plan " + o.plan +
+                                          " has no tensor parallelism");
   }
 }
 
@@ -444,6 +446,10 @@ ModelReport RunModel(const ModelRunOptions& o) {
     {
       Observing observing(&recorder);
       logits = (*sharded)(tokens);
+      // Upstream's loss_parallel() context around the loss and its backward (a no-op for logits
+      // that are not sharded).
+      std::optional<ops::LossParallel> loss_parallel;
+      if (o.loss_parallel) loss_parallel.emplace();
       loss = CrossEntropy(logits, labels);
       if (o.backward) {
         recorder.SetPhase(kBackward);
@@ -475,14 +481,25 @@ ModelReport RunModel(const ModelRunOptions& o) {
     const int64_t start = std::min(o.args.batch, c * full);
     return std::make_pair(start, std::min(o.args.batch, start + full) - start);
   };
+  // Per-rank values of a model output: a DTensor (the loss and logits under loss parallelism, on
+  // the tp mesh standing for every dp group) made Replicate, its local data; or the local data.
+  auto per_rank = [&](const at::Tensor& t) {
+    if (auto dt = ops::FindDTensor(t)) {
+      const Placements all_r(dt->mesh().ndim(), Placement::Replicate());
+      return dt->placements() == all_r ? dt->to_local()
+                                       : dt->Redistribute(dt->mesh(), all_r).to_local();
+    }
+    return t;
+  };
+  const at::Tensor loss_local = per_rank(loss.detach());
   if (!dp_dim) {
-    report.loss = GlobalValue(loss.detach(), "loss").item<double>();
+    report.loss = GlobalValue(loss_local, "loss").item<double>();
   } else {
     double sum = 0;
     for (int64_t c = 0; c < dp; ++c) {
       for (int64_t r : mesh.ranks()) {
         if (dp_coord(r) != c) continue;
-        sum += LocalShard(loss.detach(), r).item<double>();
+        sum += LocalShard(loss_local, r).item<double>();
         break;
       }
     }
@@ -505,8 +522,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
       Check("loss", at::scalar_tensor(*report.loss, at::kDouble), ref_loss.detach()));
   {
     // Every rank's logits against the reference's rows of its dp coordinate.
-    at::Tensor got = logits.detach();
-    if (auto dt = ops::FindDTensor(got)) got = dt->FullTensor();
+    const at::Tensor got = per_rank(logits.detach());
     TensorCheck worst{"logits", 0, 0, true};
     for (int64_t r : mesh.ranks()) {
       const auto [start, n] = rows_of(dp_coord(r));
@@ -671,7 +687,7 @@ nlohmann::json ReportToJson(const ModelReport& r) {
   return out;
 }
 
-std::string ReportToText(const ModelReport& r) {
+std::string ReportToText(const ModelReport& r, bool with_ops) {
   const auto totals = Inclusive(r);
   std::map<std::string, const ModuleNode*> by_name;
   for (const ModuleNode& n : r.modules) by_name[n.fqn] = &n;
@@ -711,10 +727,10 @@ std::string ReportToText(const ModelReport& r) {
         o << pad << "    " << phase_names[ph] << " " << ToString(e.kind) << " on " << e.mesh_dim
           << " (" << e.groups << " x " << e.group_size << " ranks) " << Bytes(e.bytes_sent)
           << " -> " << Bytes(e.bytes_received) << "/rank " << std::setprecision(1) << e.est_us
-          << " us  " << e.from << " -> " << e.to << "  " << (e.implicit ? "implicit, " : "")
-          << e.cause << "\n";
+          << " us  " << (e.from.empty() ? "" : e.from + " -> " + e.to + "  ")
+          << (e.implicit ? "implicit, " : "") << e.cause << "\n";
       }
-      for (const OpRecord& op : n.operations[ph]) {
+      for (const OpRecord& op : with_ops ? n.operations[ph] : std::vector<OpRecord>{}) {
         o << pad << "    " << phase_names[ph] << " op " << op.op << " " << op.placements
           << (op.count > 1 ? " x" + std::to_string(op.count) : "") << "\n";
       }

@@ -13,6 +13,7 @@
 #include "dtsim/core/redistribute.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/transition.h"
+#include "dtsim/ops/loss_parallel.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
@@ -298,6 +299,8 @@ bool IsShapeArgOp(const std::string& name) {
 }
 
 void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  // Upstream's custom op handlers come first (loss_parallel.h), as in its op dispatcher.
+  if (LossParallelEnabled() && RunLossParallelOp(op, stack)) return;
   const c10::FunctionSchema& schema = op.schema();
   const size_t n_args = schema.arguments().size();
   const size_t base = stack->size() - n_args;

@@ -243,7 +243,8 @@ BAD_INPUTS = [
     Row("model-tensor-too-big", ["model", "--dim", "1000000000000", "--heads", "1", "--meta"], "model",
         ["2^50 elements"]),
     Row("model-too-many-ranks", ["model", "--mesh", "32768", "--meta"], "mesh", ["at most 16384"]),
-    Row("model-loss-parallel", ["model", "--loss-parallel"], "loss-parallel", ["not available"]),
+    Row("model-loss-parallel-without-tp", ["model", "--mesh", "2", "--names", "dp", "--plan", "fsdp",
+                                           "--loss-parallel"], "loss-parallel", ["no tensor parallelism"]),
     # ---- redistribute ----
     Row("redistribute-to-partial", [*R[:-1], "P(sum)"], "to", ["cannot redistribute S(0) to P(sum)"]),
     Row("redistribute-too-many-ranks", ["redistribute", "--mesh", "1048577", "--shape", "4", "--from", "S(0)",

@@ -29,9 +29,12 @@ ModelRunOptions Small(int64_t tp, const std::string& plan) {
 }
 
 TEST(ModelTest, ShardedLossLogitsAndGradientsEqualTheUnshardedModel) {
-  for (const std::string plan : {"tp", "tp+sp"}) {
+  for (const std::string plan : {"tp", "tp+sp", "tp+sp+lp"}) {
     for (int64_t tp : {1, 2, 4}) {
-      ModelReport r = RunModel(Small(tp, plan));
+      // "+lp": loss parallelism (vocab-sharded logits, upstream's parallel cross entropy).
+      ModelRunOptions o = Small(tp, plan == "tp+sp+lp" ? "tp+sp" : plan);
+      o.loss_parallel = plan == "tp+sp+lp";
+      ModelReport r = RunModel(o);
       ASSERT_TRUE(r.loss.has_value());
       // loss, logits, and the gradients of 3 + 9 · layers parameters
       EXPECT_EQ(r.checks.size(), 2u + 3u + 9u * 2u) << plan << " tp " << tp;

@@ -16,7 +16,7 @@ import llama_twin  # noqa: E402
 
 DTSIM = os.environ.get("DTSIM_BIN", "build/dtsim")
 
-# (mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn)
+# (mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn[, loss_parallel])
 CASES = [
     ("1", "tp", "tp+sp", 32, 4, 1, 50, 8, 2, 0),
     ("2", "tp", "tp+sp", 32, 4, 2, 50, 8, 2, 0),
@@ -31,27 +31,34 @@ CASES = [
     ("4", "dp", "fsdp", 32, 4, 2, 101, 8, 4, 90),   # uneven FSDP shards
     ("2x2", "dp,tp", "fsdp+tp", 32, 4, 2, 50, 8, 2, 0),
     ("2x4", "dp,tp", "fsdp+tp", 64, 4, 1, 100, 8, 2, 0),
+    # Loss parallelism: the logits stay vocab-sharded, cross entropy all-reduces (upstream's loss_parallel()).
+    ("4", "tp", "tp+sp", 64, 4, 2, 100, 8, 2, 0, True),
+    ("8", "tp", "tp+sp", 64, 8, 1, 101, 8, 2, 0, True),
+    ("4", "tp", "tp", 64, 4, 1, 100, 8, 2, 0, True),
+    ("2x2", "dp,tp", "fsdp+tp", 32, 4, 2, 50, 8, 2, 0, True),
 ]
 
 TWIN_PLAN = {"fsdp+tp": "fsdp+tp+sp"}  # dtsim's fsdp+tp is torchtitan's: TP with sequence parallelism
 
 
-def run_twin(mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn):
+def run_twin(mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn, loss_parallel=False):
     argv = ["--mesh", mesh, "--names", names, "--plan", TWIN_PLAN.get(plan, plan), "--dim", str(dim),
             "--heads", str(heads), "--layers", str(layers), "--vocab", str(vocab), "--seq", str(seq),
             "--batch", str(batch), "--backward"]
     if ffn:
         argv += ["--ffn", str(ffn)]
+    if loss_parallel:
+        argv.append("--loss-parallel")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert llama_twin.main(argv) == 0
     return json.loads(out.getvalue())
 
 
-def run_dtsim(mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn):
+def run_dtsim(mesh, names, plan, dim, heads, layers, vocab, seq, batch, ffn, loss_parallel=False):
     cmd = [DTSIM, "model", "--mesh", mesh, "--names", names, "--plan", plan, "--dim", str(dim),
            "--heads", str(heads), "--layers", str(layers), "--vocab", str(vocab), "--seq", str(seq),
-           "--batch", str(batch), "--ffn", str(ffn), "--backward", "--json"]
+           "--batch", str(batch), "--ffn", str(ffn), "--backward", "--json"] + (["--loss-parallel"] if loss_parallel else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr + p.stdout[-2000:]
     return json.loads(p.stdout)
@@ -69,7 +76,8 @@ def dtsim_nodes(report):
     return nodes
 
 
-@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c[:3])) + f"-L{c[5]}-v{c[6]}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c[:3])) + f"-L{c[5]}-v{c[6]}" + ("-lp" if c[10:] else "")
+                                             for c in CASES])
 def test_per_module_counts_and_placements_equal_upstream(case):
     twin = run_twin(*case)
     ours = run_dtsim(*case)

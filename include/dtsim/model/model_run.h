@@ -107,8 +107,10 @@ ModelReport RunModel(const ModelRunOptions& options);
 // children, collectives_forward, collectives_backward, operations_forward, operations_backward},
 // counts inclusive of descendants) plus dtsim's fields.
 nlohmann::json ReportToJson(const ModelReport& report);
-// The same as a readable tree.
-std::string ReportToText(const ModelReport& report);
+// The same as a readable tree: per module its parameters' placements, forward and backward
+// collective counts with bytes per rank and estimated time (inclusive), peak memory, then each of
+// its own collectives with its cause; with `with_ops` every DTensor op with its placements too.
+std::string ReportToText(const ModelReport& report, bool with_ops = false);
 
 }  // namespace model
 }  // namespace dtsim
