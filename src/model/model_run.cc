@@ -709,17 +709,20 @@ std::string ReportToText(const ModelReport& r, bool with_ops) {
     o << pad << n.fqn << (n.type.empty() ? "" : " (" + n.type + ")");
     for (const auto& [name, p] : n.parameters) o << "  " << name << " " << p;
     o << "\n";
-    o << pad << "  FORWARD  " << counts(t.count[0]) << " | " << Bytes(t.bytes[0]) << "/rank, "
-      << std::fixed << std::setprecision(1) << t.us[0] << " us";
+    o << pad << "  FORWARD  " << counts(t.count[0]);
+    if (!t.count[0].empty()) {
+      o << " | " << Bytes(t.bytes[0]) << "/rank, " << std::fixed << std::setprecision(1)
+        << t.us[0] << " us";
+    }
     if (!n.forward_peak_bytes.empty()) {
       o << " | peak "
         << Bytes(*std::max_element(n.forward_peak_bytes.begin(), n.forward_peak_bytes.end()))
         << "/rank";
     }
     o << "\n";
-    if (r.options.backward) {
+    if (r.options.backward && !t.count[1].empty()) {
       o << pad << "  BACKWARD " << counts(t.count[1]) << " | " << Bytes(t.bytes[1]) << "/rank, "
-        << t.us[1] << " us\n";
+        << std::fixed << std::setprecision(1) << t.us[1] << " us\n";
     }
     const char* phase_names[2] = {"fwd", "bwd"};
     for (int ph = 0; ph < 2; ++ph) {
@@ -739,9 +742,15 @@ std::string ReportToText(const ModelReport& r, bool with_ops) {
   };
   visit(r.modules.front());
   if (!r.grad_placements.empty()) {
-    o << "gradient placements:";
-    for (const auto& [k, v] : r.grad_placements) o << " " << k << " " << v << ";";
-    o << "\n";
+    // One line per distinct placement, the parameters that have it.
+    std::map<std::string, std::vector<std::string>> by_placement;
+    for (const auto& [k, v] : r.grad_placements) by_placement[v].push_back(k);
+    o << "gradient placements:\n";
+    for (const auto& [v, names] : by_placement) {
+      o << "  " << v << ":";
+      for (const std::string& k : names) o << " " << k;
+      o << "\n";
+    }
   }
   if (!r.peak_bytes.empty()) {
     const auto mx = std::max_element(r.peak_bytes.begin(), r.peak_bytes.end());
