@@ -711,8 +711,8 @@ std::string ReportToText(const ModelReport& r, bool with_ops) {
     o << "\n";
     o << pad << "  FORWARD  " << counts(t.count[0]);
     if (!t.count[0].empty()) {
-      o << " | " << Bytes(t.bytes[0]) << "/rank, " << std::fixed << std::setprecision(1)
-        << t.us[0] << " us";
+      o << " | " << Bytes(t.bytes[0]) << "/rank, " << std::fixed << std::setprecision(1) << t.us[0]
+        << " us";
     }
     if (!n.forward_peak_bytes.empty()) {
       o << " | peak "
