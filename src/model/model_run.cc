@@ -230,48 +230,38 @@ const std::vector<std::string>& ModelPlanNames() {
 
 namespace {
 
-// a · b, or nullopt past 2^62.
-std::optional<int64_t> Mul(int64_t a, int64_t b) {
+// Saturating arithmetic: sizes past 2^62 stay at 2^62 (every limit below is far smaller).
+constexpr int64_t kSaturated = int64_t{1} << 62;
+int64_t Mul(int64_t a, int64_t b) {
   int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out) || out > (int64_t{1} << 62)) return std::nullopt;
+  if (__builtin_mul_overflow(a, b, &out) || out > kSaturated) return kSaturated;
   return out;
 }
+int64_t Add(int64_t a, int64_t b) { return std::min(kSaturated, a + b); }  // a, b <= 2^62
 
 // The largest tensor of the model (elements), and a bound on the bytes a data run allocates: the
 // full weights (kept for the reference model and its gradients: 3 copies), every rank's shards and
 // gradients (2 more in total), and the activations of each rank kept for backward (a generous
 // 24 tensors of batch · seq · max(dim, ffn) per layer, plus the logits and their float copies).
 struct Size {
-  std::optional<int64_t> largest;
-  std::optional<int64_t> data_bytes;
+  int64_t largest = 0;
+  int64_t data_bytes = 0;
 };
 
 Size SizeOf(const ModelRunOptions& o) {
   const LlamaArgs& a = o.args;
-  const int64_t width = std::max(a.dim, a.ffn_hidden());
-  std::optional<int64_t> tokens = Mul(a.batch, a.seq);
-  std::optional<int64_t> logits = tokens ? Mul(*tokens, a.vocab) : std::nullopt;
-  std::optional<int64_t> act = tokens ? Mul(*tokens, width) : std::nullopt;
-  std::optional<int64_t> emb = Mul(a.vocab, a.dim);
-  std::optional<int64_t> ffn = Mul(a.dim, a.ffn_hidden());
+  const int64_t tokens = Mul(a.batch, a.seq);
+  const int64_t logits = Mul(tokens, a.vocab);
+  const int64_t act = Mul(tokens, std::max(a.dim, a.ffn_hidden()));
+  const int64_t emb = Mul(a.vocab, a.dim);
+  const int64_t ffn = Mul(a.dim, a.ffn_hidden());
+  const int64_t attn = Mul(a.dim, a.dim);
   Size size;
-  if (!logits || !act || !emb || !ffn) return size;
-  size.largest = std::max({*logits, *act, *emb, *ffn});
-  std::optional<int64_t> per_layer = Mul(*ffn, 3);
-  std::optional<int64_t> attn = Mul(a.dim, a.dim);
-  if (!per_layer || !attn || !Mul(*attn, 4)) return size;
-  std::optional<int64_t> layer_params = *per_layer + 4 * *attn + 2 * a.dim;
-  std::optional<int64_t> params =
-      Mul(*layer_params, a.layers)
-          ? std::optional<int64_t>(*Mul(*layer_params, a.layers) + 2 * *emb)
-          : std::nullopt;
-  std::optional<int64_t> acts = Mul(*act, 24);
-  acts = acts ? Mul(*acts, a.layers) : std::nullopt;
-  std::optional<int64_t> world_acts = acts ? Mul(*acts + 4 * *logits, o.mesh.size()) : std::nullopt;
-  if (!params || !world_acts) return size;
-  std::optional<int64_t> elements = Mul(*params, 5);
-  if (!elements || *elements > (int64_t{1} << 61) - *world_acts) return size;
-  size.data_bytes = Mul(*elements + *world_acts, 4);
+  size.largest = std::max({logits, act, emb, ffn, attn});
+  const int64_t layer = Add(Add(Mul(ffn, 3), Mul(attn, 4)), Mul(a.dim, 2));
+  const int64_t params = Add(Mul(layer, a.layers), Mul(emb, 2));
+  const int64_t acts = Mul(Add(Mul(Mul(act, 24), a.layers), Mul(logits, 4)), o.mesh.size());
+  size.data_bytes = Mul(Add(Mul(params, 5), acts), 4);
   return size;
 }
 
@@ -285,10 +275,10 @@ void ValidateModelRun(const ModelRunOptions& o) {
                                  std::to_string(kMaxModelRanks));
   }
   const Size size = SizeOf(o);
-  if (!size.largest || *size.largest > kMaxModelTensorElements) {
+  if (size.largest > kMaxModelTensorElements) {
     throw InputError("model", "a tensor of this model would hold more than 2^50 elements");
   }
-  if (!o.meta && (!size.data_bytes || *size.data_bytes > kMaxModelDataBytes)) {
+  if (!o.meta && size.data_bytes > kMaxModelDataBytes) {
     throw InputError("model",
                      "a data run of this model needs more than " +
                          std::to_string(kMaxModelDataBytes >> 30) +
@@ -475,7 +465,10 @@ ModelReport RunModel(const ModelRunOptions& o) {
   // Each dp rank's loss is the mean over its own rows; the reported loss is their mean (what the
   // averaged gradients are the gradient of). Without dp every rank's loss is the same.
   const int64_t dp = dp_dim ? mesh.size(*dp_dim) : 1;
-  auto dp_coord = [&](int64_t rank) { return dp_dim ? mesh.GetCoordinate(rank)[*dp_dim] : 0; };
+  const int64_t dp_index = dp_dim.value_or(-1);
+  auto dp_coord = [&](int64_t rank) {
+    return dp_index >= 0 ? mesh.GetCoordinate(rank)[dp_index] : int64_t{0};
+  };
   auto rows_of = [&](int64_t c) {
     const int64_t full = (o.args.batch + dp - 1) / dp;
     const int64_t start = std::min(o.args.batch, c * full);
