@@ -370,7 +370,8 @@ ModelReport RunModel(const ModelRunOptions& o) {
   std::shared_ptr<Collectives> coll(MakeLocalCollectives(mesh.size()));
   const bool uses_tp = o.plan != "fsdp";
   const bool uses_dp = o.plan.rfind("fsdp", 0) == 0;
-  const std::optional<int64_t> dp_dim = uses_dp ? mesh.FindDim("dp") : std::nullopt;
+  // The dp mesh dim's index, or -1 (an index rather than an optional: gcc 12 misreads those).
+  const int64_t dp_index = uses_dp ? *mesh.FindDim("dp") : -1;
 
   const auto weights = LlamaWeights(o.args, o.dtype, o.meta);
   std::shared_ptr<Transformer> sharded = BuildLlama(o.args, weights);
@@ -421,7 +422,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
   // The batch: split over dp (each dp rank its own rows, as a data loader gives them), the same
   // on every tp rank.
   Placements batch_layout(mesh.ndim(), Placement::Replicate());
-  if (dp_dim) batch_layout[*dp_dim] = Placement::Shard(0);
+  if (dp_index >= 0) batch_layout[dp_index] = Placement::Shard(0);
   const at::Tensor tokens =
       DistributeTensor(tokens_full, mesh, batch_layout, std::nullopt, coll).to_local();
   const at::Tensor labels =
@@ -464,8 +465,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
 
   // Each dp rank's loss is the mean over its own rows; the reported loss is their mean (what the
   // averaged gradients are the gradient of). Without dp every rank's loss is the same.
-  const int64_t dp = dp_dim ? mesh.size(*dp_dim) : 1;
-  const int64_t dp_index = dp_dim.value_or(-1);
+  const int64_t dp = dp_index >= 0 ? mesh.size(dp_index) : 1;
   auto dp_coord = [&](int64_t rank) {
     return dp_index >= 0 ? mesh.GetCoordinate(rank)[dp_index] : int64_t{0};
   };
@@ -485,7 +485,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
     return t;
   };
   const at::Tensor loss_local = per_rank(loss.detach());
-  if (!dp_dim) {
+  if (dp_index < 0) {
     report.loss = GlobalValue(loss_local, "loss").item<double>();
   } else {
     double sum = 0;
