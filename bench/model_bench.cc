@@ -1,13 +1,15 @@
 // The model layer's benchmarks (issue 16): the Llama model of `dtsim model` forward + backward,
 // fsdp+tp on 8 simulated ranks, against the same model run unsharded on one device. Manual times:
 // only the forward + backward pass, not building or sharding the model. scripts/bench.sh runs the
-// upstream twin (tests/model/llama_twin.py) beside them and prints the ratios.
+// upstream twin (tests/model/llama_twin.py) beside them and prints the ratios. Both sides run with
+// the caching CPU allocator, as the dtsim command line does.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 
 #include "dtsim/model/model_run.h"
+#include "dtsim/tensor/caching_allocator.h"
 
 namespace {
 
@@ -56,4 +58,12 @@ BENCHMARK(BM_ModelUnsharded)->UseManualTime()->Unit(benchmark::kMillisecond)->Mi
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // As the dtsim command line runs, both sides: the caching CPU allocator (caching_allocator.h).
+  dtsim::EnableCachingCpuAllocator();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
