@@ -3,6 +3,7 @@
 // the unsharded model.
 //
 //   dtsim model --mesh 4 --names tp --dim 256 --heads 8 --layers 2 --vocab 1000 --seq 64 --batch 4
+//   mpirun -np 4 dtsim model --backend mpi <the same flags>      the same model on real ranks
 //               [--ffn N] [--plan tp|tp+sp|fsdp|fsdp+tp] [--backward] [--meta] [--json] [--ops]
 //               [--no-check]
 #include <boost/program_options.hpp>
@@ -10,6 +11,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "dtsim/core/real_run.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/model/model_run.h"
 
@@ -19,6 +21,7 @@ namespace po = boost::program_options;
 
 int RunModel(const Args& args) {
   model::ModelRunOptions o;
+  BackendCliOptions b;
   std::string mesh = "1", names = "tp";
   bool json_out = false, no_check = false, with_ops = false;
   po::options_description desc("dtsim model options");
@@ -43,6 +46,7 @@ int RunModel(const Args& args) {
       "no-check", po::bool_switch(&no_check), "skip the comparison with the unsharded model")(
       "ops", po::bool_switch(&with_ops), "list every DTensor op per module with its placements")(
       "json", po::bool_switch(&json_out), "print the report as JSON (CommDebugMode's tree shape)");
+  AddBackendOptions(desc, b);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -59,8 +63,12 @@ int RunModel(const Args& args) {
     return 0;
   }
   o.mesh = DeviceMesh::Parse(mesh, names);
+  FaultSpec fault;
+  if (b.backend != "local" || vm.count("inject-fault")) o.backend = MakeBackend(b, o.mesh, &fault);
   o.check = !no_check && !o.meta;
   model::ModelReport report = model::RunModel(o);
+  // On real ranks rank 0 reports (the others print nothing: MakeBackend silenced them).
+  if (o.backend && !IsReportingRank(*o.backend)) return report.ok() ? 0 : 1;
   if (json_out) {
     std::cout << model::ReportToJson(report).dump() << "\n";
   } else {

@@ -349,11 +349,46 @@ void ValidateModelRun(const ModelRunOptions& o) {
                                     " dp ranks (each rank's batch is batch / dp)");
     }
   }
+  if (o.backend && !o.backend->simulated() && o.meta) {
+    throw InputError("meta", "metadata-only runs are simulations: leave out --backend");
+  }
   if (o.loss_parallel && !uses_tp) {
     throw InputError("loss-parallel", "loss parallelism shards the logits over tp: plan " + o.plan +
                                           " has no tensor parallelism");
   }
 }
+
+namespace {
+
+// Every rank's `mine` (same length on each), by position in the mesh: an all-gather over the
+// world on a real backend.
+std::vector<std::vector<double>> GatherDoubles(Collectives& coll, const DeviceMesh& mesh,
+                                               const std::vector<double>& mine) {
+  at::Tensor t = at::tensor(mine, at::kDouble).unsqueeze(0);
+  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0);
+  std::vector<std::vector<double>> out(mesh.root().size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t k = 0; k < mine.size(); ++k) {
+      out[i].push_back(all[static_cast<int64_t>(i)][static_cast<int64_t>(k)].item<double>());
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> GatherInts(Collectives& coll, const DeviceMesh& mesh,
+                                             const std::vector<int64_t>& mine) {
+  at::Tensor t = at::tensor(mine, at::kLong).unsqueeze(0);
+  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0);
+  std::vector<std::vector<int64_t>> out(mesh.root().size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t k = 0; k < mine.size(); ++k) {
+      out[i].push_back(all[static_cast<int64_t>(i)][static_cast<int64_t>(k)].item<int64_t>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 bool ModelReport::ok() const {
   for (const TensorCheck& c : checks) {
@@ -367,7 +402,9 @@ ModelReport RunModel(const ModelRunOptions& o) {
   ModelReport report;
   report.options = o;
   const DeviceMesh& mesh = o.mesh;
-  std::shared_ptr<Collectives> coll(MakeLocalCollectives(mesh.size()));
+  std::shared_ptr<Collectives> coll =
+      o.backend ? o.backend : std::shared_ptr<Collectives>(MakeLocalCollectives(mesh.size()));
+  const bool real = !coll->simulated();
   const bool uses_tp = o.plan != "fsdp";
   const bool uses_dp = o.plan.rfind("fsdp", 0) == 0;
   // The dp mesh dim's index, or -1 (an index rather than an optional: gcc 12 misreads those).
@@ -408,10 +445,9 @@ ModelReport RunModel(const ModelRunOptions& o) {
   for (Module* m : AllModules(*sharded)) {
     for (const auto& [pname, p] : m->OwnParameters()) {
       const at::Tensor local = ops::IsDTensor(p) ? ops::GetDTensor(p).to_local() : p;
-      const std::vector<int64_t> ranks = LocalRanks(local);
-      const std::vector<at::Tensor> shards = LocalShards(local);
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        report.param_bytes.at(ranks[i]) += shards[i].numel() * shards[i].element_size();
+      for (int64_t r : coll->HeldRanks(local)) {
+        const at::Tensor shard = coll->Shard(local, r);
+        report.param_bytes.at(mesh.root().PositionOf(r)) += shard.numel() * shard.element_size();
       }
     }
   }
@@ -432,6 +468,9 @@ ModelReport RunModel(const ModelRunOptions& o) {
   at::Tensor logits, loss;
   {
     MemoryMeter meter;
+    // On a real rank everything this process allocates is its own rank's.
+    std::optional<RankScope> own_rank;
+    if (real) own_rank.emplace(coll->rank());
     meter.BeginWindow();
     const auto start = std::chrono::steady_clock::now();
     {
@@ -452,6 +491,25 @@ ModelReport RunModel(const ModelRunOptions& o) {
     report.peak_bytes = meter.Peaks(mesh.root().ranks());
   }
   report.modules = recorder.TakeNodes();
+  if (real) {
+    // Rank 0 reports the world: every rank's parameter bytes, peaks and per-module peaks.
+    std::vector<int64_t> mine = {report.param_bytes.at(mesh.root().PositionOf(coll->rank())),
+                                 report.peak_bytes.at(mesh.root().PositionOf(coll->rank()))};
+    for (const ModuleNode& n : report.modules) {
+      const size_t at_rank = static_cast<size_t>(coll->rank());
+      mine.push_back(at_rank < n.forward_peak_bytes.size() ? n.forward_peak_bytes[at_rank] : 0);
+    }
+    const std::vector<std::vector<int64_t>> all = GatherInts(*coll, mesh, mine);
+    for (size_t i = 0; i < all.size(); ++i) {
+      report.param_bytes[i] = all[i][0];
+      report.peak_bytes[i] = all[i][1];
+      for (size_t m = 0; m < report.modules.size(); ++m) {
+        std::vector<int64_t>& peaks = report.modules[m].forward_peak_bytes;
+        peaks.resize(all.size(), 0);
+        peaks[i] = all[i][2 + m];
+      }
+    }
+  }
   for (Module* m : AllModules(*sharded)) {
     for (const auto& [pname, p] : m->OwnParameters()) {
       const std::string fqn = (m->fqn().empty() ? "" : m->fqn() + ".") + pname;
@@ -485,17 +543,28 @@ ModelReport RunModel(const ModelRunOptions& o) {
     return t;
   };
   const at::Tensor loss_local = per_rank(loss.detach());
-  if (dp_index < 0) {
-    report.loss = GlobalValue(loss_local, "loss").item<double>();
-  } else {
-    double sum = 0;
-    for (int64_t c = 0; c < dp; ++c) {
-      for (int64_t r : mesh.ranks()) {
-        if (dp_coord(r) != c) continue;
-        sum += LocalShard(loss_local, r).item<double>();
-        break;
-      }
+  // Every rank's loss, by position in the mesh (gathered on a real backend).
+  std::vector<double> losses;
+  if (real) {
+    for (const auto& v : GatherDoubles(*coll, mesh, {loss_local.item<double>()})) {
+      losses.push_back(v[0]);
     }
+  } else {
+    for (int64_t r : mesh.ranks()) losses.push_back(LocalShard(loss_local, r).item<double>());
+  }
+  {
+    // Ranks of one dp coordinate must agree; the loss is the mean over dp coordinates.
+    std::vector<std::optional<double>> by_dp(dp);
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const int64_t c = dp_coord(mesh.ranks()[i]);
+      if (by_dp[c] && *by_dp[c] != losses[i]) {
+        throw InternalError("loss: ranks of dp coordinate " + std::to_string(c) +
+                            " computed different losses");
+      }
+      by_dp[c] = losses[i];
+    }
+    double sum = 0;
+    for (const auto& l : by_dp) sum += l.value_or(0.0);
     report.loss = sum / static_cast<double>(dp);
   }
   if (!o.check) return report;
@@ -517,9 +586,9 @@ ModelReport RunModel(const ModelRunOptions& o) {
     // Every rank's logits against the reference's rows of its dp coordinate.
     const at::Tensor got = per_rank(logits.detach());
     TensorCheck worst{"logits", 0, 0, true};
-    for (int64_t r : mesh.ranks()) {
+    for (int64_t r : coll->HeldRanks(got)) {
       const auto [start, n] = rows_of(dp_coord(r));
-      const at::Tensor mine = IsLocalTensor(got) ? LocalShard(got, r) : got;
+      const at::Tensor mine = coll->Shard(got, r);
       TensorCheck c = Check("logits", mine, ref_logits.detach().narrow(0, start, n));
       if (!c.ok) {
         worst = c;
@@ -527,6 +596,15 @@ ModelReport RunModel(const ModelRunOptions& o) {
         break;
       }
       if (c.max_abs_diff >= worst.max_abs_diff) worst = c;
+    }
+    if (real) {  // the worst rank's
+      for (const auto& v : GatherDoubles(
+               *coll, mesh, {worst.max_abs_diff, worst.tolerance, worst.ok ? 1.0 : 0.0})) {
+        const bool ok = v[2] != 0;
+        if ((!ok && worst.ok) || (ok == worst.ok && v[0] > worst.max_abs_diff)) {
+          worst = TensorCheck{"logits", v[0], v[1], ok};
+        }
+      }
     }
     report.checks.push_back(worst);
   }

@@ -23,6 +23,7 @@
 #include "dtsim/layout/collective_kind.h"
 #include "dtsim/layout/mesh.h"
 #include "dtsim/model/llama.h"
+#include "dtsim/tensor/collectives.h"
 
 namespace dtsim {
 namespace model {
@@ -36,6 +37,11 @@ struct ModelRunOptions {
   bool meta = false;  // meta tensors: shapes, collectives and memory, no values, no check
   bool check = true;  // compare with the unsharded model (data runs)
   at::ScalarType dtype = at::kFloat;
+  // The world: nullptr for the simulated one (every rank in this process); a real backend's
+  // Collectives (MPI, NCCL) to run this process's rank — every rank runs RunModel, rank 0's report
+  // holds the whole world's figures (collectives as planned on every rank, losses and checks
+  // gathered, every rank's peak memory).
+  std::shared_ptr<Collectives> backend;
   // Called on the parallelized model before it runs (tests corrupt a shard with it).
   std::function<void(Transformer&)> tamper;
 };
