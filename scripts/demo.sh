@@ -44,7 +44,18 @@ echo "   w = [R, S(1)]. Sharding propagation (upstream's rules and costs) picks 
 step "$DTSIM" op mm --mesh 2x4 --names dp,tp --arg "8x16:S(0),S(1)" --arg "16x12:R,S(1)" \
   | grep -v -E '^ +([0-9.]+|inf) us|^  rank'
 echo
-echo "== 7. Look instead of reading: the layout inspector. A trace of the nested case of step 3, then screenshots of"
+echo "== 7. A model: a Llama-style transformer with torchtitan's plan (TP + sequence parallelism on tp, FSDP on dp),"
+echo "   forward and backward. Per module: collectives with bytes, time and cause, peak memory; then the check"
+echo "   against the same model run unsharded (docs/model.md)."
+model_cmd=("$DTSIM" model --mesh 2x4 --names dp,tp --plan fsdp+tp --dim 128 --heads 4 --layers 1 --vocab 500 \
+  --seq 32 --batch 2 --backward)
+printf '\n\033[1m$ %s\033[0m\n' "${model_cmd[*]}"
+model_out="$("${model_cmd[@]}")"
+printf '%s\n' "$model_out" | head -n 24
+echo "   ..."
+printf '%s\n' "$model_out" | tail -n 4
+echo
+echo "== 8. Look instead of reading: the layout inspector. A trace of the nested case of step 3, then screenshots of"
 echo "   both demo traces drawn by dtsim-viewer (headless, under xvfb-run), a picture of one layout, and the uneven"
 echo "   run as a Perfetto timeline."
 "$DTSIM" redistribute --mesh 4x2 --names dp,tp --shape 13,6 --from "S(0),S(0)" --to "S(1),S(1)" \
