@@ -382,7 +382,8 @@ void FullyShard(Module& module, const DeviceMesh& dp_mesh,
         p.tp_shape = value.sizes().vec();
         p.sharded = ops::AsTensor(
             DistributeTensor(value.detach(), dp_mesh, {Placement::Shard(0)}, 0, collectives));
-        const at::Tensor local = ops::GetDTensor(p.sharded).to_local();  // a copy: the DTensor is a temporary
+        const at::Tensor local =
+            ops::GetDTensor(p.sharded).to_local();  // a copy: the DTensor is a temporary
         for (int64_t r : collectives->HeldRanks(local)) p.unsharded_shape[r] = p.tp_shape;
       }
       if (p.tp_shape.empty()) {
