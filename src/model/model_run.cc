@@ -237,7 +237,11 @@ int64_t Mul(int64_t a, int64_t b) {
   if (__builtin_mul_overflow(a, b, &out) || out > kSaturated) return kSaturated;
   return out;
 }
-int64_t Add(int64_t a, int64_t b) { return std::min(kSaturated, a + b); }  // a, b <= 2^62
+int64_t Add(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out) || out > kSaturated) return kSaturated;
+  return out;
+}
 
 // The largest tensor of the model (elements), and a bound on the bytes a data run allocates: the
 // full weights (kept for the reference model and its gradients: 3 copies), every rank's shards and
