@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/core/dtensor.h"
@@ -365,30 +366,17 @@ void ValidateModelRun(const ModelRunOptions& o) {
 namespace {
 
 // Every rank's `mine` (same length on each), by position in the mesh: an all-gather over the
-// world on a real backend.
-std::vector<std::vector<double>> GatherDoubles(Collectives& coll, const DeviceMesh& mesh,
-                                               const std::vector<double>& mine) {
-  at::Tensor t = at::tensor(mine, at::kDouble).unsqueeze(0);
-  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0);
-  std::vector<std::vector<double>> out(mesh.root().size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (size_t k = 0; k < mine.size(); ++k) {
-      out[i].push_back(all[static_cast<int64_t>(i)][static_cast<int64_t>(k)].item<double>());
-    }
-  }
-  return out;
-}
-
-std::vector<std::vector<int64_t>> GatherInts(Collectives& coll, const DeviceMesh& mesh,
-                                             const std::vector<int64_t>& mine) {
-  at::Tensor t = at::tensor(mine, at::kLong).unsqueeze(0);
-  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0);
-  std::vector<std::vector<int64_t>> out(mesh.root().size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (size_t k = 0; k < mine.size(); ++k) {
-      out[i].push_back(all[static_cast<int64_t>(i)][static_cast<int64_t>(k)].item<int64_t>());
-    }
-  }
+// world on a real backend. T is double or int64_t.
+template <typename T>
+std::vector<std::vector<T>> GatherWorld(Collectives& coll, const DeviceMesh& mesh,
+                                        const std::vector<T>& mine) {
+  const at::ScalarType type = std::is_same_v<T, double> ? at::kDouble : at::kLong;
+  at::Tensor t = at::tensor(mine, type).unsqueeze(0);
+  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0).contiguous();
+  std::vector<std::vector<T>> out(mesh.root().size());
+  const T* data = all.data_ptr<T>();
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].assign(data + i * mine.size(), data + (i + 1) * mine.size());
   return out;
 }
 
@@ -503,7 +491,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
       const size_t at_rank = static_cast<size_t>(coll->rank());
       mine.push_back(at_rank < n.forward_peak_bytes.size() ? n.forward_peak_bytes[at_rank] : 0);
     }
-    const std::vector<std::vector<int64_t>> all = GatherInts(*coll, mesh, mine);
+    const std::vector<std::vector<int64_t>> all = GatherWorld<int64_t>(*coll, mesh, mine);
     for (size_t i = 0; i < all.size(); ++i) {
       report.param_bytes[i] = all[i][0];
       report.peak_bytes[i] = all[i][1];
@@ -550,7 +538,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
   // Every rank's loss, by position in the mesh (gathered on a real backend).
   std::vector<double> losses;
   if (real) {
-    for (const auto& v : GatherDoubles(*coll, mesh, {loss_local.item<double>()})) {
+    for (const auto& v : GatherWorld<double>(*coll, mesh, {loss_local.item<double>()})) {
       losses.push_back(v[0]);
     }
   } else {
@@ -602,7 +590,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
       if (c.max_abs_diff >= worst.max_abs_diff) worst = c;
     }
     if (real) {  // the worst rank's
-      for (const auto& v : GatherDoubles(
+      for (const auto& v : GatherWorld<double>(
                *coll, mesh, {worst.max_abs_diff, worst.tolerance, worst.ok ? 1.0 : 0.0})) {
         const bool ok = v[2] != 0;
         if ((!ok && worst.ok) || (ok == worst.ok && v[0] > worst.max_abs_diff)) {
