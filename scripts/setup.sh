@@ -53,6 +53,18 @@ PY
   "$DTSIM_PY" -c "import torch" || { log "torch did not install"; exit 1; }
 }
 
+# `import dtsim` in the venv: python/ goes on its path through a .pth file (what `pip install -e` does, without a
+# second build: CMake builds the extension dtsim._C into python/dtsim/ with the rest, python/CMakeLists.txt).
+install_python_package() {
+  local site pth
+  site="$("$DTSIM_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  pth="$site/dtsim.pth"
+  if [ "$(cat "$pth" 2>/dev/null)" != "$DTSIM_ROOT/python" ]; then
+    log "installing the dtsim Python package into the venv (editable: $pth)"
+    printf '%s\n' "$DTSIM_ROOT/python" > "$pth"
+  fi
+}
+
 configure_and_build() {
   if [ ! -f "$DTSIM_BUILD/build.ninja" ]; then
     local torch_prefix
@@ -86,3 +98,4 @@ configure_and_build_asan() {
 
 install_apt_packages
 install_venv
+install_python_package

@@ -2,6 +2,7 @@
 #include "dtsim/trace/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -241,6 +242,57 @@ void WriteOutputFile(const std::string& path, const std::string& text, const std
   } else {
     WriteAtomically(path, text, field);
   }
+}
+
+std::string ReadInputFile(const std::string& path, const std::string& field, int64_t max_bytes) {
+  const std::string name = StrCat("'", ExcerptText(path), "'");
+  if (path.empty()) throw InputError(field, "the path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InputError(field, StrCat("cannot open ", name, ": ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) throw InputError(field, StrCat(name, " is a directory, not a file"));
+  if (S_ISCHR(st.st_mode))
+    throw InputError(field, StrCat(name, " is a character device, not a file"));
+  if (S_ISBLK(st.st_mode)) throw InputError(field, StrCat(name, " is a block device, not a file"));
+  if (S_ISSOCK(st.st_mode)) throw InputError(field, StrCat(name, " is a socket, not a file"));
+  const bool stream = S_ISFIFO(st.st_mode);
+  if (!stream && st.st_size > max_bytes) {
+    throw InputError(field, StrCat(name, " has ", st.st_size, " bytes; files over ", max_bytes,
+                                   " bytes are refused"));
+  }
+  // Non-blocking open: opening a FIFO without a writer would otherwise wait forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(field, StrCat("cannot open ", name, ": ", std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    if (stream) {
+      struct pollfd pfd = {fd, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, kInputStallSeconds * 1000);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        throw InputError(field, StrCat(name, " is a pipe that sent nothing for ",
+                                       kInputStallSeconds, " s (no writer?)"));
+      }
+    }
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw InputError(field, StrCat("cannot read ", name, ": ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    if (static_cast<int64_t>(text.size()) + n > max_bytes) {
+      throw InputError(
+          field, StrCat(name, " holds more than ", max_bytes, " bytes; larger files are refused"));
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
 }
 
 }  // namespace dtsim

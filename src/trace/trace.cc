@@ -461,25 +461,7 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
 
 nlohmann::json ReadTraceJson(const std::string& path) {
   if (path.empty()) throw InputError("trace", "the trace path is empty");
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    throw InputError("trace",
-                     StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
-  }
-  if (S_ISDIR(st.st_mode))
-    throw InputError("trace", StrCat("'", ExcerptText(path), "' is a directory, not a trace file"));
-  if (st.st_size > kMaxTraceFileBytes) {
-    throw InputError("trace",
-                     StrCat("'", ExcerptText(path), "' has ", st.st_size, " bytes; traces over ",
-                            kMaxTraceFileBytes, " bytes are refused"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError("trace",
-                     StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
+  const std::string text = ReadInputFile(path, "trace", kMaxTraceFileBytes);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw InputError("trace", StrCat("'", ExcerptText(path), "' is empty"));
   }

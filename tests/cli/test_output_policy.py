@@ -191,3 +191,33 @@ def test_a_symlinked_output_is_written_through(tmp_path):
     out = run("redistribute", *CASE, "--trace", "dangling.json", cwd=tmp_path)
     assert out.returncode == 2 and "cannot write 'dangling.json'" in out.stderr, out.stderr
     assert no_temporaries(tmp_path) == [] and no_temporaries(tmp_path / "real") == []
+
+
+# ---- the input side: every read bounded (ReadInputFile in files.h) ----
+
+@pytest.mark.parametrize("path,words", [("/dev/zero", "is a character device, not a file"),
+                                        ("/dev/urandom", "is a character device, not a file"),
+                                        ("/dev/null", "is a character device, not a file")])
+def test_device_inputs_are_refused_up_front(trace, path, words):
+    for args in (["trace-diff", str(trace), path], ["export", "--format", "perfetto", path, "o.json"]):
+        out = run(*args, cwd=trace.parent, timeout=60)
+        assert out.returncode == 2 and words in out.stderr, (args, out.stderr)
+
+
+def test_a_pipe_is_read_as_a_stream_and_a_fifo_without_writer_is_refused(trace, tmp_path):
+    # a pipe with a writer (what `trace-diff t.json <(cat t.json)` passes) is read whole
+    out = subprocess.run(["bash", "-c", f'"{DTSIM}" trace-diff "{trace}" <(cat "{trace}")'], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    fifo = tmp_path / "nobody"
+    os.mkfifo(fifo)
+    out = run("trace-diff", str(trace), str(fifo), timeout=120)  # no writer: refused, not a hang
+    assert out.returncode == 2 and "'" + str(fifo) + "'" in out.stderr, out.stderr
+
+
+def test_a_pipe_longer_than_the_limit_stops_at_the_limit(trace):
+    # 1 GiB + 1 bytes through a pipe: the read stops at the limit (memory stays bounded) and says so
+    out = subprocess.run(["bash", "-c", f'ulimit -v 4000000; "{DTSIM}" trace-diff "{trace}" '
+                                        f'<(head -c 1073741825 /dev/zero)'],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "holds more than 1073741824 bytes" in out.stderr, out.stderr

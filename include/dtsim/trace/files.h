@@ -17,6 +17,7 @@
 //    reader never sees half a file and a failed write leaves the old one (and no temporary).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,18 @@ bool SameFile(const std::string& a, const std::string& b);
 // Writes `text` to `path` by the policy above (atomically for regular and new files, as a stream
 // for the special files it allows). InputError(field) naming the path and the reason.
 void WriteOutputFile(const std::string& path, const std::string& text, const std::string& field);
+
+// The input side of the policy: every file dtsim reads whole (traces, op traces, plans) goes
+// through ReadInputFile, so no read is unbounded.
+//  * Regular files larger than `max_bytes` are refused before reading, and the read stops at
+//    max_bytes + 1 bytes even if the file grows meanwhile.
+//  * A FIFO or pipe (`<(cmd)`, a named pipe) is read as a stream with the same bound; a FIFO with
+//    no writer, or one that sends nothing for kInputStallSeconds, is refused — never a hang.
+//  * Directories, character and block devices (/dev/zero, /dev/urandom, a terminal) and sockets
+//    are refused up front.
+// InputError(field) naming the path and the reason, e.g. "trace: '/dev/zero' is a character
+// device, not a file".
+inline constexpr int kInputStallSeconds = 30;
+std::string ReadInputFile(const std::string& path, const std::string& field, int64_t max_bytes);
 
 }  // namespace dtsim

@@ -1,0 +1,638 @@
+"""dtsim from Python: a whole simulated world of DTensor ranks in one process, with upstream's names.
+
+    import torch, dtsim
+    from dtsim import Shard, Replicate, Partial
+
+    mesh = dtsim.init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    dt = dtsim.distribute_tensor(torch.arange(50.).reshape(5, 10), mesh, [Shard(0), Replicate()])
+    out = dt.redistribute(mesh, [Replicate(), Shard(1)])
+    out.to_local()[3]                                  # rank 3's shard (a torch.Tensor, no copy)
+    print(dtsim.plan(dt, [Replicate(), Shard(1)]).explain())
+    out.full_tensor()                                  # the global tensor
+
+Semantics are upstream torch.distributed.tensor's (its placements, chunk sizes, planner, errors);
+the ranks live in one process (dtsim's LocalTensor), so `to_local()` gives every rank's shard, as a
+list in ascending rank order. Placements may be given as dtsim's classes, upstream's
+(torch.distributed.tensor.Shard, ...), or text ("S(0)", "[S(0), R]", "P(avg)", "_S(0,2)").
+Bad input raises ValueError naming the argument; nothing here crashes the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch  # loads LibTorch (and libtorch_python) before the extension below needs them
+
+from . import _C
+
+__all__ = [
+    "DTensor",
+    "DeviceMesh",
+    "Layout",
+    "Partial",
+    "Placement",
+    "Plan",
+    "PlanStep",
+    "RankLayout",
+    "Replicate",
+    "Shard",
+    "Trace",
+    "distribute_tensor",
+    "init_device_mesh",
+    "layout",
+    "load_trace",
+    "plan",
+    "shard_hash",
+]
+
+_REDUCE_OPS = ("sum", "avg", "min", "max", "product", "band", "bor", "bxor")
+
+
+# ---- placements -------------------------------------------------------------------------------
+
+
+class Placement:
+    """Base of Shard, _StridedShard, Replicate and Partial (upstream's Placement)."""
+
+    __slots__ = ()
+
+    def is_shard(self, dim: Optional[int] = None) -> bool:
+        return False
+
+    def is_replicate(self) -> bool:
+        return False
+
+    def is_partial(self, reduce_op: Optional[str] = None) -> bool:
+        return False
+
+    def _text(self) -> str:  # dtsim's canonical text form
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self._text()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Placement) and self._text() == other._text()
+
+    def __hash__(self) -> int:
+        return hash(self._text())
+
+
+class Shard(Placement):
+    """Split tensor dim `dim` over the mesh dim the way torch.chunk does (upstream's Shard)."""
+
+    __slots__ = ("dim",)
+
+    def __init__(self, dim: int):
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"Shard.dim: expected an int, got {dim!r}")
+        self.dim = dim
+
+    def is_shard(self, dim: Optional[int] = None) -> bool:
+        return dim is None or dim == self.dim
+
+    def _text(self) -> str:
+        return f"S({self.dim})"
+
+    def __repr__(self) -> str:
+        return f"Shard(dim={self.dim})"
+
+
+class _StridedShard(Shard):
+    """Upstream's _StridedShard: dim `dim` in `split_factor` pieces, each chunked over the mesh dim."""
+
+    __slots__ = ("split_factor",)
+
+    def __init__(self, dim: int, split_factor: int):
+        super().__init__(dim)
+        if isinstance(split_factor, bool) or not isinstance(split_factor, int) or split_factor < 1:
+            raise ValueError(f"_StridedShard.split_factor: expected an int >= 1, got {split_factor!r}")
+        self.split_factor = split_factor
+
+    def _text(self) -> str:
+        return f"_S({self.dim},{self.split_factor})"
+
+    def __repr__(self) -> str:
+        return f"_StridedShard(dim={self.dim}, sf={self.split_factor})"
+
+
+class Replicate(Placement):
+    """Every rank of the mesh dim holds the whole (remaining) tensor."""
+
+    __slots__ = ()
+
+    def is_replicate(self) -> bool:
+        return True
+
+    def _text(self) -> str:
+        return "R"
+
+    def __repr__(self) -> str:
+        return "Replicate()"
+
+
+class Partial(Placement):
+    """Every rank holds a partial value; the tensor is their reduction by `reduce_op`."""
+
+    __slots__ = ("reduce_op",)
+
+    def __init__(self, reduce_op: str = "sum"):
+        if reduce_op not in _REDUCE_OPS:
+            raise ValueError(f"Partial.reduce_op: expected one of {', '.join(_REDUCE_OPS)}, got {reduce_op!r}")
+        self.reduce_op = reduce_op
+
+    def is_partial(self, reduce_op: Optional[str] = None) -> bool:
+        return reduce_op is None or reduce_op == self.reduce_op
+
+    def _text(self) -> str:
+        return f"P({self.reduce_op})"
+
+    def __repr__(self) -> str:
+        return f"Partial({self.reduce_op})"
+
+
+PlacementLike = Union[Placement, str, Any]  # also upstream's placement objects
+
+
+def _one_placement_text(p: Any, field: str) -> str:
+    if isinstance(p, Placement):
+        return p._text()
+    if isinstance(p, str):
+        return p
+    # upstream's torch.distributed.tensor placements, read by their public attributes
+    kind = type(p).__name__
+    if kind == "_StridedShard":
+        return f"_S({int(p.dim)},{int(p.split_factor)})"
+    if kind == "Shard":
+        return f"S({int(p.dim)})"
+    if kind == "Replicate":
+        return "R"
+    if kind in ("Partial", "_Partial", "_NormPartial", "MaskPartial"):
+        return f"P({p.reduce_op})"
+    raise ValueError(f"{field}: {p!r} is not a placement (Shard, Replicate, Partial or text such as 'S(0)')")
+
+
+def _placements_text(placements: Any, field: str = "placements") -> str:
+    if placements is None:
+        raise ValueError(f"{field}: required")
+    if isinstance(placements, str):
+        return placements
+    if isinstance(placements, (Placement,)) or type(placements).__name__ in ("Shard", "Replicate", "Partial"):
+        placements = [placements]
+    try:
+        items = list(placements)
+    except TypeError:
+        raise ValueError(f"{field}: expected a sequence of placements, got {placements!r}") from None
+    return ",".join(_one_placement_text(p, field) for p in items)
+
+
+_PLACEMENT_RE = re.compile(r"^(?:S\((-?\d+)\)|_S\((-?\d+),(\d+)\)|R|P\((\w+)\))$")
+
+
+def _parse_placements(text: str) -> Tuple[Placement, ...]:
+    """The placements of dtsim's canonical text "[S(0), R, P(sum), _S(0,2)]"."""
+    inner = text.strip()
+    if inner.startswith("[") and inner.endswith("]"):
+        inner = inner[1:-1]
+    out: List[Placement] = []
+    for item in (s.strip().replace(" ", "") for s in inner.split(", ") if s.strip()):
+        m = _PLACEMENT_RE.match(item)
+        if m is None:  # cannot happen for text dtsim printed; kept loud
+            raise RuntimeError(f"dtsim: unexpected placement text {item!r}")
+        if m.group(1) is not None:
+            out.append(Shard(int(m.group(1))))
+        elif m.group(2) is not None:
+            out.append(_StridedShard(int(m.group(2)), int(m.group(3))))
+        elif m.group(4) is not None:
+            out.append(Partial(m.group(4)))
+        else:
+            out.append(Replicate())
+    return tuple(out)
+
+
+def _dtype_name(dtype: Any, field: str = "dtype") -> str:
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    if isinstance(dtype, str):
+        return dtype
+    raise ValueError(f"{field}: expected a torch.dtype, got {dtype!r}")
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def _int_list(values: Any, field: str) -> List[int]:
+    if isinstance(values, int) and not isinstance(values, bool):
+        return [values]
+    try:
+        out = list(values)
+    except TypeError:
+        raise ValueError(f"{field}: expected a sequence of ints, got {values!r}") from None
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{field}: expected ints, got {v!r} in {values!r}")
+    return out
+
+
+# ---- meshes -----------------------------------------------------------------------------------
+
+
+class DeviceMesh:
+    """A mesh of simulated ranks (upstream's DeviceMesh). `mesh` is a nested list or tensor of ranks.
+
+    Indexing by dim names gives a submesh: in simulation mesh["tp"] stands for every tp group at
+    once (SPMD code on each rank would see its own), so its DTensors still hold all ranks.
+    """
+
+    __slots__ = ("device_type", "_impl")
+
+    def __init__(self, device_type: str, mesh: Any, *, mesh_dim_names: Optional[Sequence[str]] = None,
+                 _impl: Optional[_C.DeviceMesh] = None):
+        if device_type != "cpu":
+            raise ValueError(f"device_type: dtsim simulates ranks on 'cpu', got {device_type!r}")
+        self.device_type = device_type
+        if _impl is not None:
+            self._impl = _impl
+            return
+        ranks = torch.as_tensor(mesh)
+        if ranks.dtype.is_floating_point or ranks.dtype == torch.bool or ranks.dim() == 0:
+            raise ValueError(f"mesh: expected a nested list (or tensor) of integer ranks, got {mesh!r}")
+        names = list(mesh_dim_names) if mesh_dim_names is not None else []
+        self._impl = _C.DeviceMesh(list(ranks.shape), [str(n) for n in names], ranks.flatten().tolist())
+
+    @property
+    def mesh(self) -> torch.Tensor:
+        """The ranks, shaped as the mesh."""
+        return torch.tensor(self._impl.ranks, dtype=torch.int64).reshape(self._impl.shape)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self._impl.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self._impl.ndim
+
+    @property
+    def mesh_dim_names(self) -> Optional[Tuple[str, ...]]:
+        return tuple(self._impl.names) if self._impl.names else None
+
+    def size(self, mesh_dim: Optional[int] = None) -> int:
+        return self._impl.size() if mesh_dim is None else self.shape[mesh_dim]
+
+    def get_coordinate_of(self, rank: int) -> List[int]:
+        """The coordinate of `rank` in this mesh (ValueError if it is not in it)."""
+        return list(self._impl.coordinate(rank))
+
+    def __getitem__(self, names: Union[str, Sequence[str]]) -> "DeviceMesh":
+        names = [names] if isinstance(names, str) else list(names)
+        return DeviceMesh(self.device_type, None, _impl=self._impl.submesh(names))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceMesh) and self._impl == other._impl
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.mesh_dim_names, tuple(self._impl.ranks)))
+
+    def __repr__(self) -> str:
+        return f"DeviceMesh({self._impl!r})"
+
+
+def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
+                     mesh_dim_names: Optional[Sequence[str]] = None) -> DeviceMesh:
+    """Upstream's init_device_mesh: ranks 0..N-1 in row-major order over `mesh_shape`."""
+    shape = _int_list(mesh_shape, "mesh_shape")
+    if device_type != "cpu":
+        raise ValueError(f"device_type: dtsim simulates ranks on 'cpu', got {device_type!r}")
+    names = [str(n) for n in mesh_dim_names] if mesh_dim_names is not None else []
+    return DeviceMesh(device_type, None, _impl=_C.DeviceMesh(shape, names, []))
+
+
+def _mesh_arg(mesh: Any, field: str = "device_mesh") -> DeviceMesh:
+    if not isinstance(mesh, DeviceMesh):
+        raise ValueError(f"{field}: expected a dtsim.DeviceMesh, got {type(mesh).__name__}")
+    return mesh
+
+
+# ---- DTensor ----------------------------------------------------------------------------------
+
+
+class DTensor:
+    """A simulated DTensor: a spec (mesh, placements, global shape, dtype) and every rank's shard."""
+
+    __slots__ = ("_impl", "_mesh")
+
+    def __init__(self, impl: _C.DTensor, mesh: DeviceMesh):
+        self._impl = impl
+        self._mesh = mesh
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        return self._mesh
+
+    @property
+    def placements(self) -> Tuple[Placement, ...]:
+        return _parse_placements(self._impl.placements)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self._impl.shape)
+
+    def size(self, dim: Optional[int] = None) -> Union[torch.Size, int]:
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._impl.shape)
+
+    def stride(self) -> Tuple[int, ...]:
+        return tuple(self._impl.stride)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return _torch_dtype(self._impl.dtype)
+
+    def to_local(self) -> List[torch.Tensor]:
+        """Every rank's local shard, in ascending rank order (rank r at index r on init_device_mesh's
+        meshes). The tensors share storage with the DTensor (no copies); replicas share one buffer
+        until written (copy-on-write)."""
+        return self._impl.shards()
+
+    def local_shards(self) -> Dict[int, torch.Tensor]:
+        """{rank: shard} for every rank."""
+        return dict(zip(self._impl.ranks(), self._impl.shards()))
+
+    def redistribute(self, device_mesh: Optional[DeviceMesh] = None, placements: Any = None, *,
+                     planner: str = "greedy", plan: Optional["Plan"] = None) -> "DTensor":
+        """Upstream's redistribute on the same mesh. `planner`: "greedy" (upstream's sequence),
+        "min-cost" or "graph"; or run a Plan from dtsim.plan (possibly edited) with `plan=`."""
+        if device_mesh is not None and _mesh_arg(device_mesh) != self._mesh:
+            raise ValueError(f"device_mesh: redistribute to another mesh ({device_mesh!r} from "
+                             f"{self._mesh!r}) is not supported (upstream refuses it too)")
+        if plan is not None:
+            if placements is not None:
+                raise ValueError("plan: give either placements or plan, not both")
+            if not isinstance(plan, Plan):
+                raise ValueError(f"plan: expected a dtsim.Plan, got {type(plan).__name__}")
+            return DTensor(_C.execute_plan(self._impl, plan.to_json()), self._mesh)
+        text = _placements_text(placements)
+        return DTensor(self._impl.redistribute(text, planner), self._mesh)
+
+    def full_tensor(self) -> torch.Tensor:
+        """The global tensor (redistribute to all-Replicate; every rank's copy must agree)."""
+        return self._impl.full_tensor()
+
+    @staticmethod
+    def from_local(local_tensor: Union[Sequence[torch.Tensor], Mapping[int, torch.Tensor]],
+                   device_mesh: Optional[DeviceMesh] = None, placements: Any = None, *,
+                   run_check: bool = False, shape: Optional[Sequence[int]] = None,
+                   stride: Optional[Sequence[int]] = None) -> "DTensor":
+        """Wraps every rank's shard without communication: a list in ascending rank order or a dict
+        {rank: tensor}. The tensors are kept as given (no copies). Every local shape must match the
+        layout (ValueError naming the rank otherwise); `shape` defaults to even sharding."""
+        mesh = _mesh_arg(device_mesh)
+        if isinstance(local_tensor, Mapping):
+            ranks = sorted(mesh._impl.root.ranks)
+            missing = [r for r in ranks if r not in local_tensor]
+            if missing or len(local_tensor) != len(ranks):
+                raise ValueError(f"local_tensor: expected one tensor for each rank {ranks[:8]}..., "
+                                 f"missing {missing[:8]}")
+            shards = [local_tensor[r] for r in ranks]
+        elif isinstance(local_tensor, torch.Tensor):
+            raise ValueError("local_tensor: give every rank's shard (a list in rank order, or a dict "
+                             "rank -> tensor), not one tensor")
+        else:
+            shards = list(local_tensor)
+        for i, s in enumerate(shards):
+            if not isinstance(s, torch.Tensor):
+                raise ValueError(f"local_tensor[{i}]: expected a torch.Tensor, got {type(s).__name__}")
+        impl = _C.from_local(shards, mesh._impl, _placements_text(placements),
+                             None if shape is None else _int_list(shape, "shape"),
+                             None if stride is None else _int_list(stride, "stride"))
+        return DTensor(impl, mesh)
+
+    def __repr__(self) -> str:
+        return (f"DTensor(placements={self.placements}, shape={tuple(self.shape)}, "
+                f"dtype={self.dtype}, device_mesh={self._mesh!r})")
+
+
+def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements: Any = None, *,
+                      src_data_rank: Optional[int] = 0) -> DTensor:
+    """Upstream's distribute_tensor: each rank takes its part of `tensor` (as held by the rank at
+    coordinate `src_data_rank` on each mesh dim; None: every rank splits its own copy). As upstream's
+    scatter/broadcast, every rank's shard is its own buffer: writing a shard never changes `tensor`.
+    `placements` defaults to Replicate on every mesh dim."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    mesh = _mesh_arg(device_mesh)
+    if placements is None:
+        placements = [Replicate()] * mesh.ndim
+    impl = _C.distribute_tensor(tensor, mesh._impl, _placements_text(placements), src_data_rank)
+    return DTensor(impl, mesh)
+
+
+# ---- plans ------------------------------------------------------------------------------------
+
+
+class PlanStep:
+    """One step of a plan: the mesh dim it changes, from / to, the collective, its groups, bytes
+    per rank and estimated time. `step["key"]` reads any key of the step's JSON (docs/planner.md)."""
+
+    __slots__ = ("_json",)
+
+    def __init__(self, json: Dict[str, Any]):
+        self._json = json
+
+    mesh_dim = property(lambda self: self._json["mesh_dim"])
+    mesh_dim_name = property(lambda self: self._json["mesh_dim_name"])
+    src = property(lambda self: _parse_placements(self._json["from"])[0], doc="placement before")
+    dst = property(lambda self: _parse_placements(self._json["to"])[0], doc="placement after")
+    collective = property(lambda self: self._json["collective"])
+    groups = property(lambda self: self._json["groups"])
+    bytes_per_rank = property(lambda self: self._json["bytes_per_rank"])
+    bytes_received_per_rank = property(lambda self: self._json["bytes_received_per_rank"])
+    est_us = property(lambda self: self._json["est_us"])
+    placements_after = property(lambda self: _parse_placements(self._json["placements_after"]))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._json[key]
+
+    def to_json(self) -> Dict[str, Any]:
+        return self._json
+
+    def __repr__(self) -> str:
+        return (f"PlanStep({self.mesh_dim_name}: {self._json['from']} -> {self._json['to']}, "
+                f"{self.collective})")
+
+
+class Plan:
+    """A redistribution plan as data: `steps`, `explain()`, `to_json()` (the JSON of `dtsim plan
+    --json`). Run it with DTensor.redistribute(plan=...); an edited plan is checked before it runs."""
+
+    __slots__ = ("_json", "_explain")
+
+    def __init__(self, json: Dict[str, Any], explain: Optional[str] = None):
+        self._json = json
+        self._explain = explain
+
+    @property
+    def steps(self) -> List[PlanStep]:
+        return [PlanStep(s) for s in self._json["plan"]]
+
+    planner = property(lambda self: self._json["planner"])
+    total_est_us = property(lambda self: self._json["total_est_us"])
+    num_collectives = property(lambda self: self._json["num_collectives"])
+    note = property(lambda self: self._json["note"])
+    src = property(lambda self: _parse_placements(self._json["from"]))
+    dst = property(lambda self: _parse_placements(self._json["to"]))
+
+    def explain(self) -> str:
+        """One line per step (mesh dim, from -> to, collective, groups, bytes/rank, estimate)."""
+        if self._explain is None:
+            self._explain = _C.explain_plan(self._json)
+        return self._explain
+
+    def to_json(self) -> Dict[str, Any]:
+        return self._json
+
+    def __len__(self) -> int:
+        return len(self._json["plan"])
+
+    def __iter__(self) -> Iterator[PlanStep]:
+        return iter(self.steps)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self._json['from']} -> {self._json['to']}, {len(self)} steps, "
+                f"{self.num_collectives} collectives, planner={self.planner})")
+
+
+def plan(src: Any, placements: Any, *, device_mesh: Optional[DeviceMesh] = None,
+         shape: Optional[Sequence[int]] = None, dtype: torch.dtype = torch.float32,
+         planner: str = "greedy") -> Plan:
+    """The plan redistributing `src` to `placements`, without running it. `src` is a DTensor, or
+    source placements together with `device_mesh` and `shape` (and `dtype`)."""
+    target = _placements_text(placements)
+    if isinstance(src, DTensor):
+        mesh, src_text, shp, dt = src._mesh, src._impl.placements, list(src.shape), src._impl.dtype
+    else:
+        if device_mesh is None:
+            raise ValueError("device_mesh: required when src is placements, not a DTensor")
+        if shape is None:
+            raise ValueError("shape: required when src is placements, not a DTensor")
+        mesh, src_text = _mesh_arg(device_mesh), _placements_text(src, "src")
+        shp, dt = _int_list(shape, "shape"), _dtype_name(dtype)
+    json, text = _C.plan(mesh._impl, src_text, target, shp, dt, planner)
+    return Plan(json, text)
+
+
+# ---- layouts ----------------------------------------------------------------------------------
+
+
+class RankLayout:
+    """What one rank holds: its mesh coordinate, local shape, global offset and, per tensor dim, the
+    owned global index ranges [[lo, hi), ...]."""
+
+    __slots__ = ("rank", "coordinate", "local_shape", "global_offset", "intervals")
+
+    def __init__(self, json: Dict[str, Any]):
+        self.rank = json["rank"]
+        self.coordinate = tuple(json["coordinate"])
+        self.local_shape = tuple(json["local_shape"])
+        self.global_offset = tuple(json["global_offset"])
+        self.intervals = [[tuple(iv) for iv in dim] for dim in json["intervals"]]
+
+    def __repr__(self) -> str:
+        return (f"RankLayout(rank={self.rank}, coordinate={self.coordinate}, "
+                f"local_shape={self.local_shape}, global_offset={self.global_offset})")
+
+
+class Layout:
+    """Every rank's part of a global tensor under a mesh and placements (`dtsim layout`)."""
+
+    __slots__ = ("_json", "_text")
+
+    def __init__(self, json: Dict[str, Any], text: str):
+        self._json = json
+        self._text = text
+
+    @property
+    def ranks(self) -> List[RankLayout]:
+        """One entry per rank (every rank for worlds up to 64 ranks or ranks="all"; else none, see
+        to_json()["rank_summary"])."""
+        return [RankLayout(r) for r in self._json.get("ranks", [])]
+
+    def render(self) -> str:
+        """The text `dtsim layout` prints: the block grid and the per-rank table."""
+        return self._text
+
+    __str__ = render
+
+    def to_json(self) -> Dict[str, Any]:
+        return self._json
+
+    def __repr__(self) -> str:
+        return f"Layout({self._json['placements']}, shape={self._json['shape']})"
+
+
+def layout(src: Any, placements: Any = None, shape: Optional[Sequence[int]] = None, *,
+           dtype: torch.dtype = torch.float32, ranks: str = "auto") -> Layout:
+    """The layout of a DTensor, or of (`device_mesh`, `placements`, `shape`): layout(mesh, [Shard(0)],
+    (9, 2)). `ranks`: "auto" (every rank of a small world, a summary of a big one), "all", or a
+    list such as "0,3,5-7"."""
+    if isinstance(src, DTensor):
+        if placements is not None or shape is not None:
+            raise ValueError("placements: a DTensor carries its own placements and shape")
+        mesh, text, shp, dt = src._mesh, src._impl.placements, list(src.shape), src._impl.dtype
+    else:
+        mesh = _mesh_arg(src, "device_mesh")
+        if shape is None:
+            raise ValueError("shape: required with a mesh")
+        text, shp, dt = _placements_text(placements), _int_list(shape, "shape"), _dtype_name(dtype)
+    json, rendered = _C.layout(mesh._impl, text, shp, dt, str(ranks))
+    return Layout(json, rendered)
+
+
+# ---- traces -----------------------------------------------------------------------------------
+
+
+class Trace:
+    """A dtsim trace read and validated as `trace-diff` reads it (docs/trace-format.md). Attributes
+    follow its JSON: format, meta, initial, steps, final, ok (or op, strategy, redistributions for
+    an op trace); `trace["key"]` and to_json() give the JSON itself."""
+
+    __slots__ = ("_json",)
+
+    def __init__(self, json: Dict[str, Any]):
+        self._json = json
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._json[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._json[key]
+
+    def to_json(self) -> Dict[str, Any]:
+        return self._json
+
+    def __repr__(self) -> str:
+        meta = self._json.get("meta", {})
+        return f"Trace(format={self._json.get('format')!r}, backend={meta.get('backend')!r})"
+
+
+def load_trace(path: Union[str, os.PathLike]) -> Trace:
+    """Reads and validates a trace file (ValueError naming the file and the JSON path of the first
+    problem; files over 1 GiB, directories and special files are refused as by the CLI)."""
+    return Trace(_C.load_trace(os.fspath(path)))
+
+
+def shard_hash(tensor: torch.Tensor) -> str:
+    """The hash traces record for a shard: "xxh3:" + 16 hex digits over dtype, shape and bytes."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    return _C.shard_hash(tensor)

@@ -1,0 +1,179 @@
+"""The Python API's contract beyond the upstream comparison (test_api_vs_upstream.py): tensors cross without copies,
+bad input is a ValueError naming the argument (never a crash), plans are data that can be edited and run, traces load
+with the CLI's validation, and `import dtsim` works in the project venv without any path set."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate as UpstreamReplicate
+from torch.distributed.tensor import Shard as UpstreamShard
+
+import dtsim
+from dtsim import DTensor, Partial, Replicate, Shard
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+@pytest.fixture
+def mesh():
+    return dtsim.init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+
+
+def test_import_in_the_venv_without_a_path():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", "import dtsim, os; print(os.path.realpath(dtsim.__file__))"],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == os.path.realpath(os.path.join(ROOT, "python", "dtsim", "__init__.py"))
+
+
+def test_from_local_and_to_local_share_storage(mesh):
+    shards = [torch.full((3, 2), float(r)) for r in range(8)]
+    dt = DTensor.from_local(shards, mesh, [Shard(0), Replicate()], shape=(6, 2))
+    back = dt.to_local()
+    assert [t.data_ptr() for t in back] == [t.data_ptr() for t in shards]
+    shards[5].fill_(42)  # the DTensor holds the very tensors given
+    assert torch.equal(dt.to_local()[5], torch.full((3, 2), 42.0))
+    assert dt.to_local()[2].data_ptr() == back[2].data_ptr()  # to_local() is a view each time, never a copy
+    by_rank = DTensor.from_local({r: t for r, t in enumerate(shards)}, mesh, "S(0),R", shape=(6, 2))
+    assert [t.data_ptr() for t in by_rank.to_local()] == [t.data_ptr() for t in shards]
+    assert list(by_rank.local_shards()) == list(range(8))
+
+
+def test_shards_written_in_python_change_only_their_rank(mesh):
+    x = torch.arange(12.0).reshape(6, 2)
+    dt = dtsim.distribute_tensor(x, mesh, [Replicate(), Replicate()])
+    before = x.clone()
+    dt.to_local()[1].add_(100)
+    assert torch.equal(x, before)  # the input is never written
+    assert torch.equal(dt.to_local()[0], before) and torch.equal(dt.to_local()[1], before + 100)
+    out = dt.redistribute(mesh, [Shard(0), Shard(1)])
+    assert torch.equal(out.to_local()[1], (before + 100)[0:3, 1:2])  # rank 1 reads its own (written) copy
+
+
+def test_full_tensor_and_redistribute_round_trip(mesh):
+    x = torch.randn(7, 9, dtype=torch.float64)
+    dt = dtsim.distribute_tensor(x, mesh, [Shard(1), Shard(0)])
+    assert dt.shape == torch.Size([7, 9]) and dt.dtype == torch.float64 and dt.stride() == (9, 1)
+    assert dt.placements == (Shard(1), Shard(0))
+    for target in ([Replicate(), Shard(1)], "S(0),S(0)", [UpstreamShard(1), UpstreamReplicate()]):
+        assert torch.equal(dt.redistribute(mesh, target).full_tensor(), x)
+    assert [tuple(t.shape) for t in dt.to_local()] == [(2, 5)] * 3 + [(1, 5)] + [(2, 4)] * 3 + [(1, 4)]
+
+
+def test_partial_sums_and_averages(mesh):
+    shards = [torch.full((2,), float(r)) for r in range(8)]
+    dt = DTensor.from_local(shards, mesh, [Replicate(), Partial()], shape=(2,))
+    # each dp row sums its tp ranks: 0+1+2+3 = 6 on dp 0, 4+5+6+7 = 22 on dp 1
+    assert [t.tolist() for t in dt.redistribute(mesh, "R,R").to_local()] == [[6.0, 6.0]] * 4 + [[22.0, 22.0]] * 4
+    avg = DTensor.from_local(shards, mesh, [Partial("avg"), Replicate()], shape=(2,))
+    assert avg.redistribute(mesh, "R,R").to_local()[0].tolist() == [2.0, 2.0]  # (0 + 4) / 2
+
+
+def test_submesh_stands_for_every_group(mesh):
+    x = torch.arange(8.0)
+    dt = dtsim.distribute_tensor(x, mesh["tp"], [Shard(0)])
+    assert len(dt.to_local()) == 8  # every rank of the root mesh
+    assert [t.tolist() for t in dt.to_local()] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]] * 2
+    assert torch.equal(dt.full_tensor(), x)
+
+
+def test_plan_is_data_and_runs_as_edited(mesh):
+    x = torch.arange(40.0).reshape(8, 5)
+    dt = dtsim.distribute_tensor(x, mesh, [Shard(0), Shard(0)])
+    p = dtsim.plan(dt, [Replicate(), Replicate()])
+    assert [(s.mesh_dim_name, str(s.src), str(s.dst), s.collective) for s in p.steps] == \
+        [("tp", "S(0)", "R", "all_gather"), ("dp", "S(0)", "R", "all_gather")]
+    assert p.steps[0].groups == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert p.steps[0].bytes_per_rank == [20] * 8  # one 1x5 float32 row per rank
+    assert "all_gather" in p.explain() and "step 2" in p.explain()
+    assert torch.equal(dt.redistribute(plan=p).full_tensor(), x)
+    same = dtsim.plan([Shard(0), Shard(0)], "R,R", device_mesh=mesh, shape=(8, 5))
+    assert same.to_json() == p.to_json()
+    edited = json.loads(json.dumps(p.to_json()))
+    edited["plan"].reverse()  # dp first would read a layout right to left: refused before anything runs
+    with pytest.raises(ValueError, match="plan"):
+        dt.redistribute(plan=dtsim.Plan(edited))
+
+
+def test_layout_report(mesh):
+    lay = dtsim.layout(mesh, [Shard(0), Shard(1)], (5, 10))
+    assert [r.local_shape for r in lay.ranks] == [(3, 3)] * 3 + [(3, 1)] + [(2, 3)] * 3 + [(2, 1)]
+    assert lay.ranks[7].global_offset == (3, 9) and lay.ranks[7].intervals == [[(3, 5)], [(9, 10)]]
+    assert "rows\\cols" in lay.render()
+    big = dtsim.layout(dtsim.init_device_mesh("cpu", (1024, 1024)), "S(0),S(1)", (4096, 4096))
+    assert big.ranks == [] and big.to_json()["num_ranks"] == 1 << 20  # summarised, not 2^20 objects
+
+
+def test_load_trace_validates(tmp_path):
+    goldens = sorted(glob.glob(os.path.join(ROOT, "traces", "*.json")))
+    assert goldens
+    for path in goldens:
+        t = dtsim.load_trace(path)
+        assert t.format in ("dtsim-trace", "dtsim-op-trace")
+    t = dtsim.load_trace(goldens[0])
+    if t.format == "dtsim-trace":
+        final = t.final["ranks"][0]
+        assert final["hash"].startswith("xxh3:")
+    bad = json.loads(open(goldens[0]).read())
+    bad["steps"] = [{"mesh_dim": "x"}]
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"bad\.json'.*steps\[0\]"):
+        dtsim.load_trace(p)
+    with pytest.raises(ValueError, match="trace"):
+        dtsim.load_trace(tmp_path)  # a directory
+    with pytest.raises(ValueError, match="trace"):
+        dtsim.load_trace("/dev/zero")  # never read without bound
+
+
+def test_shard_hash_is_the_trace_hash():
+    mesh = dtsim.init_device_mesh("cpu", (4,))
+    x = torch.arange(10.0)
+    dt = dtsim.distribute_tensor(x, mesh, [Shard(0)])
+    hashes = [dtsim.shard_hash(t) for t in dt.to_local()]
+    assert len(set(hashes)) == 4 and all(h.startswith("xxh3:") and len(h) == 21 for h in hashes)
+    assert dtsim.shard_hash(x[0:3]) == hashes[0]
+    assert dtsim.shard_hash(x[0:3].double()) != hashes[0]  # the dtype is hashed too
+
+
+BAD = [
+    (lambda m: dtsim.init_device_mesh("cuda", (2,)), "device_type"),
+    (lambda m: dtsim.init_device_mesh("cpu", (0, 2)), "mesh"),
+    (lambda m: dtsim.init_device_mesh("cpu", "2x4"), "mesh_shape"),
+    (lambda m: dtsim.init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "a")), "names"),
+    (lambda m: m["pp"], "submesh: mesh mesh[dp=2, tp=4] has no dim 'pp'"),
+    (lambda m: dtsim.distribute_tensor([1, 2], m, "S(0),R"), "tensor"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "S(0)"), "placements"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "S(3),R"), "placements"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "X,R"), "placements"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, [Shard(0), 5]), "placements"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), "mesh", "R,R"), "device_mesh"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "R,R").redistribute(m, "P(sum),R"), "placements"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "R,R").redistribute(m, "R,R", planner="best"), "planner"),
+    (lambda m: DTensor.from_local([torch.ones(2)] * 3, m, "S(0),R"), "local_tensor"),
+    (lambda m: DTensor.from_local(torch.ones(2), m, "S(0),R"), "local_tensor"),
+    (lambda m: DTensor.from_local([torch.ones(2)] * 7 + [torch.ones(3)], m, "S(0),R"), "shape"),
+    (lambda m: DTensor.from_local({0: torch.ones(2)}, m, "S(0),R"), "local_tensor"),
+    (lambda m: dtsim.plan("S(0),R", "R,R", device_mesh=m), "shape"),
+    (lambda m: dtsim.plan("S(0),R", "R,R", shape=(4,)), "device_mesh"),
+    (lambda m: dtsim.plan("S(0),R", "R,R", device_mesh=m, shape=(4,), dtype=torch.complex64), "dtype"),
+    (lambda m: dtsim.plan("Q,R", "R,R", device_mesh=m, shape=(4,)), "src"),
+    (lambda m: dtsim.layout(m, "S(0),R", (-1, 2)), "shape"),
+    (lambda m: dtsim.layout(m, "S(0),R", (4, 2), ranks="99"), "ranks"),
+    (lambda m: Shard("0"), "Shard.dim"),
+    (lambda m: Partial("mean"), "Partial.reduce_op"),
+    (lambda m: dtsim.load_trace("/nonexistent/t.json"), "trace"),
+    (lambda m: dtsim.shard_hash(3), "tensor"),
+]
+
+
+@pytest.mark.parametrize("call,field", BAD, ids=[f"{i}-{f}" for i, (_, f) in enumerate(BAD)])
+def test_bad_input_is_a_value_error_naming_the_field(mesh, call, field):
+    with pytest.raises(ValueError) as e:
+        call(mesh)
+    assert field in str(e.value), str(e.value)
