@@ -85,7 +85,7 @@ class Shard(Placement):
 
     __slots__ = ("dim",)
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int):
             raise ValueError(f"Shard.dim: expected an int, got {dim!r}")
         self.dim = dim
@@ -105,7 +105,7 @@ class _StridedShard(Shard):
 
     __slots__ = ("split_factor",)
 
-    def __init__(self, dim: int, split_factor: int):
+    def __init__(self, dim: int, split_factor: int) -> None:
         super().__init__(dim)
         if isinstance(split_factor, bool) or not isinstance(split_factor, int) or split_factor < 1:
             raise ValueError(f"_StridedShard.split_factor: expected an int >= 1, got {split_factor!r}")
@@ -138,7 +138,7 @@ class Partial(Placement):
 
     __slots__ = ("reduce_op",)
 
-    def __init__(self, reduce_op: str = "sum"):
+    def __init__(self, reduce_op: str = "sum") -> None:
         if reduce_op not in _REDUCE_OPS:
             raise ValueError(f"Partial.reduce_op: expected one of {', '.join(_REDUCE_OPS)}, got {reduce_op!r}")
         self.reduce_op = reduce_op
@@ -153,7 +153,9 @@ class Partial(Placement):
         return f"Partial({self.reduce_op})"
 
 
-PlacementLike = Union[Placement, str, Any]  # also upstream's placement objects
+#: What a `placements` argument accepts: text ("S(0),R" or "[S(0), R]"), one placement, or a sequence with one
+#: placement per mesh dim — dtsim's (Shard(0)), upstream's (torch.distributed.tensor.Shard(0)) or text ("S(0)").
+PlacementsLike = Union[str, Placement, Sequence[Any]]
 
 
 def _one_placement_text(p: Any, field: str) -> str:
@@ -179,7 +181,8 @@ def _placements_text(placements: Any, field: str = "placements") -> str:
         raise ValueError(f"{field}: required")
     if isinstance(placements, str):
         return placements
-    if isinstance(placements, (Placement,)) or type(placements).__name__ in ("Shard", "Replicate", "Partial"):
+    if isinstance(placements, Placement) or type(placements).__name__ in ("Shard", "_StridedShard", "Replicate",
+                                                                         "Partial"):
         placements = [placements]
     try:
         items = list(placements)
@@ -250,7 +253,7 @@ class DeviceMesh:
     __slots__ = ("device_type", "_impl")
 
     def __init__(self, device_type: str, mesh: Any, *, mesh_dim_names: Optional[Sequence[str]] = None,
-                 _impl: Optional[_C.DeviceMesh] = None):
+                 _impl: Optional[_C.DeviceMesh] = None) -> None:
         if device_type != "cpu":
             raise ValueError(f"device_type: dtsim simulates ranks on 'cpu', got {device_type!r}")
         self.device_type = device_type
@@ -281,15 +284,23 @@ class DeviceMesh:
         return tuple(self._impl.names) if self._impl.names else None
 
     def size(self, mesh_dim: Optional[int] = None) -> int:
-        return self._impl.size() if mesh_dim is None else self.shape[mesh_dim]
+        """The number of ranks, or the size of mesh dim `mesh_dim` (negative counts from the end)."""
+        if mesh_dim is None:
+            return self._impl.size()
+        if isinstance(mesh_dim, bool) or not isinstance(mesh_dim, int) or not -self.ndim <= mesh_dim < self.ndim:
+            raise ValueError(f"mesh_dim: expected an int in [-{self.ndim}, {self.ndim}), got {mesh_dim!r}")
+        return self.shape[mesh_dim]
 
     def get_coordinate_of(self, rank: int) -> List[int]:
         """The coordinate of `rank` in this mesh (ValueError if it is not in it)."""
         return list(self._impl.coordinate(rank))
 
-    def __getitem__(self, names: Union[str, Sequence[str]]) -> "DeviceMesh":
-        names = [names] if isinstance(names, str) else list(names)
-        return DeviceMesh(self.device_type, None, _impl=self._impl.submesh(names))
+    def __getitem__(self, mesh_dim_names: Union[str, Sequence[str]]) -> "DeviceMesh":
+        """The submesh of the named dims: mesh["tp"], mesh["dp", "tp"] (ValueError for an unknown name)."""
+        names = [mesh_dim_names] if isinstance(mesh_dim_names, str) else mesh_dim_names
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"mesh_dim_names: expected a dim name or a tuple of them, got {mesh_dim_names!r}")
+        return DeviceMesh(self.device_type, None, _impl=self._impl.submesh(list(names)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and self._impl == other._impl
@@ -325,7 +336,7 @@ class DTensor:
 
     __slots__ = ("_impl", "_mesh")
 
-    def __init__(self, impl: _C.DTensor, mesh: DeviceMesh):
+    def __init__(self, impl: _C.DTensor, mesh: DeviceMesh) -> None:
         self._impl = impl
         self._mesh = mesh
 
@@ -365,7 +376,7 @@ class DTensor:
         """{rank: shard} for every rank."""
         return dict(zip(self._impl.ranks(), self._impl.shards()))
 
-    def redistribute(self, device_mesh: Optional[DeviceMesh] = None, placements: Any = None, *,
+    def redistribute(self, device_mesh: Optional[DeviceMesh] = None, placements: Optional[PlacementsLike] = None, *,
                      planner: str = "greedy", plan: Optional["Plan"] = None) -> "DTensor":
         """Upstream's redistribute on the same mesh. `planner`: "greedy" (upstream's sequence),
         "min-cost" or "graph"; or run a Plan from dtsim.plan (possibly edited) with `plan=`."""
@@ -387,7 +398,7 @@ class DTensor:
 
     @staticmethod
     def from_local(local_tensor: Union[Sequence[torch.Tensor], Mapping[int, torch.Tensor]],
-                   device_mesh: Optional[DeviceMesh] = None, placements: Any = None, *,
+                   device_mesh: Optional[DeviceMesh] = None, placements: Optional[PlacementsLike] = None, *,
                    run_check: bool = False, shape: Optional[Sequence[int]] = None,
                    stride: Optional[Sequence[int]] = None) -> "DTensor":
         """Wraps every rank's shard without communication: a list in ascending rank order or a dict
@@ -419,7 +430,7 @@ class DTensor:
                 f"dtype={self.dtype}, device_mesh={self._mesh!r})")
 
 
-def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements: Any = None, *,
+def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements: Optional[PlacementsLike] = None, *,
                       src_data_rank: Optional[int] = 0) -> DTensor:
     """Upstream's distribute_tensor: each rank takes its part of `tensor` (as held by the rank at
     coordinate `src_data_rank` on each mesh dim; None: every rank splits its own copy). As upstream's
@@ -443,19 +454,58 @@ class PlanStep:
 
     __slots__ = ("_json",)
 
-    def __init__(self, json: Dict[str, Any]):
+    def __init__(self, json: Dict[str, Any]) -> None:
         self._json = json
 
-    mesh_dim = property(lambda self: self._json["mesh_dim"])
-    mesh_dim_name = property(lambda self: self._json["mesh_dim_name"])
-    src = property(lambda self: _parse_placements(self._json["from"])[0], doc="placement before")
-    dst = property(lambda self: _parse_placements(self._json["to"])[0], doc="placement after")
-    collective = property(lambda self: self._json["collective"])
-    groups = property(lambda self: self._json["groups"])
-    bytes_per_rank = property(lambda self: self._json["bytes_per_rank"])
-    bytes_received_per_rank = property(lambda self: self._json["bytes_received_per_rank"])
-    est_us = property(lambda self: self._json["est_us"])
-    placements_after = property(lambda self: _parse_placements(self._json["placements_after"]))
+    @property
+    def mesh_dim(self) -> int:
+        """The mesh dim this step changes."""
+        return self._json["mesh_dim"]
+
+    @property
+    def mesh_dim_name(self) -> str:
+        """Its name ("dp"), or its index as text on a mesh without names."""
+        return self._json["mesh_dim_name"]
+
+    @property
+    def src(self) -> Placement:
+        """The placement on that mesh dim before the step."""
+        return _parse_placements(self._json["from"])[0]
+
+    @property
+    def dst(self) -> Placement:
+        """The placement on that mesh dim after the step."""
+        return _parse_placements(self._json["to"])[0]
+
+    @property
+    def collective(self) -> str:
+        """all_gather, all_reduce, reduce_scatter, all_to_all, local_split, local_reduce, ..."""
+        return self._json["collective"]
+
+    @property
+    def groups(self) -> List[List[int]]:
+        """The rank groups the collective runs in ([] for a local step)."""
+        return self._json["groups"]
+
+    @property
+    def bytes_per_rank(self) -> List[int]:
+        """Bytes each rank sends (padded as upstream pads), in ascending rank order."""
+        return self._json["bytes_per_rank"]
+
+    @property
+    def bytes_received_per_rank(self) -> List[int]:
+        """Bytes each rank receives, in ascending rank order."""
+        return self._json["bytes_received_per_rank"]
+
+    @property
+    def est_us(self) -> float:
+        """The cost model's estimate of the step, in microseconds."""
+        return self._json["est_us"]
+
+    @property
+    def placements_after(self) -> Tuple[Placement, ...]:
+        """Every mesh dim's placement after the step."""
+        return _parse_placements(self._json["placements_after"])
 
     def __getitem__(self, key: str) -> Any:
         return self._json[key]
@@ -474,20 +524,44 @@ class Plan:
 
     __slots__ = ("_json", "_explain")
 
-    def __init__(self, json: Dict[str, Any], explain: Optional[str] = None):
+    def __init__(self, json: Dict[str, Any], explain: Optional[str] = None) -> None:
         self._json = json
         self._explain = explain
 
     @property
     def steps(self) -> List[PlanStep]:
+        """The steps in the order they run."""
         return [PlanStep(s) for s in self._json["plan"]]
 
-    planner = property(lambda self: self._json["planner"])
-    total_est_us = property(lambda self: self._json["total_est_us"])
-    num_collectives = property(lambda self: self._json["num_collectives"])
-    note = property(lambda self: self._json["note"])
-    src = property(lambda self: _parse_placements(self._json["from"]))
-    dst = property(lambda self: _parse_placements(self._json["to"]))
+    @property
+    def planner(self) -> str:
+        """"greedy", "min-cost" or "graph"."""
+        return self._json["planner"]
+
+    @property
+    def total_est_us(self) -> float:
+        """The sum of the steps' estimates, in microseconds."""
+        return self._json["total_est_us"]
+
+    @property
+    def num_collectives(self) -> int:
+        """How many steps communicate (local splits and reductions do not)."""
+        return self._json["num_collectives"]
+
+    @property
+    def note(self) -> str:
+        """Why the planner chose this plan, where it says ("" otherwise)."""
+        return self._json["note"]
+
+    @property
+    def src(self) -> Tuple[Placement, ...]:
+        """The source placements."""
+        return _parse_placements(self._json["from"])
+
+    @property
+    def dst(self) -> Tuple[Placement, ...]:
+        """The target placements."""
+        return _parse_placements(self._json["to"])
 
     def explain(self) -> str:
         """One line per step (mesh dim, from -> to, collective, groups, bytes/rank, estimate)."""
@@ -509,9 +583,9 @@ class Plan:
                 f"{self.num_collectives} collectives, planner={self.planner})")
 
 
-def plan(src: Any, placements: Any, *, device_mesh: Optional[DeviceMesh] = None,
-         shape: Optional[Sequence[int]] = None, dtype: torch.dtype = torch.float32,
-         planner: str = "greedy") -> Plan:
+def plan(src: Union[DTensor, PlacementsLike], placements: PlacementsLike, *,
+         device_mesh: Optional[DeviceMesh] = None, shape: Optional[Sequence[int]] = None,
+         dtype: torch.dtype = torch.float32, planner: str = "greedy") -> Plan:
     """The plan redistributing `src` to `placements`, without running it. `src` is a DTensor, or
     source placements together with `device_mesh` and `shape` (and `dtype`)."""
     target = _placements_text(placements)
@@ -537,7 +611,13 @@ class RankLayout:
 
     __slots__ = ("rank", "coordinate", "local_shape", "global_offset", "intervals")
 
-    def __init__(self, json: Dict[str, Any]):
+    rank: int
+    coordinate: Tuple[int, ...]
+    local_shape: Tuple[int, ...]
+    global_offset: Tuple[int, ...]
+    intervals: List[List[Tuple[int, int]]]
+
+    def __init__(self, json: Dict[str, Any]) -> None:
         self.rank = json["rank"]
         self.coordinate = tuple(json["coordinate"])
         self.local_shape = tuple(json["local_shape"])
@@ -554,7 +634,7 @@ class Layout:
 
     __slots__ = ("_json", "_text")
 
-    def __init__(self, json: Dict[str, Any], text: str):
+    def __init__(self, json: Dict[str, Any], text: str) -> None:
         self._json = json
         self._text = text
 
@@ -577,11 +657,14 @@ class Layout:
         return f"Layout({self._json['placements']}, shape={self._json['shape']})"
 
 
-def layout(src: Any, placements: Any = None, shape: Optional[Sequence[int]] = None, *,
-           dtype: torch.dtype = torch.float32, ranks: str = "auto") -> Layout:
+def layout(src: Union[DTensor, DeviceMesh], placements: Optional[PlacementsLike] = None,
+           shape: Optional[Sequence[int]] = None, *, dtype: torch.dtype = torch.float32,
+           ranks: Union[str, Sequence[int]] = "auto") -> Layout:
     """The layout of a DTensor, or of (`device_mesh`, `placements`, `shape`): layout(mesh, [Shard(0)],
-    (9, 2)). `ranks`: "auto" (every rank of a small world, a summary of a big one), "all", or a
-    list such as "0,3,5-7"."""
+    (9, 2)). `ranks`: "auto" (every rank of a small world, a summary of a big one), "all", a
+    list such as "0,3,5-7", or a sequence of ranks [0, 3]."""
+    if not isinstance(ranks, str):
+        ranks = ",".join(str(r) for r in _int_list(ranks, "ranks"))
     if isinstance(src, DTensor):
         if placements is not None or shape is not None:
             raise ValueError("placements: a DTensor carries its own placements and shape")
@@ -605,10 +688,12 @@ class Trace:
 
     __slots__ = ("_json",)
 
-    def __init__(self, json: Dict[str, Any]):
+    def __init__(self, json: Dict[str, Any]) -> None:
         self._json = json
 
     def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):  # no JSON key starts with "_"; and copy/pickle probe _json before __init__
+            raise AttributeError(key)
         try:
             return self._json[key]
         except KeyError:
