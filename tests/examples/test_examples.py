@@ -1,10 +1,15 @@
 """The examples/ programs are written once against the DTensor API: each runs on the simulated world and, where the
 MPI backend is built, unchanged under mpirun; each checks its own result against a direct computation (exit 0), and
-the traces of the two runs are equal (`dtsim trace-diff` exit 0)."""
+the traces of the two runs are equal (`dtsim trace-diff` exit 0). The Python examples (examples/python/) run with
+this test's interpreter (the project venv) and are checked against values computed here (torch.chunk sizes)."""
+import glob
 import os
+import re
 import subprocess
+import sys
 
 import pytest
+import torch
 
 DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
 EXAMPLE = os.environ.get("DTSIM_EXAMPLE_TP_FSDP", "")
@@ -27,3 +32,77 @@ def test_simulated_and_mpi_runs_write_equal_traces(tmp_path):
         diff = subprocess.run([DTSIM, "trace-diff", str(tmp_path / f"sim_{name}.json"),
                                str(tmp_path / f"real_{name}.json")], capture_output=True, text=True, timeout=60)
         assert diff.returncode == 0 and "traces agree" in diff.stdout, diff.stdout + diff.stderr
+
+
+# ---- examples/python/debug_redistribution.py: `import dtsim`, run with the test's own Python (the project venv) ----
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+PY_EXAMPLE = os.path.join(ROOT, "examples", "python", "debug_redistribution.py")
+
+
+def run_python_example(*args):
+    if not glob.glob(os.path.join(ROOT, "python", "dtsim", "_C*.so")):
+        pytest.skip("the Python extension dtsim._C is not built (DTSIM_BUILD_PYTHON=OFF)")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    return subprocess.run([sys.executable, PY_EXAMPLE, *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def nested_chunks(n, mesh=(2, 4)):
+    """The global indices each rank of a row-major (dp, tp) mesh holds of a dim of size n sharded on both mesh dims
+    (S(d), S(d)): torch.chunk over dp, then over tp, with upstream's empty shards where chunk returns fewer pieces."""
+    out = []
+    for dp_piece in pad(torch.arange(n).chunk(mesh[0]), mesh[0]):
+        out += pad(dp_piece.chunk(mesh[1]), mesh[1])
+    return out
+
+
+def pad(pieces, k):
+    return list(pieces) + [torch.arange(0)] * (k - len(pieces))
+
+
+def rank_table(stdout):
+    """{rank: (before shape, after shape, holds)} from the example's table in section 4."""
+    lines = stdout.split("4. Every rank's shard")[1].split("5. Verdict")[0].strip().splitlines()[2:]
+    rows = {}
+    for line in lines:
+        m = re.match(r"\s*(\d+)\s+\((\d+), (\d+)\)\s+(\(\d+, \d+\))\s+(\(\d+, \d+\))\s+(.*)$", line)
+        assert m, line
+        before, after = (tuple(int(v) for v in re.findall(r"\d+", m.group(i))) for i in (4, 5))
+        rows[int(m.group(1))] = (before, after, m.group(6).strip())
+    return rows
+
+
+def ranges(indices):
+    return f"{int(indices[0])}:{int(indices[-1]) + 1}" if len(indices) else "-"
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 10), (16, 16), (3, 5)])
+def test_python_debug_example_uneven_shapes(rows, cols):
+    out = run_python_example("--shape", f"{rows},{cols}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    row_pieces, col_pieces = nested_chunks(rows), nested_chunks(cols)
+    table = rank_table(out.stdout)
+    assert sorted(table) == list(range(8))
+    for rank, (before, after, holds) in table.items():
+        assert before == (len(row_pieces[rank]), cols)  # [S(0), S(0)]: rows chunked over dp, then tp
+        assert after == (rows, len(col_pieces[rank]))  # [S(1), S(1)]
+        assert holds == f"0:{rows} x {ranges(col_pieces[rank])}"
+    assert "full_tensor() equals the input: True" in out.stdout
+    assert out.stdout.count("every shard right") == 4  # the source and each of the 3 steps
+    for collective in ("all_gather", "all_to_all", "local_split"):  # upstream's S(0)->R, S(0)->S(1), R->S(1)
+        assert collective in out.stdout
+
+
+def test_python_debug_example_finds_a_corrupted_rank():
+    out = run_python_example("--corrupt", "5")
+    assert out.returncode == 1, out.stdout + out.stderr
+    verdicts = {line.split(" (")[0].split(":")[0].strip(): line.rpartition(": ")[2]
+                for line in out.stdout.splitlines() if re.match(r"  (source|after step \d+)", line)}
+    assert verdicts["source"] == "wrong on ranks [5]"
+    # Step 1 all-gathers over tp: rank 5's group on the row-major 2x4 mesh is 4..7.
+    assert verdicts["after step 1"] == "wrong on ranks [4, 5, 6, 7]"
+    # Step 2 exchanges over dp: rank 5's row is in every rank's columns now.
+    assert verdicts["after step 2"] == f"wrong on ranks {list(range(8))}"
+    # Step 3 splits the columns: every rank with a non-empty column piece holds part of that row.
+    nonempty = [r for r, piece in enumerate(nested_chunks(10)) if len(piece)]
+    assert verdicts["after step 3"] == f"wrong on ranks {nonempty}"
+    assert "full_tensor() equals the input: False" in out.stdout
