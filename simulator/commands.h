@@ -37,4 +37,7 @@ int RunExport(const Args& args);
 
 int RunModel(const Args& args);
 
+// dtsim replay: re-runs a recorded upstream PyTorch run (dtsim.record) and says where it differs.
+int RunReplay(const Args& args);
+
 }  // namespace dtsim::cli

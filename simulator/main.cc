@@ -48,6 +48,9 @@ const std::map<std::string, Command>& Commands() {
       {"op",
        {&dtsim::cli::RunOp,
         "run one ATen op on DTensors: the strategy chosen, implicit redistributions"}},
+      {"replay",
+       {&dtsim::cli::RunReplay,
+        "re-run a recorded PyTorch run (dtsim.record) in simulation: where it differs"}},
       {"export",
        {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
   };

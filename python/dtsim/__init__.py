@@ -44,6 +44,7 @@ __all__ = [
     "layout",
     "load_trace",
     "plan",
+    "record",
     "shard_hash",
 ]
 
@@ -721,3 +722,6 @@ def shard_hash(tensor: torch.Tensor) -> str:
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
     return _C.shard_hash(tensor)
+
+
+from .recorder import record  # noqa: E402  (the recorder of upstream runs: recorder.py)

@@ -284,4 +284,38 @@ DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t) {
   return DTensorSpec::Create(current.mesh(), next, current.shape(), current.dtype());
 }
 
+Placements WithoutNewPartials(const Placements& current, const Placements& target) {
+  Placements planned = target;
+  for (size_t m = 0; m < target.size() && m < current.size(); ++m) {
+    if (current[m].is_replicate() && target[m].is_partial()) planned[m] = current[m];
+  }
+  return planned;
+}
+
+DTensor PartitionReplicas(const DTensor& dt, const Placements& target) {
+  if (dt.placements() == target) return dt;
+  at::Tensor local = dt.to_local();
+  DTensorSpec spec = dt.spec();
+  for (size_t m = 0; m < target.size(); ++m) {
+    if (spec.placements()[m] == target[m]) continue;
+    const Transition t{static_cast<int64_t>(m), spec.placements()[m], target[m]};
+    local = ApplyTransition(local, spec, t, dt.collectives());
+    spec = SpecAfter(spec, t);
+  }
+  return MakeDTensor(spec, local, dt.collectives_ptr(), dt.stride());
+}
+
+DTensor RedistributeInternal(const DTensor& input, const Placements& target, Plan* plan) {
+  const Placements planned = WithoutNewPartials(input.placements(), target);
+  DTensor dt = input;
+  if (dt.placements() != planned) {
+    Plan p = PlanFor(dt.spec(), planned);
+    dt = ExecutePlan(dt, p);
+    if (plan) *plan = std::move(p);
+  } else if (plan) {
+    *plan = Plan{};
+  }
+  return PartitionReplicas(dt, target);
+}
+
 }  // namespace dtsim

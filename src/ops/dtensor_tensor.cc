@@ -611,10 +611,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     // (upstream's internal Replicate -> Partial: sum divides by the group size), which touches no
     // other mesh dim.
     DTensor dt = *in.dt;
-    Placements planned = target;
-    for (size_t m = 0; m < target.size(); ++m) {
-      if (current[i][m].is_replicate() && target[m].is_partial()) planned[m] = current[i][m];
-    }
+    const Placements planned = WithoutNewPartials(current[i], target);
     OpRedistribution r;
     r.input = i;
     r.from = current[i];
@@ -623,17 +620,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       r.plan = PlanFor(dt.spec(), planned);
       dt = ExecutePlanObserved(name, i, dt, r.plan);
     }
-    if (planned != target) {
-      at::Tensor local = dt.to_local();
-      DTensorSpec spec = dt.spec();
-      for (size_t m = 0; m < target.size(); ++m) {
-        if (spec.placements()[m] == target[m]) continue;
-        const Transition t{static_cast<int64_t>(m), spec.placements()[m], target[m]};
-        local = ApplyTransition(local, spec, t, *collectives);
-        spec = SpecAfter(spec, t);
-      }
-      dt = MakeDTensor(spec, local, collectives, dt.stride());
-    }
+    dt = PartitionReplicas(dt, target);
     locals[i] = dt.to_local();
     if (observe) event.redistributions.push_back(std::move(r));
   }

@@ -115,21 +115,6 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
   return s;
 }
 
-std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec& spec,
-                                          bool need_hash) {
-  const size_t n = r.ArraySize();
-  std::vector<RankState> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(RankStateFromJson(r.At(i), spec, need_hash));
-    if (i > 0 && out[i].rank <= out[i - 1].rank) {
-      r.At(i).At("rank").Fail(StrCat("ranks must be listed once each, ascending: rank ",
-                                     out[i].rank, " follows rank ", out[i - 1].rank));
-    }
-  }
-  return out;
-}
-
 TraceState StateFromJson(const JsonReader& r, bool need_hash) {
   r.ExpectObject();
   TraceState s;
@@ -212,6 +197,21 @@ TraceMeta MetaFromJson(const JsonReader& r) {
 }
 
 }  // namespace
+
+std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec& spec,
+                                          bool need_hash) {
+  const size_t n = r.ArraySize();
+  std::vector<RankState> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(RankStateFromJson(r.At(i), spec, need_hash));
+    if (i > 0 && out[i].rank <= out[i - 1].rank) {
+      r.At(i).At("rank").Fail(StrCat("ranks must be listed once each, ascending: rank ",
+                                     out[i].rank, " follows rank ", out[i - 1].rank));
+    }
+  }
+  return out;
+}
 
 TraceMeta TraceMetaFromJson(const JsonReader& r) { return MetaFromJson(r); }
 

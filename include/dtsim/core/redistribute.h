@@ -64,4 +64,15 @@ at::Tensor ApplyTransition(const at::Tensor& local, const DTensorSpec& current, 
 // The spec after `t`.
 DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t);
 
+// Upstream's internal redistributions (op dispatch, and what runs inside recorded programs) may
+// also turn Replicate into Partial, locally (sum divides by the group size), which the public
+// redistribute refuses. Split in two parts:
+//   `target` with every new R -> P kept at `current`'s Replicate: what the planner runs;
+Placements WithoutNewPartials(const Placements& current, const Placements& target);
+//   then the remaining R -> P changes of `dt` to `target`, locally, mesh dim by mesh dim.
+DTensor PartitionReplicas(const DTensor& dt, const Placements& target);
+// Both: PlanFor(WithoutNewPartials) run by ExecutePlan (its plan in `plan`), then
+// PartitionReplicas.
+DTensor RedistributeInternal(const DTensor& input, const Placements& target, Plan* plan = nullptr);
+
 }  // namespace dtsim

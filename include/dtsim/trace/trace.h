@@ -109,6 +109,10 @@ nlohmann::json SpecToJson(const DTensorSpec& spec);
 // InputError("trace", "<path>: <problem>") on the first problem, e.g. "trace:
 // steps[1].ranks_after[5].hash: expected \"xxh3:\" and 16 hex digits, got 5".
 Trace TraceFromJson(const nlohmann::json& json);
+// A list of RANK_STATEs of `spec`'s mesh (ranks ascending, each once; local shapes with one entry
+// per tensor dim, no larger than the global shape; hashes required when `need_hash`).
+std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec& spec,
+                                          bool need_hash);
 // The spec SpecToJson wrote; InputError(field, "<path>: ...") naming what is missing or invalid.
 DTensorSpec SpecFromJson(const nlohmann::json& json, const std::string& field = "trace",
                          const std::string& path = "spec");

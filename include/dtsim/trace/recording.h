@@ -1,0 +1,81 @@
+// Recordings: what `dtsim.record` (python/dtsim/recorder.py) writes from a run of an upstream
+// PyTorch DTensor program, and `dtsim replay` re-runs in simulation. The trace MODEL only (typed
+// structs, reading, validation; no LibTorch): the replay itself is simulator/replay_command.cc.
+//
+// A recording lists every redistribution upstream ran (explicit, implicit from op dispatch, or in
+// backward) with its source and target specs, the collectives upstream issued as the ranks saw
+// them, every rank's local shape and shard hash before and after, and where the sidecar file
+// (meta.data_file, beside the recording) holds every rank's source shard bytes. The format is
+// docs/python.md's "dtsim-recording".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/layout/collective_kind.h"
+#include "dtsim/layout/spec.h"
+#include "dtsim/trace/trace.h"
+
+namespace dtsim {
+
+inline constexpr const char* kRecordingFormat = "dtsim-recording";
+inline constexpr int kRecordingVersion = 1;
+
+// One collective upstream issued; per-rank vectors follow `ranks` (ascending).
+struct RecordedCollective {
+  CollectiveKind kind = CollectiveKind::kNone;
+  std::vector<std::vector<int64_t>> groups;  // as the ranks' process groups reported them
+  std::vector<int64_t> ranks;
+  std::vector<std::vector<int64_t>> input_shapes;
+  std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<int64_t> input_bytes;
+  std::vector<int64_t> output_bytes;
+};
+
+// Where one rank's source shard lies in the sidecar file.
+struct RecordedData {
+  int64_t rank = 0;
+  int64_t offset = 0;
+  int64_t nbytes = 0;
+};
+
+struct RecordedRedistribution {
+  int64_t index = 0;
+  std::string call;  // "redistribute", "full_tensor", "implicit", "backward"
+  std::string op;    // the ATen op of an implicit one ("aten::mm"), else ""
+  std::optional<int64_t> arg;
+  DTensorSpec src = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
+  DTensorSpec dst = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
+  std::vector<RankState> ranks_before;  // ascending, one per mesh rank
+  std::vector<RankState> ranks_after;
+  std::vector<RecordedCollective> collectives;
+  std::vector<double> time_us;  // per rank of ranks_before, measured (not compared)
+  std::optional<std::vector<RecordedData>> data;  // sources; nullopt: past the recorder's size cap
+  // The run's results (lets replay tell summation order from wrong values); nullopt: not kept.
+  std::optional<std::vector<RecordedData>> data_after;
+};
+
+struct Recording {
+  std::string backend;  // "torch-gloo", "torch-nccl", "torch-local" (upstream's LocalTensorMode)
+  std::string torch_version;
+  int64_t world_size = 0;
+  std::string argv;
+  std::string data_file;  // "" when no redistribution kept its data
+  bool data_complete = true;
+  std::vector<RecordedRedistribution> redistributions;
+};
+
+// True when `json` says it is a recording (its "format"); the rest is RecordingFromJson's job.
+bool IsRecording(const nlohmann::json& json);
+
+// Reads and validates a whole recording: format and version, every field's type and range, specs
+// (meshes, placements, shapes, dtypes), hashes, one state per mesh rank before and after with a
+// local shape of the tensor's rank, collectives of known kinds with per-rank lists as long as
+// `ranks`, data entries inside the sidecar (`data_file_bytes`: its size, checked when given).
+// InputError("recording", "<path>: <problem>") on the first problem.
+Recording RecordingFromJson(const nlohmann::json& json,
+                            std::optional<int64_t> data_file_bytes = std::nullopt);
+
+}  // namespace dtsim

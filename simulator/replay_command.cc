@@ -1,0 +1,457 @@
+// dtsim replay: re-runs in simulation every redistribution a recorded upstream PyTorch run did
+// (python/dtsim/recorder.py), from the recorded source shards, and says per redistribution whether
+// the real run's shards, layouts, collectives and bytes equal dtsim's.
+//
+//   dtsim replay run.json [--json] [--limit 20]
+// Exit 0 when every redistribution agrees, 1 when one differs, 2 for an unreadable or invalid
+// recording — as trace-diff.
+//
+// What is compared, per redistribution: every rank's local shape before and after with dtsim's
+// layout of the source and target specs; the collectives upstream issued (kind, groups, each
+// rank's input and output buffer bytes) with dtsim's plan; and, where the recording kept the
+// source shards (its sidecar data file), every rank's result hash with dtsim's result computed
+// from those shards. Upstream on a CPU process group (Gloo) has no all_to_all and runs S(i) ->
+// S(j) as an all_gather then a local chunk: for torch-gloo recordings dtsim's all_to_all is
+// expected as that all_gather. Under upstream's LocalTensorMode every rank's group is the fake
+// group of rank 0, so groups are checked to be among dtsim's there, not equal.
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "dtsim/core/dtensor.h"
+#include "dtsim/core/redistribute.h"
+#include "dtsim/core/trace_recorder.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+#include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/files.h"
+#include "dtsim/trace/recording.h"
+#include "dtsim/trace/trace.h"
+
+namespace po = boost::program_options;
+
+namespace dtsim::cli {
+namespace {
+
+constexpr int64_t kMaxRecordingBytes = int64_t{1} << 30;
+constexpr int64_t kMaxRecordingDataBytes = int64_t{16} << 30;
+
+// A collective as compared: kind, groups, per-rank buffer bytes.
+struct Expected {
+  CollectiveKind kind = CollectiveKind::kNone;
+  std::vector<std::vector<int64_t>> groups;
+  std::map<int64_t, int64_t> input_bytes;   // rank -> bytes
+  std::map<int64_t, int64_t> output_bytes;  // rank -> bytes
+  bool gloo_fallback = false;
+};
+
+struct Outcome {
+  const RecordedRedistribution* rec = nullptr;
+  bool data = false;
+  int64_t shards_checked = 0;
+  std::vector<int64_t> differing_ranks;
+  std::vector<std::string> problems;
+  std::vector<std::string> notes;  // differences explained (floating-point summation order)
+  std::vector<Expected> expected;
+  bool equal() const { return problems.empty(); }
+};
+
+std::vector<Expected> ExpectedCollectives(const Plan& plan, const DeviceMesh& mesh, bool gloo) {
+  std::vector<Expected> out;
+  for (const PlanStep& step : plan.steps) {
+    if (!step.communicates()) continue;
+    Expected e;
+    e.kind = step.collective;
+    e.groups = step.groups;
+    const int64_t n = mesh.size(step.mesh_dim);
+    e.gloo_fallback = gloo && e.kind == CollectiveKind::kAllToAll;
+    for (size_t pos = 0; pos < mesh.ranks().size(); ++pos) {
+      const int64_t rank = mesh.ranks()[pos];
+      e.input_bytes[rank] = step.bytes_sent_per_rank.at(pos);
+      e.output_bytes[rank] = e.gloo_fallback ? n * step.bytes_sent_per_rank.at(pos)
+                                             : step.bytes_received_per_rank.at(pos);
+    }
+    if (e.gloo_fallback) e.kind = CollectiveKind::kAllGather;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string GroupsText(const std::vector<std::vector<int64_t>>& groups) {
+  std::string out = "[";
+  for (size_t g = 0; g < groups.size(); ++g) out += (g ? ", " : "") + IntListToString(groups[g]);
+  return out + "]";
+}
+
+void CompareCollectives(Outcome& o, bool groups_exact) {
+  const auto& got = o.rec->collectives;
+  const auto& want = o.expected;
+  if (got.size() != want.size()) {
+    std::string g, w;
+    for (const auto& c : got)
+      g += std::string(g.empty() ? "" : ", ") + std::string(ToString(c.kind));
+    for (const auto& c : want)
+      w += std::string(w.empty() ? "" : ", ") + std::string(ToString(c.kind));
+    o.problems.push_back(StrCat("collectives: the run issued ", got.size(), " (",
+                                g.empty() ? "none" : g, "), dtsim plans ", want.size(), " (",
+                                w.empty() ? "none" : w, ")"));
+    return;
+  }
+  for (size_t k = 0; k < got.size(); ++k) {
+    const RecordedCollective& c = got[k];
+    const Expected& e = want[k];
+    const std::string where = StrCat("collective ", k, " (", ToString(c.kind), ")");
+    if (c.kind != e.kind) {
+      o.problems.push_back(StrCat(where, ": dtsim runs ", ToString(e.kind)));
+      continue;
+    }
+    std::set<std::vector<int64_t>> mine(e.groups.begin(), e.groups.end());
+    std::set<std::vector<int64_t>> theirs(c.groups.begin(), c.groups.end());
+    const bool groups_ok =
+        groups_exact ? mine == theirs
+                     : std::includes(mine.begin(), mine.end(), theirs.begin(), theirs.end());
+    if (!groups_ok) {
+      o.problems.push_back(
+          StrCat(where, ": groups ", GroupsText(c.groups), ", dtsim's ", GroupsText(e.groups)));
+    }
+    for (size_t i = 0; i < c.ranks.size(); ++i) {
+      const int64_t r = c.ranks[i];
+      const auto in = e.input_bytes.find(r);
+      if (in == e.input_bytes.end()) continue;  // validated: in the mesh
+      if (c.input_bytes[i] != in->second || c.output_bytes[i] != e.output_bytes.at(r)) {
+        o.problems.push_back(StrCat(where, ": rank ", r, " sent ", c.input_bytes[i], " and got ",
+                                    c.output_bytes[i], " bytes; dtsim's buffers are ", in->second,
+                                    " and ", e.output_bytes.at(r)));
+        break;
+      }
+    }
+  }
+}
+
+void CompareLayouts(Outcome& o) {
+  const RecordedRedistribution& r = *o.rec;
+  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
+    const DTensorSpec& spec = pass == &r.ranks_before ? r.src : r.dst;
+    for (const RankState& s : *pass) {
+      const RankLayout layout = spec.LayoutOfRank(s.rank);
+      if (layout.local_shape != s.local_shape) {
+        o.problems.push_back(
+            StrCat("layout: rank ", s.rank, " held ", IntListToString(s.local_shape),
+                   pass == &r.ranks_before ? " before" : " after", "; dtsim's layout of ",
+                   ToString(spec.placements()), " gives ", IntListToString(layout.local_shape)));
+      }
+    }
+  }
+}
+
+// The shards a data section names, as tensors of `states`' shapes and `dtype`.
+std::vector<at::Tensor> ShardsOf(const std::vector<RankState>& states,
+                                 const std::vector<RecordedData>& entries, DType dtype,
+                                 const std::string& data) {
+  std::vector<at::Tensor> out;
+  const c10::ScalarType type = ToScalarType(dtype);
+  for (size_t i = 0; i < states.size(); ++i) {
+    at::Tensor t = at::empty(states[i].local_shape, at::TensorOptions().dtype(type));
+    if (entries[i].nbytes > 0)
+      std::memcpy(t.mutable_data_ptr(), data.data() + entries[i].offset, entries[i].nbytes);
+    out.push_back(t);
+  }
+  return out;
+}
+
+double Epsilon(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 1.1920929e-07;
+    case DType::kFloat64:
+      return 2.220446049250313e-16;
+    case DType::kFloat16:
+      return 9.765625e-04;
+    case DType::kBFloat16:
+      return 7.8125e-03;
+    default:
+      return 0;
+  }
+}
+
+// Recomputes the redistribution from the recorded source shards and compares every rank's result.
+// A floating-point Partial sum/avg reduced in another order than dtsim's (Gloo's, NCCL's rings) may
+// differ in the last bits: with the run's results recorded (data_after), a rank whose values lie
+// within the summation-order bound of each element, 2·(n−1)·eps·Σ|partials| (n partial values
+// reduced; Σ|partials| computed by the same redistribution of |source|), is equal, with a note.
+void CompareShards(Outcome& o, const std::string& data) {
+  const RecordedRedistribution& r = *o.rec;
+  std::vector<int64_t> ranks;
+  std::vector<at::Tensor> shards = ShardsOf(r.ranks_before, *r.data, r.src.dtype(), data);
+  for (size_t i = 0; i < r.ranks_before.size(); ++i) {
+    const RankState& s = r.ranks_before[i];
+    if (ShardHash(shards[i]) != s.hash) {
+      o.problems.push_back(
+          StrCat("data: rank ", s.rank, "'s source shard in the data file does not ",
+                 "hash to its recorded ", *s.hash, " (a stale or edited data file)"));
+      return;
+    }
+    ranks.push_back(s.rank);
+  }
+  const DTensor src = DTensor::FromLocal(MakeLocalTensor(ranks, shards), r.src.mesh(),
+                                         r.src.placements(), r.src.shape());
+  const DTensor out = RedistributeInternal(src, r.dst.placements());
+  o.data = true;
+  int64_t reduced = 1;
+  for (size_t m = 0; m < r.src.placements().size(); ++m) {
+    const Placement& p = r.src.placements()[m];
+    if (p.is_partial() && !r.dst.placements()[m].is_partial() &&
+        (p.reduce_op() == ReduceOp::kSum || p.reduce_op() == ReduceOp::kAvg)) {
+      reduced *= r.src.mesh().size(static_cast<int64_t>(m));
+    }
+  }
+  const double eps = Epsilon(r.src.dtype());
+  std::optional<DTensor> magnitude;  // Σ|partials| per element, computed when first needed
+  std::vector<at::Tensor> recorded;
+  if (r.data_after) recorded = ShardsOf(r.ranks_after, *r.data_after, r.dst.dtype(), data);
+  for (size_t i = 0; i < r.ranks_after.size(); ++i) {
+    const RankState& s = r.ranks_after[i];
+    const at::Tensor mine = LocalShard(out.to_local(), s.rank);
+    ++o.shards_checked;
+    const std::string h = ShardHash(mine);
+    if (h == *s.hash) continue;
+    if (reduced > 1 && eps > 0 && !recorded.empty() && ShardHash(recorded[i]) == *s.hash &&
+        recorded[i].sizes() == mine.sizes()) {
+      if (!magnitude) {
+        std::vector<at::Tensor> abs_shards;
+        for (const at::Tensor& t : shards) abs_shards.push_back(t.abs());
+        magnitude = RedistributeInternal(
+            DTensor::FromLocal(MakeLocalTensor(ranks, abs_shards), r.src.mesh(), r.src.placements(),
+                               r.src.shape()),
+            r.dst.placements());
+      }
+      const at::Tensor bound =
+          LocalShard(magnitude->to_local(), s.rank).to(at::kDouble) * (2.0 * (reduced - 1) * eps) +
+          1e-300;
+      const at::Tensor diff = (recorded[i].to(at::kDouble) - mine.to(at::kDouble)).abs();
+      if (diff.le(bound).all().item<bool>()) {
+        o.notes.push_back(StrCat("rank ", s.rank,
+                                 ": equal within floating-point summation order (max |diff| ",
+                                 diff.max().item<double>(), ")"));
+        continue;
+      }
+    }
+    o.differing_ranks.push_back(s.rank);
+    o.problems.push_back(StrCat("shard: rank ", s.rank, " holds ", *s.hash, " ",
+                                IntListToString(s.local_shape), " after the run; dtsim computes ",
+                                h, " ", IntListToString(mine.sizes().vec())));
+  }
+}
+
+std::string Title(const RecordedRedistribution& r) {
+  std::string what = r.call;
+  if (!r.op.empty()) what += " " + r.op;
+  if (r.arg) what += StrCat(" arg ", *r.arg);
+  return StrCat("#", r.index, " ", what, "  ", r.src.mesh().ToString(), " ",
+                IntListToString(r.src.shape()), " ", ToString(r.src.dtype()), "  ",
+                ToString(r.src.placements()), " -> ", ToString(r.dst.placements()));
+}
+
+nlohmann::json ToJson(const Outcome& o) {
+  const RecordedRedistribution& r = *o.rec;
+  nlohmann::json recorded = nlohmann::json::array(), mine = nlohmann::json::array();
+  for (const RecordedCollective& c : r.collectives) {
+    recorded.push_back({{"op", ToString(c.kind)},
+                        {"groups", c.groups},
+                        {"ranks", c.ranks},
+                        {"input_bytes", c.input_bytes},
+                        {"output_bytes", c.output_bytes}});
+  }
+  for (const Expected& e : o.expected) {
+    std::vector<int64_t> ranks, in, out;
+    for (const auto& [rank, bytes] : e.input_bytes) {
+      ranks.push_back(rank);
+      in.push_back(bytes);
+      out.push_back(e.output_bytes.at(rank));
+    }
+    mine.push_back({{"op", ToString(e.kind)},
+                    {"groups", e.groups},
+                    {"ranks", ranks},
+                    {"input_bytes", in},
+                    {"output_bytes", out},
+                    {"gloo_all_gather_fallback", e.gloo_fallback}});
+  }
+  return {{"index", r.index},
+          {"call", r.call},
+          {"op", r.op.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.op)},
+          {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
+          {"mesh", r.src.mesh().ToString()},
+          {"shape", r.src.shape()},
+          {"dtype", ToString(r.src.dtype())},
+          {"from", ToString(r.src.placements())},
+          {"to", ToString(r.dst.placements())},
+          {"equal", o.equal()},
+          {"data", o.data},
+          {"shards_checked", o.shards_checked},
+          {"differing_ranks", o.differing_ranks},
+          {"problems", o.problems},
+          {"notes", o.notes},
+          {"collectives", {{"recorded", recorded}, {"dtsim", mine}}}};
+}
+
+}  // namespace
+
+int RunReplay(const Args& args) {
+  std::vector<std::string> files;
+  bool json = false;
+  int64_t limit = 20;
+  po::options_description desc("dtsim replay options");
+  desc.add_options()("help,h", "show this help")("json", po::bool_switch(&json),
+                                                 "print the result as JSON")(
+      "limit", po::value(&limit)->default_value(limit),
+      "print at most this many differing redistributions");
+  po::options_description hidden;
+  hidden.add_options()("file", po::value(&files));
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout
+        << "usage: dtsim replay RECORDING.json [--json] [--limit 20]\n"
+           "Re-runs every redistribution of a run recorded with dtsim.record (Python) and says\n"
+           "where the real run's shards, layouts, collectives and bytes differ from dtsim's.\n"
+        << desc;
+    return 0;
+  }
+  if (files.size() != 1) throw InputError("file", StrCat("give one recording, got ", files.size()));
+  if (limit < 1 || limit > 1000000) {
+    throw InputError("limit",
+                     StrCat(limit, " is out of range: print 1 to 1000000 redistributions"));
+  }
+  const std::string& path = files[0];
+  const std::string text = ReadInputFile(path, "recording", kMaxRecordingBytes);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError("recording", StrCat("'", ExcerptText(path), "' is empty"));
+  const nlohmann::json doc = ParseJsonText(text, "recording", StrCat("'", ExcerptText(path), "'"));
+  // The data file first (its size bounds the data entries); a missing one is not an error: replay
+  // then checks layouts, collectives and bytes only, and says so.
+  std::string data;
+  std::optional<int64_t> data_size;
+  std::string data_note;
+  Recording rec = WithFileName(path, [&] {
+    Recording probe = RecordingFromJson(doc, std::nullopt);
+    if (!probe.data_file.empty()) {
+      const std::string data_path =
+          (std::filesystem::path(path).parent_path() / probe.data_file).string();
+      struct stat st;
+      if (::stat(data_path.c_str(), &st) != 0) {
+        data_note = StrCat("the data file '", ExcerptText(data_path),
+                           "' is missing: shards are not recomputed");
+      } else {
+        data = ReadInputFile(data_path, "recording", kMaxRecordingDataBytes);
+        data_size = static_cast<int64_t>(data.size());
+      }
+    }
+    return data_size ? RecordingFromJson(doc, data_size) : probe;
+  });
+  const bool gloo = rec.backend == "torch-gloo";
+  const bool groups_exact = rec.backend != "torch-local";
+  std::vector<Outcome> outcomes;
+  int64_t without_data = 0;
+  for (const RecordedRedistribution& r : rec.redistributions) {
+    Outcome o;
+    o.rec = &r;
+    CompareLayouts(o);
+    Plan plan = PlanFor(r.src, WithoutNewPartials(r.src.placements(), r.dst.placements()));
+    o.expected = ExpectedCollectives(plan, r.src.mesh(), gloo);
+    CompareCollectives(o, groups_exact);
+    if (r.data && data_size) {
+      CompareShards(o, data);
+    } else {
+      ++without_data;
+    }
+    outcomes.push_back(std::move(o));
+  }
+  const auto first_bad =
+      std::find_if(outcomes.begin(), outcomes.end(), [](const Outcome& o) { return !o.equal(); });
+  const bool equal = first_bad == outcomes.end();
+  if (json) {
+    nlohmann::json out = {{"format", "dtsim-replay"},
+                          {"version", 1},
+                          {"recording", path},
+                          {"backend", rec.backend},
+                          {"torch_version", rec.torch_version},
+                          {"world_size", rec.world_size},
+                          {"equal", equal},
+                          {"redistributions_without_data", without_data},
+                          {"note", data_note},
+                          {"redistributions", nlohmann::json::array()}};
+    for (const Outcome& o : outcomes) out["redistributions"].push_back(ToJson(o));
+    std::cout << SafeDump(out) << "\n";
+    return equal ? 0 : 1;
+  }
+  std::cout << "replay of " << path << ": " << rec.backend << ", " << rec.world_size << " ranks"
+            << (rec.torch_version.empty() ? "" : ", torch " + rec.torch_version) << ", "
+            << rec.redistributions.size() << " redistribution"
+            << (rec.redistributions.size() == 1 ? "" : "s") << "\n";
+  if (!data_note.empty()) std::cout << "note: " << data_note << "\n";
+  if (without_data > 0 && data_note.empty()) {
+    std::cout
+        << "note: " << without_data << " redistribution" << (without_data == 1 ? "" : "s")
+        << " past the recorder's data cap: layouts, collectives and bytes checked, shards not "
+           "recomputed (raise max_data_bytes in dtsim.record)\n";
+  }
+  int64_t printed = 0;
+  for (const Outcome& o : outcomes) {
+    std::string fallback;
+    for (const Expected& e : o.expected) {
+      if (e.gloo_fallback) fallback = " (all_to_all runs as all_gather on Gloo, as upstream)";
+    }
+    if (o.equal()) {
+      std::cout << "  " << Title(*o.rec) << "  equal: "
+                << (o.data ? StrCat(o.shards_checked, " shards, ") : std::string("layouts, "))
+                << o.expected.size() << " collective" << (o.expected.size() == 1 ? "" : "s")
+                << fallback
+                << (o.notes.empty()
+                        ? ""
+                        : "; summation order differs on " + std::to_string(o.notes.size()) +
+                              " rank" + (o.notes.size() == 1 ? "" : "s") + " (within bounds)")
+                << "\n";
+      continue;
+    }
+    if (printed++ >= limit) continue;
+    std::cout << "  " << Title(*o.rec) << "  DIFFERS:\n";
+    for (const std::string& p : o.problems) std::cout << "    " << p << "\n";
+  }
+  if (equal) {
+    std::cout << "verdict: the recorded run equals dtsim's simulation (" << outcomes.size()
+              << " redistribution" << (outcomes.size() == 1 ? "" : "s") << ")\n";
+    return 0;
+  }
+  const Outcome& bad = *first_bad;
+  std::cout
+      << "verdict: the recorded run differs from dtsim's simulation; first at redistribution #"
+      << bad.rec->index << " (" << bad.rec->call << (bad.rec->op.empty() ? "" : " " + bad.rec->op)
+      << ")";
+  if (!bad.differing_ranks.empty()) {
+    std::cout << ", rank" << (bad.differing_ranks.size() == 1 ? " " : "s ");
+    for (size_t i = 0; i < bad.differing_ranks.size(); ++i)
+      std::cout << (i ? ", " : "") << bad.differing_ranks[i];
+  }
+  std::cout << "\n";
+  return 1;
+}
+
+}  // namespace dtsim::cli

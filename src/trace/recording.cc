@@ -1,0 +1,202 @@
+#include "dtsim/trace/recording.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim {
+namespace {
+
+constexpr const char* kField = "recording";
+constexpr size_t kMaxRedistributions = size_t{1} << 24;
+constexpr size_t kMaxCollectives = 4096;
+
+std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankState>& ranks) {
+  r.ExpectObject();
+  std::vector<double> out;
+  for (const RankState& s : ranks) {
+    const std::string key = std::to_string(s.rank);
+    if (!r.Has(key.c_str())) {
+      out.push_back(0);
+      continue;
+    }
+    const double t = r.At(key.c_str()).AsNumber();
+    if (!(t >= 0) || t > 1e15) r.At(key.c_str()).Fail("expected a finite time >= 0 (microseconds)");
+    out.push_back(t);
+  }
+  return out;
+}
+
+RecordedCollective CollectiveFromJson(const JsonReader& r, const DTensorSpec& spec) {
+  r.ExpectObject();
+  RecordedCollective c;
+  const std::string& op = r.String("op");
+  const std::optional<CollectiveKind> kind = FindCollectiveKind(op);
+  if (!kind) r.At("op").Fail(StrCat("unknown collective '", ExcerptText(op), "'"));
+  c.kind = *kind;
+  const int64_t max_rank = kMaxMeshRanks * 64;
+  c.groups = r.At("groups").AsIntLists(0, max_rank);
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    for (int64_t rank : c.groups[g]) {
+      if (!spec.mesh().FindCoordinate(rank)) {
+        r.At("groups").At(g).Fail(StrCat("rank ", rank, " is not in ", spec.mesh().ToString()));
+      }
+    }
+  }
+  c.ranks = r.Ints("ranks", 0, max_rank);
+  for (size_t i = 0; i < c.ranks.size(); ++i) {
+    if (!spec.mesh().FindCoordinate(c.ranks[i]))
+      r.At("ranks").Fail(StrCat("rank ", c.ranks[i], " is not in ", spec.mesh().ToString()));
+    if (i > 0 && c.ranks[i] <= c.ranks[i - 1])
+      r.At("ranks").Fail("ranks must be listed once each, ascending");
+  }
+  const size_t n = c.ranks.size();
+  auto per_rank_ints = [&](const char* key) {
+    std::vector<int64_t> v = r.Ints(key, 0);
+    if (v.size() != n) r.At(key).Fail(StrCat("has ", v.size(), " entries for ", n, " ranks"));
+    return v;
+  };
+  auto per_rank_shapes = [&](const char* key) {
+    const JsonReader list = r.At(key);
+    const size_t m = list.ArraySize();
+    if (m != n) list.Fail(StrCat("has ", m, " entries for ", n, " ranks"));
+    std::vector<std::vector<int64_t>> out;
+    for (size_t i = 0; i < m; ++i) {
+      out.push_back(list.At(i).json().is_null() ? std::vector<int64_t>{}
+                                                : list.At(i).AsInts(0, int64_t{1} << 62, 64));
+    }
+    return out;
+  };
+  c.input_shapes = per_rank_shapes("input_shapes");
+  c.output_shapes = per_rank_shapes("output_shapes");
+  c.input_bytes = per_rank_ints("input_bytes");
+  c.output_bytes = per_rank_ints("output_bytes");
+  return c;
+}
+
+// Where each rank's shard of `states` lies in the data file (r[key]: null, or one entry per rank).
+std::optional<std::vector<RecordedData>> DataFromJson(const JsonReader& r, const char* key,
+                                                      const std::vector<RankState>& states,
+                                                      DType dtype,
+                                                      std::optional<int64_t> data_file_bytes) {
+  if (r.At(key).json().is_null()) return std::nullopt;
+  const JsonReader d = r.At(key);
+  const size_t n = d.ArraySize(states.size());
+  if (n != states.size()) d.Fail(StrCat("has ", n, " entries for ", states.size(), " ranks"));
+  std::vector<RecordedData> data;
+  for (size_t i = 0; i < n; ++i) {
+    const JsonReader e = d.At(i);
+    e.ExpectObject();
+    RecordedData x{e.Int("rank", 0), e.Int("offset", 0), e.Int("nbytes", 0)};
+    if (x.rank != states[i].rank) {
+      e.At("rank").Fail(StrCat("is ", x.rank, "; expected rank ", states[i].rank,
+                               " (ranks ascending, as the states)"));
+    }
+    int64_t numel = 1;
+    for (int64_t s : states[i].local_shape) numel *= s;
+    if (x.nbytes != numel * ItemSize(dtype)) {
+      e.At("nbytes").Fail(StrCat(x.nbytes, " bytes, but rank ", x.rank, "'s shard ",
+                                 IntListToString(states[i].local_shape), " of ", ToString(dtype),
+                                 " has ", numel * ItemSize(dtype)));
+    }
+    if (data_file_bytes && x.offset > *data_file_bytes - x.nbytes) {
+      e.Fail(StrCat("bytes ", x.offset, "..", x.offset + x.nbytes,
+                    " lie beyond the end of the data file (", *data_file_bytes, " bytes)"));
+    }
+    data.push_back(x);
+  }
+  return data;
+}
+
+RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
+                                              std::optional<int64_t> data_file_bytes) {
+  r.ExpectObject();
+  RecordedRedistribution out;
+  out.index = r.Int("index", 0);
+  if (out.index != static_cast<int64_t>(index))
+    r.At("index").Fail(StrCat("is ", out.index, " at position ", index));
+  out.call = r.String("call");
+  if (out.call != "redistribute" && out.call != "full_tensor" && out.call != "implicit" &&
+      out.call != "backward") {
+    r.At("call").Fail(StrCat("expected redistribute, full_tensor, implicit or backward, got '",
+                             ExcerptText(out.call), "'"));
+  }
+  if (!r.At("op").json().is_null()) out.op = r.String("op");
+  if (!r.At("arg").json().is_null()) out.arg = r.Int("arg", 0, 1 << 20);
+  out.src = SpecFromJson(r.At("src").json(), kField, r.At("src").path());
+  out.dst = SpecFromJson(r.At("dst").json(), kField, r.At("dst").path());
+  if (out.src.mesh() != out.dst.mesh() || out.src.shape() != out.dst.shape() ||
+      out.src.dtype() != out.dst.dtype()) {
+    r.At("dst").Fail(StrCat(out.dst.ToString(), " has another mesh, shape or dtype than src ",
+                            out.src.ToString()));
+  }
+  const size_t world = static_cast<size_t>(out.src.mesh().size());
+  out.ranks_before = RankStatesFromJson(r.At("ranks_before"), out.src, true);
+  out.ranks_after = RankStatesFromJson(r.At("ranks_after"), out.dst, true);
+  if (out.ranks_before.size() != world)
+    r.At("ranks_before")
+        .Fail(StrCat("has ", out.ranks_before.size(), " ranks; the mesh has ", world));
+  if (out.ranks_after.size() != world)
+    r.At("ranks_after")
+        .Fail(StrCat("has ", out.ranks_after.size(), " ranks; the mesh has ", world));
+  out.time_us = TimesFromJson(r.At("time_us"), out.ranks_before);
+  const JsonReader cs = r.At("collectives");
+  const size_t nc = cs.ArraySize(kMaxCollectives);
+  for (size_t i = 0; i < nc; ++i) out.collectives.push_back(CollectiveFromJson(cs.At(i), out.src));
+  out.data = DataFromJson(r, "data", out.ranks_before, out.src.dtype(), data_file_bytes);
+  if (r.Has("data_after")) {
+    out.data_after =
+        DataFromJson(r, "data_after", out.ranks_after, out.dst.dtype(), data_file_bytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsRecording(const nlohmann::json& json) {
+  return json.is_object() && json.contains("format") && json["format"] == kRecordingFormat;
+}
+
+Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> data_file_bytes) {
+  const JsonReader r(json, kField);
+  r.ExpectObject();
+  if (r.String("format") != kRecordingFormat) {
+    r.At("format").Fail(
+        StrCat("expected \"", kRecordingFormat, "\", got ", Excerpt(json["format"])));
+  }
+  const int64_t version = r.Int("version");
+  if (version != kRecordingVersion) {
+    r.At("version").Fail(StrCat("version ", version, " is not supported (this dtsim reads version ",
+                                kRecordingVersion, ")"));
+  }
+  Recording out;
+  const JsonReader meta = r.At("meta");
+  meta.ExpectObject();
+  out.backend = meta.String("backend");
+  out.world_size = meta.Int("world_size", 1, kMaxMeshRanks);
+  if (meta.Has("torch_version")) out.torch_version = meta.String("torch_version");
+  if (meta.Has("argv")) out.argv = meta.String("argv");
+  if (meta.Has("data_file") && !meta.At("data_file").json().is_null()) {
+    out.data_file = meta.String("data_file");
+    if (out.data_file.empty() || out.data_file.find('/') != std::string::npos ||
+        out.data_file == "." || out.data_file == "..") {
+      meta.At("data_file").Fail("expected a file name beside the recording (no folders)");
+    }
+  }
+  if (meta.Has("data_complete")) out.data_complete = meta.Bool("data_complete");
+  const JsonReader list = r.At("redistributions");
+  const size_t n = list.ArraySize(kMaxRedistributions);
+  for (size_t i = 0; i < n; ++i) {
+    out.redistributions.push_back(RedistributionFromJson(list.At(i), i, data_file_bytes));
+    if ((out.redistributions.back().data || out.redistributions.back().data_after) &&
+        out.data_file.empty()) {
+      list.At(i).At("data").Fail("refers to a data file, but meta.data_file names none");
+    }
+  }
+  return out;
+}
+
+}  // namespace dtsim
