@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch  # loads LibTorch (and libtorch_python) before the extension below needs them
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import _C
 
@@ -49,6 +50,25 @@ __all__ = [
 ]
 
 _REDUCE_OPS = ("sum", "avg", "min", "max", "product", "band", "bor", "bxor")
+
+
+_T = TypeVar("_T")
+
+
+def _simulate(fn: Callable[..., _T], *args: Any) -> _T:
+    """Runs a call into the simulation outside the caller's torch dispatch modes: dtsim's C++ runs ATen ops on the
+    shards, which an active mode (LocalTensorMode, FakeTensorMode, DebugMode, a recorder) would otherwise see as the
+    program's own ops, run through its Python (100x slower) or refuse (FakeTensorMode: real tensors)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return fn(*args)
+    with _disable_current_modes():
+        return fn(*args)
+
+
+def _no_grad_arg(tensor: torch.Tensor, field: str) -> None:
+    if tensor.requires_grad:
+        raise ValueError(f"{field}: the tensor requires grad, and dtsim's Python API has no autograd; "
+                         "pass tensor.detach()")
 
 
 # ---- placements -------------------------------------------------------------------------------
@@ -371,11 +391,11 @@ class DTensor:
         """Every rank's local shard, in ascending rank order (rank r at index r on init_device_mesh's
         meshes). The tensors share storage with the DTensor (no copies); replicas share one buffer
         until written (copy-on-write)."""
-        return self._impl.shards()
+        return _simulate(self._impl.shards)
 
     def local_shards(self) -> Dict[int, torch.Tensor]:
         """{rank: shard} for every rank."""
-        return dict(zip(self._impl.ranks(), self._impl.shards()))
+        return dict(zip(self._impl.ranks(), _simulate(self._impl.shards)))
 
     def redistribute(self, device_mesh: Optional[DeviceMesh] = None, placements: Optional[PlacementsLike] = None, *,
                      planner: str = "greedy", plan: Optional["Plan"] = None) -> "DTensor":
@@ -389,13 +409,13 @@ class DTensor:
                 raise ValueError("plan: give either placements or plan, not both")
             if not isinstance(plan, Plan):
                 raise ValueError(f"plan: expected a dtsim.Plan, got {type(plan).__name__}")
-            return DTensor(_C.execute_plan(self._impl, plan.to_json()), self._mesh)
+            return DTensor(_simulate(_C.execute_plan, self._impl, plan.to_json()), self._mesh)
         text = _placements_text(placements)
-        return DTensor(self._impl.redistribute(text, planner), self._mesh)
+        return DTensor(_simulate(self._impl.redistribute, text, planner), self._mesh)
 
     def full_tensor(self) -> torch.Tensor:
         """The global tensor (redistribute to all-Replicate; every rank's copy must agree)."""
-        return self._impl.full_tensor()
+        return _simulate(self._impl.full_tensor)
 
     @staticmethod
     def from_local(local_tensor: Union[Sequence[torch.Tensor], Mapping[int, torch.Tensor]],
@@ -421,9 +441,10 @@ class DTensor:
         for i, s in enumerate(shards):
             if not isinstance(s, torch.Tensor):
                 raise ValueError(f"local_tensor[{i}]: expected a torch.Tensor, got {type(s).__name__}")
-        impl = _C.from_local(shards, mesh._impl, _placements_text(placements),
-                             None if shape is None else _int_list(shape, "shape"),
-                             None if stride is None else _int_list(stride, "stride"))
+            _no_grad_arg(s, f"local_tensor[{i}]")
+        impl = _simulate(_C.from_local, shards, mesh._impl, _placements_text(placements),
+                         None if shape is None else _int_list(shape, "shape"),
+                         None if stride is None else _int_list(stride, "stride"))
         return DTensor(impl, mesh)
 
     def __repr__(self) -> str:
@@ -442,7 +463,8 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements:
     mesh = _mesh_arg(device_mesh)
     if placements is None:
         placements = [Replicate()] * mesh.ndim
-    impl = _C.distribute_tensor(tensor, mesh._impl, _placements_text(placements), src_data_rank)
+    _no_grad_arg(tensor, "tensor")
+    impl = _simulate(_C.distribute_tensor, tensor, mesh._impl, _placements_text(placements), src_data_rank)
     return DTensor(impl, mesh)
 
 
@@ -721,7 +743,7 @@ def shard_hash(tensor: torch.Tensor) -> str:
     """The hash traces record for a shard: "xxh3:" + 16 hex digits over dtype, shape and bytes."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
-    return _C.shard_hash(tensor)
+    return _simulate(_C.shard_hash, tensor)
 
 
 from .recorder import record  # noqa: E402  (the recorder of upstream runs: recorder.py)
