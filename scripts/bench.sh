@@ -10,6 +10,10 @@
 #   bench op_<family>_vs_upstream ratio <x>  upstream DTensor op under LocalTensorMode / dtsim's (8 ranks, bench/op_bench.cc)
 #   bench op_<family>_dispatch_overhead ratio <x>  the op on the local data alone / the DTensor op (1 = no overhead)
 #   bench mpi_overhead_<case> ratio <x>      raw MPI call time / dtsim's MPI collective, 8 ranks x 16 MiB (mpirun)
+# Issue 17 (`import dtsim`; bench/python_bench.py, both sides in one process, alternating batches):
+#   bench python_redistribute_vs_upstream ratio <x>  upstream DTensor.redistribute under LocalTensorMode / dtsim's
+#                                      through the Python binding, 2x4 ranks, 16x16 float32 [S(0), R] -> [R, S(1)],
+#                                      then to_local(); median batch of each (target >= 30)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
 #   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
 #                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50)
@@ -38,6 +42,11 @@ configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_be
 if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_mpi_bench:'; then
   configure_and_build --target dtsim_mpi_bench >&2
 fi
+have_python=0  # the Python extension (not in builds configured with DTSIM_BUILD_PYTHON=OFF)
+if ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_python:'; then
+  configure_and_build --target dtsim_python >&2
+  have_python=1
+fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 bench="$DTSIM_BUILD/bench/dtsim_bench"
@@ -60,6 +69,10 @@ for thp in 0 1; do
   THP_MEM_ALLOC_ENABLE=$thp "$DTSIM_PY" "$DTSIM_ROOT/bench/upstream_redistribute_bench.py" \
     > "$out/upstream_redistribute_thp$thp.json"
 done
+# Issue 17: the same small redistribution through `import dtsim` and upstream's LocalTensorMode, side by side.
+if [ "$have_python" = 1 ]; then
+  "$DTSIM_PY" "$DTSIM_ROOT/bench/python_bench.py" > "$out/python.json"
+fi
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
   "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
@@ -143,6 +156,12 @@ if os.path.exists(os.path.join(out, "mpi.json")):
         m = mpi[case]
         print(f"bench mpi_overhead_{case} ratio {m['raw_us'] / m['dtsim_us']:.3f}   (raw MPI {m['raw_us'] / 1e3:.1f} ms, "
               f"dtsim {m['dtsim_us'] / 1e3:.1f} ms; {mpi['ranks']} ranks x {mpi['bytes_per_rank'] >> 20} MiB, best of 15)")
+if os.path.exists(os.path.join(out, "python.json")):
+    py = json.load(open(os.path.join(out, "python.json")))
+    assert py["ok"], "dtsim's shards differ from upstream's in bench/python_bench.py"
+    print(f"bench python_redistribute_vs_upstream ratio {py['ratio']:.1f}   (upstream LocalTensorMode "
+          f"{py['upstream_us']:.0f} us, dtsim via Python {py['dtsim_us']:.1f} us per redistribute + to_local; 2x4 ranks, "
+          f"16x16 float32 [S(0), R] -> [R, S(1)], median of {py['batches']} batches; target >= 30)")
 model = load("model.json")
 up_model = json.load(open(os.path.join(out, "model_upstream.json")))
 sim_ms, flat_ms = model["BM_ModelSimulated"]["real_time"], model["BM_ModelUnsharded"]["real_time"]
