@@ -323,7 +323,7 @@ int RunReplay(const Args& args) {
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description positional;
-  positional.add("file", 1);
+  positional.add("file", -1);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   po::notify(vm);

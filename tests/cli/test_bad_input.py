@@ -291,6 +291,18 @@ BAD_INPUTS = [
     Row("distribute-missing-step", ["distribute", "--mesh", "2x4", "--shape", "8,6"], "step", ["missing"]),
     Row("distribute-stray-positional", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "x"],
         "arguments", ["unexpected argument 'x'"]),
+    # ---- replay (recordings of upstream runs, dtsim.record) ----
+    Row("replay-no-file", ["replay"], "file", ["give one recording, got 0"]),
+    Row("replay-two-files", ["replay", "a.json", "b.json"], "file", ["give one recording, got 2"]),
+    Row("replay-missing-file", ["replay", "nope.json"], "recording", ["cannot open 'nope.json'"]),
+    Row("replay-directory", ["replay", "."], "recording", ["'.' is a directory"]),
+    Row("replay-dev-zero", ["replay", "/dev/zero"], "recording", ["'/dev/zero' is a character device"]),
+    Row("replay-empty", ["replay", "e.json"], "recording", ["'e.json' is empty"], files={"e.json": ""}),
+    Row("replay-broken-json", ["replay", "b.json"], "recording", ["'b.json'"], files={"b.json": "{\"format\": "}),
+    Row("replay-a-trace", ["replay", "a.json"], "recording", ["format", "expected \"dtsim-recording\""],
+        files={"a.json": GOOD_TRACE}),
+    Row("replay-limit-zero", ["replay", "a.json", "--limit", "0"], "limit", ["0 is out of range"],
+        files={"a.json": GOOD_TRACE}),
     # ---- trace-diff ----
     Row("trace-diff-one-file", ["trace-diff", "a.json"], "file", ["give two trace files, got 1"],
         files={"a.json": GOOD_TRACE}),

@@ -20,6 +20,9 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 import dtsim
 
 
+CAP = int(os.environ.get("DTSIM_RECORD_CAP", str(256 << 20)))  # dtsim.record's data cap
+
+
 def program(per_rank):
     """per_rank(fn): the local tensor fn(rank) of every rank (this rank's on real ranks)."""
     mesh = init_device_mesh("cpu", (4,))
@@ -71,14 +74,14 @@ def main():
                     shards = {r: fn(r) for r in range(4)}
                 return LocalTensor(shards)
 
-            with dtsim.record(out):
+            with dtsim.record(out, max_data_bytes=CAP):
                 program(per_rank)
         dist.destroy_process_group()
         return
     dist.init_process_group("gloo")
     if os.environ.get("DTSIM_CORRUPT_RANK"):
         corrupt(int(os.environ["DTSIM_CORRUPT_RANK"]))
-    with dtsim.record(out):
+    with dtsim.record(out, max_data_bytes=CAP):
         program(lambda fn: fn(dist.get_rank()))
     dist.destroy_process_group()
 

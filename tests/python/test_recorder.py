@@ -1,0 +1,197 @@
+"""dtsim.record + dtsim replay on real upstream runs: 4 Gloo ranks under torchrun run tests/python/recorded_program.py
+(a ColwiseParallel/RowwiseParallel MLP forward and backward, explicit uneven redistributions on 1-D and 2-D meshes,
+an implicit one from op dispatch); the recording replays as equal; its twin with rank 2's S(i) -> S(j) corrupted by a
+monkeypatched upstream method replays as different, naming the redistribution and rank 2; the same program under
+upstream's LocalTensorMode replays as equal; tampered recordings are caught. Expected collectives and bytes are
+computed here from torch.chunk sizes, not read from dtsim."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "recorded_program.py")
+DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(out, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    cmd = [TORCHRUN, "--nnodes", "1", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), PROGRAM, str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert os.path.exists(out) and os.path.exists(str(out) + ".data")
+
+
+def replay(path, *extra):
+    return subprocess.run([DTSIM, "replay", str(path), *extra], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rec")
+    torchrun(d / "run.json")
+    torchrun(d / "bad.json", {"DTSIM_CORRUPT_RANK": "2"})
+    return d
+
+
+def chunks(n, parts):
+    c = -(-n // parts)
+    return [max(0, min(n, (r + 1) * c) - min(n, r * c)) for r in range(parts)]
+
+
+def test_the_recording_holds_what_upstream_ran(recorded):
+    doc = json.load(open(recorded / "run.json"))
+    assert doc["format"] == "dtsim-recording" and doc["meta"]["backend"] == "torch-gloo"
+    assert doc["meta"]["world_size"] == 4 and doc["meta"]["data_complete"]
+    recs = doc["redistributions"]
+    calls = [(r["call"], r["op"], r["src"]["placements"], r["dst"]["placements"]) for r in recs]
+    # Colwise output stays sharded; Rowwise's Partial output -> Replicate is the style's redistribute; the bias of a
+    # Rowwise linear is added as Partial by addmm (R -> P, local); the explicit and implicit cases of the program.
+    assert ("redistribute", None, "[P(sum)]", "[R]") in calls
+    assert ("implicit", "aten::addmm", "[R]", "[P(sum)]") in calls
+    assert ("redistribute", None, "[S(0)]", "[S(1)]") in calls
+    assert ("full_tensor", None, "[S(1)]", "[R]") in calls
+    assert ("redistribute", None, "[P(sum)]", "[S(0)]") in calls
+    assert ("implicit", "aten::add.Tensor", "[S(1)]", "[S(0)]") in calls
+    assert ("redistribute", None, "[S(0), S(1)]", "[R, S(0)]") in calls
+    assert any(c[0] == "backward" for c in calls)
+    s0s1 = recs[calls.index(("redistribute", None, "[S(0)]", "[S(1)]"))]
+    # 7x5 float32, S(0) -> S(1) over 4 ranks: Gloo has no all_to_all, upstream all-gathers the padded shard
+    # (rows padded to ceil(7/4) = 2, columns to a multiple of 4: 8) and chunks it
+    (ag,) = s0s1["collectives"]
+    assert ag["op"] == "all_gather" and ag["groups"] == [[0, 1, 2, 3]]
+    assert ag["input_bytes"] == [2 * 8 * 4] * 4 and ag["output_bytes"] == [4 * 2 * 8 * 4] * 4
+    assert [r["local_shape"] for r in s0s1["ranks_after"]] == [[7, c] for c in chunks(5, 4)]
+    two_d = recs[calls.index(("redistribute", None, "[S(0), S(1)]", "[R, S(0)]"))]
+    assert [c["groups"] for c in two_d["collectives"]] == [[[0, 1], [2, 3]], [[0, 2], [1, 3]]]
+    assert all(len(r["time_us"]) == 4 for r in recs)
+
+
+def test_a_real_run_replays_as_equal(recorded):
+    out = replay(recorded / "run.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verdict: the recorded run equals dtsim's simulation" in out.stdout
+    assert "all_to_all runs as all_gather on Gloo" in out.stdout
+    js = json.loads(replay(recorded / "run.json", "--json").stdout)
+    assert js["equal"] and js["redistributions_without_data"] == 0
+    assert all(r["shards_checked"] == 4 and r["equal"] for r in js["redistributions"])
+
+
+def test_the_corrupted_twin_names_the_step_and_rank(recorded):
+    out = replay(recorded / "bad.json")
+    assert out.returncode == 1, out.stdout + out.stderr
+    doc = json.load(open(recorded / "bad.json"))
+    first = next(r["index"] for r in doc["redistributions"]
+                 if r["src"]["placements"] == "[S(0)]" and r["dst"]["placements"] == "[S(1)]")
+    assert f"first at redistribution #{first} (redistribute), rank 2\n" in out.stdout
+    js = json.loads(replay(recorded / "bad.json", "--json").stdout)
+    differing = {r["index"]: r["differing_ranks"] for r in js["redistributions"] if not r["equal"]}
+    assert differing[first] == [2]
+    assert all(ranks == [2] for ranks in differing.values())  # only S(i) -> S(j) steps, only rank 2
+
+
+def test_local_tensor_mode_run_replays_as_equal(tmp_path):
+    out = tmp_path / "local.json"
+    proc = subprocess.run([sys.executable, PROGRAM, str(out), "--local"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.load(open(out))["meta"]["backend"] == "torch-local"
+    r = replay(out)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_past_the_data_cap_replay_checks_layouts_and_says_so(tmp_path):
+    out = tmp_path / "capped.json"
+    proc = subprocess.run([sys.executable, PROGRAM, str(out), "--local"], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, DTSIM_RECORD_CAP="400"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.load(open(out))
+    assert not doc["meta"]["data_complete"]
+    without = sum(r["data"] is None for r in doc["redistributions"])
+    assert 0 < without < len(doc["redistributions"])
+    r = replay(out)
+    assert r.returncode == 0 and f"{without} redistributions past the recorder's data cap" in r.stdout, r.stdout
+
+
+def test_tampered_recordings_are_caught(recorded, tmp_path):
+    for name in ("run.json", "run.json.data"):
+        shutil.copy(recorded / name, tmp_path / name)
+    doc = json.load(open(tmp_path / "run.json"))
+    k = next(i for i, r in enumerate(doc["redistributions"]) if r["collectives"])
+    doc["redistributions"][k]["ranks_after"][1]["hash"] = "xxh3:0123456789abcdef"
+    (tmp_path / "hash.json").write_text(json.dumps(doc))
+    shutil.copy(tmp_path / "run.json.data", tmp_path / "hash.json.data")
+    doc2 = json.load(open(tmp_path / "hash.json"))
+    doc2["meta"]["data_file"] = "run.json.data"
+    (tmp_path / "hash.json").write_text(json.dumps(doc2))
+    out = replay(tmp_path / "hash.json")
+    assert out.returncode == 1 and f"first at redistribution #{k}" in out.stdout and "rank 1" in out.stdout
+    # an edited data file: the source no longer hashes to what the run recorded
+    data = bytearray(open(tmp_path / "run.json.data", "rb").read())
+    data[0] ^= 0xFF
+    open(tmp_path / "run.json.data", "wb").write(bytes(data))
+    out = replay(tmp_path / "run.json")
+    assert out.returncode == 1 and "stale or edited data file" in out.stdout
+    # no data file: layouts, collectives and bytes only, said so
+    os.unlink(tmp_path / "run.json.data")
+    out = replay(tmp_path / "run.json")
+    assert out.returncode == 0 and "is missing: shards are not recomputed" in out.stdout
+    # a collective the simulation does not run
+    doc["redistributions"][k]["ranks_after"][1]["hash"] = json.load(open(recorded / "run.json"))[
+        "redistributions"][k]["ranks_after"][1]["hash"]
+    c = doc["redistributions"][k]["collectives"][0]
+    c["op"] = "all_gather" if c["op"] == "all_reduce" else "all_reduce"
+    (tmp_path / "coll.json").write_text(json.dumps(doc))
+    out = replay(tmp_path / "coll.json")
+    assert out.returncode == 1 and "dtsim runs" in out.stdout
+
+
+@pytest.mark.parametrize("mutate,words", [
+    (lambda d: d.update(format="dtsim-trace"), "format"),
+    (lambda d: d.update(version=2), "version 2 is not supported"),
+    (lambda d: d["redistributions"][0]["ranks_after"].pop(), "ranks_after: has 3 ranks"),
+    (lambda d: d["redistributions"][0].update(call="magic"), "call"),
+    (lambda d: d["redistributions"][0]["src"].update(placements="[S(5)]"), "S(5)"),
+    (lambda d: d["redistributions"][0]["ranks_before"][0].update(rank=9), "rank 9 is not in"),
+    (lambda d: d["redistributions"][0]["data"][0].update(offset=1 << 40), "beyond the end of the data file"),
+    (lambda d: d["meta"].update(data_file="../etc/passwd"), "data_file"),
+    (lambda d: d["redistributions"][0].update(time_us={"0": -1}), "time"),
+])
+def test_invalid_recordings_exit_2(recorded, tmp_path, mutate, words):
+    doc = json.load(open(recorded / "run.json"))
+    mutate(doc)
+    (tmp_path / "x.json").write_text(json.dumps(doc))
+    shutil.copy(recorded / "run.json.data", tmp_path / "run.json.data")
+    out = replay(tmp_path / "x.json")
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+
+
+def test_record_refuses_bad_arguments(tmp_path, monkeypatch):
+    import torch
+
+    import dtsim
+    with pytest.raises(ValueError, match="max_data_bytes"):
+        with dtsim.record(tmp_path / "r.json", max_data_bytes=-1):
+            pass
+    with pytest.raises(ValueError, match="not a regular file"):
+        with dtsim.record("/dev/null"):
+            pass
+    with pytest.raises(ValueError, match="does not exist"):
+        with dtsim.record(tmp_path / "no" / "r.json"):
+            pass
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    with pytest.raises(RuntimeError, match="torch 2.99.0 is not supported"):
+        with dtsim.record(tmp_path / "r.json"):
+            pass
+    assert not os.path.exists(tmp_path / "r.json")
