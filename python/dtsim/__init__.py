@@ -602,8 +602,9 @@ class Plan:
         return iter(self.steps)
 
     def __repr__(self) -> str:
-        return (f"Plan({self._json['from']} -> {self._json['to']}, {len(self)} steps, "
-                f"{self.num_collectives} collectives, planner={self.planner})")
+        n, c = len(self), self.num_collectives
+        return (f"Plan({self._json['from']} -> {self._json['to']}, {n} step{'s' * (n != 1)}, "
+                f"{c} collective{'s' * (c != 1)}, planner={self.planner})")
 
 
 def plan(src: Union[DTensor, PlacementsLike], placements: PlacementsLike, *,
@@ -663,8 +664,8 @@ class Layout:
 
     @property
     def ranks(self) -> List[RankLayout]:
-        """One entry per rank (every rank for worlds up to 64 ranks or ranks="all"; else none, see
-        to_json()["rank_summary"])."""
+        """One entry per rank listed: every rank for worlds up to 256 ranks (ranks="auto"), those chosen by `ranks`;
+        none for a bigger world with ranks="auto" (see to_json()["rank_summary"])."""
         return [RankLayout(r) for r in self._json.get("ranks", [])]
 
     def render(self) -> str:

@@ -106,3 +106,27 @@ def test_python_debug_example_finds_a_corrupted_rank():
     nonempty = [r for r, piece in enumerate(nested_chunks(10)) if len(piece)]
     assert verdicts["after step 3"] == f"wrong on ranks {nonempty}"
     assert "full_tensor() equals the input: False" in out.stdout
+
+
+# ---- docs/python.md: its `>>>` blocks run as doctests, in order, in one namespace (the outputs shown are real) ----
+RUN_DOC = r'''
+import doctest, re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.lstrip().startswith(">>>")]
+assert blocks, "no >>> examples found"
+test = doctest.DocTestParser().get_doctest("\n".join(blocks), {}, "docs/python.md", sys.argv[1], 0)
+runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+runner.run(test)
+print(f"{runner.tries} examples, {runner.failures} failed")
+sys.exit(1 if runner.failures else 0)
+'''
+
+
+def test_python_docs_examples_run():
+    if not glob.glob(os.path.join(ROOT, "python", "dtsim", "_C*.so")):
+        pytest.skip("the Python extension dtsim._C is not built (DTSIM_BUILD_PYTHON=OFF)")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    out = subprocess.run([sys.executable, "-c", RUN_DOC, os.path.join(ROOT, "docs", "python.md")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    assert re.search(r"^(\d+) examples, 0 failed$", out.stdout, re.M), out.stdout
