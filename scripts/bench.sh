@@ -14,6 +14,8 @@
 #   bench python_redistribute_vs_upstream ratio <x>  upstream DTensor.redistribute under LocalTensorMode / dtsim's
 #                                      through the Python binding, 2x4 ranks, 16x16 float32 [S(0), R] -> [R, S(1)],
 #                                      then to_local(); median batch of each (target >= 30)
+#   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
+#                                      time per iteration without / with dtsim.record around it (target >= 0.8)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
 #   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
 #                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50)
@@ -72,6 +74,10 @@ done
 # Issue 17: the same small redistribution through `import dtsim` and upstream's LocalTensorMode, side by side.
 if [ "$have_python" = 1 ]; then
   "$DTSIM_PY" "$DTSIM_ROOT/bench/python_bench.py" > "$out/python.json"
+  # dtsim.record's overhead on a real run: 4 Gloo ranks under torchrun, plain and recorded rounds alternating.
+  mkdir -p "$out/recorder"
+  "$(dirname "$DTSIM_PY")/torchrun" --nnodes 1 --nproc_per_node 4 --master_addr 127.0.0.1 --master_port 29517 \
+    "$DTSIM_ROOT/bench/recorder_bench.py" "$out/recorder" 2>/dev/null | tail -1 > "$out/recorder.json"
 fi
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
@@ -162,6 +168,11 @@ if os.path.exists(os.path.join(out, "python.json")):
     print(f"bench python_redistribute_vs_upstream ratio {py['ratio']:.1f}   (upstream LocalTensorMode "
           f"{py['upstream_us']:.0f} us, dtsim via Python {py['dtsim_us']:.1f} us per redistribute + to_local; 2x4 ranks, "
           f"16x16 float32 [S(0), R] -> [R, S(1)], median of {py['batches']} batches; target >= 30)")
+if os.path.exists(os.path.join(out, "recorder.json")):
+    rb = json.load(open(os.path.join(out, "recorder.json")))
+    print(f"bench recorder_overhead ratio {rb['ratio']:.2f}   (an upstream TP MLP step + explicit redistributions on 4 "
+          f"Gloo ranks: {rb['plain_ms']:.1f} ms plain, {rb['recorded_ms']:.1f} ms under dtsim.record per iteration, "
+          f"{rb['redistributions']} redistributions recorded per round, median of {rb['rounds']} rounds; target >= 0.8)")
 model = load("model.json")
 up_model = json.load(open(os.path.join(out, "model_upstream.json")))
 sim_ms, flat_ms = model["BM_ModelSimulated"]["real_time"], model["BM_ModelUnsharded"]["real_time"]

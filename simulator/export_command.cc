@@ -13,6 +13,7 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 #include "viewer/model/perfetto_export.h"
 
@@ -73,7 +74,15 @@ int RunExport(const Args& args) {
   files.Input(o.files[0], "file");
   if (!o.with.empty()) files.Input(o.with, "with");
   files.Output(out, "file");
-  const Trace first = ReadTrace(o.files[0]);
+  // A recording of an upstream run (dtsim.record): its redistributions per rank, as measured.
+  const nlohmann::json first_json = ReadTraceJson(o.files[0]);
+  if (IsRecording(first_json)) {
+    if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
+    const Recording rec = WithFileName(o.files[0], [&] { return RecordingFromJson(first_json); });
+    WriteFileAtomically(out, SafeDump(viewer::RecordingToPerfetto(rec)) + "\n", "file");
+    return 0;
+  }
+  const Trace first = WithFileName(o.files[0], [&] { return TraceFromJson(first_json); });
   std::vector<viewer::PerfettoSource> sources = {{&first, ""}};
   Trace second;
   if (!o.with.empty()) {

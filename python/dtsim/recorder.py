@@ -82,10 +82,21 @@ def _outside_local_tensor_mode() -> Any:
     return mode.disable() if mode is not None else contextlib.nullcontext()
 
 
-def _spec_json(spec: Any) -> Dict[str, Any]:
-    mesh = spec.mesh
+_MESH_JSON: Dict[int, Any] = {}  # id(mesh) -> (mesh, its JSON): meshes live as long as their DTensors
+
+
+def _mesh_json(mesh: Any) -> Dict[str, Any]:
+    hit = _MESH_JSON.get(id(mesh))
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
     names = list(mesh.mesh_dim_names) if mesh.mesh_dim_names else []
-    return {"mesh": {"shape": list(mesh.mesh.shape), "names": names, "ranks": mesh.mesh.flatten().tolist()},
+    value = {"shape": list(mesh.mesh.shape), "names": names, "ranks": mesh.mesh.flatten().tolist()}
+    _MESH_JSON[id(mesh)] = (mesh, value)
+    return value
+
+
+def _spec_json(spec: Any) -> Dict[str, Any]:
+    return {"mesh": _mesh_json(spec.mesh),
             "placements": "[" + ", ".join(_placement_text(p) for p in spec.placements) + "]",
             "shape": list(spec.tensor_meta.shape), "dtype": str(spec.tensor_meta.dtype).replace("torch.", "")}
 
@@ -143,6 +154,7 @@ class _Recorder:
         self.data_complete = True
         self.local = threading.local()
         self.patches: List[tuple] = []
+        self.t0 = time.perf_counter()  # start_us counts from here (each rank's own clock)
 
     # ---- hooks ----
     def _patch(self, owner: Any, name: str, value: Any) -> None:
@@ -237,6 +249,7 @@ class _Recorder:
             recorder._keep_data(record, "data_after", out)
             record["collectives"] = [recorder._collective_rows(c, current_spec.mesh) for c in seen]
             record["time_us"] = {str(r["rank"]): elapsed_us for r in states}
+            record["start_us"] = {str(r["rank"]): (start - recorder.t0) * 1e6 for r in states}
             recorder.records.append(record)
             return out
 
@@ -323,6 +336,7 @@ class _Recorder:
                    "ranks_before": sorted((s for r in rows for s in r["ranks_before"]), key=lambda s: s["rank"]),
                    "ranks_after": sorted((s for r in rows for s in r["ranks_after"]), key=lambda s: s["rank"]),
                    "time_us": {k: v for r in rows for k, v in r["time_us"].items()},
+                   "start_us": {k: v for r in rows for k, v in r["start_us"].items()},
                    "collectives": _merge_collectives(rows, first["src"]), "data": None, "data_after": None}
             for key in ("data", "data_after"):
                 if all(r.get(key) is not None for r in rows):
@@ -343,7 +357,7 @@ class _Recorder:
                         "data_complete": complete, "max_data_bytes": self.max_data_bytes},
                "redistributions": out_records}
         _write_atomically(data_path, b"".join(blobs)) if blobs else None
-        _write_atomically(self.path, (json.dumps(doc, indent=1) + "\n").encode())
+        _write_atomically(self.path, (json.dumps(doc, separators=(",", ":")) + "\n").encode())
 
 
 def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -416,4 +430,5 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
         yield
     finally:
         recorder.uninstall()
+        _MESH_JSON.clear()
     recorder.finish(" ".join(sys.argv))

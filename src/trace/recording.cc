@@ -143,6 +143,7 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
     r.At("ranks_after")
         .Fail(StrCat("has ", out.ranks_after.size(), " ranks; the mesh has ", world));
   out.time_us = TimesFromJson(r.At("time_us"), out.ranks_before);
+  if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), out.ranks_before);
   const JsonReader cs = r.At("collectives");
   const size_t nc = cs.ArraySize(kMaxCollectives);
   for (size_t i = 0; i < nc; ++i) out.collectives.push_back(CollectiveFromJson(cs.At(i), out.src));

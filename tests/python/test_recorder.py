@@ -102,6 +102,24 @@ def test_the_corrupted_twin_names_the_step_and_rank(recorded):
     assert all(ranks == [2] for ranks in differing.values())  # only S(i) -> S(j) steps, only rank 2
 
 
+def test_a_recording_exports_to_perfetto(recorded, tmp_path):
+    out = tmp_path / "p.json"
+    r = subprocess.run([DTSIM, "export", "--format", "perfetto", str(recorded / "run.json"), str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.load(open(recorded / "run.json"))
+    events = json.load(open(out))["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == 4 * len(doc["redistributions"])  # one per rank and redistribution
+    for rank in range(4):
+        mine = [e for e in slices if e["pid"] == rank + 1]
+        assert [e["args"]["index"] for e in mine] == list(range(len(doc["redistributions"])))
+        assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(mine, mine[1:]))  # in order, no overlap
+        for e, rec in zip(mine, doc["redistributions"]):
+            assert abs(e["dur"] - rec["time_us"][str(rank)]) < 0.002
+            assert e["name"].endswith(f"{rec['src']['placements']} -> {rec['dst']['placements']}")
+
+
 def test_local_tensor_mode_run_replays_as_equal(tmp_path):
     out = tmp_path / "local.json"
     proc = subprocess.run([sys.executable, PROGRAM, str(out), "--local"], capture_output=True, text=True, timeout=600)

@@ -195,4 +195,82 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
            {{"generator", "dtsim export --format perfetto"}, {"traces", std::move(sources_json)}}}};
 }
 
+nlohmann::json RecordingToPerfetto(const Recording& recording) {
+  nlohmann::json events = nlohmann::json::array();
+  auto ns = [](double us) {
+    return static_cast<int64_t>(std::llround(std::min(1e15, std::max(0.0, us)) * 1000.0));
+  };
+  auto us = [](int64_t t) { return static_cast<double>(t) / 1000.0; };
+  std::map<int64_t, int64_t> next_free;  // rank -> first free nanosecond on its track
+  for (const RecordedRedistribution& r : recording.redistributions) {
+    for (size_t i = 0; i < r.ranks_before.size(); ++i) {
+      const int64_t rank = r.ranks_before[i].rank;
+      if (!next_free.count(rank)) {
+        next_free[rank] = 0;
+        events.push_back(
+            {{"ph", "M"},
+             {"name", "process_name"},
+             {"pid", rank + 1},
+             {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
+        events.push_back({{"ph", "M"},
+                          {"name", "process_sort_index"},
+                          {"pid", rank + 1},
+                          {"args", {{"sort_index", rank}}}});
+        events.push_back({{"ph", "M"},
+                          {"name", "thread_name"},
+                          {"pid", rank + 1},
+                          {"tid", kStepsTid},
+                          {"args", {{"name", "redistributions"}}}});
+      }
+      // Measured start when recorded, never before the end of the previous slice of the track.
+      const int64_t start =
+          std::max(next_free[rank], r.start_us.empty() ? int64_t{0} : ns(r.start_us[i]));
+      const int64_t dur = std::max<int64_t>(1, ns(r.time_us[i]));
+      next_free[rank] = start + dur + 1;
+      nlohmann::json collectives = nlohmann::json::array();
+      for (const RecordedCollective& c : r.collectives) {
+        const auto at = std::find(c.ranks.begin(), c.ranks.end(), rank);
+        if (at == c.ranks.end()) continue;
+        const size_t k = static_cast<size_t>(at - c.ranks.begin());
+        nlohmann::json group = nullptr;
+        for (const auto& g : c.groups) {
+          if (std::find(g.begin(), g.end(), rank) != g.end()) group = g;
+        }
+        collectives.push_back({{"op", ToString(c.kind)},
+                               {"group", group},
+                               {"input_bytes", c.input_bytes[k]},
+                               {"output_bytes", c.output_bytes[k]}});
+      }
+      const std::string what = r.call == "implicit" ? r.op : r.call;
+      events.push_back({{"ph", "X"},
+                        {"cat", kCategory},
+                        {"name", StrCat("#", r.index, " ", what, " ", ToString(r.src.placements()),
+                                        " -> ", ToString(r.dst.placements()))},
+                        {"pid", rank + 1},
+                        {"tid", kStepsTid},
+                        {"ts", us(start)},
+                        {"dur", us(dur)},
+                        {"args",
+                         {{"index", r.index},
+                          {"call", r.call},
+                          {"op", r.op},
+                          {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
+                          {"mesh", r.src.mesh().ToString()},
+                          {"shape", r.src.shape()},
+                          {"dtype", ToString(r.src.dtype())},
+                          {"from", ToString(r.src.placements())},
+                          {"to", ToString(r.dst.placements())},
+                          {"collectives", collectives},
+                          {"time_us", r.time_us[i]}}}});
+    }
+  }
+  return {{"traceEvents", std::move(events)},
+          {"otherData",
+           {{"generator", "dtsim export --format perfetto"},
+            {"recording",
+             {{"backend", recording.backend},
+              {"torch_version", recording.torch_version},
+              {"argv", recording.argv}}}}}};
+}
+
 }  // namespace dtsim::viewer

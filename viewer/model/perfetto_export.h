@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 
 namespace dtsim::viewer {
@@ -48,6 +49,13 @@ struct PerfettoSource {
 nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources);
 
 inline constexpr int64_t kPerfettoPidStride = 10'000'000;
+
+// A recording of an upstream PyTorch run (dtsim.record, recording.h): one process per rank, one
+// slice per redistribution at the rank's measured start and duration, named "#4 redistribute
+// [S(0)] -> [S(1)]" (implicit ones by their op), with args: index, call, op, arg, mesh, shape,
+// dtype, from, to, and the collectives this rank took part in (op, group, input and output bytes).
+// Recordings without start times lay the redistributions end to end.
+nlohmann::json RecordingToPerfetto(const Recording& recording);
 
 // "simulated (local)" / "real (nccl)": how a trace's backend reads in a label.
 std::string BackendLabel(const Trace& trace);

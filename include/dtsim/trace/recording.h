@@ -51,7 +51,8 @@ struct RecordedRedistribution {
   std::vector<RankState> ranks_before;  // ascending, one per mesh rank
   std::vector<RankState> ranks_after;
   std::vector<RecordedCollective> collectives;
-  std::vector<double> time_us;  // per rank of ranks_before, measured (not compared)
+  std::vector<double> time_us;   // per rank of ranks_before, measured (not compared)
+  std::vector<double> start_us;  // per rank: since its dtsim.record began (its own clock); or empty
   std::optional<std::vector<RecordedData>> data;  // sources; nullopt: past the recorder's size cap
   // The run's results (lets replay tell summation order from wrong values); nullopt: not kept.
   std::optional<std::vector<RecordedData>> data_after;
