@@ -69,23 +69,50 @@ struct Outcome {
   bool equal() const { return problems.empty(); }
 };
 
-std::vector<Expected> ExpectedCollectives(const Plan& plan, const DeviceMesh& mesh, bool gloo) {
+// The spec `rank` runs: `spec` itself, or on a submesh the spec on that rank's own submesh.
+DTensorSpec SpecForRank(const RecordedRedistribution& r, const DTensorSpec& spec, int64_t rank) {
+  if (r.submesh_dims.empty()) return spec;
+  return DTensorSpec::Create(spec.mesh().root().Submesh(r.submesh_dims, rank), spec.placements(),
+                             spec.shape(), spec.dtype());
+}
+
+// dtsim's collectives for `r`: one plan per (sub)mesh the ranks run in, merged step by step
+// (groups of every submesh, each rank's bytes from its own).
+std::vector<Expected> ExpectedCollectives(const RecordedRedistribution& r, bool gloo) {
+  std::vector<DTensorSpec> instances;
+  std::set<std::vector<int64_t>> seen;
+  for (const RankState& s : r.ranks_before) {
+    DTensorSpec spec = SpecForRank(r, r.src, s.rank);
+    if (seen.insert(spec.mesh().ranks()).second) instances.push_back(std::move(spec));
+    if (r.submesh_dims.empty()) break;
+  }
   std::vector<Expected> out;
-  for (const PlanStep& step : plan.steps) {
-    if (!step.communicates()) continue;
-    Expected e;
-    e.kind = step.collective;
-    e.groups = step.groups;
-    const int64_t n = mesh.size(step.mesh_dim);
-    e.gloo_fallback = gloo && e.kind == CollectiveKind::kAllToAll;
-    for (size_t pos = 0; pos < mesh.ranks().size(); ++pos) {
-      const int64_t rank = mesh.ranks()[pos];
-      e.input_bytes[rank] = step.bytes_sent_per_rank.at(pos);
-      e.output_bytes[rank] = e.gloo_fallback ? n * step.bytes_sent_per_rank.at(pos)
-                                             : step.bytes_received_per_rank.at(pos);
+  for (const DTensorSpec& spec : instances) {
+    const Plan plan = PlanFor(spec, WithoutNewPartials(spec.placements(), r.dst.placements()));
+    const DeviceMesh& mesh = spec.mesh();
+    size_t k = 0;
+    for (const PlanStep& step : plan.steps) {
+      if (!step.communicates()) continue;
+      if (out.size() <= k) {
+        Expected e;
+        e.gloo_fallback = gloo && step.collective == CollectiveKind::kAllToAll;
+        e.kind = e.gloo_fallback ? CollectiveKind::kAllGather : step.collective;
+        out.push_back(std::move(e));
+      }
+      Expected& e = out[k++];
+      e.groups.insert(e.groups.end(), step.groups.begin(), step.groups.end());
+      const int64_t n = mesh.size(step.mesh_dim);
+      for (size_t pos = 0; pos < mesh.ranks().size(); ++pos) {
+        const int64_t rank = mesh.ranks()[pos];
+        e.input_bytes[rank] = step.bytes_sent_per_rank.at(pos);
+        e.output_bytes[rank] = e.gloo_fallback ? n * step.bytes_sent_per_rank.at(pos)
+                                               : step.bytes_received_per_rank.at(pos);
+      }
     }
-    if (e.gloo_fallback) e.kind = CollectiveKind::kAllGather;
-    out.push_back(std::move(e));
+  }
+  for (Expected& e : out) {
+    std::sort(e.groups.begin(), e.groups.end());
+    e.groups.erase(std::unique(e.groups.begin(), e.groups.end()), e.groups.end());
   }
   return out;
 }
@@ -146,7 +173,7 @@ void CompareLayouts(Outcome& o) {
   for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
     const DTensorSpec& spec = pass == &r.ranks_before ? r.src : r.dst;
     for (const RankState& s : *pass) {
-      const RankLayout layout = spec.LayoutOfRank(s.rank);
+      const RankLayout layout = SpecForRank(r, spec, s.rank).LayoutOfRank(s.rank);
       if (layout.local_shape != s.local_shape) {
         o.problems.push_back(
             StrCat("layout: rank ", s.rank, " held ", IntListToString(s.local_shape),
@@ -260,9 +287,16 @@ std::string Title(const RecordedRedistribution& r) {
   std::string what = r.call;
   if (!r.op.empty()) what += " " + r.op;
   if (r.arg) what += StrCat(" arg ", *r.arg);
-  return StrCat("#", r.index, " ", what, "  ", r.src.mesh().ToString(), " ",
-                IntListToString(r.src.shape()), " ", ToString(r.src.dtype()), "  ",
-                ToString(r.src.placements()), " -> ", ToString(r.dst.placements()));
+  std::string mesh = r.src.mesh().ToString();
+  if (!r.submesh_dims.empty()) {
+    mesh = r.src.mesh().root().ToString() + "[\"";
+    for (size_t i = 0; i < r.submesh_dims.size(); ++i)
+      mesh += (i ? "\", \"" : "") + r.submesh_dims[i];
+    mesh += "\"]";
+  }
+  return StrCat("#", r.index, " ", what, "  ", mesh, " ", IntListToString(r.src.shape()), " ",
+                ToString(r.src.dtype()), "  ", ToString(r.src.placements()), " -> ",
+                ToString(r.dst.placements()));
 }
 
 nlohmann::json ToJson(const Outcome& o) {
@@ -293,7 +327,8 @@ nlohmann::json ToJson(const Outcome& o) {
           {"call", r.call},
           {"op", r.op.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.op)},
           {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
-          {"mesh", r.src.mesh().ToString()},
+          {"mesh", r.src.mesh().root().ToString()},
+          {"submesh", r.submesh_dims},
           {"shape", r.src.shape()},
           {"dtype", ToString(r.src.dtype())},
           {"from", ToString(r.src.placements())},
@@ -374,8 +409,7 @@ int RunReplay(const Args& args) {
     Outcome o;
     o.rec = &r;
     CompareLayouts(o);
-    Plan plan = PlanFor(r.src, WithoutNewPartials(r.src.placements(), r.dst.placements()));
-    o.expected = ExpectedCollectives(plan, r.src.mesh(), gloo);
+    o.expected = ExpectedCollectives(r, gloo);
     CompareCollectives(o, groups_exact);
     if (r.data && data_size) {
       CompareShards(o, data);

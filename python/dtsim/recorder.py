@@ -96,9 +96,16 @@ def _mesh_json(mesh: Any) -> Dict[str, Any]:
 
 
 def _spec_json(spec: Any) -> Dict[str, Any]:
-    return {"mesh": _mesh_json(spec.mesh),
-            "placements": "[" + ", ".join(_placement_text(p) for p in spec.placements) + "]",
-            "shape": list(spec.tensor_meta.shape), "dtype": str(spec.tensor_meta.dtype).replace("torch.", "")}
+    """The SPEC of docs/trace-format.md; on a submesh (mesh["tp"]), "mesh" is the root mesh and "submesh" names the
+    root dims the placements apply to, which every rank writes alike (each rank's own submesh differs)."""
+    mesh = spec.mesh
+    root = mesh._get_root_mesh() if hasattr(mesh, "_get_root_mesh") else mesh
+    out = {"mesh": _mesh_json(root),
+           "placements": "[" + ", ".join(_placement_text(p) for p in spec.placements) + "]",
+           "shape": list(spec.tensor_meta.shape), "dtype": str(spec.tensor_meta.dtype).replace("torch.", "")}
+    if root is not mesh and mesh.mesh_dim_names is not None:
+        out["submesh"] = list(mesh.mesh_dim_names)
+    return out
 
 
 def _placement_text(p: Any) -> str:

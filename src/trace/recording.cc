@@ -14,6 +14,53 @@ constexpr const char* kField = "recording";
 constexpr size_t kMaxRedistributions = size_t{1} << 24;
 constexpr size_t kMaxCollectives = 4096;
 
+std::vector<std::string> SubmeshDims(const JsonReader& spec) {
+  return spec.Has("submesh") ? spec.At("submesh").AsStrings() : std::vector<std::string>{};
+}
+
+// A SPEC, or one on a submesh: then "mesh" is the root mesh and "submesh" names the root's dims the
+// placements apply to (a DTensor on mesh["tp"]), and the spec's mesh is the family of those
+// submeshes (dtensor.h), cut at the root's first rank. `root` gets the spec on the root mesh with
+// every placement Replicate (what rank states are checked against); the spec itself otherwise.
+DTensorSpec RecordedSpecFromJson(const JsonReader& r, DTensorSpec* root) {
+  if (!r.Has("submesh")) {
+    DTensorSpec spec = SpecFromJson(r.json(), kField, r.path());
+    *root = spec;
+    return spec;
+  }
+  r.ExpectObject();
+  const std::vector<std::string> dims = r.At("submesh").AsStrings();
+  nlohmann::json root_json = r.json();
+  root_json.erase("submesh");
+  const size_t root_ndim = r.At("mesh").At("shape").ArraySize(64);
+  std::string all_replicate;
+  for (size_t i = 0; i < root_ndim; ++i) all_replicate += i ? ",R" : "R";
+  root_json["placements"] = all_replicate;
+  *root = SpecFromJson(root_json, kField, r.path());
+  const DeviceMesh& mesh = root->mesh();
+  const DeviceMesh family = [&] {
+    try {
+      return mesh.Submesh(dims, mesh.ranks().front());
+    } catch (const InputError& e) {
+      r.At("submesh").Fail(e.what());
+    }
+  }();
+  Placements placements;
+  try {
+    placements = ParsePlacements(r.String("placements"));
+    if (static_cast<int64_t>(placements.size()) != family.ndim()) {
+      r.At("placements")
+          .Fail(StrCat(r.String("placements"), " has ", placements.size(),
+                       " placements for a submesh of ", family.ndim(), " dims"));
+    }
+    for (Placement& p : placements) p = p.Normalized(root->ndim());
+    return DTensorSpec::Create(family, placements, root->shape(), root->dtype());
+  } catch (const InputError& e) {
+    if (e.field() == kField) throw;
+    r.At("placements").Fail(e.what());
+  }
+}
+
 std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankState>& ranks) {
   r.ExpectObject();
   std::vector<double> out;
@@ -126,16 +173,22 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   }
   if (!r.At("op").json().is_null()) out.op = r.String("op");
   if (!r.At("arg").json().is_null()) out.arg = r.Int("arg", 0, 1 << 20);
-  out.src = SpecFromJson(r.At("src").json(), kField, r.At("src").path());
-  out.dst = SpecFromJson(r.At("dst").json(), kField, r.At("dst").path());
+  DTensorSpec src_root = out.src, dst_root = out.dst;
+  out.src = RecordedSpecFromJson(r.At("src"), &src_root);
+  out.dst = RecordedSpecFromJson(r.At("dst"), &dst_root);
+  out.submesh_dims = SubmeshDims(r.At("src"));
+  if (SubmeshDims(r.At("dst")) != out.submesh_dims)
+    r.At("dst").At("mesh").Fail("is on another submesh than src");
   if (out.src.mesh() != out.dst.mesh() || out.src.shape() != out.dst.shape() ||
       out.src.dtype() != out.dst.dtype()) {
     r.At("dst").Fail(StrCat(out.dst.ToString(), " has another mesh, shape or dtype than src ",
                             out.src.ToString()));
   }
-  const size_t world = static_cast<size_t>(out.src.mesh().size());
-  out.ranks_before = RankStatesFromJson(r.At("ranks_before"), out.src, true);
-  out.ranks_after = RankStatesFromJson(r.At("ranks_after"), out.dst, true);
+  // On a submesh every rank of the root takes part (each in its own submesh): states are checked
+  // against the root mesh, local shapes against each rank's own submesh by replay.
+  const size_t world = static_cast<size_t>(src_root.mesh().size());
+  out.ranks_before = RankStatesFromJson(r.At("ranks_before"), src_root, true);
+  out.ranks_after = RankStatesFromJson(r.At("ranks_after"), dst_root, true);
   if (out.ranks_before.size() != world)
     r.At("ranks_before")
         .Fail(StrCat("has ", out.ranks_before.size(), " ranks; the mesh has ", world));
@@ -146,7 +199,7 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), out.ranks_before);
   const JsonReader cs = r.At("collectives");
   const size_t nc = cs.ArraySize(kMaxCollectives);
-  for (size_t i = 0; i < nc; ++i) out.collectives.push_back(CollectiveFromJson(cs.At(i), out.src));
+  for (size_t i = 0; i < nc; ++i) out.collectives.push_back(CollectiveFromJson(cs.At(i), src_root));
   out.data = DataFromJson(r, "data", out.ranks_before, out.src.dtype(), data_file_bytes);
   if (r.Has("data_after")) {
     out.data_after =

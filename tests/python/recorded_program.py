@@ -1,6 +1,7 @@
 """An upstream PyTorch DTensor program recorded by tests/python/test_recorder.py: a tensor-parallel MLP (ColwiseParallel
 then RowwiseParallel, forward and backward) and explicit redistributions with uneven shapes on 1-D and 2-D meshes
-(all_to_all, all_gather, reduce_scatter, all_reduce, an implicit redistribution from op dispatch).
+(all_to_all, all_gather, reduce_scatter, all_reduce, an implicit redistribution from op dispatch), also on the tp
+submesh of a 2x2 (dp, tp) mesh.
 
     torchrun --standalone --nproc_per_node 4 recorded_program.py OUT.json      (real Gloo ranks)
     python recorded_program.py OUT.json --local                                (upstream's LocalTensorMode, 4 ranks)
@@ -47,6 +48,13 @@ def program(per_rank):
     mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     d = distribute_tensor(torch.arange(15.0).reshape(5, 3), mesh2, [Shard(0), Shard(1)])
     d.redistribute(mesh2, [Replicate(), Shard(0)])
+    # a submesh (TP inside a dp x tp mesh): every rank runs in its own tp group
+    tp = mesh2["tp"]
+    e = distribute_tensor(torch.arange(21.0).reshape(7, 3), tp, [Shard(0)])
+    e.redistribute(tp, [Shard(1)]).full_tensor()
+    q = DTensor.from_local(per_rank(lambda r: torch.full((3, 2), float(r + 1))), tp, [Partial()], shape=(3, 2),
+                           stride=(2, 1))
+    q.redistribute(tp, [Replicate()])
 
 
 def corrupt(rank):

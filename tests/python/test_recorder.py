@@ -77,6 +77,13 @@ def test_the_recording_holds_what_upstream_ran(recorded):
     two_d = recs[calls.index(("redistribute", None, "[S(0), S(1)]", "[R, S(0)]"))]
     assert [c["groups"] for c in two_d["collectives"]] == [[[0, 1], [2, 3]], [[0, 2], [1, 3]]]
     assert all(len(r["time_us"]) == 4 for r in recs)
+    # on the tp submesh of (dp=2, tp=2) every rank runs in its own tp group: 7x3 S(0) -> S(1) gathers rows padded to
+    # ceil(7/2) = 4 and columns padded to a multiple of 2 (4) in both groups
+    sub = [r for r in recs if r["src"].get("submesh") == ["tp"]]
+    assert [(r["call"], r["src"]["placements"], r["dst"]["placements"]) for r in sub] == \
+        [("redistribute", "[S(0)]", "[S(1)]"), ("full_tensor", "[S(1)]", "[R]"), ("redistribute", "[P(sum)]", "[R]")]
+    (ag,) = sub[0]["collectives"]
+    assert ag["groups"] == [[0, 1], [2, 3]] and ag["input_bytes"] == [4 * 4 * 4] * 4
 
 
 def test_a_real_run_replays_as_equal(recorded):

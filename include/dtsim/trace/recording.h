@@ -46,6 +46,10 @@ struct RecordedRedistribution {
   std::string call;  // "redistribute", "full_tensor", "implicit", "backward"
   std::string op;    // the ATen op of an implicit one ("aten::mm"), else ""
   std::optional<int64_t> arg;
+  // On a submesh (a DTensor on mesh["tp"]): the root's dims the placements apply to, and src/dst
+  // live on the family of those submeshes (dtensor.h); each rank runs in its own submesh
+  // (root.Submesh(submesh_dims, rank)). Empty for a DTensor on a root mesh.
+  std::vector<std::string> submesh_dims;
   DTensorSpec src = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
   DTensorSpec dst = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
   std::vector<RankState> ranks_before;  // ascending, one per mesh rank
