@@ -130,3 +130,31 @@ def test_python_docs_examples_run():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     assert re.search(r"^(\d+) examples, 0 failed$", out.stdout, re.M), out.stdout
+
+
+RECORD_EXAMPLE = os.path.join(ROOT, "examples", "python", "record_torchrun.py")
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_record_torchrun_example_replays(tmp_path, bug):
+    """examples/python/record_torchrun.py under torchrun (4 Gloo ranks), then `dtsim replay`: equal, or with --bug the
+    9x10 S(0) -> S(1) (9 rows over 4 ranks: 3, 3, 3, 0) named with rank 2."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run.json"
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    run = subprocess.run([torchrun, "--nnodes", "1", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
+                          "--master_port", str(port), RECORD_EXAMPLE, str(out)] + (["--bug"] if bug else []),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, "\n".join(l for l in run.stderr.splitlines() if l.startswith("[rank"))[-6000:] \
+        or run.stderr[-3000:]
+    replay = subprocess.run([DTSIM, "replay", str(out)], capture_output=True, text=True, timeout=300)
+    if not bug:
+        assert replay.returncode == 0 and "equals dtsim's simulation" in replay.stdout, replay.stdout
+        return
+    assert replay.returncode == 1, replay.stdout
+    line = next(l for l in replay.stdout.splitlines() if "[9, 10]" in l and "[S(0)] -> [S(1)]" in l)
+    assert "DIFFERS" in line
+    assert re.search(r"first at redistribution #\d+ \(redistribute\), rank 2$", replay.stdout.strip())

@@ -30,7 +30,8 @@ def torchrun(out, env_extra=None):
     cmd = [TORCHRUN, "--nnodes", "1", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), PROGRAM, str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if l.startswith("[rank"))[-6000:] \
+        or proc.stderr[-4000:]
     assert os.path.exists(out) and os.path.exists(str(out) + ".data")
 
 
