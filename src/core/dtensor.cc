@@ -161,10 +161,25 @@ at::Tensor DTensor::FullTensor() const {
     const bool same = floating
                           ? shard.sizes() == first.sizes() && at::allclose(shard, first, 0, 0, true)
                           : at::equal(shard, first);
-    DTSIM_CHECK(same, "full_tensor: rank ", rank, " disagrees with rank ", ranks.front());
+    // Replicas that differ after the all-Replicate redistribution come from the caller (a replica
+    // written through to_local(), or from_local with Replicate shards that differ), not from dtsim.
+    if (!same) {
+      throw InputError("full_tensor",
+                       StrCat("rank ", rank, " disagrees with rank ", ranks.front(),
+                              ": its replicated value differs (a Replicate shard written after the "
+                              "DTensor was made, or from_local with differing replicas?)"));
+    }
   }
   return first;
 }
+
+namespace {
+// A LocalTensor holds its ranks ascending; a mesh may list them in any order ([[0, 2], [1, 3]]).
+std::vector<int64_t> SortedRanks(std::vector<int64_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+}  // namespace
 
 DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh,
                          const Placements& placements, std::optional<int64_t> src_data_rank,
@@ -182,11 +197,13 @@ DTensor DistributeTensor(const at::Tensor& tensor, const DeviceMesh& mesh,
   }
   // In simulation every rank's copy of a plain tensor is a copy-on-write replica of it (one buffer
   // until written).
-  at::Tensor local =
-      IsLocalTensor(tensor) ? tensor : collectives->FromRankFn(view.ranks(), [&](int64_t) {
-        return collectives->simulated() ? ShareReplica(tensor, collectives->sim_world().get())
+  at::Tensor local = IsLocalTensor(tensor)
+                         ? tensor
+                         : collectives->FromRankFn(SortedRanks(view.ranks()), [&](int64_t) {
+                             return collectives->simulated()
+                                        ? ShareReplica(tensor, collectives->sim_world().get())
                                         : tensor;
-      });
+                           });
   const at::Tensor first = collectives->Shard(local, collectives->HeldRanks(local).front());
   const std::vector<int64_t> shape = ShapeOf(first);
   DTensorSpec spec =

@@ -177,3 +177,20 @@ def test_bad_input_is_a_value_error_naming_the_field(mesh, call, field):
     with pytest.raises(ValueError) as e:
         call(mesh)
     assert field in str(e.value), str(e.value)
+
+
+def test_meshes_in_any_rank_order():
+    x = torch.arange(8.0)
+    mesh = dtsim.DeviceMesh("cpu", [[0, 2, 4, 6], [1, 3, 5, 7]])
+    dt = dtsim.distribute_tensor(x, mesh, [Replicate(), Shard(0)])
+    by_rank = dt.local_shards()
+    # rank 2 sits at coordinate (0, 1): the second quarter of x; rank 1 at (1, 0): the first
+    assert by_rank[2].tolist() == [2.0, 3.0] and by_rank[1].tolist() == [0.0, 1.0]
+    assert torch.equal(dt.full_tensor(), x)
+
+
+def test_full_tensor_of_disagreeing_replicas_is_a_value_error(mesh):
+    dt = dtsim.distribute_tensor(torch.ones(4), mesh, [Replicate(), Replicate()])
+    dt.to_local()[5].add_(1)
+    with pytest.raises(ValueError, match="full_tensor: rank 5 disagrees with rank 0"):
+        dt.full_tensor()
