@@ -76,7 +76,7 @@ if [ "$have_python" = 1 ]; then
   "$DTSIM_PY" "$DTSIM_ROOT/bench/python_bench.py" > "$out/python.json"
   # dtsim.record's overhead on a real run: 4 Gloo ranks under torchrun, plain and recorded rounds alternating.
   mkdir -p "$out/recorder"
-  "$(dirname "$DTSIM_PY")/torchrun" --nnodes 1 --nproc_per_node 4 --master_addr 127.0.0.1 --master_port 29517 \
+  "$(dirname "$DTSIM_PY")/torchrun" --standalone --nproc_per_node 4 \
     "$DTSIM_ROOT/bench/recorder_bench.py" "$out/recorder" 2>/dev/null | tail -1 > "$out/recorder.json"
 fi
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).

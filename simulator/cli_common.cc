@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ext/stdio_filebuf.h>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 
@@ -370,13 +372,19 @@ BatchAnswer RunBatchLine(std::string_view line, int64_t line_no, const BatchCase
 
 namespace {
 
+// A line longer than the limit is skipped to its end, but not forever: input with no newline for
+// this long (/dev/zero on stdin) ends the batch.
+constexpr size_t kMaxBatchSkipBytes = size_t{1} << 30;
+
 // Reads one line (without its '\n') of at most `max` bytes; a longer line is consumed to its end
-// and `too_long` set. False at the end of input.
-bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_long) {
+// (at most kMaxBatchSkipBytes, then InputError) and `too_long` set. False at the end of input.
+bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_long,
+                     int64_t line_no) {
   line.clear();
   too_long = false;
   std::streambuf* buf = in.rdbuf();
   bool any = false;
+  size_t skipped = 0;
   while (true) {
     const int c = buf->sbumpc();
     if (c == std::char_traits<char>::eof()) {
@@ -389,6 +397,11 @@ bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_
       line.push_back(static_cast<char>(c));
     } else {
       too_long = true;
+      if (++skipped > kMaxBatchSkipBytes) {
+        throw InputError("batch",
+                         StrCat("line ", line_no, " has no end within ", kMaxBatchSkipBytes + max,
+                                " bytes; the rest of the input is not read"));
+      }
     }
   }
 }
@@ -397,6 +410,8 @@ bool ReadBoundedLine(std::istream& in, std::string& line, size_t max, bool& too_
 
 int RunJsonLines(const std::string& path, const BatchCase& run) {
   std::ifstream file;
+  std::unique_ptr<__gnu_cxx::stdio_filebuf<char>> fifo_buf;  // a FIFO: read through its descriptor
+  std::unique_ptr<std::istream> fifo_in;
   std::istream* in = &std::cin;
   if (path.empty()) throw InputError("batch", "the path is empty (give a file, or - for stdin)");
   if (path != "-") {
@@ -407,17 +422,29 @@ int RunJsonLines(const std::string& path, const BatchCase& run) {
     }
     if (S_ISDIR(st.st_mode))
       throw InputError("batch", StrCat("'", ExcerptText(path), "' is a directory, not a file"));
-    file.open(path, std::ios::binary);
-    if (!file)
-      throw InputError("batch",
-                       StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
-    in = &file;
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
+      throw InputError("batch", StrCat("'", ExcerptText(path), "' is a ",
+                                       S_ISSOCK(st.st_mode) ? "socket" : "device",
+                                       ", not a file (give - to read stdin)"));
+    }
+    if (S_ISFIFO(st.st_mode)) {
+      fifo_buf = std::make_unique<__gnu_cxx::stdio_filebuf<char>>(OpenFifoForReading(path, "batch"),
+                                                                  std::ios::in | std::ios::binary);
+      fifo_in = std::make_unique<std::istream>(fifo_buf.get());
+      in = fifo_in.get();
+    } else {
+      file.open(path, std::ios::binary);
+      if (!file)
+        throw InputError("batch",
+                         StrCat("cannot open '", ExcerptText(path), "': ", std::strerror(errno)));
+      in = &file;
+    }
   }
   std::string line;
   bool too_long = false;
   int64_t line_no = 0;
   bool any_failed = false;
-  while (ReadBoundedLine(*in, line, kMaxBatchLineBytes, too_long)) {
+  while (ReadBoundedLine(*in, line, kMaxBatchLineBytes, too_long, line_no + 1)) {
     ++line_no;
     if (!too_long && line.find_first_not_of(" \t\r") == std::string::npos) continue;
     BatchAnswer answer;

@@ -309,15 +309,22 @@ class _Recorder:
             mine = {"records": self.records, "data": self.data, "complete": self.data_complete}
             gathered: Optional[List[Any]] = [None] * world if dist.get_rank() == 0 else None
             dist.gather_object(mine, gathered, dst=0)
-            if dist.get_rank() != 0:
-                return
-            backend = f"torch-{dist.get_backend()}"
-            parts = gathered
-        else:
-            world = dist.get_world_size() if dist.is_initialized() else 1
-            backend = "torch-local"
-            parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
-        self._write(parts, backend, world, argv)
+            # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks
+            # that raced ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and
+            # all raise if the write failed.
+            status: List[Any] = [None]
+            if dist.get_rank() == 0:
+                try:
+                    self._write(gathered, f"torch-{dist.get_backend()}", world, argv)
+                except Exception as e:  # noqa: BLE001  re-raised on every rank below
+                    status[0] = f"{type(e).__name__}: {e}"
+            dist.broadcast_object_list(status, src=0)
+            if status[0] is not None:
+                raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {status[0]}")
+            return
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
+        self._write(parts, "torch-local", world, argv)
 
     def _write(self, parts: List[Dict[str, Any]], backend: str, world: int, argv: str) -> None:
         counts = {len(p["records"]) for p in parts}

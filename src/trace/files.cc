@@ -295,4 +295,25 @@ std::string ReadInputFile(const std::string& path, const std::string& field, int
   return text;
 }
 
+int OpenFifoForReading(const std::string& path, const std::string& field) {
+  const std::string name = StrCat("'", ExcerptText(path), "'");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(field, StrCat("cannot open ", name, ": ", std::strerror(errno)));
+  // A reader's poll on a FIFO that never had a writer reports nothing: POLLIN or POLLHUP means one
+  // came (and wrote, or left: what it wrote stays readable while this descriptor is open).
+  struct pollfd pfd = {fd, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&pfd, 1, kInputStallSeconds * 1000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) {
+    ::close(fd);
+    throw InputError(field, StrCat(name, " is a FIFO that no process wrote to within ",
+                                   kInputStallSeconds, " s"));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
 }  // namespace dtsim

@@ -21,6 +21,8 @@
 namespace dtsim {
 namespace {
 
+constexpr double kMaxTraceMicros = 1e15;
+
 constexpr int64_t kMaxDim = int64_t{1} << 62;
 constexpr size_t kMaxJsonDepth = 512;
 constexpr int64_t kMaxTraceFileBytes = int64_t{1} << 30;
@@ -158,10 +160,44 @@ TraceCollective CollectiveFromJson(const JsonReader& r) {
     for (size_t i = 0; i < m; ++i) {
       const double v = t.At(i).AsNumber();
       if (v < 0) t.At(i).Fail(StrCat("negative time ", v));
+      // Exports write whole nanoseconds in 64-bit integers: a time must fit (1e15 us is 31 years).
+      if (!(v <= kMaxTraceMicros)) {
+        t.At(i).Fail(StrCat("time ", v, " us is larger than ", kMaxTraceMicros, " us"));
+      }
       c.time_us.push_back(v);
     }
   }
   return c;
+}
+
+// A collective's groups are process groups along the step's mesh dim (each the ranks that share
+// every other coordinate, in coordinate order), none listed twice, and they hold every rank of the
+// collective's rows.
+void CheckGroups(const JsonReader& r, const TraceCollective& c, const DeviceMesh& mesh,
+                 int64_t mesh_dim) {
+  std::set<int64_t> in_groups;
+  std::set<std::vector<int64_t>> seen;
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    const std::vector<int64_t>& group = c.groups[g];
+    const JsonReader at = r.At("groups").At(g);
+    if (group.empty()) at.Fail("is an empty group");
+    if (!mesh.FindCoordinate(group.front())) {
+      at.Fail(StrCat("rank ", group.front(), " is not in ", ExcerptText(mesh.ToString())));
+    }
+    const std::vector<int64_t> want = mesh.GroupAlong(mesh_dim, group.front());
+    if (group != want) {
+      at.Fail(StrCat(ExcerptText(IntListToString(group)), " is not a group along mesh dim ",
+                     mesh_dim, " of ", ExcerptText(mesh.ToString()), " (rank ", group.front(),
+                     "'s is ", ExcerptText(IntListToString(want)), ")"));
+    }
+    if (!seen.insert(group).second) at.Fail("lists the same group twice");
+    in_groups.insert(group.begin(), group.end());
+  }
+  for (int64_t rank : c.ranks) {
+    if (!c.groups.empty() && !in_groups.count(rank)) {
+      r.At("ranks").Fail(StrCat("rank ", rank, " is in no group of the collective"));
+    }
+  }
 }
 
 TraceMeta MetaFromJson(const JsonReader& r) {
@@ -375,6 +411,34 @@ void CheckTraceHeader(const nlohmann::json& trace) {
   }
 }
 
+namespace {
+
+// A simulated trace holds exactly the layout its specs give (a real run's may differ: trace-diff
+// shows where). Each state's local shape and global offset against spec.LayoutAt(coordinate).
+void CheckSimulatedLayout(const JsonReader& states, const std::vector<RankState>& ranks,
+                          const DTensorSpec& spec) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankState& s = ranks[i];
+    const RankLayout layout = [&] {
+      try {
+        return spec.LayoutAt(s.coordinate);
+      } catch (const InputError& e) {
+        states.At(i).Fail(e.what());
+      }
+    }();
+    if (layout.local_shape != s.local_shape || layout.global_offset != s.global_offset) {
+      states.At(i).Fail(StrCat(
+          "rank ", s.rank, " holds ", IntListToString(s.local_shape), " at ",
+          IntListToString(s.global_offset), ", but ", ExcerptText(ToString(spec.placements())),
+          " on ", ExcerptText(spec.mesh().ToString()), " gives ",
+          IntListToString(layout.local_shape), " at ", IntListToString(layout.global_offset),
+          " (a simulated trace holds its layout exactly)"));
+    }
+  }
+}
+
+}  // namespace
+
 Trace TraceFromJson(const nlohmann::json& json) {
   CheckTraceHeader(json);
   JsonReader r(json, "trace");
@@ -384,6 +448,11 @@ Trace TraceFromJson(const nlohmann::json& json) {
   t.initial = StateFromJson(r.At("initial"), need_hash);
   t.final_state = StateFromJson(r.At("final"), need_hash);
   const DTensorSpec& spec = t.initial.spec;
+  const bool simulated = t.meta.backend == "local";
+  if (simulated) {
+    CheckSimulatedLayout(r.At("initial").At("ranks"), t.initial.ranks, t.initial.spec);
+    CheckSimulatedLayout(r.At("final").At("ranks"), t.final_state.ranks, t.final_state.spec);
+  }
   if (t.final_state.spec.shape() != spec.shape() || t.final_state.spec.dtype() != spec.dtype()) {
     r.At("final").At("spec").Fail(StrCat("shape/dtype ", t.final_state.spec.ToString(),
                                          " differ from the initial ", spec.ToString()));
@@ -404,12 +473,16 @@ Trace TraceFromJson(const nlohmann::json& json) {
     if (s.Has("collectives")) {
       const JsonReader cs = s.At("collectives");
       const size_t m = cs.ArraySize();
-      for (size_t k = 0; k < m; ++k) step.collectives.push_back(CollectiveFromJson(cs.At(k)));
+      for (size_t k = 0; k < m; ++k) {
+        step.collectives.push_back(CollectiveFromJson(cs.At(k)));
+        CheckGroups(cs.At(k), step.collectives.back(), spec.mesh(), step.plan.mesh_dim);
+      }
     }
     step.placements_after = PlacementsOf(s.At("placements_after"), spec.mesh().ndim(), spec.ndim());
     const DTensorSpec after =
         DTensorSpec::Create(spec.mesh(), step.placements_after, spec.shape(), spec.dtype());
     step.ranks_after = RankStatesFromJson(s.At("ranks_after"), after, need_hash);
+    if (simulated) CheckSimulatedLayout(s.At("ranks_after"), step.ranks_after, after);
     t.steps.push_back(std::move(step));
   }
   if (r.Has("ok")) t.ok = r.Bool("ok");
@@ -439,6 +512,11 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
     }
     return true;
   };
+  // JSON text holds no NUL byte (strings escape it); the parser would stop there and accept what
+  // came before.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw InputError(field, StrCat(source, " is not valid JSON: a NUL byte at offset ", nul));
+  }
   try {
     return nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::parse_error& e) {

@@ -221,3 +221,21 @@ def test_a_pipe_longer_than_the_limit_stops_at_the_limit(trace):
                                         f'<(head -c 1073741825 /dev/zero)'],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "holds more than 1073741824 bytes" in out.stderr, out.stderr
+
+
+def test_batch_inputs_are_bounded(tmp_path):
+    # a device is refused up front, stdin without a newline ends after the skip bound, a FIFO is read from its writer
+    out = run("layout", "--batch", "/dev/zero", timeout=60)
+    assert out.returncode == 2 and "batch: '/dev/zero' is a device, not a file" in out.stderr, out.stderr
+    with open("/dev/zero", "rb") as zero:
+        proc = subprocess.run([DTSIM, "layout", "--batch", "-"], stdin=zero, capture_output=True, text=True,
+                              timeout=300)
+    assert proc.returncode == 2 and "line 1 has no end within" in proc.stderr, proc.stderr
+    fifo = tmp_path / "lines"
+    os.mkfifo(fifo)
+    line = json.dumps({"mesh": [2], "shape": [5], "placements": "S(0)"}) + "\n"
+    writer = subprocess.Popen(["bash", "-c", f"sleep 1; printf '%s' '{line}' > '{fifo}'"])
+    out = run("layout", "--batch", str(fifo), timeout=120)
+    writer.wait(timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [r["local_shape"] for r in json.loads(out.stdout)["ranks"]] == [[3], [2]]

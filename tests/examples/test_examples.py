@@ -139,17 +139,14 @@ RECORD_EXAMPLE = os.path.join(ROOT, "examples", "python", "record_torchrun.py")
 def test_record_torchrun_example_replays(tmp_path, bug):
     """examples/python/record_torchrun.py under torchrun (4 Gloo ranks), then `dtsim replay`: equal, or with --bug the
     9x10 S(0) -> S(1) (9 rows over 4 ranks: 3, 3, 3, 0) named with rank 2."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "run.json"
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    run = subprocess.run([torchrun, "--nnodes", "1", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
-                          "--master_port", str(port), RECORD_EXAMPLE, str(out)] + (["--bug"] if bug else []),
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, "\n".join(l for l in run.stderr.splitlines() if l.startswith("[rank"))[-6000:] \
-        or run.stderr[-3000:]
+    # --standalone: torchrun binds its own free port and keeps it (two jobs picking "free" ports race)
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "4", RECORD_EXAMPLE, str(out)] + (["--bug"] if bug else [])
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0 and "terminate called without an active exception" in run.stderr:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # the known teardown flake, once
+    assert run.returncode == 0, "\n".join(l for l in run.stderr.splitlines() if "alltoall" not in l)[-8000:]
     replay = subprocess.run([DTSIM, "replay", str(out)], capture_output=True, text=True, timeout=300)
     if not bug:
         assert replay.returncode == 0 and "equals dtsim's simulation" in replay.stdout, replay.stdout

@@ -7,7 +7,6 @@ computed here from torch.chunk sizes, not read from dtsim."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -19,19 +18,25 @@ DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Known flake (docs/recording.md): under heavy load a recorded 4-rank Gloo job sometimes aborts at teardown with
+# "terminate called without an active exception"; such a run is retried once, and only such a run.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_job(cmd, **kwargs):
+    proc = subprocess.run(cmd, **kwargs)
+    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stderr:
+        print(f"retrying after a teardown abort: {cmd}")
+        proc = subprocess.run(cmd, **kwargs)
+    return proc
 
 
 def torchrun(out, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
-    cmd = [TORCHRUN, "--nnodes", "1", "--nproc_per_node", "4", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), PROGRAM, str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if l.startswith("[rank"))[-6000:] \
-        or proc.stderr[-4000:]
+    # --standalone: torchrun binds its own free port and keeps it (two jobs picking "free" ports race)
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node", "4", PROGRAM, str(out)]
+    proc = run_job(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if "alltoall" not in l)[-8000:]
     assert os.path.exists(out) and os.path.exists(str(out) + ".data")
 
 

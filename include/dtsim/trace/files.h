@@ -65,5 +65,9 @@ void WriteOutputFile(const std::string& path, const std::string& text, const std
 // device, not a file".
 inline constexpr int kInputStallSeconds = 30;
 std::string ReadInputFile(const std::string& path, const std::string& field, int64_t max_bytes);
+// For readers that stream a FIFO themselves (--batch files): a file descriptor of `path` (blocking,
+// close-on-exec; the caller closes it) once a writer has come, InputError(field) when none comes
+// within kInputStallSeconds — opening a FIFO without a writer would otherwise wait forever.
+int OpenFifoForReading(const std::string& path, const std::string& field);
 
 }  // namespace dtsim
