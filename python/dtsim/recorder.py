@@ -439,8 +439,8 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
         if os.path.exists(p) and not os.path.isfile(p):
             raise ValueError(f"path: '{p}' exists and is not a regular file; not replaced")
     recorder = _Recorder(path, max_data_bytes)
-    recorder.install()
     try:
+        recorder.install()  # inside the try: a failure halfway restores what was patched
         yield
     finally:
         recorder.uninstall()
