@@ -192,7 +192,7 @@ def _one_placement_text(p: Any, field: str) -> str:
         return f"S({int(p.dim)})"
     if kind == "Replicate":
         return "R"
-    if kind in ("Partial", "_Partial", "_NormPartial", "MaskPartial"):
+    if hasattr(p, "reduce_op"):  # Partial and its subclasses (_NormPartial, MaskPartial)
         return f"P({p.reduce_op})"
     raise ValueError(f"{field}: {p!r} is not a placement (Shard, Replicate, Partial or text such as 'S(0)')")
 

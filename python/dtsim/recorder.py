@@ -109,16 +109,9 @@ def _spec_json(spec: Any) -> Dict[str, Any]:
 
 
 def _placement_text(p: Any) -> str:
-    kind = type(p).__name__
-    if kind == "_StridedShard":
-        return f"_S({p.dim},{p.split_factor})"
-    if kind == "Shard":
-        return f"S({p.dim})"
-    if kind == "Replicate":
-        return "R"
-    if hasattr(p, "reduce_op"):
-        return f"P({p.reduce_op})"
-    raise RuntimeError(f"dtsim.record: unknown placement {p!r}")
+    """An upstream placement in dtsim's text ("S(0)", "_S(0,2)", "R", "P(sum)"): the package's own converter."""
+    from . import _one_placement_text  # the package imports this module at its end
+    return _one_placement_text(p, "placements")
 
 
 def _bytes_of(t: torch.Tensor) -> bytes:
