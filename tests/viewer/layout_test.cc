@@ -64,10 +64,20 @@ TEST(MeshLayoutTest, TwoDimMeshIsAGridInRankOrder) {
   }
   // The largest square cells that fit: 4 columns in 400 px, 2 rows in 240 px less the header line.
   EXPECT_EQ(l.pitch, static_cast<int>(std::min(400.0f / 4, (240 - kMetrics.line_height - 4) / 2)));
-  // Each rank's number is written in its cell.
-  int labels = 0;
-  for (const DrawText& t : l.draw.texts) labels += t.role == Role::kMeshCell;
-  EXPECT_EQ(labels, 8);
+  // Each rank's number is written in its cell; cells this large (semantic zoom) also show the
+  // rank's coordinate under it, inside the cell.
+  for (int64_t r = 0; r < 8; ++r) {
+    const Rect& c = l.cells[m.GetPosition(r)];
+    auto in_cell = [&](const std::string& text) {
+      return std::any_of(l.draw.texts.begin(), l.draw.texts.end(), [&](const DrawText& t) {
+        return t.role == Role::kMeshCell && t.text == text && c.Contains(t.x, t.y) &&
+               t.x + t.w <= c.x1 && t.y + t.h <= c.y1;
+      });
+    };
+    EXPECT_TRUE(in_cell(std::to_string(r))) << "rank " << r;
+    EXPECT_TRUE(in_cell("dp=" + std::to_string(r / 4) + " tp=" + std::to_string(r % 4)))
+        << "rank " << r;
+  }
 }
 
 TEST(MeshLayoutTest, ThreeDimMeshIsAGridOfSlices) {
@@ -137,9 +147,11 @@ TEST(MeshLayoutTest, HighlightsDiffAndSelection) {
   EXPECT_EQ(marks[0]->border, kHighlightColor);
   // Rank 6's all_gather group in step 2 is {2, 6}: rank 2 is outlined in the group colour (rank 6
   // in white, as the selected rank), and a line in the group colour joins them.
-  EXPECT_EQ(Rects(l.draw, Role::kMeshGroup, 2).size(), 1u);
+  // The ring is yellow with a dark hairline inside it, so it reads on any rank colour.
+  ASSERT_EQ(Rects(l.draw, Role::kMeshGroup, 2).size(), 2u);
   EXPECT_EQ(Rects(l.draw, Role::kMeshGroup, 2)[0]->border, kGroupColor);
-  EXPECT_EQ(Rects(l.draw, Role::kMeshGroup).size(), 1u);
+  EXPECT_EQ(Rects(l.draw, Role::kMeshGroup, 2)[1]->border, kCellBorderColor);
+  EXPECT_EQ(Rects(l.draw, Role::kMeshGroup).size(), 2u);
   const bool connected =
       std::any_of(l.draw.lines.begin(), l.draw.lines.end(), [](const DrawLine& line) {
         return line.role == Role::kMeshGroup && line.rank == 2 && line.color == kGroupColor;

@@ -269,8 +269,9 @@ TEST_F(ViewerPixelTest, SelectedRankAndItsGroupAreOutlined) {
             kHighlightColor);
   // Step 2 all-gathers over dp: rank 6's group is {2, 6}; rank 2 is outlined in the group colour.
   const auto group = Find(s.panel("mesh"), "mesh_group", 2);
-  ASSERT_EQ(group.size(), 1u);
+  ASSERT_EQ(group.size(), 2u);  // the yellow ring, and the dark hairline inside it
   const auto& g = group[0].second;
+  EXPECT_EQ(ColorOf(g["border"]), kGroupColor);
   EXPECT_EQ(s.image.At(static_cast<int>(g["x0"].get<float>()) + 1,
                        static_cast<int>((g["y0"].get<float>() + g["y1"].get<float>()) / 2)),
             kGroupColor);

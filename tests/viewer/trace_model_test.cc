@@ -316,8 +316,13 @@ TEST(ViewStateTest, SelectionAndGroupHighlight) {
   EXPECT_THAT(h.emphasis, ElementsAre(1, 0, 0, 2, 1, 0, 0, 0));
   EXPECT_THAT(h.in_group, ElementsAre(0, 0, 0, 1, 0, 0, 0, 1));
   EXPECT_TRUE(h.differs.empty());
-  EXPECT_EQ(NextFrame(3, 4), 0);
-  EXPECT_EQ(PreviousFrame(0, 4), 3);
+  // Stepping stops at the ends; only playback wraps.
+  EXPECT_EQ(NextFrame(3, 4), 3);
+  EXPECT_EQ(NextFrame(1, 4), 2);
+  EXPECT_EQ(PreviousFrame(0, 4), 0);
+  EXPECT_EQ(PreviousFrame(2, 4), 1);
+  EXPECT_EQ(PlaybackFrame(3, 4), 0);
+  EXPECT_EQ(PlaybackFrame(1, 4), 2);
 }
 
 }  // namespace

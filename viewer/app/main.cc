@@ -10,6 +10,9 @@
 // Exit codes: 0 done; 2 bad input (a trace that cannot be read, a mismatched pair, a bad option),
 // printed as "dtsim-viewer: error: <field>: <message>"; 3 internal error; 4 no window or OpenGL
 // context could be opened.
+#include <imgui.h>
+
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -19,8 +22,10 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/files.h"
 #include "dtsim/trace/trace.h"
+#include "input_script.h"
 #include "platform.h"
 #include "viewer/model/app_state.h"
+#include "viewer/model/find.h"
 #include "viewer/model/mesh_layout.h"
 #include "viewer/model/render_png.h"
 #include "viewer/model/tensor_layout.h"
@@ -47,9 +52,14 @@ struct ViewerOptions {
   bool show_second = false;        // two traces: draw the second one
   std::string size = "1600x1000";  // window / screenshot size in pixels
   std::string mouse;  // headless: "X,Y" puts the mouse there (hover, tooltips); "": no mouse
-  int bench_frames =
+  std::string input;  // headless: a script of mouse and keyboard events (app/input_script.h)
+  std::string go_to;  // a rank or coordinate to go to: selected, centred and zoomed to
+  int64_t bench_frames =
       0;  // > 0: render this many frames offscreen while scrubbing, print frames/second
+  double idle_seconds = 0;  // interactive, for the idle benchmark: close after this many seconds
 };
+
+constexpr int64_t kMaxBenchFrames = 1000000;
 
 std::pair<int, int> ParseSize(const std::string& text) {
   const std::vector<int64_t> v = ParseIntList(text, "size");
@@ -84,6 +94,14 @@ void ApplyView(App& app, const ViewerOptions& o) {
   if (o.select_rank >= 0) {
     m.GetPosition(o.select_rank, "select-rank");
     v.selected_rank = o.select_rank;
+  }
+  if (!o.go_to.empty()) {
+    try {
+      GoToRank(v, ParseRankQuery(m, o.go_to));
+    } catch (const InputError& e) {
+      const std::string what = e.what();  // "go to: <message>"
+      throw InputError("goto", what.substr(std::min(what.size(), e.field().size() + 2)));
+    }
   }
   if (!o.mesh_grid.empty()) {
     const std::vector<std::string> names = ParseNameList(o.mesh_grid);
@@ -120,6 +138,16 @@ void ApplyView(App& app, const ViewerOptions& o) {
 }
 
 int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
+  // Checked before the window opens: a bad script is an input error, not a half-made picture.
+  std::vector<InputFrame> script;
+  if (!o.mouse.empty()) {
+    const auto [mx, my] = ParseMouse(o.mouse, width, height);
+    InputFrame f;
+    f.mouse_x = mx;
+    f.mouse_y = my;
+    script.push_back(f);
+  }
+  for (InputFrame& f : ParseInputScript(o.input, width, height)) script.push_back(std::move(f));
   auto window = Window::Open({width, height, /*headless=*/true});
   if (o.bench_frames > 0) {
     const int64_t frames = app.shown().num_frames();
@@ -132,27 +160,45 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
     }
     window->Finish();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.bench_frames; ++i) {
+    for (int64_t i = 0; i < o.bench_frames; ++i) {
       app.view.frame = i % frames;
       const float t = static_cast<float>(i % 97) / 97.0f;
-      window->BeginFrame(20 + t * (width * 0.38f), 80 + t * (height * 0.5f));
+      InputFrame f;
+      f.mouse_x = 20 + t * (width * 0.38f);
+      f.mouse_y = 80 + t * (height * 0.5f);
+      window->BeginFrame(f);
       DrawViewer(app, window->width(), window->height(), window->Now());
       window->EndFrame();
       window->Finish();
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("viewer_fps %.2f frames %d seconds %.3f size %dx%d ranks %lld\n",
-                o.bench_frames / seconds, o.bench_frames, seconds, width, height,
+    std::printf("viewer_fps %.2f frames %lld seconds %.3f size %dx%d ranks %lld\n",
+                static_cast<double>(o.bench_frames) / seconds,
+                static_cast<long long>(o.bench_frames), seconds, width, height,
                 static_cast<long long>(app.shown().world_size()));
   }
   if (!o.screenshot.empty()) {
-    // A few frames so that ImGui's windows and columns settle (and a hover found in one frame is
-    // highlighted in the next); the last one is the picture.
-    const auto [mx, my] = ParseMouse(o.mouse, width, height);
+    // The script's frames, then a few more with the mouse where the script left it, so that
+    // ImGui's windows settle (and a hover found in one frame is highlighted in the next); the last
+    // one is the picture.
+    InputFrame rest;
+    if (!script.empty()) {
+      rest.mouse_x = script.back().mouse_x;
+      rest.mouse_y = script.back().mouse_y;
+    }
+    // The first frame lays the window out (ImGui places items only from the second).
+    window->BeginFrame(InputFrame{});
+    DrawViewer(app, window->width(), window->height(), window->Now());
+    window->EndFrame();
+    for (const InputFrame& f : script) {
+      window->BeginFrame(f);
+      DrawViewer(app, window->width(), window->height(), window->Now());
+      window->EndFrame();
+    }
     app.record = !o.dump_records.empty();
     for (int i = 0; i < 3; ++i) {
-      window->BeginFrame(mx, my);
+      window->BeginFrame(rest);
       DrawViewer(app, window->width(), window->height(), window->Now());
       window->EndFrame();
     }
@@ -161,20 +207,67 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
     if (!o.dump_records.empty()) {
       nlohmann::json panels = nlohmann::json::object();
       for (const auto& [name, list] : app.recorded) panels[name] = ToJson(list);
+      // What the mouse is over in the last frame (null: nothing), the view the input left.
+      nlohmann::json hover = nullptr;
+      if (!app.pending_hover_panel.empty()) {
+        hover = {{"panel", app.pending_hover_panel}, {"rank", app.pending_hovered_rank}};
+      }
+      const ViewState& v = app.view;
+      auto zoom = [](const Zoom& z) {
+        return nlohmann::json{{"scale", z.scale}, {"pan", {z.pan_x, z.pan_y}}};
+      };
       nlohmann::json dump = {
-          {"size", {width, height}}, {"frame", app.view.frame}, {"panels", std::move(panels)}};
+          {"size", {width, height}},
+          {"frame", v.frame},
+          {"selected_rank", v.selected_rank},
+          {"hover", std::move(hover)},
+          {"zoom", {{"mesh", zoom(v.mesh_zoom)}, {"tensor", zoom(v.tensor_zoom)}}},
+          {"shown", app.loaded() ? app.shown().source() : std::string()},
+          {"error", app.error},
+          {"goto_error", app.goto_error},
+          {"panels", std::move(panels)}};
       WriteJsonFileAtomically(o.dump_records, dump, "dump-records");
     }
   }
   return 0;
 }
 
-int RunInteractive(App& app, int width, int height) {
+// The window redraws only when something can have changed: an input event, playback, a trace file
+// changed on disk (checked every second), or the few frames ImGui needs to settle after each.
+// Otherwise it sleeps in WaitForEvents, so an idle window costs nothing.
+int RunInteractive(App& app, int width, int height, double close_after_s) {
   auto window = Window::Open({width, height, /*headless=*/false});
+  constexpr int kSettleFrames = 3;
+  constexpr double kFileCheckSeconds = 1.0;
+  int settle = kSettleFrames;
+  double last_check = window->Now();
   while (!window->ShouldClose()) {
+    const double now = window->Now();
+    if (close_after_s > 0 && now >= close_after_s) break;
+    if (settle <= 0) {
+      double timeout = kFileCheckSeconds - (now - last_check);
+      if (app.view.playing)
+        timeout = std::min(timeout, app.last_advance_s + app.view.seconds_per_frame - now);
+      if (close_after_s > 0) timeout = std::min(timeout, close_after_s - now);
+      if (window->WaitForEvents(std::max(0.0, timeout))) settle = kSettleFrames;
+      if (app.view.playing && window->Now() - app.last_advance_s >= app.view.seconds_per_frame) {
+        settle = std::max(settle, 1);
+      }
+    }
+    if (window->Now() - last_check >= kFileCheckSeconds) {
+      last_check = window->Now();
+      if (TracesChanged(app)) {
+        ReloadTraces(app);
+        settle = kSettleFrames;
+      }
+    }
+    if (settle <= 0) continue;
+    --settle;
     window->BeginFrame();
     DrawViewer(app, window->width(), window->height(), window->Now());
     window->EndFrame();
+    // Text boxes blink their cursor and held keys repeat: keep drawing while ImGui wants input.
+    if (ImGui::GetIO().WantTextInput || ImGui::IsAnyMouseDown()) settle = std::max(settle, 1);
   }
   return 0;
 }
@@ -198,8 +291,14 @@ int Run(int argc, char** argv) {
       "size", po::value(&o.size), "window / screenshot size WIDTHxHEIGHT (default 1600x1000)")(
       "mouse", po::value(&o.mouse),
       "with --screenshot: put the mouse at X,Y (hover highlights and tooltips)")(
+      "input", po::value(&o.input),
+      "with --screenshot: play mouse and keyboard events first, e.g. \"wheel 300,400 3; key r\" "
+      "(docs/viewer.md)")("goto", po::value(&o.go_to),
+                          "go to a rank or coordinate: select, centre and zoom to it")(
       "bench-frames", po::value(&o.bench_frames),
-      "render N frames offscreen while scrubbing; print frames/second");
+      "render N frames offscreen while scrubbing; print frames/second")(
+      "close-after", po::value(&o.idle_seconds),
+      "interactive: close the window after this many seconds (the idle benchmark)");
   po::options_description hidden;
   hidden.add_options()("trace", po::value(&o.traces)->composing());
   po::options_description all;
@@ -224,6 +323,15 @@ int Run(int argc, char** argv) {
   if (!o.dump_records.empty() && o.screenshot.empty())
     throw InputError("dump-records", "needs --screenshot");
   if (!o.mouse.empty() && o.screenshot.empty()) throw InputError("mouse", "needs --screenshot");
+  if (!o.input.empty() && o.screenshot.empty()) throw InputError("input", "needs --screenshot");
+  if (o.bench_frames < 0 || o.bench_frames > kMaxBenchFrames) {
+    throw InputError("bench-frames", StrCat(o.bench_frames, " must be 1..", kMaxBenchFrames,
+                                            " (0 or absent: no benchmark)"));
+  }
+  if (!(o.idle_seconds >= 0 && o.idle_seconds <= 86400)) {
+    throw InputError("close-after",
+                     StrCat(o.idle_seconds, " must be 0..86400 seconds (0: stay open)"));
+  }
   const auto [width, height] = ParseSize(o.size);
   ParseMouse(o.mouse, width, height);
   {
@@ -233,19 +341,27 @@ int Run(int argc, char** argv) {
     if (!o.screenshot.empty()) files.Output(o.screenshot, "screenshot");
     if (!o.dump_records.empty()) files.Output(o.dump_records, "dump-records");
   }
-  App app;
-  LoadTraces(app, o.traces);
   const bool headless = !o.screenshot.empty() || o.bench_frames > 0;
+  // Recent traces for the open box: read in every mode (tests check the list), saved only by an
+  // interactive window.
+  App app;
+  app.recent = ReadRecentFiles(RecentFilesPath());
+  if (!headless) app.recent_file = RecentFilesPath();
+  LoadTraces(app, o.traces);
   if (!app.loaded()) {
-    // Headless: the error on stderr, exit 2. Interactive: the window shows it.
+    // Headless: the error on stderr, exit 2. Interactive: the window shows it, with the open box.
     if (headless) throw InputError(app.error_field, app.error_message);
     std::cerr << "dtsim-viewer: error: " << app.error << "\n";
-    RunInteractive(app, width, height);
-    return 2;
+    RunInteractive(app, width, height, o.idle_seconds);
+    return app.loaded() ? 0 : 2;
+  }
+  if (!headless) {
+    RememberRecent(app, o.traces);
+    WriteRecentFiles(app.recent_file, app.recent);
   }
   ApplyView(app, o);
   if (headless) return RenderOffscreen(app, o, width, height);
-  return RunInteractive(app, width, height);
+  return RunInteractive(app, width, height, o.idle_seconds);
 }
 
 }  // namespace

@@ -20,10 +20,22 @@ namespace dtsim::viewer {
 namespace {
 
 std::string g_glfw_error;
+bool g_event = false;  // an input event arrived since the last WaitForEvents
 
 void OnGlfwError(int code, const char* text) {
   g_glfw_error = std::string(text) + " (GLFW error " + std::to_string(code) + ")";
 }
+
+// Installed before ImGui's backend, which chains to them: they only note that something happened.
+void OnCursor(GLFWwindow*, double, double) { g_event = true; }
+void OnButton(GLFWwindow*, int, int, int) { g_event = true; }
+void OnScroll(GLFWwindow*, double, double) { g_event = true; }
+void OnKey(GLFWwindow*, int, int, int, int) { g_event = true; }
+void OnChar(GLFWwindow*, unsigned int) { g_event = true; }
+void OnFocus(GLFWwindow*, int) { g_event = true; }
+void OnEnter(GLFWwindow*, int) { g_event = true; }
+void OnSize(GLFWwindow*, int, int) { g_event = true; }
+void OnRefresh(GLFWwindow*) { g_event = true; }
 
 }  // namespace
 
@@ -76,6 +88,17 @@ std::unique_ptr<Window> Window::Open(const WindowOptions& options) {
                          std::to_string(options.width) + "x" + std::to_string(options.height));
     }
   }
+  if (!options.headless) {
+    glfwSetCursorPosCallback(w->window_, OnCursor);
+    glfwSetMouseButtonCallback(w->window_, OnButton);
+    glfwSetScrollCallback(w->window_, OnScroll);
+    glfwSetKeyCallback(w->window_, OnKey);
+    glfwSetCharCallback(w->window_, OnChar);
+    glfwSetWindowFocusCallback(w->window_, OnFocus);
+    glfwSetCursorEnterCallback(w->window_, OnEnter);
+    glfwSetFramebufferSizeCallback(w->window_, OnSize);
+    glfwSetWindowRefreshCallback(w->window_, OnRefresh);
+  }
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
@@ -115,7 +138,13 @@ double Window::Now() const { return glfwGetTime(); }
 float Window::width() const { return ImGui::GetIO().DisplaySize.x; }
 float Window::height() const { return ImGui::GetIO().DisplaySize.y; }
 
-void Window::BeginFrame(float mouse_x, float mouse_y) {
+bool Window::WaitForEvents(double timeout_s) {
+  g_event = false;
+  glfwWaitEventsTimeout(std::max(0.0, timeout_s));
+  return g_event;
+}
+
+void Window::BeginFrame(const InputFrame& input) {
   glfwPollEvents();
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
@@ -124,8 +153,19 @@ void Window::BeginFrame(float mouse_x, float mouse_y) {
     io.DisplaySize =
         ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
     io.DisplayFramebufferScale = ImVec2(1, 1);
-    io.MousePos = mouse_x < 0 ? ImVec2(-FLT_MAX, -FLT_MAX) : ImVec2(mouse_x, mouse_y);
+    io.MousePos =
+        input.mouse_x < 0 ? ImVec2(-FLT_MAX, -FLT_MAX) : ImVec2(input.mouse_x, input.mouse_y);
     for (bool& down : io.MouseDown) down = false;
+    io.MouseDown[0] = input.mouse_down;
+    io.MouseWheel = input.wheel;
+    for (bool& down : io.KeysDown) down = false;
+    for (int key : input.keys) {
+      if (key >= 0 && key < static_cast<int>(IM_ARRAYSIZE(io.KeysDown))) io.KeysDown[key] = true;
+    }
+    io.KeyCtrl = input.ctrl;
+    io.KeyShift = input.shift;
+    io.KeyAlt = io.KeySuper = false;
+    if (!input.text.empty()) io.AddInputCharactersUTF8(input.text.c_str());
   }
   ImGui::NewFrame();
 }

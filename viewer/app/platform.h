@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "viewer/model/render_png.h"
 
@@ -33,6 +34,17 @@ struct WindowOptions {
   std::string title = "dtsim-viewer";
 };
 
+// What the mouse and keyboard do in one headless frame (tests, docs, benchmarks drive the viewer
+// with these; see model/input_script.h).
+struct InputFrame {
+  float mouse_x = -1, mouse_y = -1;  // negative: no mouse
+  bool mouse_down = false;           // the left button is held
+  float wheel = 0;                   // notches, positive away from the user (zoom in)
+  std::vector<int> keys;             // GLFW key codes pressed in this frame
+  bool ctrl = false, shift = false;
+  std::string text;  // characters typed in this frame (UTF-8)
+};
+
 class Window {
  public:
   // Opens the window and the ImGui context (dark style). Throws DisplayError naming what failed.
@@ -42,9 +54,12 @@ class Window {
   Window& operator=(const Window&) = delete;
 
   bool ShouldClose() const;
-  // Polls events and starts an ImGui frame. `mouse_x/y` (headless only) place the mouse; negative:
-  // no mouse.
-  void BeginFrame(float mouse_x = -1, float mouse_y = -1);
+  // Interactive: sleeps until an input event (mouse, keyboard, resize, expose, focus) or
+  // `timeout_s`; returns whether an event came. The window redraws only then (idle costs nothing).
+  bool WaitForEvents(double timeout_s);
+  // Polls events and starts an ImGui frame. Headless: `input` is the mouse and keyboard of this
+  // frame (ignored in a real window, which has its own).
+  void BeginFrame(const InputFrame& input = InputFrame{});
   // Renders the ImGui frame; shows it unless headless.
   void EndFrame();
   // Waits for the GPU to finish the frame (benchmarks).

@@ -1,9 +1,14 @@
 // The viewer's state (see app_state.h).
 #include "app_state.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/files.h"
 
 namespace dtsim::viewer {
 
@@ -22,8 +27,107 @@ const TraceModel* App::other() const {
   return view.show_second ? &*first : &*second;
 }
 
+FileStamp StampOf(const std::string& path) {
+  FileStamp st;
+  struct stat s {};
+  if (::stat(path.c_str(), &s) != 0) return st;
+  st.device = static_cast<uint64_t>(s.st_dev);
+  st.inode = static_cast<uint64_t>(s.st_ino);
+  st.size = static_cast<int64_t>(s.st_size);
+  st.mtime_ns = static_cast<int64_t>(s.st_mtim.tv_sec) * 1000000000 + s.st_mtim.tv_nsec;
+  return st;
+}
+
+bool TracesChanged(const App& app) {
+  if (app.stamps.size() != app.paths.size()) return false;
+  for (size_t i = 0; i < app.paths.size(); ++i) {
+    if (!(StampOf(app.paths[i]) == app.stamps[i])) return true;
+  }
+  return false;
+}
+
+void ReloadTraces(App& app) {
+  const ViewState before = app.view;
+  const std::optional<DeviceMesh> mesh =
+      app.loaded() ? std::optional<DeviceMesh>(app.first->mesh()) : std::nullopt;
+  const int64_t tensor_ndim = app.loaded() ? app.first->frame(0).spec.ndim() : -1;
+  const std::vector<std::string> paths = app.paths;
+  LoadTraces(app, paths);
+  if (!app.loaded() || !mesh || !(app.first->mesh().shape() == mesh->shape()) ||
+      app.first->frame(0).spec.ndim() != tensor_ndim || (before.show_second && !app.second)) {
+    return;
+  }
+  ViewState& v = app.view;
+  const int64_t frame = v.frame;  // diff mode: the first difference of the new pair
+  v = before;
+  v.frame = app.second ? frame : std::min(before.frame, app.first->num_frames() - 1);
+  v.hovered_rank = -1;
+  v.hovered_block_ranks.clear();
+  if (!app.shown().FindPosition(v.selected_rank)) v.selected_rank = -1;
+  v.tensor_slice.clear();  // another frame may have other sizes; dims stay
+  v.centre_pending = 0;
+}
+
+void RememberRecent(App& app, const std::vector<std::string>& paths) {
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    std::error_code ec;
+    std::string abs = std::filesystem::absolute(*it, ec).lexically_normal().string();
+    if (ec) abs = *it;
+    app.recent.erase(std::remove(app.recent.begin(), app.recent.end(), abs), app.recent.end());
+    app.recent.insert(app.recent.begin(), abs);
+  }
+  if (app.recent.size() > kMaxRecent) app.recent.resize(kMaxRecent);
+}
+
+std::string RecentFilesPath() {
+  const char* state = std::getenv("XDG_STATE_HOME");
+  if (state != nullptr && *state == '/') return std::string(state) + "/dtsim/viewer-recent.txt";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home == '/')
+    return std::string(home) + "/.local/state/dtsim/viewer-recent.txt";
+  return "";
+}
+
+std::vector<std::string> ReadRecentFiles(const std::string& path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  std::string text;
+  try {
+    text = ReadInputFile(path, "recent", 64 * 1024);
+  } catch (const InputError&) {
+    return out;
+  }
+  size_t start = 0;
+  while (start < text.size() && out.size() < kMaxRecent) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.find('\0') == std::string::npos) out.push_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+bool WriteRecentFiles(const std::string& path, const std::vector<std::string>& recent) {
+  if (path.empty()) return false;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    std::string text;
+    for (const std::string& p : recent) {
+      if (p.find('\n') == std::string::npos) text += p + "\n";
+    }
+    WriteOutputFile(path, text, "recent");
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.paths = paths;
+  app.stamps.clear();
+  for (const std::string& p : paths) app.stamps.push_back(StampOf(p));
   app.first.reset();
   app.second.reset();
   app.diff.reset();

@@ -7,6 +7,7 @@
 // traces of the same redistribution: the meshes differ: ...", and no trace is loaded.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,8 +19,22 @@
 
 namespace dtsim::viewer {
 
+// What identifies a file's contents cheaply: a changed file (rewritten, replaced by a rename) has
+// another stamp.
+struct FileStamp {
+  uint64_t device = 0, inode = 0;
+  int64_t size = -1;  // -1: could not be read
+  int64_t mtime_ns = 0;
+  bool operator==(const FileStamp& o) const {
+    return device == o.device && inode == o.inode && size == o.size && mtime_ns == o.mtime_ns;
+  }
+};
+FileStamp StampOf(const std::string& path);
+
 struct App {
   std::vector<std::string> paths;   // what the user asked to open (1 or 2)
+  std::vector<FileStamp> stamps;    // of `paths` when they were loaded
+  std::vector<std::string> recent;  // traces opened recently, most recent first (the open box)
   std::optional<TraceModel> first;  // the loaded traces (both absent when loading failed)
   std::optional<TraceModel> second;
   std::optional<TraceDiff> diff;  // first vs second, on the first's frames
@@ -34,7 +49,15 @@ struct App {
   // highlight.
   int64_t pending_hovered_rank = -1;
   std::vector<int64_t> pending_hovered_block_ranks;
-  bool record = false;  // keep what each panel draws (headless --dump-records)
+  std::string pending_hover_panel;  // "mesh", "tensor", "bytes" or "" (what --dump-records reports)
+  // The text boxes of the window (plain strings, so tests can drive them): go to a rank, find a
+  // step, open a trace (and a second one to compare).
+  std::string goto_text, goto_error;
+  std::string find_text;
+  std::string open_path, open_second;
+  bool focus_open = false;  // Ctrl+O: the open box takes the keyboard in the next frame
+  std::string recent_file;  // where `recent` is saved after a successful open ("": nowhere)
+  bool record = false;      // keep what each panel draws (headless --dump-records)
   std::vector<std::pair<std::string, DrawList>>
       recorded;  // panel name → its records in screen pixels
 
@@ -51,5 +74,23 @@ struct App {
 // DiffModels for a pair). On InputError: app.error = its text, no trace loaded. Resets the view to
 // frame 0; in diff mode it starts at the first frame where the traces part.
 void LoadTraces(App& app, const std::vector<std::string>& paths);
+
+// True when a file of app.paths changed on disk since it was loaded (the window then reloads it).
+bool TracesChanged(const App& app);
+// Loads app.paths again and keeps the view (frame, selection, grids, zoom) where it still applies
+// to the new contents (the same mesh and tensor rank); otherwise the view starts afresh.
+void ReloadTraces(App& app);
+
+// Adds `paths` (made absolute) to the front of app.recent, without duplicates, at most kMaxRecent.
+inline constexpr size_t kMaxRecent = 12;
+void RememberRecent(App& app, const std::vector<std::string>& paths);
+// Where the list of recent traces is kept: $XDG_STATE_HOME/dtsim/viewer-recent.txt, else
+// ~/.local/state/dtsim/viewer-recent.txt; "" when neither variable is set.
+std::string RecentFilesPath();
+// One path per line; a missing or unreadable file is an empty list (it is only a convenience), and
+// at most 64 KiB is read.
+std::vector<std::string> ReadRecentFiles(const std::string& path);
+// Writes atomically, creating the folder; failures are ignored (returned as false).
+bool WriteRecentFiles(const std::string& path, const std::vector<std::string>& recent);
 
 }  // namespace dtsim::viewer

@@ -55,4 +55,9 @@ Rgba TextColorOn(Rgba bg) {
   return luma > 140 ? Rgba{0, 0, 0, 255} : Rgba{255, 255, 255, 255};
 }
 
+Rgba OutlineOn(Rgba fill, Rgba preferred) {
+  const double dr = fill.r - preferred.r, dg = fill.g - preferred.g, db = fill.b - preferred.b;
+  return std::sqrt(dr * dr + dg * dg + db * db) < 150 ? Rgba{0, 0, 0, 255} : preferred;
+}
+
 }  // namespace dtsim::viewer

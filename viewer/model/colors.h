@@ -22,6 +22,10 @@ Rgba RankColor(int64_t rank);
 // Black or white, whichever reads better on `background`.
 Rgba TextColorOn(Rgba background);
 
+// An outline of `preferred` colour on a cell filled with `fill`, or black where the two are too
+// close to tell apart (a yellow group ring on a yellowish rank).
+Rgba OutlineOn(Rgba fill, Rgba preferred);
+
 // Fully saturated red: ranks that differ between two traces.
 inline constexpr Rgba kDiffColor{235, 20, 20, 255};
 // White: the selected or hovered rank, and what the other panel hovers.

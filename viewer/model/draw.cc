@@ -44,6 +44,12 @@ void DrawList::Append(const DrawList& other) {
   texts.insert(texts.end(), other.texts.begin(), other.texts.end());
 }
 
+void DrawList::MarkZoomed(size_t rects_from, size_t lines_from, size_t texts_from) {
+  for (size_t i = rects_from; i < rects.size(); ++i) rects[i].zoomed = true;
+  for (size_t i = lines_from; i < lines.size(); ++i) lines[i].zoomed = true;
+  for (size_t i = texts_from; i < texts.size(); ++i) texts[i].zoomed = true;
+}
+
 void DrawList::Translate(float dx, float dy) {
   for (DrawRect& r : rects) {
     r.rect.x0 += dx;

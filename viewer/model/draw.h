@@ -62,8 +62,9 @@ struct DrawRect {
   int64_t rank = -1;  // the rank the record stands for, or -1
   int64_t rank_end =
       -1;  // for aggregated records: one past the last position covered (see kBar), else -1
-  int32_t block = -1;  // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
-  int32_t frame = -1;  // kFrameBox: the frame index
+  int32_t block = -1;   // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
+  int32_t frame = -1;   // kFrameBox: the frame index
+  bool zoomed = false;  // part of a panel's zoomable content: painted clipped to its viewport
 };
 
 struct DrawText {
@@ -72,6 +73,7 @@ struct DrawText {
   std::string text;
   Rgba color;
   Role role = Role::kDecoration;
+  bool zoomed = false;  // see DrawRect::zoomed
 };
 
 struct DrawLine {
@@ -80,6 +82,7 @@ struct DrawLine {
   float width = 1;
   Role role = Role::kDecoration;
   int64_t rank = -1;
+  bool zoomed = false;  // see DrawRect::zoomed
 };
 
 // Records in painting order: rects, then lines, then texts.
@@ -89,6 +92,8 @@ struct DrawList {
   std::vector<DrawText> texts;
 
   void Append(const DrawList& other);
+  // Marks the records from index (rects, lines, texts) on as zoomed content.
+  void MarkZoomed(size_t rects_from, size_t lines_from, size_t texts_from);
   // Moves every record by (dx, dy).
   void Translate(float dx, float dy);
   bool empty() const { return rects.empty() && lines.empty() && texts.empty(); }

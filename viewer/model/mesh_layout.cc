@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "colors.h"
@@ -17,6 +18,15 @@ constexpr float kSliceGap = 10;  // pixels between the slices of a 3-D+ mesh
 Rect R(float x0, float y0, float x1, float y1) { return Rect{x0, y0, x1, y1}; }
 
 }  // namespace
+
+std::string DimName(const DeviceMesh& mesh, int64_t dim) {
+  return mesh.names().empty() ? StrCat("dim ", dim) : mesh.DimLabel(dim);
+}
+
+std::string DimIs(const DeviceMesh& mesh, int64_t dim, int64_t value) {
+  return mesh.names().empty() ? StrCat("dim ", dim, " = ", value)
+                              : StrCat(mesh.DimLabel(dim), "=", value);
+}
 
 MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   const int nd = static_cast<int>(mesh.ndim());
@@ -49,8 +59,33 @@ MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   return g;
 }
 
+std::optional<int64_t> MeshLayout::RankAt(float x, float y) const {
+  if (!viewport.Contains(x, y)) return std::nullopt;
+  bool inside = false;
+  for (const Rect& b : slice_bounds) inside = inside || b.Contains(x, y);
+  if (!inside) return std::nullopt;
+  // The nearest drawn cell (its whole pitch: the drawn rect grown by the inset); a point inside one
+  // has distance 0. Later records win ties, as they are drawn on top.
+  float best = std::numeric_limits<float>::infinity();
+  std::optional<int64_t> rank;
+  for (const DrawRect& r : draw.rects) {
+    if (r.role != Role::kMeshCell) continue;
+    const float x0 = r.rect.x0 - cell_inset, x1 = r.rect.x1 + cell_inset;
+    const float y0 = r.rect.y0 - cell_inset, y1 = r.rect.y1 + cell_inset;
+    const float dx = x < x0 ? x0 - x : (x >= x1 ? x - x1 + 1 : 0);
+    const float dy = y < y0 ? y0 - y : (y >= y1 ? y - y1 + 1 : 0);
+    const float d = dx * dx + dy * dy;
+    if (d <= best) {
+      best = d;
+      rank = r.rank;
+    }
+  }
+  return rank;
+}
+
 MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlight& hl,
-                      const MeshGrid& grid, const Rect& area, const TextMetrics& tm) {
+                      const MeshGrid& grid, const Rect& area, const TextMetrics& tm,
+                      const Zoom& zoom_in) {
   MeshLayout out;
   const DeviceMesh& mesh = model.mesh();
   const int64_t n = mesh.size();
@@ -74,22 +109,28 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // Header: which dims are rows, columns, slices.
   std::string header;
   if (grid.row_dim < 0) {
-    header = StrCat(mesh.DimLabel(0), " (", n, " ranks, wrapped every ", cols, ")");
+    header = StrCat(DimName(mesh, 0), " (", n, " ranks, wrapped every ", cols, ")");
   } else {
-    header = StrCat("rows ", mesh.DimLabel(grid.row_dim), "=", rows, "  cols ",
-                    mesh.DimLabel(grid.col_dim), "=", cols);
+    header = StrCat("rows ", DimIs(mesh, grid.row_dim, rows), "  cols ",
+                    DimIs(mesh, grid.col_dim, cols));
     if (!grid.slice_dims.empty()) {
       header += "  slices";
-      for (int d : grid.slice_dims) header += StrCat(" ", mesh.DimLabel(d), "=", mesh.size(d));
+      for (int d : grid.slice_dims) header += StrCat(" ", DimIs(mesh, d, mesh.size(d)));
     }
   }
   out.draw.texts.push_back(
       {area.x0, area.y0, tm.Width(header), line, header, kDimTextColor, Role::kDecoration});
 
-  // Slice arrangement: the number of slice columns that gives the largest cells.
+  // Slice arrangement: the number of slice columns that gives the largest cells (at scale 1; zoom
+  // multiplies the whole arrangement).
   const float top = area.y0 + line + 4;
-  const float avail_w = area.width();
-  const float avail_h = area.y1 - top;
+  out.viewport = R(area.x0, top, area.x1, std::max(top, area.y1));
+  Zoom zoom = zoom_in;
+  ClampZoom(zoom, out.viewport.width(), out.viewport.height());
+  const float avail_w = area.width() * zoom.scale;
+  const float avail_h = (area.y1 - top) * zoom.scale;
+  const float origin_x = area.x0 - std::round(zoom.pan_x);
+  const float origin_y = top - std::round(zoom.pan_y);
   const bool titled = slices > 1;
   float best = -1;
   int64_t slice_cols = 1;
@@ -132,9 +173,12 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // Slice origins.
   auto slice_origin = [&](int64_t s) {
     const int64_t sr = s / slice_cols, sc = s % slice_cols;
-    return std::pair<float, float>{std::round(area.x0 + sc * (slice_w + gap)),
-                                   std::round(top + sr * (slice_h + gap))};
+    return std::pair<float, float>{std::round(origin_x + sc * (slice_w + gap)),
+                                   std::round(origin_y + sr * (slice_h + gap))};
   };
+  // Records outside the viewport are left out (a halo of 3 px around a cell may show).
+  const Rect visible =
+      R(out.viewport.x0 - 4, out.viewport.y0 - 4, out.viewport.x1 + 4, out.viewport.y1 + 4);
   const std::vector<int64_t>& shape = mesh.shape();
   auto slice_of = [&](const std::vector<int64_t>& c) {
     int64_t s = 0;
@@ -143,7 +187,9 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   };
   for (int64_t s = 0; s < slices; ++s) {
     auto [x, y] = slice_origin(s);
-    if (titled) {
+    out.slice_bounds.push_back(R(x - gap / 2, y + (titled ? line + 2 : 0) - gap / 2,
+                                 x + slice_w + gap / 2, y + slice_h + gap / 2));
+    if (titled && y >= out.viewport.y0 && R(x, y, x + slice_w, y + line).Intersects(visible)) {
       std::string title;
       int64_t rest = s;
       std::vector<int64_t> coords(grid.slice_dims.size());
@@ -152,7 +198,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
         rest /= shape[grid.slice_dims[i]];
       }
       for (size_t i = 0; i < coords.size(); ++i) {
-        title += StrCat(i ? " " : "", mesh.DimLabel(grid.slice_dims[i]), "=", coords[i]);
+        title += StrCat(i ? " " : "", DimIs(mesh, grid.slice_dims[i], coords[i]));
       }
       if (tm.Width(title) <= slice_w + gap) {
         out.draw.texts.push_back(
@@ -164,6 +210,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // Cells (or aggregates).
   const bool bordered = pitch >= 6 && aggregate == 1;
   const float inset = bordered ? 1 : 0;
+  out.cell_inset = inset;
   std::vector<int64_t> positions_drawn;
   for (int64_t p = 0; p < n; ++p) {
     int64_t row = 0, col = 0, s = 0;
@@ -183,7 +230,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     out.cells[p] = cell;
     const bool first_of_aggregate =
         aggregate == 1 || (row % aggregate == 0 && col % aggregate == 0);
-    if (!first_of_aggregate) continue;
+    if (!first_of_aggregate || !cell.Intersects(visible)) continue;
     const int64_t rank = model.RankAt(p);
     const bool differs = !hl.differs.empty() && hl.differs[p];
     const Rgba fill = differs ? kDiffColor : RankColor(rank);
@@ -198,9 +245,31 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     const std::string label = std::to_string(rank);
     const float w = tm.Width(label);
     if (aggregate == 1 && w + 4 <= pitch && line + 2 <= pitch) {
-      out.draw.texts.push_back({std::round(x0 + (pitch - w) / 2),
-                                std::round(y0 + (pitch - line) / 2), w, line, label,
-                                TextColorOn(fill), Role::kMeshCell});
+      // Semantic zoom: below the number, the coordinate and the local shape where they fit.
+      std::vector<std::string> lines{label};
+      if (pitch >= 3 * line + 6) {
+        const std::vector<int64_t> c = model.CoordinateAt(p);
+        std::string coord;
+        if (mesh.names().empty()) {
+          coord = IntListToString(c);
+        } else {
+          for (size_t d = 0; d < c.size(); ++d) {
+            coord += StrCat(d ? " " : "", mesh.DimLabel(static_cast<int64_t>(d)), "=", c[d]);
+          }
+        }
+        if (tm.Width(coord) + 4 <= pitch) lines.push_back(coord);
+        if (pitch >= 4 * line + 8 && p < static_cast<int64_t>(frame.layouts.size())) {
+          const std::string shape = "local " + IntListToString(frame.layouts[p].local_shape);
+          if (tm.Width(shape) + 4 <= pitch) lines.push_back(shape);
+        }
+      }
+      float ty = std::round(y0 + (pitch - line * static_cast<float>(lines.size())) / 2);
+      for (const std::string& t : lines) {
+        const float tw = tm.Width(t);
+        out.draw.texts.push_back({std::round(x0 + (pitch - tw) / 2), ty, tw, line, t,
+                                  TextColorOn(fill), Role::kMeshCell});
+        ty += line;
+      }
     }
   }
 
@@ -222,6 +291,9 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
       for (size_t i = 1; i < pos.size(); ++i) {
         const Rect& a = out.cells[pos[i - 1]];
         const Rect& b = out.cells[pos[i]];
+        const Rect span = R(std::min(a.x0, b.x0), std::min(a.y0, b.y0), std::max(a.x1, b.x1),
+                            std::max(a.y1, b.y1));
+        if (!span.Intersects(visible)) continue;
         out.draw.lines.push_back({(a.x0 + a.x1) / 2, (a.y0 + a.y1) / 2, (b.x0 + b.x1) / 2,
                                   (b.y0 + b.y1) / 2, color, emphasised ? 2.0f : 1.0f,
                                   Role::kMeshGroup, group.front()});
@@ -252,7 +324,15 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
       }
     };
     if (!hl.anomalies.empty() && hl.anomalies[p]) outline(kAnomalyColor, thick, Role::kHighlight);
-    if (hl.in_group[p] && hl.emphasis[p] != 2) outline(kGroupColor, thick, Role::kMeshGroup);
+    if (hl.in_group[p] && hl.emphasis[p] != 2) {
+      // Yellow with a dark hairline inside it, so the ring reads on any rank colour (on a yellowish
+      // cell the hairline separates it from the fill); in cells too small for the hairline, a
+      // colour that contrasts with the fill.
+      const Rgba fill = (!hl.differs.empty() && hl.differs[p]) ? kDiffColor : RankColor(rank);
+      const bool hairline = thick >= 2 && ring.width() >= 2 * thick + 6;
+      outline(hairline ? kGroupColor : OutlineOn(fill, kGroupColor), thick, Role::kMeshGroup);
+      if (hairline) outline(kCellBorderColor, 1, Role::kMeshGroup);
+    }
     if (hl.emphasis[p] == 1) outline(kHighlightColor, std::max(1.0f, thick - 1), Role::kHighlight);
     if (hl.emphasis[p] == 2) {
       outline(kHighlightColor, thick, Role::kHighlight);
@@ -269,6 +349,28 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
       }
     }
   }
+  out.draw.MarkZoomed(0, 0, 1);  // all but the header
+  return out;
+}
+
+Zoom ZoomMeshAbout(const TraceModel& model, const Frame& frame, const Highlight& hl,
+                   const MeshGrid& grid, const Rect& area, const TextMetrics& tm, const Zoom& zoom,
+                   float factor, float x, float y) {
+  const MeshLayout before = LayoutMesh(model, frame, hl, grid, area, tm, zoom);
+  const Rect& vp = before.viewport;
+  Zoom out = zoom;
+  ZoomAbout(out, factor, x - vp.x0, y - vp.y0, vp.width(), vp.height());
+  const std::optional<int64_t> rank = before.RankAt(x, y);
+  if (!rank) return out;
+  const int64_t p = model.GetPosition(*rank);
+  const Rect& a = before.cells[p];
+  const float fx = (x - a.x0) / std::max(1.0f, a.width());
+  const float fy = (y - a.y0) / std::max(1.0f, a.height());
+  const MeshLayout after = LayoutMesh(model, frame, hl, grid, area, tm, out);
+  const Rect& b = after.cells[p];
+  out.pan_x += b.x0 + fx * b.width() - x;
+  out.pan_y += b.y0 + fy * b.height() - y;
+  ClampZoom(out, vp.width(), vp.height());
   return out;
 }
 

@@ -7,10 +7,18 @@
 // dims, titled "pp=1" etc. Cells are whole pixels; labels appear only where they fit; below 2 px
 // per cell, k x k cells are aggregated into one record.
 //
+// Zoom (view_state.h): the grid is laid out `scale` times the size of the area below the header and
+// moved by the pan; the header stays. Only records that meet the visible area are emitted (a
+// 4,096-rank mesh zoomed in draws a few cells), while `cells` keeps every position. The labels grow
+// with the cells (semantic zoom): the rank number once it fits, then its coordinate, then its local
+// shape.
+//
 // Example: mesh[pp=2, dp=2, tp=4], grid rows=dp, cols=tp: two slices "pp=0" and "pp=1" of 2 x 4
 // cells; the cell of rank 6 (pp=0, dp=1, tp=2) is in slice 0, row 1, column 2.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "draw.h"
@@ -18,6 +26,11 @@
 #include "view_state.h"
 
 namespace dtsim::viewer {
+
+// A mesh dim as the viewer names it: its name ("dp"), or "dim 0" when the mesh has no names.
+std::string DimName(const DeviceMesh& mesh, int64_t dim);
+// A dim and a value (its size, a coordinate): "dp=2", or "dim 0 = 2" when the mesh has no names.
+std::string DimIs(const DeviceMesh& mesh, int64_t dim, int64_t value);
 
 // Which mesh dims form each 2-D grid.
 struct MeshGrid {
@@ -38,9 +51,28 @@ struct MeshLayout {
       cells;          // per mesh position: its cell (aggregated layouts: the cell of its aggregate)
   int pitch = 0;      // pixels per cell (aggregated: per aggregate)
   int aggregate = 1;  // k: each record covers k x k cells
+  Rect viewport;      // the zoomable area (below the header): what is visible of the grid
+  // Per slice: the rectangle its cells cover, grown by half the gap to the next slice. Every pixel
+  // inside one of them (and inside the viewport) belongs to the nearest cell: RankAt.
+  std::vector<Rect> slice_bounds;
+
+  // The rank whose cell is nearest to (x, y), when the point lies in the mesh area (a slice's
+  // bounds, inside the viewport): no dead pixel between cells, between slices or at the edges.
+  // Aggregated layouts: the first rank of the aggregate, as drawn. nullopt elsewhere (the header,
+  // outside the grid).
+  std::optional<int64_t> RankAt(float x, float y) const;
+  float cell_inset = 0;  // pixels between a cell and its drawn rect (the gap is twice this)
 };
 
 MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlight& highlight,
-                      const MeshGrid& grid, const Rect& area, const TextMetrics& metrics);
+                      const MeshGrid& grid, const Rect& area, const TextMetrics& metrics,
+                      const Zoom& zoom = Zoom{});
+
+// Zooms the mesh by `factor` about the point (x, y) of `area`: ZoomAbout, then the pan corrected so
+// that the same point of the same cell is under (x, y) again (whole-pixel cells do not grow by
+// exactly the factor, and the error would grow with the distance from the corner).
+Zoom ZoomMeshAbout(const TraceModel& model, const Frame& frame, const Highlight& highlight,
+                   const MeshGrid& grid, const Rect& area, const TextMetrics& metrics,
+                   const Zoom& zoom, float factor, float x, float y);
 
 }  // namespace dtsim::viewer

@@ -20,6 +20,7 @@ std::string IntervalsText(const std::vector<Interval>& intervals) {
 }
 
 std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
+  if (mesh.names().empty()) return IntListToString(c);  // an unnamed mesh: [1, 2]
   std::string out = "[";
   for (size_t d = 0; d < c.size(); ++d) out += StrCat(d ? ", " : "", mesh.DimLabel(d), "=", c[d]);
   return out + "]";

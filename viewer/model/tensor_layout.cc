@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -81,8 +82,43 @@ TensorView ResolveTensorView(const DTensorSpec& spec, const ViewState& view) {
   return v;
 }
 
+std::optional<size_t> TensorLayout::BlockAt(float x, float y) const {
+  constexpr float kMargin = 3;
+  const Rect on{tensor.x0 - kMargin, tensor.y0 - kMargin, tensor.x1 + kMargin, tensor.y1 + kMargin};
+  if (!viewport.Contains(x, y) || !on.Contains(x, y)) return std::nullopt;
+  float best = std::numeric_limits<float>::infinity();
+  std::optional<size_t> found;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Rect& r = blocks[i].rect;
+    const float dx = x < r.x0 ? r.x0 - x : (x >= r.x1 ? x - r.x1 + 1 : 0);
+    const float dy = y < r.y0 ? r.y0 - y : (y >= r.y1 ? y - r.y1 + 1 : 0);
+    const float d = dx * dx + dy * dy;
+    if (d < best || (d == best && d == 0)) {  // inside several (rounding): the last drawn
+      best = d;
+      found = i;
+    }
+  }
+  return found;
+}
+
+int64_t TensorLayout::OwnerAt(size_t block, float x, float y) const {
+  const Rect& r = blocks.at(block).rect;
+  // A point beside the block (a gap, an edge) reads as the nearest point of it.
+  const float cx = std::clamp(x, r.x0, std::max(r.x0, r.x1 - 1));
+  const float cy = std::clamp(y, r.y0, std::max(r.y0, r.y1 - 1));
+  for (size_t i = draw.rects.size(); i-- > 0;) {
+    const DrawRect& d = draw.rects[i];
+    if (d.role == Role::kTensorOwner && d.block == static_cast<int32_t>(block) &&
+        d.rect.Contains(cx, cy)) {
+      return d.rank;
+    }
+  }
+  return blocks[block].ranks.front();
+}
+
 TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Highlight& hl,
-                          const TensorView& view, const Rect& area, const TextMetrics& tm) {
+                          const TensorView& view, const Rect& area, const TextMetrics& tm,
+                          const Zoom& zoom_in) {
   TensorLayout out;
   const DTensorSpec& spec = frame.spec;
   const int nd = static_cast<int>(spec.ndim());
@@ -160,15 +196,30 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   const float s = std::min(sx, sy);
   sx = std::min(sx, s * kMaxElementAspect);
   sy = std::min(sy, s * kMaxElementAspect);
-  const float ox = std::round(area.x0 + left);
-  const float oy = std::round(top);
+  // The fitted tensor's bottom (the empty-shard strip goes under it), then the zoom.
+  const float fixed_x = std::round(area.x0 + left), fixed_y = std::round(top);
+  const float fit_w =
+      std::round(fixed_x + static_cast<float>(std::max<int64_t>(lx, 1)) * sx) - fixed_x;
+  const float fit_y1 =
+      view.row_dim < 0 ? std::round(fixed_y + std::min(avail_h, std::max(3 * line, fit_w / 8)))
+                       : std::round(fixed_y + static_cast<float>(std::max<int64_t>(ly, 1)) * sy);
+  out.viewport =
+      Rect{fixed_x, fixed_y, std::max(fixed_x, area.x1), std::max(fixed_y, area.y1 - bottom_strip)};
+  Zoom zoom = zoom_in;
+  ClampZoom(zoom, out.viewport.width(), out.viewport.height());
+  sx *= zoom.scale;
+  sy *= zoom.scale;
+  const float ox = fixed_x - std::round(zoom.pan_x);
+  const float oy = fixed_y - std::round(zoom.pan_y);
   auto X = [&](int64_t i) { return std::round(ox + static_cast<float>(i) * sx); };
   auto Y = [&](int64_t i) { return std::round(oy + static_cast<float>(i) * sy); };
   out.tensor = Rect{ox, oy, X(std::max<int64_t>(lx, 1)), Y(std::max<int64_t>(ly, 1))};
-  if (view.row_dim < 0)
-    out.tensor.y1 = std::round(oy + std::min(avail_h, std::max(3 * line, out.tensor.width() / 8)));
+  if (view.row_dim < 0) out.tensor.y1 = std::round(oy + (fit_y1 - fixed_y) * zoom.scale);
+  const Rect visible = out.viewport;
 
   // The tensor's frame (visible also where nothing is owned, e.g. a dim of size 0).
+  const size_t zoomed_rects = out.draw.rects.size(), zoomed_lines = out.draw.lines.size(),
+               zoomed_texts = out.draw.texts.size();
   out.draw.rects.push_back({out.tensor, Rgba{}, kGridColor, 1, Role::kBackground});
   if (lx == 0 || ly == 0) {
     const std::string t = "empty tensor (a dim of size 0)";
@@ -186,6 +237,7 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
       y1 = out.tensor.y1;
     }
     b.rect = Rect{x0, y0, x1, y1};
+    if (!b.rect.Intersects(visible)) continue;  // zoomed in: not in view
     const size_t owners = b.ranks.size();
     // The block in its first owner's colour.
     DrawRect main;
@@ -317,6 +369,8 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     }
   }
 
+  out.draw.MarkZoomed(zoomed_rects, zoomed_lines, zoomed_texts);
+
   // Ticks: block boundaries along each shown dim, labelled where they do not collide.
   auto ticks = [&](bool columns) {
     std::set<int64_t> bounds;
@@ -331,21 +385,25 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
     for (int64_t v : bounds) {
       const std::string t = std::to_string(v);
       const float w = tm.Width(t);
+      // Ticks stay along the viewport's top and left edges while the tensor moves under them.
       if (columns) {
         const float x = X(v);
-        out.draw.lines.push_back({x, oy - 4, x, oy, kDimTextColor, 1, Role::kDecoration});
+        if (x < visible.x0 || x > visible.x1) continue;
+        out.draw.lines.push_back({x, fixed_y - 4, x, fixed_y, kDimTextColor, 1, Role::kDecoration});
         const float tx = std::round(std::clamp(x - w / 2, area.x0, area.x1 - w));
         if (tx >= last_end + 4) {
           out.draw.texts.push_back(
-              {tx, oy - 4 - line, w, line, t, kDimTextColor, Role::kDecoration});
+              {tx, fixed_y - 4 - line, w, line, t, kDimTextColor, Role::kDecoration});
           last_end = tx + w;
         }
       } else {
         const float y = Y(v);
-        out.draw.lines.push_back({ox - 4, y, ox, y, kDimTextColor, 1, Role::kDecoration});
+        if (y < visible.y0 || y > visible.y1) continue;
+        out.draw.lines.push_back({fixed_x - 4, y, fixed_x, y, kDimTextColor, 1, Role::kDecoration});
         const float ty = std::round(std::clamp(y - line / 2, top - line / 2, area.y1 - line));
         if (ty >= last_end + 1) {
-          out.draw.texts.push_back({ox - 6 - w, ty, w, line, t, kDimTextColor, Role::kDecoration});
+          out.draw.texts.push_back(
+              {fixed_x - 6 - w, ty, w, line, t, kDimTextColor, Role::kDecoration});
           last_end = ty + line;
         }
       }
@@ -359,7 +417,7 @@ TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Hig
   // Empty shards and ranks outside the slice, under the tensor.
   if (bottom_strip > 0) {
     float x = area.x0;
-    const float y = std::round(std::max(out.tensor.y1 + 8, area.y1 - line - 4));
+    const float y = std::round(std::max(std::min(out.tensor.y1, fit_y1) + 8, area.y1 - line - 4));
     if (!out.empty_ranks.empty()) {
       const std::string t = "empty shards:";
       out.draw.texts.push_back({x, y, tm.Width(t), line, t, kTextColor, Role::kDecoration});

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "draw.h"
@@ -53,11 +54,22 @@ struct TensorLayout {
   std::vector<TensorBlock> blocks;
   std::vector<int64_t> empty_ranks;  // ranks whose whole shard is empty, ascending
   int64_t ranks_outside_slice = 0;   // ranks with data, none of it in the shown slice
-  Rect tensor;                       // where the global tensor is drawn
+  Rect tensor;    // where the global tensor is drawn (zoomed: may exceed the area)
+  Rect viewport;  // the zoomable area: what is visible of the tensor
+
+  // The block nearest to (x, y) when the point lies on the tensor (inside `tensor` grown by 3 px,
+  // and inside the viewport): no dead pixel between blocks or at their edges. Index into `blocks`.
+  std::optional<size_t> BlockAt(float x, float y) const;
+  // The owner drawn at (x, y) in block `block` (its chip, else the block's fill: the first owner).
+  int64_t OwnerAt(size_t block, float x, float y) const;
 };
 
+// Zoom (view_state.h): the tensor is laid out `scale` times the fitted size and moved by the pan;
+// the header stays and the axis ticks stay along the top and left edges of the viewport. Blocks
+// outside the viewport are not drawn (their `rect` is still set); labels appear as blocks grow.
 TensorLayout LayoutTensor(const TraceModel& model, const Frame& frame, const Highlight& highlight,
-                          const TensorView& view, const Rect& area, const TextMetrics& metrics);
+                          const TensorView& view, const Rect& area, const TextMetrics& metrics,
+                          const Zoom& zoom = Zoom{});
 
 // "3", "3, 7", "0, 1, 2 ... (+13)": the owners of a block, short.
 std::string OwnersText(const std::vector<int64_t>& ranks, size_t max_shown = 4);

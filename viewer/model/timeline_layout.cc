@@ -33,12 +33,16 @@ std::string FrameBoxLabel(const TraceModel& model, int64_t frame) {
   if (f.kind != Frame::Kind::kAfterStep) return f.label;
   const TraceStep& step = model.trace().steps[f.step];
   const std::string dim =
-      step.mesh_dim_name.empty() ? model.mesh().DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
+      model.mesh().names().empty()
+          ? StrCat("dim ", step.plan.mesh_dim)
+          : (step.mesh_dim_name.empty() ? model.mesh().DimLabel(step.plan.mesh_dim)
+                                        : step.mesh_dim_name);
   return StrCat(f.step + 1, " ", ToString(step.plan.collective), " ", dim);
 }
 
 DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& frame_differs,
-                          int64_t current, const Rect& area, const TextMetrics& tm) {
+                          int64_t current, const Rect& area, const TextMetrics& tm,
+                          const std::vector<int64_t>& matches) {
   DrawList out;
   const int64_t n = model.num_frames();
   const float gap = 4;
@@ -63,6 +67,15 @@ DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& f
       DrawRect mark;
       mark.rect = Rect{x0, area.y0, x1, std::min(area.y1, area.y0 + 5)};
       mark.fill = kDiffColor;
+      mark.role = Role::kHighlight;
+      mark.frame = static_cast<int32_t>(f);
+      out.rects.push_back(mark);
+    }
+    if (std::binary_search(matches.begin(), matches.end(), f)) {
+      // A step the search found: a yellow bar along the bottom.
+      DrawRect mark;
+      mark.rect = Rect{x0, std::max(area.y0, area.y1 - 4), x1, area.y1};
+      mark.fill = kGroupColor;
       mark.role = Role::kHighlight;
       mark.frame = static_cast<int32_t>(f);
       out.rects.push_back(mark);

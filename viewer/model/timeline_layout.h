@@ -24,9 +24,11 @@
 namespace dtsim::viewer {
 
 // One box per frame of `model`; `frame_differs` ([frame], may be empty) marks frames with
-// differences.
+// differences (a red bar along the top), `matches` (ascending frame indices) the frames a step
+// search found (a yellow bar along the bottom).
 DrawList LayoutFrameStrip(const TraceModel& model, const std::vector<uint8_t>& frame_differs,
-                          int64_t current, const Rect& area, const TextMetrics& metrics);
+                          int64_t current, const Rect& area, const TextMetrics& metrics,
+                          const std::vector<int64_t>& matches = {});
 
 // The short label of a frame box: "initial", "1 all_gather dp", "final".
 std::string FrameBoxLabel(const TraceModel& model, int64_t frame);

@@ -17,10 +17,14 @@ std::string PlacementText(const Placements& p) { return ToString(p); }
 
 // "dp(0) S(0) -> R  all_gather"
 std::string StepText(const TraceStep& step, const DeviceMesh& mesh) {
+  // Named meshes: "dp(0)"; unnamed ones: "dim 0".
   const std::string dim =
-      step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim) : step.mesh_dim_name;
-  return StrCat(dim, "(", step.plan.mesh_dim, ") ", step.plan.from.ToString(), " -> ",
-                step.plan.to.ToString(), "  ", ToString(step.plan.collective));
+      mesh.names().empty() ? StrCat("dim ", step.plan.mesh_dim)
+                           : StrCat(step.mesh_dim_name.empty() ? mesh.DimLabel(step.plan.mesh_dim)
+                                                               : step.mesh_dim_name,
+                                    "(", step.plan.mesh_dim, ")");
+  return StrCat(dim, " ", step.plan.from.ToString(), " -> ", step.plan.to.ToString(), "  ",
+                ToString(step.plan.collective));
 }
 
 std::string StepTitle(const TraceStep& step, size_t index, const DeviceMesh& mesh) {
@@ -164,7 +168,7 @@ void TraceModel::Index() {
   frames_.push_back(
       make_frame(Frame::Kind::kFinal, -1, "final",
                  StrCat("final: ", PlacementText(trace_.final_state.spec.placements()),
-                        trace_.ok ? (*trace_.ok ? "  (verdict OK)" : "  (verdict WRONG)") : ""),
+                        trace_.ok ? (*trace_.ok ? "  (verdict OK)" : "  (verdict MISMATCH)") : ""),
                  trace_.final_state.spec, trace_.final_state.ranks));
 }
 

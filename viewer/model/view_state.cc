@@ -2,6 +2,7 @@
 #include "view_state.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace dtsim::viewer {
 
@@ -35,11 +36,52 @@ Highlight ComputeHighlight(const TraceModel& model, const TraceDiff* diff, const
 }
 
 int64_t NextFrame(int64_t current, int64_t num_frames) {
-  return num_frames <= 0 ? 0 : (current + 1) % num_frames;
+  return num_frames <= 0 ? 0 : std::clamp<int64_t>(current + 1, 0, num_frames - 1);
 }
 
 int64_t PreviousFrame(int64_t current, int64_t num_frames) {
-  return num_frames <= 0 ? 0 : (current + num_frames - 1) % num_frames;
+  return num_frames <= 0 ? 0 : std::clamp<int64_t>(current - 1, 0, num_frames - 1);
+}
+
+int64_t PlaybackFrame(int64_t current, int64_t num_frames) {
+  return num_frames <= 0 ? 0 : (std::max<int64_t>(current, -1) + 1) % num_frames;
+}
+
+void ClampZoom(Zoom& z, float width, float height) {
+  if (!(z.scale >= 1)) z.scale = 1;  // also NaN
+  z.scale = std::min(z.scale, kMaxZoom);
+  const float max_x = std::max(0.0f, width * (z.scale - 1));
+  const float max_y = std::max(0.0f, height * (z.scale - 1));
+  z.pan_x = std::isfinite(z.pan_x) ? std::clamp(z.pan_x, 0.0f, max_x) : 0;
+  z.pan_y = std::isfinite(z.pan_y) ? std::clamp(z.pan_y, 0.0f, max_y) : 0;
+  if (z.scale == 1) z.pan_x = z.pan_y = 0;
+}
+
+void ZoomAbout(Zoom& z, float factor, float x, float y, float width, float height) {
+  const float old_scale = z.scale;
+  z.scale = std::clamp(z.scale * factor, 1.0f, kMaxZoom);
+  const float f = z.scale / old_scale;
+  z.pan_x = (x + z.pan_x) * f - x;
+  z.pan_y = (y + z.pan_y) * f - y;
+  ClampZoom(z, width, height);
+}
+
+void PanBy(Zoom& z, float dx, float dy, float width, float height) {
+  z.pan_x -= dx;
+  z.pan_y -= dy;
+  ClampZoom(z, width, height);
+}
+
+void CentreOn(Zoom& z, float cx, float cy, float width, float height) {
+  z.pan_x = cx - width / 2;
+  z.pan_y = cy - height / 2;
+  ClampZoom(z, width, height);
+}
+
+void GoToRank(ViewState& view, int64_t rank) {
+  view.selected_rank = rank;
+  view.centre_rank = rank;
+  view.centre_pending = kCentreMesh | kCentreTensor;
 }
 
 }  // namespace dtsim::viewer

@@ -14,6 +14,32 @@
 
 namespace dtsim::viewer {
 
+// Zoom and pan of a panel's content (the mesh grid, the tensor). The content is laid out at `scale`
+// times the panel's size; (pan_x, pan_y) is the content pixel shown at the panel's top-left corner.
+// scale 1, pan (0, 0): everything fits, as before any zoom. Pan is kept so that the content always
+// covers the panel: 0 <= pan_x <= width * (scale - 1).
+//
+// Example: Zoom z; ZoomAbout(z, 2, 100, 50, 400, 300) doubles the size and keeps the content pixel
+// under (100, 50) there: z.scale == 2, z.pan_x == 100, z.pan_y == 50.
+struct Zoom {
+  float scale = 1;
+  float pan_x = 0, pan_y = 0;
+  bool identity() const { return scale == 1 && pan_x == 0 && pan_y == 0; }
+};
+
+inline constexpr float kMaxZoom = 1024;  // 4,096 ranks at 1,024x: cells of several hundred pixels
+
+// Multiplies the scale by `factor` (clamped to 1..kMaxZoom) keeping the content under (x, y) — a
+// point of the viewport of `width` x `height` pixels — where it is.
+void ZoomAbout(Zoom& zoom, float factor, float x, float y, float width, float height);
+// Moves the content by (dx, dy) pixels (a drag), clamped.
+void PanBy(Zoom& zoom, float dx, float dy, float width, float height);
+// Clamps scale and pan to what the viewport allows.
+void ClampZoom(Zoom& zoom, float width, float height);
+// Pans so that the content point (cx, cy) — content pixels at the current scale, from the content's
+// top-left — is at the viewport's centre (as far as the clamp allows).
+void CentreOn(Zoom& zoom, float cx, float cy, float width, float height);
+
 struct ViewState {
   int64_t frame = 0;           // index into TraceModel::frames()
   int64_t selected_rank = -1;  // clicked in a panel, or --select-rank; -1: none
@@ -29,6 +55,12 @@ struct ViewState {
   int tensor_row_dim = -1;
   int tensor_col_dim = -1;
   std::vector<int64_t> tensor_slice;
+  Zoom mesh_zoom;    // the mesh panel's grid
+  Zoom tensor_zoom;  // the tensor panel's tensor
+  // Go to a rank: the panels centre `centre_rank` (zooming in until it is readable) and clear their
+  // bit: kCentreMesh, kCentreTensor.
+  int64_t centre_rank = -1;
+  int centre_pending = 0;
   bool show_second = false;        // diff mode: draw the second trace (the first by default)
   bool playing = false;            // the timeline advances by itself
   double seconds_per_frame = 1.0;  // playback speed
@@ -51,8 +83,17 @@ struct Highlight {
 // The highlight of `view.frame` of `model` (`diff` may be null: one trace).
 Highlight ComputeHighlight(const TraceModel& model, const TraceDiff* diff, const ViewState& view);
 
-// The frame the timeline shows after `current` when playing or stepping (wraps around).
+inline constexpr int kCentreMesh = 1;
+inline constexpr int kCentreTensor = 2;
+
+// Selects `rank` and asks every panel to centre it (ViewState::centre_rank).
+void GoToRank(ViewState& view, int64_t rank);
+
+// The frame after / before `current` when stepping (keys, buttons): they stop at the first and the
+// last frame.
 int64_t NextFrame(int64_t current, int64_t num_frames);
 int64_t PreviousFrame(int64_t current, int64_t num_frames);
+// The frame after `current` when playing: wraps from the last frame to the first.
+int64_t PlaybackFrame(int64_t current, int64_t num_frames);
 
 }  // namespace dtsim::viewer

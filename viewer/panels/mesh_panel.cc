@@ -1,6 +1,8 @@
-// The mesh panel: the device mesh as grids of rank cells (model/mesh_layout.h), dim pickers, hover
-// and selection.
+// The mesh panel: the device mesh as grids of rank cells (model/mesh_layout.h), dim pickers, zoom
+// and pan, hover and selection.
 #include <imgui.h>
+
+#include <algorithm>
 
 #include "panels.h"
 #include "viewer/model/colors.h"
@@ -10,15 +12,19 @@
 namespace dtsim::viewer {
 namespace {
 
+constexpr float kComboWidth = 120;
+
+std::string DimItem(const DeviceMesh& mesh, int d) {
+  return DimName(mesh, d) + " (" + std::to_string(mesh.size(d)) + ")";
+}
+
 // A combo over the mesh dims; returns true when the user picked another one.
 bool DimCombo(const char* label, const DeviceMesh& mesh, int* dim) {
-  const std::string current = mesh.DimLabel(*dim) + " (" + std::to_string(mesh.size(*dim)) + ")";
   bool changed = false;
-  ImGui::SetNextItemWidth(110);
-  if (ImGui::BeginCombo(label, current.c_str())) {
+  ImGui::SetNextItemWidth(kComboWidth);
+  if (ImGui::BeginCombo(label, DimItem(mesh, *dim).c_str())) {
     for (int d = 0; d < mesh.ndim(); ++d) {
-      const std::string item = mesh.DimLabel(d) + " (" + std::to_string(mesh.size(d)) + ")";
-      if (ImGui::Selectable(item.c_str(), d == *dim)) {
+      if (ImGui::Selectable(DimItem(mesh, d).c_str(), d == *dim)) {
         changed = d != *dim;
         *dim = d;
       }
@@ -28,22 +34,46 @@ bool DimCombo(const char* label, const DeviceMesh& mesh, int* dim) {
   return changed;
 }
 
+// Readable cells: the rank number and its coordinate fit (mesh_layout.cc's semantic zoom).
+float ReadablePitch(const TraceModel& model, const TextMetrics& tm) {
+  const DeviceMesh& mesh = model.mesh();
+  std::string widest;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    widest += (d ? " " : "") + DimIs(mesh, d, mesh.size(d) - 1);
+  }
+  return std::max({56.0f, 3 * tm.line_height + 8, tm.Width(widest) + 8});
+}
+
 }  // namespace
+
+void ZoomStatus(Zoom& zoom, const char* id) {
+  if (zoom.identity()) return;
+  SameLineIfFits(150);
+  ImGui::Text("%.1fx", static_cast<double>(zoom.scale));
+  ImGui::SameLine();
+  ImGui::PushID(id);
+  if (ImGui::SmallButton("fit (R)")) zoom = Zoom{};
+  ImGui::PopID();
+}
 
 void DrawMeshPanel(App& app, const Rect& area) {
   ImGui::SetCursorScreenPos(ImVec2(area.x0, area.y0));
-  ImGui::BeginChild("mesh", ImVec2(area.width(), area.height()), true);
+  ImGui::BeginChild("mesh", ImVec2(area.width(), area.height()), true,
+                    ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
   const TraceModel& model = app.shown();
   const DeviceMesh& mesh = model.mesh();
-  ImGui::TextUnformatted(("Mesh  " + mesh.ToString()).c_str());
+  ImGui::TextUnformatted("Mesh");
   MeshGrid grid = ResolveMeshGrid(mesh, app.view);
+  // The pickers come first, so they stay where they are whatever the text after them says; they
+  // wrap onto new lines in narrow panels.
   if (mesh.ndim() >= 2) {
+    const float label_w = ImGui::CalcTextSize("rows").x + ImGui::GetStyle().ItemInnerSpacing.x;
     int row = grid.row_dim, col = grid.col_dim;
-    ImGui::SameLine();
+    SameLineIfFits(kComboWidth + label_w);
     if (DimCombo("rows##mesh", mesh, &row)) {
       if (row == col) col = grid.row_dim;  // picking the other axis's dim swaps them
     }
-    ImGui::SameLine();
+    SameLineIfFits(kComboWidth + label_w);
     if (DimCombo("cols##mesh", mesh, &col)) {
       if (col == row) row = grid.col_dim;
     }
@@ -51,38 +81,65 @@ void DrawMeshPanel(App& app, const Rect& area) {
     app.view.mesh_col_dim = col;
     grid = ResolveMeshGrid(mesh, app.view);
   }
+  const std::string title = mesh.ToString();
+  SameLineIfFits(ImGui::CalcTextSize(title.c_str()).x);
+  ImGui::TextUnformatted(title.c_str());
+  ZoomStatus(app.view.mesh_zoom, "mesh_zoom");
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (avail.x < 8 || avail.y < 8) {
     ImGui::EndChild();
     return;
   }
-  ImGui::InvisibleButton("mesh_canvas", avail);
-  const bool hovered = ImGui::IsItemHovered();
-  const bool clicked = ImGui::IsItemClicked(ImGuiMouseButton_Left);
+  const TextMetrics tm = CurrentTextMetrics();
   const Frame& frame = model.frame(app.view.frame);
   const Highlight hl = ComputeHighlight(model, app.shown_diff(), app.view);
-  const MeshLayout layout =
-      LayoutMesh(model, frame, hl, grid, Rect{0, 0, avail.x, avail.y}, CurrentTextMetrics());
-  Paint(app, "mesh", layout.draw, origin.x, origin.y);
-  if (hovered) {
-    const ImVec2 m = ImGui::GetIO().MousePos;
-    if (auto hit = HitTest(layout.draw, m.x - origin.x, m.y - origin.y, Role::kMeshCell)) {
-      const int64_t rank = layout.draw.rects[*hit].rank;
-      app.pending_hovered_rank = rank;
-      ImGui::BeginTooltip();
-      for (const std::string& line : RankDetails(model, app.view.frame, model.GetPosition(rank),
-                                                 app.other(), app.shown_diff())) {
-        ImGui::TextUnformatted(line.c_str());
+  const Rect canvas{0, 0, avail.x, avail.y};
+  Zoom& zoom = app.view.mesh_zoom;
+  MeshLayout layout = LayoutMesh(model, frame, hl, grid, canvas, tm, zoom);
+  if ((app.view.centre_pending & kCentreMesh) != 0) {
+    // Go to a rank: zoom in until its cell is readable, then centre it.
+    app.view.centre_pending &= ~kCentreMesh;
+    if (auto p = model.FindPosition(app.view.centre_rank)) {
+      const float cell = static_cast<float>(layout.pitch) / static_cast<float>(layout.aggregate);
+      const float want = ReadablePitch(model, tm);
+      if (cell < want) {
+        zoom.scale = std::min(kMaxZoom, zoom.scale * want / std::max(cell, 0.01f));
+        layout = LayoutMesh(model, frame, hl, grid, canvas, tm, zoom);
       }
+      const Rect& c = layout.cells[*p];
+      const Rect& vp = layout.viewport;
+      CentreOn(zoom, (c.x0 + c.x1) / 2 - vp.x0 + zoom.pan_x, (c.y0 + c.y1) / 2 - vp.y0 + zoom.pan_y,
+               vp.width(), vp.height());
+      layout = LayoutMesh(model, frame, hl, grid, canvas, tm, zoom);
+    }
+  }
+  const CanvasInput in = ZoomableCanvas("mesh_canvas", avail.x, avail.y, zoom, layout.viewport);
+  if (in.zoom_factor != 1) {
+    zoom = ZoomMeshAbout(model, frame, hl, grid, canvas, tm, zoom, in.zoom_factor, in.x, in.y);
+  }
+  Paint(app, "mesh", layout.draw, origin.x, origin.y, &layout.viewport);
+  if (in.hovered) {
+    if (auto rank = layout.RankAt(in.x, in.y)) {
+      app.pending_hovered_rank = *rank;
+      app.pending_hover_panel = "mesh";
+      // The rank panel shows the hovered rank in full unless another one is selected: then the
+      // tooltip says everything; else one line, not a copy of the panel.
+      const std::vector<std::string> details = RankDetails(
+          model, app.view.frame, model.GetPosition(*rank), app.other(), app.shown_diff());
+      ImGui::BeginTooltip();
+      const bool full = app.view.selected_rank >= 0 && app.view.selected_rank != *rank;
+      for (size_t i = 0; i < (full ? details.size() : std::min<size_t>(2, details.size())); ++i)
+        ImGui::TextUnformatted(details[i].c_str());
       if (layout.aggregate > 1) {
         ImGui::TextUnformatted(("(cells are aggregated " + std::to_string(layout.aggregate) + "x" +
-                                std::to_string(layout.aggregate) + "; showing the first rank)")
+                                std::to_string(layout.aggregate) +
+                                "; showing the first rank: zoom in to see each)")
                                    .c_str());
       }
       ImGui::EndTooltip();
-      if (clicked) app.view.selected_rank = app.view.selected_rank == rank ? -1 : rank;
-    } else if (clicked) {
+      if (in.clicked) app.view.selected_rank = app.view.selected_rank == *rank ? -1 : *rank;
+    } else if (in.clicked) {
       app.view.selected_rank = -1;
     }
   }

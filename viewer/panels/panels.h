@@ -20,10 +20,33 @@ namespace dtsim::viewer {
 // Draws records of the model's layout step (laid out at the origin) at screen position (origin_x,
 // origin_y) into the current window, and keeps a copy in screen coordinates under `panel` when
 // app.record is set (headless dumps).
-void Paint(App& app, const char* panel, const DrawList& list, float origin_x, float origin_y);
+// With `viewport` (in the list's coordinates), records marked zoomed are clipped to it.
+void Paint(App& app, const char* panel, const DrawList& list, float origin_x, float origin_y,
+           const Rect* viewport = nullptr);
+
+// The next item goes on the current line when `width` pixels fit there, else on a new line: the
+// toolbars wrap in narrow windows instead of clipping their widgets.
+void SameLineIfFits(float width);
+
+// The mouse over a zoomable canvas this frame (canvas coordinates).
+struct CanvasInput {
+  bool hovered = false;   // over the canvas, not dragging
+  bool clicked = false;   // the left button released over it without dragging
+  bool dragging = false;  // a drag is panning the content
+  float x = 0, y = 0;
+  float zoom_factor = 1;  // the wheel turned over the canvas: zoom by this about (x, y)
+};
+// An invisible button of `width` x `height` at the cursor that pans `zoom` by dragging and reports
+// the wheel as a zoom factor (the panel zooms about the cursor: ZoomAbout, or the mesh's exact
+// ZoomMeshAbout); `viewport` is the zoomable part, in canvas coordinates.
+CanvasInput ZoomableCanvas(const char* id, float width, float height, Zoom& zoom,
+                           const Rect& viewport);
 
 // ImGui's default font as TextMetrics for the layout step.
 TextMetrics CurrentTextMetrics();
+
+// "2.0x  [fit (R)]" after a panel's title while its content is zoomed; the button resets it.
+void ZoomStatus(Zoom& zoom, const char* id);
 
 // The panels; each draws into the current window's region `area` (screen pixels) or into its own
 // child window.
@@ -33,7 +56,11 @@ void DrawTensorPanel(App& app, const Rect& area);
 void DrawTimelinePanel(App& app, const Rect& area);
 void DrawRankPanel(App& app, const Rect& area);
 void DrawDiffPanel(App& app, const Rect& area);
-void DrawErrorPanel(const App& app, const Rect& area);
+void DrawErrorPanel(App& app, const Rect& area);
+
+// Opens `paths` (one trace, or two to compare) from inside the window: LoadTraces, and on success
+// the paths join app.recent (saved to app.recent_file when set).
+void OpenTraces(App& app, const std::vector<std::string>& paths);
 
 // The whole window: toolbar, panels arranged over the display (`width` x `height` pixels).
 void DrawViewer(App& app, float width, float height, double now_s);

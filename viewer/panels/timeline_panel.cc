@@ -1,11 +1,14 @@
 // The timeline: initial → each step → final, with playback controls, the frame strip, the step's
 // collective and the bytes each rank sends and receives (model/timeline_layout.h).
+#include <GLFW/glfw3.h>  // key codes (ImGui 1.86 indexes keys by the backend's codes)
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include <algorithm>
 #include <cstdio>
 
 #include "panels.h"
+#include "viewer/model/find.h"
 #include "viewer/model/rank_details.h"
 #include "viewer/model/timeline_layout.h"
 
@@ -27,16 +30,58 @@ void DrawTimelinePanel(App& app, const Rect& area) {
   if (ImGui::Button(">")) v.frame = NextFrame(v.frame, n);
   ImGui::SameLine();
   if (ImGui::Button(">|")) v.frame = n - 1;
-  ImGui::SameLine();
   int frame = static_cast<int>(v.frame);
   const std::string label = model.frame(v.frame).label;
-  ImGui::SetNextItemWidth(std::max(120.0f, area.width() * 0.35f));
+  const float slider_w = std::max(120.0f, area.width() * 0.3f);
+  SameLineIfFits(slider_w);
+  ImGui::SetNextItemWidth(slider_w);
   if (ImGui::SliderInt("##frame", &frame, 0, static_cast<int>(n - 1), label.c_str()))
     v.frame = frame;
-  ImGui::SameLine();
   float speed = static_cast<float>(v.seconds_per_frame);
+  SameLineIfFits(110 + ImGui::CalcTextSize("s/step").x + 8);
   ImGui::SetNextItemWidth(110);
   if (ImGui::SliderFloat("s/step", &speed, 0.1f, 3.0f, "%.1f s")) v.seconds_per_frame = speed;
+
+  // Find steps by collective kind or mesh dim (Ctrl+F); Enter or F3 goes to the next match,
+  // Shift+F3 to the previous one.
+  const ImGuiIO& io = ImGui::GetIO();
+  const float find_w = 150;
+  SameLineIfFits(find_w + 150);
+  if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_F, false)) ImGui::SetKeyboardFocusHere();
+  ImGui::SetNextItemWidth(find_w);
+  const bool entered =
+      ImGui::InputTextWithHint("##find_step", "find step: all_gather, tp", &app.find_text,
+                               ImGuiInputTextFlags_EnterReturnsTrue);
+  if (entered) ImGui::SetKeyboardFocusHere(-1);  // stay in the box: Enter again, the next match
+  const std::vector<int64_t> matches = FindSteps(model, app.find_text);
+  if (!app.find_text.empty()) {
+    ImGui::SameLine();
+    auto next = [&](bool forward) {
+      if (matches.empty()) return;
+      if (forward) {
+        auto it = std::upper_bound(matches.begin(), matches.end(), v.frame);
+        v.frame = it == matches.end() ? matches.front() : *it;  // wraps, as find does
+      } else {
+        auto it = std::lower_bound(matches.begin(), matches.end(), v.frame);
+        v.frame = it == matches.begin() ? matches.back() : *(it - 1);
+      }
+    };
+    if (matches.empty()) {
+      ImGui::TextColored(ImVec4(0.92f, 0.3f, 0.3f, 1), "no step matches");
+    } else {
+      const auto at = std::find(matches.begin(), matches.end(), v.frame);
+      ImGui::Text(
+          "%s%zu match%s",
+          at == matches.end() ? "" : (std::to_string(at - matches.begin() + 1) + "/").c_str(),
+          matches.size(), matches.size() == 1 ? "" : "es");
+      ImGui::SameLine();
+      if (ImGui::SmallButton("<##find")) next(false);
+      ImGui::SameLine();
+      if (ImGui::SmallButton(">##find")) next(true);
+    }
+    const bool f3 = ImGui::IsKeyPressed(GLFW_KEY_F3, false);
+    if (entered || f3) next(!(f3 && io.KeyShift));
+  }
 
   // The frame strip.
   const TextMetrics tm = CurrentTextMetrics();
@@ -49,7 +94,7 @@ void DrawTimelinePanel(App& app, const Rect& area) {
   const TraceDiff* diff = app.shown_diff();
   const DrawList strip =
       LayoutFrameStrip(model, diff ? diff->frame_differs : std::vector<uint8_t>{}, v.frame,
-                       Rect{0, 0, std::max(8.0f, avail.x), strip_h}, tm);
+                       Rect{0, 0, std::max(8.0f, avail.x), strip_h}, tm, matches);
   Paint(app, "frames", strip, origin.x, origin.y);
   if (strip_hovered) {
     const ImVec2 m = ImGui::GetIO().MousePos;
@@ -105,6 +150,7 @@ void DrawTimelinePanel(App& app, const Rect& area) {
         const int64_t p = model.GetPosition(bar.rank);
         if (bar.rank_end < 0) {
           app.pending_hovered_rank = bar.rank;
+          app.pending_hover_panel = "bytes";
           ImGui::SetTooltip("rank %lld: sent %s, received %s", static_cast<long long>(bar.rank),
                             BytesText(fr.bytes_sent[p]).c_str(),
                             BytesText(fr.bytes_received[p]).c_str());

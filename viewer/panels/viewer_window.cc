@@ -1,11 +1,16 @@
 // The viewer's window: the toolbar, the panels arranged over the display, keyboard control,
 // playback, and the error panel that replaces them when a trace cannot be opened.
+#include <GLFW/glfw3.h>  // key codes (ImGui 1.86 indexes keys by the backend's codes)
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "dtsim/layout/error.h"
 #include "panels.h"
 #include "viewer/model/colors.h"
+#include "viewer/model/find.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -25,6 +30,7 @@ void HandleKeys(App& app) {
   if (io.WantTextInput || !app.loaded()) return;
   const int64_t n = app.shown().num_frames();
   ViewState& v = app.view;
+  // Stepping stops at the first and last frame (only Play wraps).
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) v.frame = NextFrame(v.frame, n);
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow)))
     v.frame = PreviousFrame(v.frame, n);
@@ -34,17 +40,96 @@ void HandleKeys(App& app) {
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) v.selected_rank = -1;
   if (app.second && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Tab), false))
     v.show_second = !v.show_second;
+  if (!io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_R, false)) {
+    v.mesh_zoom = Zoom{};
+    v.tensor_zoom = Zoom{};
+  }
+}
+
+// The open box: a path (and a second one to compare), the recent traces, an Open button. Used in
+// the Open popup and on the error screen.
+void DrawOpenBox(App& app) {
+  ImGui::TextUnformatted("Open a trace (a second one to compare it with is optional):");
+  if (app.focus_open) {
+    ImGui::SetKeyboardFocusHere();
+    app.focus_open = false;
+  }
+  ImGui::SetNextItemWidth(std::min(560.0f, ImGui::GetContentRegionAvail().x));
+  bool go = ImGui::InputTextWithHint("##open_path", "path/to/trace.json", &app.open_path,
+                                     ImGuiInputTextFlags_EnterReturnsTrue);
+  ImGui::SetNextItemWidth(std::min(560.0f, ImGui::GetContentRegionAvail().x));
+  go |= ImGui::InputTextWithHint("##open_second", "second trace to compare (optional)",
+                                 &app.open_second, ImGuiInputTextFlags_EnterReturnsTrue);
+  go |= ImGui::Button("Open");
+  if (!app.recent.empty()) {
+    ImGui::TextUnformatted("Recent (click to fill in, double-click to open):");
+    for (size_t i = 0; i < app.recent.size(); ++i) {
+      ImGui::PushID(static_cast<int>(i));
+      if (ImGui::Selectable(app.recent[i].c_str(), app.recent[i] == app.open_path,
+                            ImGuiSelectableFlags_AllowDoubleClick)) {
+        app.open_path = app.recent[i];
+        if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) go = true;
+      }
+      ImGui::PopID();
+    }
+  }
+  if (go && !app.open_path.empty()) {
+    std::vector<std::string> paths{app.open_path};
+    if (!app.open_second.empty()) paths.push_back(app.open_second);
+    OpenTraces(app, paths);
+    ImGui::CloseCurrentPopup();
+  }
 }
 
 }  // namespace
 
+void OpenTraces(App& app, const std::vector<std::string>& paths) {
+  LoadTraces(app, paths);
+  if (!app.loaded()) return;
+  RememberRecent(app, paths);
+  WriteRecentFiles(app.recent_file, app.recent);
+}
+
+// Go to a rank (Ctrl+G): a number or a coordinate; Enter selects, centres and highlights it.
+void DrawGoTo(App& app) {
+  const float box_w = 170;
+  SameLineIfFits(box_w + 90);
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_G, false)) ImGui::SetKeyboardFocusHere();
+  ImGui::SetNextItemWidth(box_w);
+  if (ImGui::InputTextWithHint("##goto", "go to rank: 1380 or 5,12,4", &app.goto_text,
+                               ImGuiInputTextFlags_EnterReturnsTrue)) {
+    try {
+      GoToRank(app.view, ParseRankQuery(app.shown(), app.goto_text));
+      app.goto_error.clear();
+    } catch (const InputError& e) {
+      app.goto_error = e.what();
+    }
+  }
+  if (!app.goto_error.empty()) {
+    SameLineIfFits(ImGui::CalcTextSize(app.goto_error.c_str()).x);
+    ImGui::TextColored(ToVec4(kDiffColor), "%s", app.goto_error.c_str());
+  }
+}
+
 void DrawToolbar(App& app) {
   ImGui::TextUnformatted("dtsim-viewer");
   ImGui::SameLine();
+  const bool ctrl_o = ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_O, false);
+  if (ctrl_o) app.focus_open = true;
+  if ((ImGui::SmallButton("Open... (Ctrl+O)") || ctrl_o) && app.loaded())
+    ImGui::OpenPopup("Open a trace");
+  if (ImGui::BeginPopup("Open a trace")) {
+    DrawOpenBox(app);
+    ImGui::EndPopup();
+  }
   if (!app.loaded()) {
+    ImGui::SameLine();
     ImGui::TextUnformatted("(no trace)");
     return;
   }
+  DrawGoTo(app);
+  ImGui::SameLine();
   const ImVec4 dim = ToVec4(kDimTextColor);
   // File names (the full path on hover) and what each trace is.
   auto name = [](const TraceModel& m) {
@@ -56,33 +141,38 @@ void DrawToolbar(App& app) {
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
   };
+  auto text = [](const std::string& t, const ImVec4* color = nullptr) {
+    SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
+    if (color != nullptr) {
+      ImGui::TextColored(*color, "%s", t.c_str());
+    } else {
+      ImGui::TextUnformatted(t.c_str());
+    }
+  };
   if (!app.second) {
-    ImGui::TextUnformatted(name(*app.first).c_str());
+    text(name(*app.first));
     path_tooltip(*app.first);
-    ImGui::SameLine();
-    ImGui::TextColored(dim, "%s", Describe(*app.first).c_str());
+    text(Describe(*app.first), &dim);
     return;
   }
+  ImGui::NewLine();
   int which = app.view.show_second ? 1 : 0;
   if (ImGui::RadioButton(("first: " + name(*app.first)).c_str(), &which, 0))
     app.view.show_second = false;
   path_tooltip(*app.first);
-  ImGui::SameLine();
-  ImGui::TextColored(dim, "%s", Describe(*app.first).c_str());
-  ImGui::SameLine();
-  ImGui::TextColored(dim, "  (Tab switches)");
+  text(Describe(*app.first), &dim);
+  text("  (Tab switches)", &dim);
   if (ImGui::RadioButton(("second: " + name(*app.second)).c_str(), &which, 1))
     app.view.show_second = true;
   path_tooltip(*app.second);
-  ImGui::SameLine();
-  ImGui::TextColored(dim, "%s", Describe(*app.second).c_str());
+  text(Describe(*app.second), &dim);
   const bool agree = app.diff->differences.empty();
   ImGui::PushStyleColor(ImGuiCol_Text, agree ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ToVec4(kDiffColor));
   ImGui::TextWrapped("%s", app.diff->summary.c_str());
   ImGui::PopStyleColor();
 }
 
-void DrawErrorPanel(const App& app, const Rect& area) {
+void DrawErrorPanel(App& app, const Rect& area) {
   ImGui::SetCursorScreenPos(ImVec2(area.x0, area.y0));
   ImGui::BeginChild("error", ImVec2(area.width(), area.height()), true);
   ImGui::PushStyleColor(ImGuiCol_Text, ToVec4(kDiffColor));
@@ -96,6 +186,9 @@ void DrawErrorPanel(const App& app, const Rect& area) {
       "Open a trace written by `dtsim redistribute --trace out.json` (format dtsim-trace, version "
       "1), "
       "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json");
+  ImGui::Spacing();
+  ImGui::Separator();
+  DrawOpenBox(app);
   ImGui::EndChild();
 }
 
@@ -109,10 +202,12 @@ void DrawViewer(App& app, float width, float height, double now_s) {
 
   ImGui::SetNextWindowPos(ImVec2(0, 0));
   ImGui::SetNextWindowSize(ImVec2(width, height));
+  app.pending_hover_panel.clear();
   ImGui::Begin("dtsim-viewer", nullptr,
                ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
                    ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollbar);
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollbar |
+                   ImGuiWindowFlags_NoScrollWithMouse);
   HandleKeys(app);
   DrawToolbar(app);
   const float pad = 6;
@@ -126,7 +221,7 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   const int64_t n = app.shown().num_frames();
   v.frame = std::clamp<int64_t>(v.frame, 0, n - 1);
   if (v.playing && now_s - app.last_advance_s >= v.seconds_per_frame) {
-    v.frame = NextFrame(v.frame, n);
+    v.frame = PlaybackFrame(v.frame, n);
     app.last_advance_s = now_s;
   }
   const float rest = height - top - pad;
@@ -135,13 +230,17 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   DrawMeshPanel(app, Rect{pad, top, mesh_w, top + top_h});
   DrawTensorPanel(app, Rect{mesh_w + pad, top, width - pad, top + top_h});
   const float bottom = top + top_h + pad;
-  const float timeline_w = std::round(width * 0.64f);
-  DrawTimelinePanel(app, Rect{pad, bottom, timeline_w, height - pad});
   if (app.second) {
-    const float mid = std::round((bottom + height - pad) / 2);
-    DrawRankPanel(app, Rect{timeline_w + pad, bottom, width - pad, mid});
-    DrawDiffPanel(app, Rect{timeline_w + pad, mid + pad, width - pad, height - pad});
+    // Diff mode: the rank and the diff panels side by side, each of full height (stacked, the rank
+    // panel overflowed).
+    const float timeline_w = std::round(width * 0.52f);
+    const float rank_w = std::round((width - timeline_w) / 2);
+    DrawTimelinePanel(app, Rect{pad, bottom, timeline_w, height - pad});
+    DrawRankPanel(app, Rect{timeline_w + pad, bottom, timeline_w + rank_w, height - pad});
+    DrawDiffPanel(app, Rect{timeline_w + rank_w + pad, bottom, width - pad, height - pad});
   } else {
+    const float timeline_w = std::round(width * 0.64f);
+    DrawTimelinePanel(app, Rect{pad, bottom, timeline_w, height - pad});
     DrawRankPanel(app, Rect{timeline_w + pad, bottom, width - pad, height - pad});
   }
   ImGui::End();
