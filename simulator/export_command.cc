@@ -8,6 +8,7 @@
 // written atomically; bad input is exit 2 with no file written.
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <utility>
 
 #include "commands.h"
 #include "dtsim/layout/error.h"
@@ -75,14 +76,15 @@ int RunExport(const Args& args) {
   if (!o.with.empty()) files.Input(o.with, "with");
   files.Output(out, "file");
   // A recording of an upstream run (dtsim.record): its redistributions per rank, as measured.
-  const nlohmann::json first_json = ReadTraceJson(o.files[0]);
-  if (IsRecording(first_json)) {
+  TraceText first_text = ReadTraceText(o.files[0]);
+  if (first_text.format == kRecordingFormat) {
+    const nlohmann::json first_json = ParseTraceText(first_text);
     if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
     const Recording rec = WithFileName(o.files[0], [&] { return RecordingFromJson(first_json); });
     WriteFileAtomically(out, SafeDump(viewer::RecordingToPerfetto(rec)) + "\n", "file");
     return 0;
   }
-  const Trace first = WithFileName(o.files[0], [&] { return TraceFromJson(first_json); });
+  const Trace first = TraceFromText(std::exchange(first_text, {}));
   std::vector<viewer::PerfettoSource> sources = {{&first, ""}};
   Trace second;
   if (!o.with.empty()) {

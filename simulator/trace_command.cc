@@ -6,6 +6,7 @@
 // part (exit 1). Unreadable or invalid traces are input errors (exit 2).
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <utility>
 
 #include "commands.h"
 #include "dtsim/layout/error.h"
@@ -41,10 +42,14 @@ int RunTraceDiff(const Args& args) {
   if (limit < 1 || limit > 1000000) {
     throw InputError("limit", StrCat(limit, " is out of range: print 1 to 1000000 differences"));
   }
-  // Two op traces (dtsim op --trace) or two traces of a redistribution.
-  const nlohmann::json ja = ReadTraceJson(files[0]);
-  const nlohmann::json jb = ReadTraceJson(files[1]);
-  if (IsOpTrace(ja) || IsOpTrace(jb)) {
+  // Two op traces (dtsim op --trace) or two traces of a redistribution. Both files are read and
+  // checked as JSON first; a trace is then validated without building its JSON (about its size
+  // again in memory), the first text freed before the second is read.
+  TraceText ta = ReadTraceText(files[0]);
+  TraceText tb = ReadTraceText(files[1]);
+  if (ta.format == kOpTraceFormat || tb.format == kOpTraceFormat) {
+    const nlohmann::json ja = ParseTraceText(ta);
+    const nlohmann::json jb = ParseTraceText(tb);
     const OpTrace a = WithFileName(files[0], [&] { return OpTraceFromJson(ja); });
     const OpTrace b = WithFileName(files[1], [&] { return OpTraceFromJson(jb); });
     const std::vector<TraceDifference> diffs = DiffOpTraces(a, b, static_cast<size_t>(limit));
@@ -58,8 +63,8 @@ int RunTraceDiff(const Args& args) {
     for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
     return 1;
   }
-  const Trace a = WithFileName(files[0], [&] { return TraceFromJson(ja); });
-  const Trace b = WithFileName(files[1], [&] { return TraceFromJson(jb); });
+  const Trace a = TraceFromText(std::exchange(ta, {}));
+  const Trace b = TraceFromText(std::exchange(tb, {}));
   const std::vector<TraceDifference> diffs = DiffTraces(a, b, static_cast<size_t>(limit));
   if (diffs.empty()) {
     std::cout << "traces agree: " << a.steps.size() << " step" << (a.steps.size() == 1 ? "" : "s")

@@ -269,6 +269,9 @@ std::string ReadInputFile(const std::string& path, const std::string& field, int
     ~Closer() { ::close(fd); }
   } closer{fd};
   std::string text;
+  // A regular file's size is known: one allocation (growing by doubling would hold up to twice the
+  // file, and copy it at each step). A stream is shrunk to what it sent below.
+  if (!stream) text.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   while (true) {
     if (stream) {
@@ -292,6 +295,7 @@ std::string ReadInputFile(const std::string& path, const std::string& field, int
     }
     text.append(buf, static_cast<size_t>(n));
   }
+  if (text.capacity() > text.size() + text.size() / 4) text.shrink_to_fit();
   return text;
 }
 

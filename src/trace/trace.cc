@@ -17,6 +17,7 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
+#include "trace/json_text.h"
 
 namespace dtsim {
 namespace {
@@ -24,7 +25,6 @@ namespace {
 constexpr double kMaxTraceMicros = 1e15;
 
 constexpr int64_t kMaxDim = int64_t{1} << 62;
-constexpr size_t kMaxJsonDepth = 512;
 constexpr int64_t kMaxTraceFileBytes = int64_t{1} << 30;
 
 bool IsHash(const std::string& s) {
@@ -117,11 +117,38 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
   return s;
 }
 
-TraceState StateFromJson(const JsonReader& r, bool need_hash) {
-  r.ExpectObject();
+// The last of `states`, read at `r` (a JsonReader or a JsonNode), follows the one before it (ranks
+// ascending, each once).
+template <typename Reader>
+void CheckAscending(const Reader& r, const std::vector<RankState>& states) {
+  const size_t i = states.size() - 1;
+  if (i > 0 && states[i].rank <= states[i - 1].rank) {
+    r.At("rank").Fail(StrCat("ranks must be listed once each, ascending: rank ", states[i].rank,
+                             " follows rank ", states[i - 1].rank));
+  }
+}
+
+// A list of RANK_STATEs, one element's DOM at a time.
+std::vector<RankState> RankStatesFromNode(const internal::JsonNode& list, const DTensorSpec& spec,
+                                          bool need_hash) {
+  const size_t n = list.ArraySize();
+  std::vector<RankState> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const internal::JsonNode item = list.At(i);
+    out.push_back(
+        item.Read([&](const JsonReader& r) { return RankStateFromJson(r, spec, need_hash); }));
+    CheckAscending(item, out);
+  }
+  return out;
+}
+
+TraceState StateFromNode(const internal::JsonNode& node, bool need_hash) {
+  node.ExpectObject();
   TraceState s;
-  s.spec = SpecFromJson(r.At("spec").json(), "trace", r.At("spec").path());
-  s.ranks = RankStatesFromJson(r.At("ranks"), s.spec, need_hash);
+  s.spec = node.At("spec").Read(
+      [](const JsonReader& r) { return SpecFromJson(r.json(), "trace", r.path()); });
+  s.ranks = RankStatesFromNode(node.At("ranks"), s.spec, need_hash);
   return s;
 }
 
@@ -241,10 +268,7 @@ std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     out.push_back(RankStateFromJson(r.At(i), spec, need_hash));
-    if (i > 0 && out[i].rank <= out[i - 1].rank) {
-      r.At(i).At("rank").Fail(StrCat("ranks must be listed once each, ascending: rank ",
-                                     out[i].rank, " follows rank ", out[i - 1].rank));
-    }
+    CheckAscending(r.At(i), out);
   }
   return out;
 }
@@ -415,7 +439,7 @@ namespace {
 
 // A simulated trace holds exactly the layout its specs give (a real run's may differ: trace-diff
 // shows where). Each state's local shape and global offset against spec.LayoutAt(coordinate).
-void CheckSimulatedLayout(const JsonReader& states, const std::vector<RankState>& ranks,
+void CheckSimulatedLayout(const internal::JsonNode& states, const std::vector<RankState>& ranks,
                           const DTensorSpec& spec) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankState& s = ranks[i];
@@ -439,118 +463,141 @@ void CheckSimulatedLayout(const JsonReader& states, const std::vector<RankState>
 
 }  // namespace
 
-Trace TraceFromJson(const nlohmann::json& json) {
-  CheckTraceHeader(json);
-  JsonReader r(json, "trace");
+namespace {
+
+// CheckTraceHeader on a node: a DOM as it is; text through a stand-in holding only what the header
+// check reads (the format, the version, which sections exist), so the messages are the same.
+void CheckTraceHeaderOf(const internal::JsonNode& root) {
+  if (root.is_dom()) return root.Read([](const JsonReader& r) { CheckTraceHeader(r.json()); });
+  nlohmann::json header;
+  const std::string_view type = root.TypeName();
+  if (type == "object") {
+    header = root.ReadWithout({"meta", "initial", "steps", "final"},
+                              [](const JsonReader& r) { return r.json(); });
+    for (const char* key : {"meta", "initial", "steps", "final"}) {
+      if (root.Has(key)) header[key] = nullptr;
+    }
+  } else if (type == "array") {
+    header = nlohmann::json::array();
+  } else if (type == "string") {
+    header = "";
+  } else if (type == "boolean") {
+    header = false;
+  } else if (type == "number") {
+    header = 0;
+  }
+  CheckTraceHeader(header);
+}
+
+// The whole validation of a trace (TraceFromJson's documentation), on a DOM or on checked text:
+// the per-rank lists and the collectives are read one element's DOM at a time, a step's other keys
+// as one small DOM.
+Trace TraceFromNode(const internal::JsonNode& root) {
+  CheckTraceHeaderOf(root);
   Trace t;
-  t.meta = MetaFromJson(r.At("meta"));
+  t.meta = root.At("meta").Read([](const JsonReader& r) { return MetaFromJson(r); });
   const bool need_hash = t.meta.data;
-  t.initial = StateFromJson(r.At("initial"), need_hash);
-  t.final_state = StateFromJson(r.At("final"), need_hash);
+  t.initial = StateFromNode(root.At("initial"), need_hash);
+  t.final_state = StateFromNode(root.At("final"), need_hash);
   const DTensorSpec& spec = t.initial.spec;
   const bool simulated = t.meta.backend == "local";
   if (simulated) {
-    CheckSimulatedLayout(r.At("initial").At("ranks"), t.initial.ranks, t.initial.spec);
-    CheckSimulatedLayout(r.At("final").At("ranks"), t.final_state.ranks, t.final_state.spec);
+    CheckSimulatedLayout(root.At("initial").At("ranks"), t.initial.ranks, t.initial.spec);
+    CheckSimulatedLayout(root.At("final").At("ranks"), t.final_state.ranks, t.final_state.spec);
   }
   if (t.final_state.spec.shape() != spec.shape() || t.final_state.spec.dtype() != spec.dtype()) {
-    r.At("final").At("spec").Fail(StrCat("shape/dtype ", t.final_state.spec.ToString(),
-                                         " differ from the initial ", spec.ToString()));
+    root.At("final").At("spec").Fail(StrCat("shape/dtype ", t.final_state.spec.ToString(),
+                                            " differ from the initial ", spec.ToString()));
   }
-  const JsonReader steps = r.At("steps");
+  const internal::JsonNode steps = root.At("steps");
   const size_t n = steps.ArraySize();
   for (size_t i = 0; i < n; ++i) {
-    const JsonReader s = steps.At(i);
+    const internal::JsonNode s = steps.At(i);
     s.ExpectObject();
     TraceStep step;
-    step.plan = PlanStepFromJson(s.json(), "trace", s.path(), &step.mesh_dim_name);
-    if (s.Has("index") && s.Int("index") != static_cast<int64_t>(i)) {
-      s.At("index").Fail(StrCat("is ", s.Int("index"), " at position ", i));
-    }
-    if (step.plan.mesh_dim >= spec.mesh().ndim()) {
-      s.At("mesh_dim").Fail(StrCat(step.plan.mesh_dim, " is outside ", spec.mesh().ToString()));
-    }
+    // The plan step's keys (its per-rank lists included), without the collectives and rank
+    // states read below.
+    s.ReadWithout({"collectives", "ranks_after"}, [&](const JsonReader& r) {
+      step.plan = PlanStepFromJson(r.json(), "trace", r.path(), &step.mesh_dim_name);
+      if (r.Has("index") && r.Int("index") != static_cast<int64_t>(i)) {
+        r.At("index").Fail(StrCat("is ", r.Int("index"), " at position ", i));
+      }
+      if (step.plan.mesh_dim >= spec.mesh().ndim()) {
+        r.At("mesh_dim").Fail(StrCat(step.plan.mesh_dim, " is outside ", spec.mesh().ToString()));
+      }
+    });
     if (s.Has("collectives")) {
-      const JsonReader cs = s.At("collectives");
+      const internal::JsonNode cs = s.At("collectives");
       const size_t m = cs.ArraySize();
       for (size_t k = 0; k < m; ++k) {
-        step.collectives.push_back(CollectiveFromJson(cs.At(k)));
-        CheckGroups(cs.At(k), step.collectives.back(), spec.mesh(), step.plan.mesh_dim);
+        step.collectives.push_back(cs.At(k).Read([&](const JsonReader& r) {
+          TraceCollective c = CollectiveFromJson(r);
+          CheckGroups(r, c, spec.mesh(), step.plan.mesh_dim);
+          return c;
+        }));
       }
     }
-    step.placements_after = PlacementsOf(s.At("placements_after"), spec.mesh().ndim(), spec.ndim());
+    step.placements_after = s.At("placements_after").Read([&](const JsonReader& r) {
+      return PlacementsOf(r, spec.mesh().ndim(), spec.ndim());
+    });
     const DTensorSpec after =
         DTensorSpec::Create(spec.mesh(), step.placements_after, spec.shape(), spec.dtype());
-    step.ranks_after = RankStatesFromJson(s.At("ranks_after"), after, need_hash);
-    if (simulated) CheckSimulatedLayout(s.At("ranks_after"), step.ranks_after, after);
+    const internal::JsonNode ranks_after = s.At("ranks_after");
+    step.ranks_after = RankStatesFromNode(ranks_after, after, need_hash);
+    if (simulated) CheckSimulatedLayout(ranks_after, step.ranks_after, after);
     t.steps.push_back(std::move(step));
   }
-  if (r.Has("ok")) t.ok = r.Bool("ok");
+  if (root.Has("ok")) t.ok = root.At("ok").Read([](const JsonReader& r) { return r.AsBool(); });
   return t;
 }
 
-nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
-                             const std::string& source) {
-  // Depth and duplicate keys are checked while parsing (a callback per event), so hostile input is
-  // refused before it is built.
-  std::vector<std::set<std::string>> keys;
-  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (static_cast<size_t>(depth) > kMaxJsonDepth) {
-      throw InputError(field, StrCat(source, " nests JSON deeper than ", kMaxJsonDepth, " levels"));
-    }
-    if (event == E::object_start) {
-      keys.emplace_back();
-    } else if (event == E::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == E::key && !keys.empty()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!keys.back().insert(key).second) {
-        throw InputError(
-            field, StrCat(source, " has the key '", ExcerptText(key, 40), "' twice in one object"));
-      }
-    }
-    return true;
-  };
-  // JSON text holds no NUL byte (strings escape it); the parser would stop there and accept what
-  // came before.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    throw InputError(field, StrCat(source, " is not valid JSON: a NUL byte at offset ", nul));
-  }
-  try {
-    return nlohmann::json::parse(text.begin(), text.end(), callback);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
-      what =
-          what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.parse_error.101] "
-    }
-    throw InputError(field, StrCat(source, " is not valid JSON: ", ExcerptText(what, 200)));
-  } catch (const nlohmann::json::exception& e) {
-    // out_of_range 406: a number too large for a double ("1e400").
-    std::string what = e.what();
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
-      what = what.substr(what.find("] ") + 2);
-    }
-    throw InputError(field,
-                     StrCat(source, " holds a number out of range: ", ExcerptText(what, 200)));
-  }
+}  // namespace
+
+Trace TraceFromJson(const nlohmann::json& json) {
+  return TraceFromNode(internal::JsonNode::OfDom(json, "trace"));
 }
 
-nlohmann::json ReadTraceJson(const std::string& path) {
+namespace {
+
+std::string ReadTraceFileText(const std::string& path) {
   if (path.empty()) throw InputError("trace", "the trace path is empty");
-  const std::string text = ReadInputFile(path, "trace", kMaxTraceFileBytes);
+  std::string text = ReadInputFile(path, "trace", kMaxTraceFileBytes);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw InputError("trace", StrCat("'", ExcerptText(path), "' is empty"));
   }
+  return text;
+}
+
+}  // namespace
+
+nlohmann::json ReadTraceJson(const std::string& path) {
+  const std::string text = ReadTraceFileText(path);
   const nlohmann::json json = ParseJsonText(text, "trace", StrCat("'", ExcerptText(path), "'"));
   return json;
 }
 
-Trace ReadTrace(const std::string& path) {
-  const nlohmann::json json = ReadTraceJson(path);
-  return WithFileName(path, [&] { return TraceFromJson(json); });
+TraceText ReadTraceText(const std::string& path) {
+  return TraceTextOf(path, ReadTraceFileText(path));
 }
+
+TraceText TraceTextOf(std::string path, std::string text) {
+  TraceText out;
+  out.format = internal::CheckJsonText(text, "trace", StrCat("'", ExcerptText(path), "'"));
+  out.path = std::move(path);
+  out.text = std::move(text);
+  return out;
+}
+
+Trace TraceFromText(const TraceText& text) {
+  return WithFileName(
+      text.path, [&] { return TraceFromNode(internal::JsonNode::OfText(text.text, "trace")); });
+}
+
+nlohmann::json ParseTraceText(const TraceText& text) {
+  return ParseJsonText(text.text, "trace", StrCat("'", ExcerptText(text.path), "'"));
+}
+
+Trace ReadTrace(const std::string& path) { return TraceFromText(ReadTraceText(path)); }
 
 void WriteFileAtomically(const std::string& path, const std::string& text,
                          const std::string& field) {

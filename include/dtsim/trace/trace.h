@@ -122,8 +122,29 @@ void CheckTraceHeader(const nlohmann::json& json);
 
 // Reads a trace file: InputError("trace") for unreadable files (with the reason), a directory,
 // broken JSON (with the position), and anything TraceFromJson refuses. Files over 1 GiB are refused
-// before reading.
+// before reading. Memory: the file's text plus the Trace (about 2x the file for the traces dtsim
+// writes; the JSON is never built whole: ReadTraceText + TraceFromText).
 Trace ReadTrace(const std::string& path);
+
+// A trace file's text as ReadTrace reads it (the same limits, bounded reads, and JSON checks as
+// ParseJsonText: syntax with the byte position, nesting, duplicate keys, numbers in range), nothing
+// built yet, and its top-level "format" — for commands that take more than one format (trace-diff:
+// op traces; export: recordings).
+// Build one with ReadTraceText or TraceTextOf (TraceFromText relies on their checks).
+struct TraceText {
+  std::string path;
+  std::string text;
+  std::string format;  // "dtsim-trace", "dtsim-op-trace", ...; "" when missing or not a string
+};
+TraceText ReadTraceText(const std::string& path);
+// The same for text in memory, checked as JSON here (`path` names it in messages).
+TraceText TraceTextOf(std::string path, std::string text);
+// The trace in `text`, validated exactly as TraceFromJson validates (the same messages, naming the
+// file as ReadTrace does), reading one rank state or collective at a time: the peak is the text,
+// the Trace, and one step's plan keys or one collective as a DOM.
+Trace TraceFromText(const TraceText& text);
+// The text as a DOM (ParseJsonText), for the formats other than dtsim-trace.
+nlohmann::json ParseTraceText(const TraceText& text);
 
 // The JSON value of a trace file of either format (dtsim-trace, or dtsim-op-trace in op_trace.h),
 // read with ReadTrace's limits and checks; the format is not checked here.

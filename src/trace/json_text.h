@@ -1,0 +1,93 @@
+// JSON text read without building it whole (internal to dtsim_trace): CheckJsonText checks a file's
+// text with ParseJsonText's rules and messages but builds nothing, and JsonNode walks a value
+// either as a node of a parsed DOM or as a span of such checked text, whose objects' members and
+// arrays' elements are found by scanning and parsed into a DOM only where a reader asks for one. A
+// DOM of nlohmann::json costs 5 to 20 times its text (every value 16 bytes, every object a
+// std::map, every list a heap block); reading a trace through JsonNode holds the text, one
+// element's DOM at a time and what is built from them.
+//
+// Example: const std::string text = R"({"ranks": [{"rank": 0}, {"rank": 1}]})";
+//          CheckJsonText(text, "trace", "'t.json'");
+//          JsonNode root = JsonNode::OfText(text, "trace");
+//          root.At("ranks").ArraySize() == 2;
+//          root.At("ranks").At(1).Read([](const JsonReader& r) { return r.Int("rank"); }) == 1;
+//          root.At("steps") throws InputError("trace", "steps: missing"), as JsonReader::At does.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim::internal {
+
+// Checks `text` as ParseJsonText(text, field, source) does — syntax (with the byte position), no
+// NUL byte, nesting at most 512 deep, no key twice in one object, numbers within double range —
+// with the same InputError messages, but builds nothing (memory: the nesting depth). Returns the
+// top-level "format" when the text is an object whose "format" is a string, else "".
+std::string CheckJsonText(std::string_view text, const std::string& field,
+                          const std::string& source);
+
+class JsonNode {
+ public:
+  // The root of a DOM (which outlives the node and every node made from it).
+  static JsonNode OfDom(const nlohmann::json& json, std::string field, std::string path = "");
+  // The root of text that CheckJsonText accepted (which outlives the node and every node made from
+  // it). Precondition: CheckJsonText(text, ...) returned (anything else is an internal error).
+  static JsonNode OfText(std::string_view text, std::string field, std::string path = "");
+
+  const std::string& field() const { return field_; }
+  const std::string& path() const { return path_; }
+  bool is_dom() const { return dom_ != nullptr; }
+
+  // JsonReader's rules and messages (json_reader.h): Has is false on a non-object; At(key) requires
+  // an object holding `key`; ArraySize a list. At(i) requires i < ArraySize().
+  bool Has(const char* key) const;
+  JsonNode At(const char* key) const;
+  void ExpectObject() const;
+  size_t ArraySize() const;
+  JsonNode At(size_t i) const;
+  // Throws InputError(field, "<path>: <message>").
+  [[noreturn]] void Fail(const std::string& message) const;
+
+  // nlohmann's type_name() of this value: "object", "array", "string", "number", "boolean", "null".
+  const char* TypeName() const;
+
+  // Returns f(reader) for a JsonReader over this value as a DOM: for text, parsed now and freed
+  // when f returns (f must not return references into it).
+  template <typename F>
+  auto Read(F&& f) const -> decltype(f(std::declval<const JsonReader&>())) {
+    if (dom_) return f(JsonReader(*dom_, field_, path_));
+    const nlohmann::json json = Parse();
+    return f(JsonReader(json, field_, path_));
+  }
+  // The same on an object without its members `skip` (for text they are never parsed; a DOM is
+  // read whole). A value that is not an object is read whole (f's ExpectObject then fails).
+  template <typename F>
+  auto ReadWithout(std::initializer_list<const char*> skip, F&& f) const
+      -> decltype(f(std::declval<const JsonReader&>())) {
+    if (dom_ || TypeName() != std::string_view("object")) return Read(std::forward<F>(f));
+    const nlohmann::json json = ParseWithout(skip);
+    return f(JsonReader(json, field_, path_));
+  }
+
+ private:
+  struct Index;  // an object's members or an array's elements, by their spans of text
+  JsonNode() = default;
+  nlohmann::json Parse() const;
+  nlohmann::json ParseWithout(std::initializer_list<const char*> skip) const;
+  const Index& GetIndex() const;
+
+  const nlohmann::json* dom_ = nullptr;  // a DOM node, or
+  std::string_view text_;                // the value's text (no surrounding whitespace)
+  std::string field_;
+  std::string path_;
+  mutable std::shared_ptr<const Index> index_;  // text only: built on first use, shared by copies
+};
+
+}  // namespace dtsim::internal
