@@ -62,8 +62,10 @@ TEST(MeshLayoutTest, TwoDimMeshIsAGridInRankOrder) {
     ASSERT_EQ(cell.size(), 1u);
     EXPECT_EQ(cell[0]->fill, RankColor(r));
   }
-  // The largest square cells that fit: 4 columns in 400 px, 2 rows in 240 px less the header line.
-  EXPECT_EQ(l.pitch, static_cast<int>(std::min(400.0f / 4, (240 - kMetrics.line_height - 4) / 2)));
+  // The largest square cells that fit: 4 columns in 400 px, 2 rows in 240 px less the header line,
+  // both less a margin of 5 px on each side (so the pixels beside the outer cells hit them).
+  EXPECT_EQ(l.pitch, static_cast<int>(
+                         std::min((400.0f - 10) / 4, (240 - kMetrics.line_height - 4 - 10) / 2)));
   // Each rank's number is written in its cell; cells this large (semantic zoom) also show the
   // rank's coordinate under it, inside the cell.
   for (int64_t r = 0; r < 8; ++r) {

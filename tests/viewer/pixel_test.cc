@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "test_support.h"
@@ -346,6 +347,264 @@ TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
   EXPECT_TRUE(header);
 }
 
+// ---- the explorer (issue 20): hover, zoom, pan, go to a rank, find, open ----
+
+const std::string& BigTrace() {
+  static const std::string path = [] {
+    const std::string big = TempPath("explorer_4096.json");
+    const RunResult made = RunCommand(
+        std::string(DTSIM_META_TRACE_BIN) +
+        " --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 --from 'S(0),S(1),S(2)' --to "
+        "'R,S(0),S(1)' " +
+        big);
+    EXPECT_EQ(made.code, 0) << made.err;
+    return big;
+  }();
+  return path;
+}
+
+struct Box {
+  float x0, y0, x1, y1;
+};
+Box BoxOf(const nlohmann::json& r) { return {r["x0"], r["y0"], r["x1"], r["y1"]}; }
+
+// The ranks of the drawn cells nearest to pixel (x, y) (several on a tie), by the distance from the
+// pixel's centre to each drawn rect grown by half the gap between neighbouring cells.
+std::set<int64_t> NearestCells(const nlohmann::json& mesh, float x, float y) {
+  std::set<int64_t> best;
+  double best_d = 1e30;
+  for (const auto& [i, r] : Find(mesh, "mesh_cell")) {
+    const Box b = BoxOf(r);
+    const double dx = std::max({0.0, b.x0 - (x + 0.5), (x + 0.5) - b.x1});
+    const double dy = std::max({0.0, b.y0 - (y + 0.5), (y + 0.5) - b.y1});
+    const double d = dx * dx + dy * dy;
+    if (d < best_d - 1e-9) {
+      best_d = d;
+      best.clear();
+    }
+    if (d < best_d + 1e-9) best.insert(r["rank"].get<int64_t>());
+  }
+  return best;
+}
+
+TEST_F(ViewerPixelTest, HoverAtCellGapsAndEdgesFindsTheNearestRank) {
+  int shot = 0;
+  for (const auto& [trace, size] :
+       std::vector<std::pair<std::string, std::string>>{{Golden(kUneven), "1600x1000"},
+                                                        {Golden(kUneven), "1000x650"},
+                                                        {BigTrace(), "1600x1000"},
+                                                        {BigTrace(), "1000x700"}}) {
+    const Shot s = Screenshot("gaps" + std::to_string(shot++), trace + " --size " + size);
+    const auto& mesh = s.panel("mesh");
+    const auto cells = Find(mesh, "mesh_cell");
+    ASSERT_GE(cells.size(), 8u);
+    const Box first = BoxOf(cells.front().second), last = BoxOf(cells.back().second);
+    std::vector<std::pair<float, float>> points = {
+        {first.x1, (first.y0 + first.y1) / 2},  // just right of the first cell: a gap
+        {first.x0 - 2, first.y0 + 1},           // outside the grid's left edge
+        {last.x1 + 1, last.y1 + 1},             // beyond the last cell's corner
+        {(first.x0 + first.x1) / 2, first.y1},  // just below the first cell
+    };
+    // Between two slices (the 4,096-rank mesh): halfway from rank 15's cell to rank 256's.
+    if (cells.size() == 4096) {
+      const Box a = BoxOf(Find(mesh, "mesh_cell", 15)[0].second);
+      const Box b = BoxOf(Find(mesh, "mesh_cell", 256)[0].second);
+      ASSERT_GT(b.x0 - a.x1, 4);
+      points.push_back({std::floor((a.x1 + b.x0) / 2) - 1, (a.y0 + a.y1) / 2});
+      points.push_back({std::floor((a.x1 + b.x0) / 2) + 1, (b.y0 + b.y1) / 2});
+    }
+    for (const auto& [x, y] : points) {
+      const std::set<int64_t> want = NearestCells(mesh, std::floor(x), std::floor(y));
+      const Shot h =
+          Screenshot("gap_hover" + std::to_string(shot++),
+                     trace + " --size " + size + " --mouse " + std::to_string(static_cast<int>(x)) +
+                         "," + std::to_string(static_cast<int>(y)));
+      ASSERT_FALSE(h.records["hover"].is_null()) << trace << " " << size << " at " << x << "," << y;
+      EXPECT_EQ(h.records["hover"]["panel"], "mesh");
+      EXPECT_TRUE(want.count(h.records["hover"]["rank"].get<int64_t>()))
+          << trace << " " << size << " at " << x << "," << y << ": hover " << h.records["hover"]
+          << ", nearest " << *want.begin();
+    }
+    // The header line is not the mesh: nothing is hovered there.
+    const auto& header = mesh["texts"][0];
+    const Shot h =
+        Screenshot("gap_header" + std::to_string(shot++),
+                   trace + " --size " + size + " --mouse " +
+                       std::to_string(static_cast<int>(header["x"].get<float>()) + 3) + "," +
+                       std::to_string(static_cast<int>(header["y"].get<float>()) + 3));
+    EXPECT_TRUE(h.records["hover"].is_null()) << h.records["hover"];
+  }
+}
+
+TEST_F(ViewerPixelTest, AClickInAGapSelectsTheRankHoverShows) {
+  const Shot s = Screenshot("click_plain", Golden(kUneven));
+  const Box c = BoxOf(Find(s.panel("mesh"), "mesh_cell", 5)[0].second);
+  const std::string at =
+      std::to_string(static_cast<int>(c.x1)) + "," + std::to_string(static_cast<int>(c.y1));
+  const Shot h = Screenshot("click_gap", Golden(kUneven) + " --input 'click " + at + "'");
+  ASSERT_FALSE(h.records["hover"].is_null());
+  EXPECT_EQ(h.records["selected_rank"], h.records["hover"]["rank"]);
+  // A second click there clears it again; a click on the header clears nothing but selects
+  // nothing either.
+  const Shot twice =
+      Screenshot("click_twice", Golden(kUneven) + " --input 'click " + at + "; click " + at + "'");
+  EXPECT_EQ(twice.records["selected_rank"], -1);
+}
+
+TEST_F(ViewerPixelTest, TheWheelZoomsAboutTheCursorADragPansAndRResets) {
+  const Shot plain = Screenshot("zoom_plain", Golden(kUneven));
+  const Box c = BoxOf(Find(plain.panel("mesh"), "mesh_cell", 5)[0].second);
+  const int cx = static_cast<int>((c.x0 + c.x1) / 2), cy = static_cast<int>((c.y0 + c.y1) / 2);
+  const std::string at = std::to_string(cx) + "," + std::to_string(cy);
+  const Shot zoomed = Screenshot("zoom_in", Golden(kUneven) + " --input 'wheel " + at + " 3'");
+  EXPECT_NEAR(zoomed.records["zoom"]["mesh"]["scale"].get<double>(), std::pow(1.25, 3), 1e-4);
+  const auto cell = Find(zoomed.panel("mesh"), "mesh_cell", 5);
+  ASSERT_EQ(cell.size(), 1u);
+  const Box z = BoxOf(cell[0].second);
+  // Rank 5 is still under the cursor, about twice as large, and drawn in its colour.
+  EXPECT_TRUE(z.x0 <= cx && cx < z.x1 && z.y0 <= cy && cy < z.y1);
+  EXPECT_NEAR((z.x1 - z.x0) / (c.x1 - c.x0), std::pow(1.25, 3), 0.1);
+  EXPECT_EQ(FreeColor(zoomed, "mesh", cell[0].first), RankColor(5));
+  EXPECT_EQ(zoomed.records["hover"]["rank"], 5);
+  // The header stays where it was.
+  EXPECT_EQ(zoomed.panel("mesh")["texts"][0]["y"], plain.panel("mesh")["texts"][0]["y"]);
+  // A drag moves the content with the mouse.
+  const std::string to = std::to_string(cx - 40) + "," + std::to_string(cy - 30);
+  const Shot dragged = Screenshot(
+      "zoom_drag", Golden(kUneven) + " --input 'wheel " + at + " 3; drag " + at + " " + to + "'");
+  const Box d = BoxOf(Find(dragged.panel("mesh"), "mesh_cell", 5)[0].second);
+  EXPECT_NEAR(d.x0 - z.x0, -40, 4);
+  EXPECT_NEAR(d.y0 - z.y0, -30, 4);
+  EXPECT_EQ(dragged.records["selected_rank"], -1);  // a drag is not a click
+  // R resets.
+  const Shot reset = Screenshot("zoom_reset", Golden(kUneven) + " --input 'wheel " + at +
+                                                  " 3; drag " + at + " " + to + "; key r'");
+  EXPECT_EQ(reset.records["zoom"]["mesh"]["scale"], 1.0);
+  const Box r = BoxOf(Find(reset.panel("mesh"), "mesh_cell", 5)[0].second);
+  EXPECT_EQ(r.x0, c.x0);
+  EXPECT_EQ(r.y0, c.y0);
+}
+
+TEST_F(ViewerPixelTest, TheTensorZoomsAndItsTicksStay) {
+  const Shot plain = Screenshot("tzoom_plain", Golden(kUneven) + " --step 2");
+  const auto& blocks = Find(plain.panel("tensor"), "tensor_block");
+  ASSERT_FALSE(blocks.empty());
+  const Box b = BoxOf(blocks[0].second);
+  const std::string at =
+      std::to_string(static_cast<int>(b.x0) + 3) + "," + std::to_string(static_cast<int>(b.y0) + 3);
+  const Shot z = Screenshot("tzoom_in", Golden(kUneven) + " --step 2 --input 'wheel " + at + " 4'");
+  EXPECT_GT(z.records["zoom"]["tensor"]["scale"].get<double>(), 2.4);
+  const Box zb = BoxOf(Find(z.panel("tensor"), "tensor_block")[0].second);
+  EXPECT_GT(zb.x1 - zb.x0, 2 * (b.x1 - b.x0));
+  EXPECT_EQ(z.records["hover"]["panel"], "tensor");
+}
+
+TEST_F(ViewerPixelTest, FindRank1380OfA4096RankTraceZoomAndReadIt) {
+  for (const std::string& how :
+       {std::string("--input 'key ctrl+g; type 1380; key Enter'"),
+        std::string("--goto 'pp=5, dp=6, tp=4'"), std::string("--goto 5,6,4")}) {
+    const Shot s = Screenshot("goto", BigTrace() + " --step 2 " + how);
+    EXPECT_EQ(s.records["selected_rank"], 1380) << how;
+    EXPECT_EQ(s.records["goto_error"], "");
+    const auto& mesh = s.panel("mesh");
+    const auto cell = Find(mesh, "mesh_cell", 1380);
+    ASSERT_EQ(cell.size(), 1u) << how;
+    const Box c = BoxOf(cell[0].second);
+    // Centred in the mesh panel's zoomable area and large enough to read.
+    EXPECT_LT(Find(mesh, "mesh_cell").size(), 200u);  // zoomed in: a few cells are drawn
+    EXPECT_GE(c.x1 - c.x0, 56);
+    const float mx = (c.x0 + c.x1) / 2, my = (c.y0 + c.y1) / 2;
+    const auto& vp = mesh["viewport"];
+    EXPECT_NEAR(mx, (vp[0].get<float>() + vp[2].get<float>()) / 2, 2) << how;
+    EXPECT_NEAR(my, (vp[1].get<float>() + vp[3].get<float>()) / 2, 2) << how;
+    // Its number and coordinate are written in it; it is outlined in white.
+    std::set<std::string> labels;
+    for (const auto& t : mesh["texts"]) {
+      const float tx = t["x"], ty = t["y"];
+      if (tx >= c.x0 && tx < c.x1 && ty >= c.y0 && ty < c.y1) labels.insert(t["text"]);
+    }
+    EXPECT_TRUE(labels.count("1380")) << how;
+    EXPECT_TRUE(labels.count("pp=5 dp=6 tp=4")) << how;
+    const auto mark = Find(mesh, "highlight", 1380);
+    ASSERT_FALSE(mark.empty());
+    EXPECT_EQ(
+        s.image.At(static_cast<int>(mark[0].second["x0"].get<float>()) + 1, static_cast<int>(my)),
+        kHighlightColor);
+    // The tensor panel shows a block of rank 1380, outlined.
+    bool owner = false;
+    for (const auto& [i, r] : Find(s.panel("tensor"), "tensor_owner", 1380)) owner = true;
+    EXPECT_TRUE(owner) << how;
+  }
+  // A rank that is not there: the error under the box, nothing selected.
+  const Shot bad =
+      Screenshot("goto_bad", BigTrace() + " --input 'key ctrl+g; type 99999; key Enter'");
+  EXPECT_EQ(bad.records["selected_rank"], -1);
+  EXPECT_THAT(bad.records["goto_error"].get<std::string>(), HasSubstr("rank 99999 is not in"));
+}
+
+TEST_F(ViewerPixelTest, StepKeysStopAtTheEnds) {
+  EXPECT_EQ(Screenshot("keys0", Golden(kUneven) + " --input 'key Left'").records["frame"], 0);
+  EXPECT_EQ(
+      Screenshot("keys1", Golden(kUneven) + " --step final --input 'key Right'").records["frame"],
+      3);
+  EXPECT_EQ(
+      Screenshot("keys2", Golden(kUneven) + " --input 'key Right; key Right'").records["frame"], 2);
+  EXPECT_EQ(Screenshot("keys3", Golden(kUneven) + " --input 'key End; key Home; key Left'")
+                .records["frame"],
+            0);
+}
+
+TEST_F(ViewerPixelTest, FindStepsByCollectiveAndMeshDim) {
+  // The big trace's steps: 1 all_gather tp, 2 all_gather dp, 3 all_gather pp, 4 local_split dp,
+  // 5 local_split tp.
+  auto marked = [](const Shot& s) {
+    std::vector<int64_t> out;
+    for (const auto& [i, r] : Find(s.panel("frames"), "highlight")) out.push_back(r["frame"]);
+    return out;
+  };
+  const Shot a =
+      Screenshot("find1", BigTrace() + " --input 'key ctrl+f; type all_gather; key Enter'");
+  EXPECT_EQ(a.records["frame"], 1);
+  EXPECT_THAT(marked(a), ::testing::ElementsAre(1, 2, 3));
+  const Shot b = Screenshot(
+      "find2", BigTrace() + " --input 'key ctrl+f; type all_gather; key Enter; key Enter'");
+  EXPECT_EQ(b.records["frame"], 2);
+  const Shot c =
+      Screenshot("find3", BigTrace() + " --step 3 --input 'key ctrl+f; type dp; key F3'");
+  EXPECT_EQ(c.records["frame"], 4);
+  EXPECT_THAT(marked(c), ::testing::ElementsAre(2, 4));
+  const Shot d =
+      Screenshot("find4", BigTrace() + " --input 'key ctrl+f; type reduce_scatter; key Enter'");
+  EXPECT_EQ(d.records["frame"], 0);
+  EXPECT_TRUE(marked(d).empty());
+}
+
+TEST_F(ViewerPixelTest, OpenAnotherTraceFromTheWindowAndFromTheErrorScreen) {
+  const std::string nested = Golden("nested_4x2_S0S0_to_S1S1.json");
+  const Shot a = Screenshot(
+      "open1", Golden(kUneven) + " --input 'key ctrl+o; type " + nested + "; key Enter'");
+  EXPECT_EQ(a.records["shown"], nested);
+  EXPECT_EQ(a.records["error"], "");
+  EXPECT_EQ(Find(a.panel("mesh"), "mesh_cell").size(), 8u);
+  // A broken file: the error screen; from there, open a good one again.
+  const std::string broken = testing::WriteText("broken_open.json", "{\"format\": ");
+  const Shot b = Screenshot(
+      "open2", Golden(kUneven) + " --input 'key ctrl+o; type " + broken + "; key Enter'");
+  EXPECT_THAT(b.records["error"].get<std::string>(), HasSubstr("trace: "));
+  EXPECT_EQ(b.records["shown"], "");
+  const Shot c =
+      Screenshot("open3", Golden(kUneven) + " --input 'key ctrl+o; type " + broken +
+                              "; key Enter; key ctrl+o; type " + nested + "; key Enter'");
+  EXPECT_EQ(c.records["error"], "");
+  EXPECT_EQ(c.records["shown"], nested);
+}
+
+TEST_F(ViewerPixelTest, AnInteractiveWindowRunsAndCloses) {
+  // The event loop (no --screenshot): waits for events, checks the file, closes when asked.
+  const RunResult r = RunViewer(Golden(kUneven) + " --close-after 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 // ---- bad input: a clear error on stderr, exit 2, no picture written (no display needed) ----
 
 void ExpectInputError(const std::string& args, const std::string& prefix) {
@@ -398,6 +657,23 @@ TEST(ViewerBadInputTest, BadOptions) {
                    "dtsim-viewer: error: mouse: '5000,1' must be X,Y inside");
   ExpectInputError(Golden(kUneven) + " --frobnicate", "dtsim-viewer: error: options: ");
   ExpectInputError("", "dtsim-viewer: error: traces: give one trace");
+  ExpectInputError(Golden(kUneven) + " --bench-frames -1",
+                   "dtsim-viewer: error: bench-frames: -1 must be 1..1000000");
+  ExpectInputError(Golden(kUneven) + " --bench-frames 99999999999",
+                   "dtsim-viewer: error: bench-frames: 99999999999 must be 1..1000000");
+  ExpectInputError(Golden(kUneven) + " --close-after -5",
+                   "dtsim-viewer: error: close-after: -5 must be 0..86400");
+  ExpectInputError(Golden(kUneven) + " --input 'whel 1,2'",
+                   "dtsim-viewer: error: input: event 1 'whel 1,2': unknown event 'whel'");
+  ExpectInputError(Golden(kUneven) + " --input 'move 1,1; click 99999,1'",
+                   "dtsim-viewer: error: input: event 2 'click 99999,1': the point 99999,1 is "
+                   "outside the 1600x1000 picture");
+  ExpectInputError(Golden(kUneven) + " --input 'key hyper+x'",
+                   "dtsim-viewer: error: input: event 1 'key hyper+x': unknown modifier 'hyper'");
+  ExpectInputError(Golden(kUneven) + " --input 'wheel 1,1 0'",
+                   "dtsim-viewer: error: input: event 1 'wheel 1,1 0': '0' must be a number");
+  ExpectInputError(Golden(kUneven) + " --goto 8", "dtsim-viewer: error: goto: rank 8 is not in");
+  ExpectInputError(Golden(kUneven) + " --goto dp=1", "dtsim-viewer: error: goto: 'dp=1' gives no");
 }
 
 TEST(ViewerBadInputTest, NoDisplayIsExitCode4WithAHint) {

@@ -207,6 +207,8 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
     if (!o.dump_records.empty()) {
       nlohmann::json panels = nlohmann::json::object();
       for (const auto& [name, list] : app.recorded) panels[name] = ToJson(list);
+      for (const auto& [name, r] : app.recorded_viewports)
+        panels[name]["viewport"] = {r.x0, r.y0, r.x1, r.y1};
       // What the mouse is over in the last frame (null: nothing), the view the input left.
       nlohmann::json hover = nullptr;
       if (!app.pending_hover_panel.empty()) {

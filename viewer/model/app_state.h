@@ -60,6 +60,8 @@ struct App {
   bool record = false;      // keep what each panel draws (headless --dump-records)
   std::vector<std::pair<std::string, DrawList>>
       recorded;  // panel name → its records in screen pixels
+  std::vector<std::pair<std::string, Rect>>
+      recorded_viewports;  // panel name → its zoomable area in screen pixels
 
   bool loaded() const { return first.has_value(); }
   // What the panels draw: the first trace, or the second one in diff mode when view.show_second.

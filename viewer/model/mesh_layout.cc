@@ -14,6 +14,7 @@ namespace {
 
 constexpr float kMinPitch = 2;   // below this many pixels per cell, cells are aggregated
 constexpr float kSliceGap = 10;  // pixels between the slices of a 3-D+ mesh
+constexpr float kEdge = 5;       // pixels between the viewport's edges and the grid (at scale 1)
 
 Rect R(float x0, float y0, float x1, float y1) { return Rect{x0, y0, x1, y1}; }
 
@@ -127,10 +128,12 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   out.viewport = R(area.x0, top, area.x1, std::max(top, area.y1));
   Zoom zoom = zoom_in;
   ClampZoom(zoom, out.viewport.width(), out.viewport.height());
-  const float avail_w = area.width() * zoom.scale;
-  const float avail_h = (area.y1 - top) * zoom.scale;
-  const float origin_x = area.x0 - std::round(zoom.pan_x);
-  const float origin_y = top - std::round(zoom.pan_y);
+  // A margin of kEdge around the grid inside the viewport, so the pixels just outside the outer
+  // cells are still in the panel and find them (hit-testing without dead pixels at the edges).
+  const float avail_w = (area.width() - 2 * kEdge) * zoom.scale;
+  const float avail_h = (area.y1 - top - 2 * kEdge) * zoom.scale;
+  const float origin_x = area.x0 + std::round(kEdge * zoom.scale - zoom.pan_x);
+  const float origin_y = top + std::round(kEdge * zoom.scale - zoom.pan_y);
   const bool titled = slices > 1;
   float best = -1;
   int64_t slice_cols = 1;

@@ -3,6 +3,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "panels.h"
 #include "viewer/model/colors.h"
@@ -46,10 +47,16 @@ float ReadablePitch(const TraceModel& model, const TextMetrics& tm) {
 
 }  // namespace
 
-void ZoomStatus(Zoom& zoom, const char* id) {
+void ZoomStatus(Zoom& zoom, const char* id, float right, float top) {
   if (zoom.identity()) return;
-  SameLineIfFits(150);
-  ImGui::Text("%.1fx", static_cast<double>(zoom.scale));
+  // Over the canvas's top-right corner, so that nothing moves when the zoom starts.
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1fx", static_cast<double>(zoom.scale));
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float w = ImGui::CalcTextSize(text).x + ImGui::CalcTextSize("fit (R)").x +
+                  2 * style.FramePadding.x + style.ItemSpacing.x;
+  ImGui::SetCursorScreenPos(ImVec2(right - w - 4, top + 2));
+  ImGui::TextUnformatted(text);
   ImGui::SameLine();
   ImGui::PushID(id);
   if (ImGui::SmallButton("fit (R)")) zoom = Zoom{};
@@ -84,7 +91,6 @@ void DrawMeshPanel(App& app, const Rect& area) {
   const std::string title = mesh.ToString();
   SameLineIfFits(ImGui::CalcTextSize(title.c_str()).x);
   ImGui::TextUnformatted(title.c_str());
-  ZoomStatus(app.view.mesh_zoom, "mesh_zoom");
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (avail.x < 8 || avail.y < 8) {
@@ -118,7 +124,9 @@ void DrawMeshPanel(App& app, const Rect& area) {
   if (in.zoom_factor != 1) {
     zoom = ZoomMeshAbout(model, frame, hl, grid, canvas, tm, zoom, in.zoom_factor, in.x, in.y);
   }
+  ImGui::SetItemAllowOverlap();  // the zoom status's button lies over the canvas
   Paint(app, "mesh", layout.draw, origin.x, origin.y, &layout.viewport);
+  ZoomStatus(zoom, "mesh_zoom", origin.x + avail.x, origin.y + layout.viewport.y0);
   if (in.hovered) {
     if (auto rank = layout.RankAt(in.x, in.y)) {
       app.pending_hovered_rank = *rank;

@@ -39,6 +39,10 @@ void Paint(App& app, const char* panel, const DrawList& list, float ox, float oy
     DrawList copy = list;
     copy.Translate(ox, oy);
     app.recorded.emplace_back(panel, std::move(copy));
+    if (viewport != nullptr) {
+      app.recorded_viewports.emplace_back(
+          panel, Rect{ox + viewport->x0, oy + viewport->y0, ox + viewport->x1, oy + viewport->y1});
+    }
   }
 }
 

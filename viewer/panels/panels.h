@@ -45,8 +45,9 @@ CanvasInput ZoomableCanvas(const char* id, float width, float height, Zoom& zoom
 // ImGui's default font as TextMetrics for the layout step.
 TextMetrics CurrentTextMetrics();
 
-// "2.0x  [fit (R)]" after a panel's title while its content is zoomed; the button resets it.
-void ZoomStatus(Zoom& zoom, const char* id);
+// "2.0x [fit (R)]" at the top-right corner (right, top) of a panel's canvas while its content is
+// zoomed; the button resets the zoom.
+void ZoomStatus(Zoom& zoom, const char* id, float right, float top);
 
 // The panels; each draws into the current window's region `area` (screen pixels) or into its own
 // child window.

@@ -80,7 +80,6 @@ void DrawTensorPanel(App& app, const Rect& area) {
                             ToString(spec.placements());
   SameLineIfFits(ImGui::CalcTextSize(title.c_str()).x);
   ImGui::TextUnformatted(title.c_str());
-  ZoomStatus(app.view.tensor_zoom, "tensor_zoom");
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (avail.x < 8 || avail.y < 8) {
@@ -137,7 +136,9 @@ void DrawTensorPanel(App& app, const Rect& area) {
     const Rect& vp = layout.viewport;
     ZoomAbout(zoom, in.zoom_factor, in.x - vp.x0, in.y - vp.y0, vp.width(), vp.height());
   }
+  ImGui::SetItemAllowOverlap();  // the zoom status's button lies over the canvas
   Paint(app, "tensor", layout.draw, origin.x, origin.y, &layout.viewport);
+  ZoomStatus(zoom, "tensor_zoom", origin.x + avail.x, origin.y + layout.viewport.y0);
   if (in.hovered) {
     const float x = in.x, y = in.y;
     if (auto hit = layout.BlockAt(x, y)) {

@@ -199,6 +199,7 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   app.pending_hovered_rank = -1;
   app.pending_hovered_block_ranks.clear();
   app.recorded.clear();
+  app.recorded_viewports.clear();
 
   ImGui::SetNextWindowPos(ImVec2(0, 0));
   ImGui::SetNextWindowSize(ImVec2(width, height));
