@@ -54,6 +54,10 @@ fi
 "$DTSIM_BUILD/viewer/dtsim_make_meta_trace" --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 \
   --from "S(0),S(1),S(2)" --to "R,S(0),S(1)" "$work/mesh4096.json"
 shot viewer-4096 "$work/mesh4096.json" --step 1 --select-rank 1000
+# Exploring it: go to rank 1380 by typing its number (Ctrl+G), which selects, centres and zooms to it; the step
+# search (Ctrl+F) marks the all_gather steps; the mouse over the rank below it.
+shot viewer-goto "$work/mesh4096.json" --step 2 \
+  --input "key ctrl+g; type 1380; key Enter; key ctrl+f; type all_gather; move 230,420"
 
 # Pictures of one layout without a window.
 "$DTSIM" layout --mesh 4x2 --names dp,tp --shape 13,6 --placements "S(0),S(0)" \

@@ -280,6 +280,7 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // enough to read them; the selected rank's group always.
   if (!frame.groups.empty()) {
     const bool all = pitch >= 8 && aggregate == 1;
+    const bool labelled = aggregate == 1 && pitch >= 3 * line + 6;  // coordinates in the cells
     for (const auto& group : frame.groups) {
       bool emphasised = false;
       std::vector<int64_t> pos;
@@ -297,9 +298,24 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
         const Rect span = R(std::min(a.x0, b.x0), std::min(a.y0, b.y0), std::max(a.x1, b.x1),
                             std::max(a.y1, b.y1));
         if (!span.Intersects(visible)) continue;
-        out.draw.lines.push_back({(a.x0 + a.x1) / 2, (a.y0 + a.y1) / 2, (b.x0 + b.x1) / 2,
-                                  (b.y0 + b.y1) / 2, color, emphasised ? 2.0f : 1.0f,
-                                  Role::kMeshGroup, group.front()});
+        float ax = (a.x0 + a.x1) / 2, ay = (a.y0 + a.y1) / 2;
+        float bx = (b.x0 + b.x1) / 2, by = (b.y0 + b.y1) / 2;
+        if (labelled) {
+          // Cells with labels: only the part of the line between the two cells, so it never runs
+          // over their text (the group's members are outlined besides).
+          const float dx = bx - ax, dy = by - ay;
+          auto leave = [&](const Rect& r) {  // the fraction of the line inside r's drawn rect
+            const float tx = dx != 0 ? (r.width() / 2 - inset) / std::abs(dx) : 1e9f;
+            const float ty = dy != 0 ? (r.height() / 2 - inset) / std::abs(dy) : 1e9f;
+            return std::min(tx, ty);
+          };
+          const float t0 = leave(a), t1 = 1 - leave(b);
+          if (t0 >= t1) continue;
+          ax += t0 * dx, ay += t0 * dy;
+          bx = (b.x0 + b.x1) / 2 - leave(b) * dx, by = (b.y0 + b.y1) / 2 - leave(b) * dy;
+        }
+        out.draw.lines.push_back(
+            {ax, ay, bx, by, color, emphasised ? 2.0f : 1.0f, Role::kMeshGroup, group.front()});
       }
     }
   }
