@@ -46,7 +46,6 @@ namespace po = boost::program_options;
 namespace dtsim::cli {
 namespace {
 
-constexpr int64_t kMaxRecordingBytes = int64_t{1} << 30;
 constexpr int64_t kMaxRecordingDataBytes = int64_t{16} << 30;
 
 // A collective as compared: kind, groups, per-rank buffer bytes.

@@ -225,13 +225,6 @@ at::Tensor ApplyStep(const at::Tensor& local, const DTensorSpec& current, const 
   return Executor(current, step, collectives).Run(local);
 }
 
-Plan PlanFor(const DTensorSpec& src, const Placements& dst, PlannerKind kind) {
-  Plan plan = PlanRedistribute(src, dst, kind);
-  if (!plan.runs_left_to_right)
-    plan = PlanRedistribute(src, dst, PlannerKind::kMinCost);  // only returns plans that run
-  return plan;
-}
-
 DTensor ExecutePlan(const DTensor& input, const Plan& plan, const StepObserver& on_step) {
   const DTensorSpec& spec = input.spec();
   Placements canonical;
@@ -282,14 +275,6 @@ DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t) {
   Placements next = current.placements();
   next[t.mesh_dim] = t.to;
   return DTensorSpec::Create(current.mesh(), next, current.shape(), current.dtype());
-}
-
-Placements WithoutNewPartials(const Placements& current, const Placements& target) {
-  Placements planned = target;
-  for (size_t m = 0; m < target.size() && m < current.size(); ++m) {
-    if (current[m].is_replicate() && target[m].is_partial()) planned[m] = current[m];
-  }
-  return planned;
 }
 
 DTensor PartitionReplicas(const DTensor& dt, const Placements& target) {

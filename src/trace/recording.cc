@@ -6,6 +6,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/files.h"
 
 namespace dtsim {
 namespace {
@@ -251,6 +252,14 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
     }
   }
   return out;
+}
+
+Recording ReadRecording(const std::string& path) {
+  const std::string text = ReadInputFile(path, "recording", kMaxRecordingBytes);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError("recording", StrCat("'", ExcerptText(path), "' is empty"));
+  const nlohmann::json doc = ParseJsonText(text, "recording", StrCat("'", ExcerptText(path), "'"));
+  return WithFileName(path, [&] { return RecordingFromJson(doc); });
 }
 
 }  // namespace dtsim

@@ -133,6 +133,24 @@ def test_a_recording_exports_to_perfetto(recorded, tmp_path):
             assert e["name"].endswith(f"{rec['src']['placements']} -> {rec['dst']['placements']}")
 
 
+@pytest.mark.skipif(not os.environ.get("DTSIM_VIEWER_BIN") or not shutil.which("xvfb-run"),
+                    reason="needs dtsim-viewer and xvfb-run")
+def test_a_recording_opens_in_the_viewer(recorded, tmp_path):
+    """Every recorded redistribution of the real 4-rank Gloo run draws, with the recorded hashes and collectives."""
+    doc = json.load(open(recorded / "run.json"))
+    for index in range(len(doc["redistributions"])):
+        png, dump = tmp_path / f"r{index}.png", tmp_path / f"r{index}.json"
+        r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24", os.environ["DTSIM_VIEWER_BIN"],
+                            str(recorded / "run.json"), "--redistribution", str(index), "--step", "final",
+                            "--screenshot", str(png), "--dump-records", str(dump)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        records = json.load(open(dump))
+        assert records["redistribution"] == index
+        cells = [x for x in records["panels"]["mesh"]["rects"] if x["role"] == "mesh_cell"]
+        assert sorted(c["rank"] for c in cells) == [0, 1, 2, 3]
+
+
 def test_local_tensor_mode_run_replays_as_equal(tmp_path):
     out = tmp_path / "local.json"
     proc = subprocess.run([sys.executable, PROGRAM, str(out), "--local"], capture_output=True, text=True, timeout=600)

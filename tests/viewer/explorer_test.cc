@@ -417,5 +417,60 @@ TEST(ReloadTest, AChangedTraceIsReloadedKeepingTheView) {
   EXPECT_THAT(app.error, HasSubstr("trace: "));
 }
 
+// ---- recordings (dtsim.record) ----
+
+TEST(RecordingViewTest, EachRecordedRedistributionIsATraceWithTheRecordedRows) {
+  const std::string path =
+      std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/recording/seed-local-mlp";
+  const nlohmann::json doc = testing::ReadJson(path);
+  App app;
+  LoadTraces(app, {path});
+  ASSERT_TRUE(app.loaded()) << app.error;
+  ASSERT_EQ(app.recording.size(), doc["redistributions"].size());
+  for (size_t i = 0; i < app.recording.size(); ++i) {
+    ShowRecorded(app, static_cast<int64_t>(i));
+    const nlohmann::json& r = doc["redistributions"][i];
+    const TraceModel& m = app.shown();
+    EXPECT_EQ(m.trace().meta.backend, doc["meta"]["backend"]);
+    EXPECT_EQ(ToString(m.frame(0).spec.placements()), r["src"]["placements"]);
+    EXPECT_EQ(ToString(m.frame(m.num_frames() - 1).spec.placements()), r["dst"]["placements"]);
+    // Every rank's recorded local shape and hash, before and after.
+    for (const auto& [state, key] : {std::pair{&m.trace().initial, "ranks_before"},
+                                     std::pair{&m.trace().final_state, "ranks_after"}}) {
+      ASSERT_EQ(state->ranks.size(), r[key].size());
+      for (size_t k = 0; k < state->ranks.size(); ++k) {
+        EXPECT_EQ(state->ranks[k].rank, r[key][k]["rank"]);
+        EXPECT_EQ(state->ranks[k].local_shape,
+                  r[key][k]["local_shape"].get<std::vector<int64_t>>());
+        EXPECT_EQ(*state->ranks[k].hash, r[key][k]["hash"]);
+      }
+    }
+    // The recorded collectives on the steps that communicate: groups and bytes as recorded.
+    size_t k = 0;
+    for (const TraceStep& step : m.trace().steps) {
+      if (!step.plan.communicates()) continue;
+      ASSERT_LT(k, r["collectives"].size());
+      ASSERT_EQ(step.collectives.size(), 1u);
+      const nlohmann::json& c = r["collectives"][k++];
+      EXPECT_EQ(step.collectives[0].groups, c["groups"].get<std::vector<std::vector<int64_t>>>());
+      EXPECT_EQ(step.collectives[0].bytes_sent, c["input_bytes"].get<std::vector<int64_t>>());
+      EXPECT_EQ(step.collectives[0].bytes_received, c["output_bytes"].get<std::vector<int64_t>>());
+    }
+    EXPECT_EQ(k, r["collectives"].size());
+    EXPECT_EQ(app.recording[i].collectives_note, "");
+    EXPECT_THAT(app.recording[i].title, HasSubstr(r["call"].get<std::string>()));
+  }
+  EXPECT_THROW(ShowRecorded(app, 3), InputError);
+  // A recording cannot be one of a pair.
+  LoadTraces(app, {path, Golden(kUneven)});
+  EXPECT_FALSE(app.loaded());
+  EXPECT_THAT(app.error, HasSubstr("is a recording: open it alone"));
+  // A truncated recording is an error screen, not a crash.
+  LoadTraces(app, {std::string(DTSIM_SOURCE_DIR) +
+                   "/tests/fuzz/corpus/recording/seed-local-mlp-truncated"});
+  EXPECT_FALSE(app.loaded());
+  EXPECT_THAT(app.error, HasSubstr("recording"));
+}
+
 }  // namespace
 }  // namespace dtsim::viewer

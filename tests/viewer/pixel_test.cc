@@ -349,6 +349,15 @@ TEST_F(ViewerPixelTest, A4096RankTraceOpens) {
 
 // ---- the explorer (issue 20): hover, zoom, pan, go to a rank, find, open ----
 
+// A bad option: exit 2 with `prefix` on stderr, no picture.
+void ExpectNoPicture(const std::string& args, const std::string& prefix) {
+  const std::string png = TempPath("never_explorer.png");
+  const RunResult r = RunViewer(args + " --screenshot " + png);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith(prefix));
+  EXPECT_FALSE(Exists(png));
+}
+
 const std::string& BigTrace() {
   static const std::string path = [] {
     const std::string big = TempPath("explorer_4096.json");
@@ -597,6 +606,27 @@ TEST_F(ViewerPixelTest, OpenAnotherTraceFromTheWindowAndFromTheErrorScreen) {
                               "; key Enter; key ctrl+o; type " + nested + "; key Enter'");
   EXPECT_EQ(c.records["error"], "");
   EXPECT_EQ(c.records["shown"], nested);
+}
+
+TEST_F(ViewerPixelTest, ARecordingOpensOneRedistributionAtATime) {
+  const std::string rec =
+      std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/recording/seed-local-mlp";
+  const Shot a = Screenshot("rec0", rec);
+  EXPECT_EQ(a.records["redistribution"], 0);
+  EXPECT_EQ(Find(a.panel("mesh"), "mesh_cell").size(), 4u);
+  // PageDown goes to the next one; --redistribution picks one; the all_reduce of #1 is drawn.
+  const Shot b = Screenshot("rec1", rec + " --input 'key PageDown'");
+  EXPECT_EQ(b.records["redistribution"], 1);
+  const Shot c = Screenshot("rec2", rec + " --redistribution 1 --step 1");
+  bool all_reduce = false;
+  for (const auto& t : c.panel("frames")["texts"])
+    all_reduce = all_reduce || t["text"] == "1 all_reduce dim 0";
+  EXPECT_TRUE(all_reduce);
+  ExpectNoPicture(
+      rec + " --redistribution 3",
+      "dtsim-viewer: error: redistribution: 3 is not a redistribution of the recording (0..2)");
+  ExpectNoPicture(Golden(kUneven) + " --redistribution 0",
+                  "dtsim-viewer: error: redistribution: needs a recording");
 }
 
 TEST_F(ViewerPixelTest, AnInteractiveWindowRunsAndCloses) {

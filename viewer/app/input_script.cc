@@ -35,11 +35,23 @@ std::vector<std::string> Words(const std::string& s) {
 
 int KeyCode(const std::string& name) {
   static const std::pair<const char*, int> kKeys[] = {
-      {"left", GLFW_KEY_LEFT},   {"right", GLFW_KEY_RIGHT},   {"up", GLFW_KEY_UP},
-      {"down", GLFW_KEY_DOWN},   {"home", GLFW_KEY_HOME},     {"end", GLFW_KEY_END},
-      {"space", GLFW_KEY_SPACE}, {"escape", GLFW_KEY_ESCAPE}, {"esc", GLFW_KEY_ESCAPE},
-      {"tab", GLFW_KEY_TAB},     {"enter", GLFW_KEY_ENTER},   {"backspace", GLFW_KEY_BACKSPACE},
-      {"f3", GLFW_KEY_F3},       {"minus", GLFW_KEY_MINUS},   {"equal", GLFW_KEY_EQUAL},
+      {"left", GLFW_KEY_LEFT},
+      {"right", GLFW_KEY_RIGHT},
+      {"up", GLFW_KEY_UP},
+      {"down", GLFW_KEY_DOWN},
+      {"home", GLFW_KEY_HOME},
+      {"end", GLFW_KEY_END},
+      {"space", GLFW_KEY_SPACE},
+      {"escape", GLFW_KEY_ESCAPE},
+      {"esc", GLFW_KEY_ESCAPE},
+      {"tab", GLFW_KEY_TAB},
+      {"enter", GLFW_KEY_ENTER},
+      {"backspace", GLFW_KEY_BACKSPACE},
+      {"f3", GLFW_KEY_F3},
+      {"minus", GLFW_KEY_MINUS},
+      {"equal", GLFW_KEY_EQUAL},
+      {"pageup", GLFW_KEY_PAGE_UP},
+      {"pagedown", GLFW_KEY_PAGE_DOWN},
   };
   std::string lower;
   for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -154,8 +166,8 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
       const int code = KeyCode(name);
       if (code < 0) {
         throw bad(StrCat("unknown key '", name,
-                         "' (Left Right Up Down Home End Space Escape Tab Enter Backspace F3 "
-                         "minus equal a..z 0..9)"));
+                         "' (Left Right Up Down Home End PageUp PageDown Space Escape Tab "
+                         "Enter Backspace F3 minus equal a..z 0..9)"));
       }
       f.keys = {code};
       frames.push_back(f);

@@ -6,8 +6,9 @@
 //   click X,Y           press and release the left button at (X, Y)
 //   wheel X,Y N         turn the wheel N notches at (X, Y) (N > 0 zooms in, N < 0 out)
 //   drag X0,Y0 X1,Y1    press at (X0, Y0), move to (X1, Y1) over a few frames, release
-//   key NAME            press and release a key: Left Right Up Down Home End Space Escape Tab
-//                       Enter Backspace F3 a..z 0..9, with modifiers as ctrl+g, shift+Enter
+//   key NAME            press and release a key: Left Right Up Down Home End PageUp PageDown Space
+//                       Escape Tab Enter Backspace F3 minus equal a..z 0..9, with modifiers as
+//                       ctrl+g, shift+Enter
 //   type TEXT           type TEXT (up to the end of the event)
 //
 // Events are separated by ';'. Example: "wheel 300,400 3; drag 300,400 250,380; key r".

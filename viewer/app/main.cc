@@ -54,6 +54,7 @@ struct ViewerOptions {
   std::string mouse;  // headless: "X,Y" puts the mouse there (hover, tooltips); "": no mouse
   std::string input;  // headless: a script of mouse and keyboard events (app/input_script.h)
   std::string go_to;  // a rank or coordinate to go to: selected, centred and zoomed to
+  int64_t redistribution = -1;  // a recording: the recorded redistribution to show (default 0)
   int64_t bench_frames =
       0;  // > 0: render this many frames offscreen while scrubbing, print frames/second
   double idle_seconds = 0;  // interactive, for the idle benchmark: close after this many seconds
@@ -84,6 +85,11 @@ std::pair<float, float> ParseMouse(const std::string& text, int width, int heigh
 
 // Applies the view options to a loaded app (InputError naming the option).
 void ApplyView(App& app, const ViewerOptions& o) {
+  if (o.redistribution >= 0) {
+    if (app.recording.empty())
+      throw InputError("redistribution", "needs a recording (dtsim.record), not a trace");
+    ShowRecorded(app, o.redistribution);
+  }
   ViewState& v = app.view;
   if (o.show_second) {
     if (!app.second) throw InputError("show-second", "needs two traces");
@@ -225,6 +231,8 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
           {"hover", std::move(hover)},
           {"zoom", {{"mesh", zoom(v.mesh_zoom)}, {"tensor", zoom(v.tensor_zoom)}}},
           {"shown", app.loaded() ? app.shown().source() : std::string()},
+          {"redistribution",
+           app.recording.empty() ? nlohmann::json(nullptr) : nlohmann::json(app.recording_index)},
           {"error", app.error},
           {"goto_error", app.goto_error},
           {"panels", std::move(panels)}};
@@ -297,6 +305,8 @@ int Run(int argc, char** argv) {
       "with --screenshot: play mouse and keyboard events first, e.g. \"wheel 300,400 3; key r\" "
       "(docs/viewer.md)")("goto", po::value(&o.go_to),
                           "go to a rank or coordinate: select, centre and zoom to it")(
+      "redistribution", po::value(&o.redistribution),
+      "a recording: which recorded redistribution to show (0 = the first)")(
       "bench-frames", po::value(&o.bench_frames),
       "render N frames offscreen while scrubbing; print frames/second")(
       "close-after", po::value(&o.idle_seconds),

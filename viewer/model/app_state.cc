@@ -9,6 +9,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/recording.h"
 
 namespace dtsim::viewer {
 
@@ -46,13 +47,30 @@ bool TracesChanged(const App& app) {
   return false;
 }
 
+void ShowRecorded(App& app, int64_t index) {
+  if (app.recording.empty()) throw InputError("redistribution", "no recording is open");
+  if (index < 0 || index >= static_cast<int64_t>(app.recording.size())) {
+    throw InputError("redistribution",
+                     StrCat(index, " is not a redistribution of the recording (0..",
+                            app.recording.size() - 1, ")"));
+  }
+  app.first = TraceModel::FromTrace(app.recording[index].trace, app.paths.at(0));
+  app.recording_index = index;
+  app.view = ViewState{};
+}
+
 void ReloadTraces(App& app) {
   const ViewState before = app.view;
+  const int64_t recording_index = app.recording_index;
   const std::optional<DeviceMesh> mesh =
       app.loaded() ? std::optional<DeviceMesh>(app.first->mesh()) : std::nullopt;
   const int64_t tensor_ndim = app.loaded() ? app.first->frame(0).spec.ndim() : -1;
   const std::vector<std::string> paths = app.paths;
   LoadTraces(app, paths);
+  if (app.loaded() && recording_index > 0 &&
+      recording_index < static_cast<int64_t>(app.recording.size())) {
+    ShowRecorded(app, recording_index);
+  }
   if (!app.loaded() || !mesh || !(app.first->mesh().shape() == mesh->shape()) ||
       app.first->frame(0).spec.ndim() != tensor_ndim || (before.show_second && !app.second)) {
     return;
@@ -132,6 +150,8 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.second.reset();
   app.diff.reset();
   app.diff_reversed.reset();
+  app.recording.clear();
+  app.recording_index = 0;
   app.error.clear();
   app.error_field.clear();
   app.error_message.clear();
@@ -141,7 +161,24 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
       throw InputError("traces",
                        StrCat("give one trace, or two to compare (got ", paths.size(), ")"));
     }
-    TraceModel a = TraceModel::Load(paths[0]);
+    std::optional<TraceModel> loaded;
+    try {
+      loaded = TraceModel::Load(paths[0]);
+    } catch (const InputError& e) {
+      // A recording (dtsim.record) is drawn one redistribution at a time.
+      if (std::string(e.what()).find("\"dtsim-recording\"") == std::string::npos) throw;
+      if (paths.size() == 2) {
+        throw InputError("traces", StrCat("'", paths[0],
+                                          "' is a recording: open it alone (`dtsim "
+                                          "replay` compares a recording with the simulation)"));
+      }
+      app.recording = ViewsOfRecording(ReadRecording(paths[0]));
+      if (app.recording.empty()) {
+        throw InputError("recording", StrCat("'", paths[0], "' recorded no redistribution"));
+      }
+      loaded = TraceModel::FromTrace(app.recording.front().trace, paths[0]);
+    }
+    TraceModel a = std::move(*loaded);
     if (paths.size() == 2) {
       TraceModel b = TraceModel::Load(paths[1]);
       TraceDiff d = DiffModels(a, b);
@@ -152,6 +189,7 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
     }
     app.first = std::move(a);
   } catch (const InputError& e) {
+    app.recording.clear();
     app.first.reset();
     app.second.reset();
     app.diff.reset();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "draw.h"
+#include "recording_view.h"
 #include "trace_model.h"
 #include "view_state.h"
 
@@ -32,7 +33,11 @@ struct FileStamp {
 FileStamp StampOf(const std::string& path);
 
 struct App {
-  std::vector<std::string> paths;   // what the user asked to open (1 or 2)
+  std::vector<std::string> paths;  // what the user asked to open (1 or 2)
+  // A recording (dtsim.record) opened: one view per recorded redistribution; `first` is the one at
+  // recording_index. Empty for traces.
+  std::vector<RecordedView> recording;
+  int64_t recording_index = 0;
   std::vector<FileStamp> stamps;    // of `paths` when they were loaded
   std::vector<std::string> recent;  // traces opened recently, most recent first (the open box)
   std::optional<TraceModel> first;  // the loaded traces (both absent when loading failed)
@@ -73,9 +78,14 @@ struct App {
 };
 
 // Opens 1 or 2 trace files into `app` (TraceModel::Load, then CheckSameRedistribution and
-// DiffModels for a pair). On InputError: app.error = its text, no trace loaded. Resets the view to
-// frame 0; in diff mode it starts at the first frame where the traces part.
+// DiffModels for a pair), or one recording (its first redistribution; ShowRecorded picks another).
+// On InputError: app.error = its text, no trace loaded. Resets the view to frame 0; in diff mode it
+// starts at the first frame where the traces part.
 void LoadTraces(App& app, const std::vector<std::string>& paths);
+
+// A recording is open: shows its redistribution `index` (InputError("redistribution") when there is
+// none such), the view starting afresh.
+void ShowRecorded(App& app, int64_t index);
 
 // True when a file of app.paths changed on disk since it was loaded (the window then reloads it).
 bool TracesChanged(const App& app);

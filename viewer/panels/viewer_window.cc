@@ -40,6 +40,13 @@ void HandleKeys(App& app) {
   if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) v.selected_rank = -1;
   if (app.second && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Tab), false))
     v.show_second = !v.show_second;
+  if (!app.recording.empty()) {
+    const int64_t last = static_cast<int64_t>(app.recording.size()) - 1;
+    if (ImGui::IsKeyPressed(GLFW_KEY_PAGE_DOWN) && app.recording_index < last)
+      ShowRecorded(app, app.recording_index + 1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_PAGE_UP) && app.recording_index > 0)
+      ShowRecorded(app, app.recording_index - 1);
+  }
   if (!io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_R, false)) {
     v.mesh_zoom = Zoom{};
     v.tensor_zoom = Zoom{};
@@ -141,6 +148,29 @@ void DrawToolbar(App& app) {
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
   };
+  if (!app.recording.empty()) {
+    // A recording: which recorded redistribution is drawn.
+    const std::string current = app.recording[app.recording_index].title;
+    SameLineIfFits(380);
+    ImGui::SetNextItemWidth(380);
+    if (ImGui::BeginCombo("##redistribution", current.c_str())) {
+      for (size_t i = 0; i < app.recording.size(); ++i) {
+        const bool selected = static_cast<int64_t>(i) == app.recording_index;
+        if (ImGui::Selectable(app.recording[i].title.c_str(), selected) && !selected)
+          ShowRecorded(app, static_cast<int64_t>(i));
+      }
+      ImGui::EndCombo();
+    }
+    if (ImGui::IsItemHovered()) {
+      ImGui::SetTooltip("%zu redistributions recorded; PageUp / PageDown step through them",
+                        app.recording.size());
+    }
+    const std::string& note = app.recording[app.recording_index].collectives_note;
+    if (!note.empty()) {
+      SameLineIfFits(ImGui::CalcTextSize(note.c_str()).x);
+      ImGui::TextColored(ToVec4(kAnomalyColor), "%s", note.c_str());
+    }
+  }
   auto text = [](const std::string& t, const ImVec4* color = nullptr) {
     SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
     if (color != nullptr) {

@@ -23,6 +23,7 @@
 
 #include "dtsim/core/dtensor.h"
 #include "dtsim/layout/plan.h"
+#include "dtsim/layout/plan_for.h"
 #include "dtsim/layout/planner.h"
 #include "dtsim/layout/spec.h"
 #include "dtsim/layout/transition.h"
@@ -30,12 +31,7 @@
 
 namespace dtsim {
 
-// The plan DTensor::Redistribute runs for `src` -> `dst`: PlanRedistribute(src, dst, kind), or its
-// kMinCost plan when that one breaks the executability rule (WhyNotExecutable in plan.h: upstream's
-// graph-based plans on some _StridedShard layouts read placements in upstream's shard order).
-// Refusals as PlanRedistribute.
-Plan PlanFor(const DTensorSpec& src, const Placements& dst,
-             PlannerKind kind = PlannerKind::kGreedy);
+// PlanFor (the plan DTensor::Redistribute runs) and WithoutNewPartials: layout/plan_for.h.
 
 // Runs `plan` on `input` step by step through input's collectives (simulated or real) and returns
 // the DTensor at plan.dst (canonical placements), calling `on_step` after each step. The plan may
@@ -66,10 +62,9 @@ DTensorSpec SpecAfter(const DTensorSpec& current, const Transition& t);
 
 // Upstream's internal redistributions (op dispatch, and what runs inside recorded programs) may
 // also turn Replicate into Partial, locally (sum divides by the group size), which the public
-// redistribute refuses. Split in two parts:
-//   `target` with every new R -> P kept at `current`'s Replicate: what the planner runs;
-Placements WithoutNewPartials(const Placements& current, const Placements& target);
-//   then the remaining R -> P changes of `dt` to `target`, locally, mesh dim by mesh dim.
+// redistribute refuses. Split in two parts: WithoutNewPartials (layout/plan_for.h), what the
+// planner runs; then the remaining R -> P changes of `dt` to `target`, locally, mesh dim by mesh
+// dim:
 DTensor PartitionReplicas(const DTensor& dt, const Placements& target);
 // Both: PlanFor(WithoutNewPartials) run by ExecutePlan (its plan in `plan`), then
 // PartitionReplicas.

@@ -83,4 +83,11 @@ bool IsRecording(const nlohmann::json& json);
 Recording RecordingFromJson(const nlohmann::json& json,
                             std::optional<int64_t> data_file_bytes = std::nullopt);
 
+// The largest recording (its JSON, not the data file) dtsim reads.
+inline constexpr int64_t kMaxRecordingBytes = int64_t{1} << 30;
+
+// Reads a recording file (bounded by kMaxRecordingBytes, as every input: files.h) and validates it
+// with RecordingFromJson, without the data file. InputError("recording") naming the path.
+Recording ReadRecording(const std::string& path);
+
 }  // namespace dtsim
