@@ -114,11 +114,24 @@ def _placement_text(p: Any) -> str:
     return _one_placement_text(p, "placements")
 
 
-def _bytes_of(t: torch.Tensor) -> bytes:
-    c = t.detach().contiguous().cpu()
+def _reduces_partial(src: Any, dst: Any) -> bool:
+    """Whether the redistribution reduces a Partial sum or avg of floating-point values (a mesh dim Partial in
+    `src`, not in `dst`): only then may the run's result differ from dtsim's in the last bits (summation order), and
+    replay needs the result's values (data_after) to tell that from a wrong result. Every other result is exact."""
+    if not src.tensor_meta.dtype.is_floating_point and not src.tensor_meta.dtype.is_complex:
+        return False
+    for p, q in zip(src.placements, dst.placements):
+        if p.is_partial() and not q.is_partial() and getattr(p, "reduce_op", "sum") in ("sum", "avg"):
+            return True
+    return False
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as a flat uint8 tensor of its own (a snapshot: the program may change `t` later)."""
+    c = t.detach().cpu()
     if c.numel() == 0:
-        return b""
-    return c.reshape(-1).view(torch.uint8).numpy().tobytes()
+        return torch.empty(0, dtype=torch.uint8)
+    return c.contiguous().reshape(-1).view(torch.uint8).clone()
 
 
 def _rank_states(t: torch.Tensor) -> List[Dict[str, Any]]:
@@ -149,7 +162,7 @@ class _Recorder:
         self.path = path
         self.max_data_bytes = max_data_bytes
         self.records: List[Dict[str, Any]] = []
-        self.data: List[bytes] = []  # this process's source shard bytes, in record order
+        self.data: List[torch.Tensor] = []  # this process's shard bytes (flat uint8), in record order
         self.data_bytes = 0
         self.data_complete = True
         self.local = threading.local()
@@ -246,7 +259,10 @@ class _Recorder:
                 seen, recorder.local.collectives = recorder.local.collectives, None
             elapsed_us = (time.perf_counter() - start) * 1e6
             record["ranks_after"] = states
-            recorder._keep_data(record, "data_after", out)
+            if _reduces_partial(current_spec, target_spec):
+                recorder._keep_data(record, "data_after", out)
+            else:
+                record["data_after"] = None  # the result is exact: replay compares hashes, needs no values
             record["collectives"] = [recorder._collective_rows(c, current_spec.mesh) for c in seen]
             record["time_us"] = {str(r["rank"]): elapsed_us for r in states}
             record["start_us"] = {str(r["rank"]): (start - recorder.t0) * 1e6 for r in states}
@@ -299,9 +315,33 @@ class _Recorder:
         real = dist.is_initialized() and dist.get_backend() != "fake" and local_tensor_mode() is None
         if real:
             world = dist.get_world_size()
-            mine = {"records": self.records, "data": self.data, "complete": self.data_complete}
+            # The rows as objects (small); the shard bytes as one uint8 tensor per rank, gathered as tensors
+            # (no pickling of megabytes), padded to the largest rank's.
+            sizes = [int(b.numel()) for b in self.data]
+            mine = {"records": self.records, "sizes": sizes, "complete": self.data_complete}
             gathered: Optional[List[Any]] = [None] * world if dist.get_rank() == 0 else None
             dist.gather_object(mine, gathered, dst=0)
+            totals = torch.tensor([sum(sizes)], dtype=torch.int64)
+            all_totals = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+            dist.all_gather(all_totals, totals)
+            longest = max(int(t.item()) for t in all_totals)
+            if longest > 0:
+                flat = torch.zeros(longest, dtype=torch.uint8)
+                if self.data:
+                    torch.cat(self.data, out=flat[:sum(sizes)])
+                bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)] \
+                    if dist.get_rank() == 0 else None
+                dist.gather(flat, bufs, dst=0)
+                if gathered is not None and bufs is not None:
+                    for part, buf in zip(gathered, bufs):
+                        cuts, at = [], 0
+                        for n in part["sizes"]:
+                            cuts.append(buf[at:at + n])
+                            at += n
+                        part["data"] = cuts
+            elif gathered is not None:
+                for part in gathered:
+                    part["data"] = [torch.empty(0, dtype=torch.uint8) for _ in part["sizes"]]
             # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks
             # that raced ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and
             # all raise if the write failed.
@@ -326,7 +366,8 @@ class _Recorder:
                                f"({sorted(counts)}): the program is not SPMD inside the record block")
         complete = all(p["complete"] for p in parts)
         data_path = self.path + ".data"
-        blobs: List[bytes] = []
+        blobs: List[torch.Tensor] = []
+        written: Dict[Any, int] = {}  # (hash, nbytes) -> offset of the bytes already in the data file
         offset = 0
         out_records = []
         for i in range(counts.pop()):
@@ -345,15 +386,22 @@ class _Recorder:
                    "time_us": {k: v for r in rows for k, v in r["time_us"].items()},
                    "start_us": {k: v for r in rows for k, v in r["start_us"].items()},
                    "collectives": _merge_collectives(rows, first["src"]), "data": None, "data_after": None}
-            for key in ("data", "data_after"):
+            for key, states in (("data", "ranks_before"), ("data_after", "ranks_after")):
                 if all(r.get(key) is not None for r in rows):
+                    hashes = {s["rank"]: s["hash"] for s in rec[states]}
                     entries = []
                     for p, r in zip(parts, rows):
                         for rank, k in sorted(r[key].items(), key=lambda kv: int(kv[0])):
                             blob = p["data"][k]
-                            entries.append({"rank": int(rank), "offset": offset, "nbytes": len(blob)})
-                            blobs.append(blob)
-                            offset += len(blob)
+                            nbytes = int(blob.numel())
+                            # Shards with the same hash and size (replicas, a result that is the next
+                            # source) are written once; replay checks every shard against its hash.
+                            where = written.get((hashes[int(rank)], nbytes))
+                            if where is None:
+                                where = written[(hashes[int(rank)], nbytes)] = offset
+                                blobs.append(blob)
+                                offset += nbytes
+                            entries.append({"rank": int(rank), "offset": where, "nbytes": nbytes})
                     entries.sort(key=lambda e: e["rank"])
                     rec[key] = entries
             out_records.append(rec)
@@ -363,8 +411,8 @@ class _Recorder:
                         "data_file": os.path.basename(data_path) if blobs else None,
                         "data_complete": complete, "max_data_bytes": self.max_data_bytes},
                "redistributions": out_records}
-        _write_atomically(data_path, b"".join(blobs)) if blobs else None
-        _write_atomically(self.path, (json.dumps(doc, separators=(",", ":")) + "\n").encode())
+        _write_atomically(data_path, [b.numpy() for b in blobs]) if blobs else None
+        _write_atomically(self.path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
 
 
 def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -394,7 +442,7 @@ def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[
     return out
 
 
-def _write_atomically(path: str, data: bytes) -> None:
+def _write_atomically(path: str, chunks: List[Any]) -> None:
     """A temporary file beside `path`, renamed into place; an existing special file (a device, a FIFO) is refused,
     never replaced."""
     try:
@@ -407,7 +455,8 @@ def _write_atomically(path: str, data: bytes) -> None:
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for chunk in chunks:  # bytes or arrays, written as they are (no joined copy)
+                f.write(chunk)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
