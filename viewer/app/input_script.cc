@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -77,7 +78,7 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
     if (event.empty()) continue;
     ++index;
     auto bad = [&](const std::string& why) {
-      return InputError("input", StrCat("event ", index, " '", event, "': ", why));
+      return InputError("input", StrCat("event ", index, " '", ExcerptText(event), "': ", why));
     };
     if (index > kMaxEvents) throw bad(StrCat("more than ", kMaxEvents, " events"));
     auto point = [&](const std::string& text) {
@@ -89,10 +90,11 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
       const double x = std::strtod(xs.c_str(), &e1), y = std::strtod(ys.c_str(), &e2);
       if (comma == std::string::npos || xs.empty() || ys.empty() || *e1 != '\0' || *e2 != '\0' ||
           !std::isfinite(x) || !std::isfinite(y)) {
-        throw bad(StrCat("'", text, "' is not a point X,Y"));
+        throw bad(StrCat("'", ExcerptText(text), "' is not a point X,Y"));
       }
       if (x < 0 || y < 0 || x >= width || y >= height) {
-        throw bad(StrCat("the point ", text, " is outside the ", width, "x", height, " picture"));
+        throw bad(StrCat("the point ", ExcerptText(text), " is outside the ", width, "x", height,
+                         " picture"));
       }
       return std::pair<float, float>{static_cast<float>(x), static_cast<float>(y)};
     };
@@ -121,7 +123,8 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
       char* e = nullptr;
       const double n = std::strtod(w[2].c_str(), &e);
       if (*e != '\0' || !std::isfinite(n) || n == 0 || std::abs(n) > 100)
-        throw bad(StrCat("'", w[2], "' must be a number of notches, -100..100, not 0"));
+        throw bad(
+            StrCat("'", ExcerptText(w[2]), "' must be a number of notches, -100..100, not 0"));
       InputFrame f = at(mx, my);
       frames.push_back(f);
       f.wheel = static_cast<float>(n);
@@ -159,13 +162,13 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
         } else if (mod == "shift") {
           f.shift = true;
         } else {
-          throw bad(StrCat("unknown modifier '", mod, "' (ctrl, shift)"));
+          throw bad(StrCat("unknown modifier '", ExcerptText(mod), "' (ctrl, shift)"));
         }
         name = name.substr(plus + 1);
       }
       const int code = KeyCode(name);
       if (code < 0) {
-        throw bad(StrCat("unknown key '", name,
+        throw bad(StrCat("unknown key '", ExcerptText(name),
                          "' (Left Right Up Down Home End PageUp PageDown Space Escape Tab "
                          "Enter Backspace F3 minus equal a..z 0..9)"));
       }
@@ -183,7 +186,8 @@ std::vector<InputFrame> ParseInputScript(const std::string& script, int width, i
       f.text.clear();
       frames.push_back(f);
     } else {
-      throw bad(StrCat("unknown event '", kind, "' (move, click, wheel, drag, key, type)"));
+      throw bad(
+          StrCat("unknown event '", ExcerptText(kind), "' (move, click, wheel, drag, key, type)"));
     }
   }
   return frames;

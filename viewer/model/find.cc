@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 
 namespace dtsim::viewer {
 namespace {
@@ -59,7 +60,7 @@ int64_t ParseRankQuery(const TraceModel& model, const std::string& text) {
   const DeviceMesh& mesh = model.mesh();
   const std::vector<std::string> items = Items(text);
   if (items.empty()) throw InputError("go to", "type a rank number or a coordinate, e.g. 5 or 1,2");
-  auto shown = [&] { return "'" + text + "'"; };
+  auto shown = [&] { return "'" + ExcerptText(text) + "'"; };
   std::vector<int64_t> coord(mesh.ndim(), -1);
   const bool named = items.front().find('=') != std::string::npos;
   if (!named && items.size() == 1) {
@@ -79,14 +80,16 @@ int64_t ParseRankQuery(const TraceModel& model, const std::string& text) {
     }
     for (size_t d = 0; d < items.size(); ++d) {
       if (!ParseInt(items[d], &coord[d]))
-        throw InputError("go to", StrCat(shown(), ": '", items[d], "' is not a coordinate"));
+        throw InputError("go to",
+                         StrCat(shown(), ": '", ExcerptText(items[d]), "' is not a coordinate"));
     }
   } else {
     for (const std::string& item : items) {
       const size_t eq = item.find('=');
       int64_t value = 0;
       if (eq == std::string::npos || !ParseInt(item.substr(eq + 1), &value)) {
-        throw InputError("go to", StrCat(shown(), ": '", item, "' must be NAME=INDEX, e.g. dp=1"));
+        throw InputError(
+            "go to", StrCat(shown(), ": '", ExcerptText(item), "' must be NAME=INDEX, e.g. dp=1"));
       }
       const std::string name = item.substr(0, eq);
       const std::optional<int64_t> d = mesh.FindDim(name);
