@@ -56,12 +56,28 @@ void AddBackendOptions(po::options_description& desc, BackendCliOptions& o) {
               "(optionally @K)");
 }
 
-std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault) {
-  if (!(o.timeout > 0) || o.timeout > 86400) {
-    throw InputError(
-        "timeout",
-        StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
+void CheckTimeout(double seconds) {
+  if (!(seconds >= kMinTimeoutSeconds && seconds <= kMaxTimeoutSeconds)) {
+    throw InputError("timeout", StrCat("must be a number of seconds from ", kMinTimeoutSeconds,
+                                       " to ", kMaxTimeoutSeconds, ", got ", seconds));
   }
+}
+
+namespace {
+constexpr std::string_view kFaultMissedStart = "dtsim: warning: the fault ";
+constexpr std::string_view kFaultMissedMiddle = " did not strike: ";
+}  // namespace
+
+std::string FaultMissedWarning(const FaultSpec& fault, std::string_view why) {
+  return StrCat(kFaultMissedStart, fault.ToString(), kFaultMissedMiddle, why);
+}
+
+bool IsFaultMissedWarning(std::string_view line) {
+  return line.rfind(kFaultMissedStart, 0) == 0 && line.find(kFaultMissedMiddle) != line.npos;
+}
+
+std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, FaultSpec* fault) {
+  CheckTimeout(o.timeout);
   *fault = ParseFault(o.fault);
   if (fault->active() && o.backend == "local") {
     throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault),

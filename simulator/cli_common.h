@@ -41,6 +41,20 @@ struct BackendCliOptions {
                       // stall-rank:R:S
 };
 
+// The range of --timeout, in seconds: below a millisecond no collective of a real run can arrive,
+// so every run would end as stuck; above a day is a typo.
+inline constexpr double kMinTimeoutSeconds = 0.001;
+inline constexpr double kMaxTimeoutSeconds = 86400;
+// InputError("timeout") unless kMinTimeoutSeconds <= seconds <= kMaxTimeoutSeconds (NaN refused):
+// "timeout: must be a number of seconds from 0.001 to 86400, got 1e-09".
+void CheckTimeout(double seconds);
+
+// The warning rank 0 of a real run prints on stderr when the injected fault found no collective
+// it can affect ("dtsim: warning: the fault wrong-op:1 did not strike: <why>"), and its test:
+// `dtsim compare` reads the ranks' stderr for it and then does not call the runs' agreement a pass.
+std::string FaultMissedWarning(const FaultSpec& fault, std::string_view why);
+bool IsFaultMissedWarning(std::string_view line);
+
 // Adds --backend, --timeout and --inject-fault to `desc`.
 void AddBackendOptions(boost::program_options::options_description& desc, BackendCliOptions& o);
 

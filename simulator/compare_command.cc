@@ -8,22 +8,17 @@
 //                 DIR]
 //                 [--mpirun mpirun]
 // Exit codes: 0 the runs agree, 1 they differ (the first difference is where they part), 2 bad
-// input, 4 the real run failed (stuck, diverged or crashed: its error is printed).
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
+// input, 4 the real run failed (stuck, diverged or crashed: its error is printed, a rank that died
+// named with its signal), 5 the runs agree but the injected fault did not strike (nothing was
+// tested). SIGINT, SIGTERM and SIGHUP end the real run's mpirun and ranks and remove the temporary
+// folder before the command ends with that signal (real_job.h).
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -32,9 +27,8 @@
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
+#include "real_job.h"
 #include "redistribute_command.h"
-
-extern char** environ;
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -61,58 +55,21 @@ std::string SelfPath() {
   return p.string();
 }
 
-struct Launched {
-  int exit_code = -1;  // -1: killed by the watchdog
-  std::string stderr_text;
-};
-
-// Runs `argv` with stdout and stderr into files under `dir`; kills it after `limit_s` seconds.
-Launched Launch(const std::vector<std::string>& argv, const fs::path& dir, double limit_s) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  const std::string out = (dir / "real.stdout").string(), err = (dir / "real.stderr").string();
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(
-      &attr, POSIX_SPAWN_SETPGROUP);  // its own process group: the watchdog kills all of it
-  posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    throw InputError(
-        "mpirun", StrCat("cannot start '", ExcerptText(argv[0]), "': ", std::strerror(rc),
-                         " (install OpenMPI: apt-get install openmpi-bin, or give --mpirun PATH)"));
+// True when `name` is an executable file (a name with a '/') or a program found in $PATH, as
+// posix_spawnp would find it.
+bool IsExecutableOnPath(const std::string& name) {
+  if (name.empty()) return false;
+  auto runnable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) return runnable(name);
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (runnable(fs::path(dir.empty() ? "." : dir) / name)) return true;
   }
-  Launched result;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      result.exit_code = -1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (result.exit_code != -1 || !WIFSIGNALED(status)) {
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::ifstream in(err);
-  std::stringstream text;
-  text << in.rdbuf();
-  result.stderr_text = text.str();
-  return result;
+  return false;
 }
 
 }  // namespace
@@ -152,43 +109,24 @@ int RunCompare(const Args& args) {
     throw InputError("np", StrCat(o.np, " ranks for ", src.mesh().ToString(), ", which has ",
                                   src.mesh().size(), " ranks: give --np ", src.mesh().size()));
   }
-  if (!(o.timeout > 0) || o.timeout > 86400) {
-    throw InputError(
-        "timeout",
-        StrCat("must be a number of seconds above 0 and at most 86400, got ", o.timeout));
+  CheckTimeout(o.timeout);
+  // The launcher is looked up before anything runs or is printed (nothing on stdout for bad input).
+  if (!IsExecutableOnPath(o.mpirun)) {
+    throw InputError("mpirun",
+                     StrCat("'", ExcerptText(o.mpirun),
+                            "' is not an executable file nor a program on PATH (install "
+                            "OpenMPI: apt-get install openmpi-bin, or give --mpirun PATH)"));
   }
   const FaultSpec fault = ParseFault(o.fault);
   if (fault.active() && fault.rank >= o.np) {
     throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault.rank,
                                             " but the run has ranks 0..", o.np - 1));
   }
-  // Where the traces go.
-  fs::path dir;
-  bool remove_dir = false;
-  if (!o.keep.empty()) {
-    dir = o.keep;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir)) {
-      throw InputError("keep", StrCat("cannot use '", ExcerptText(o.keep),
-                                      "' as a directory: ", ec ? ec.message() : "not a directory"));
-    }
-  } else {
-    std::string templ = (fs::temp_directory_path() / "dtsim-compare-XXXXXX").string();
-    if (!mkdtemp(templ.data()))
-      throw InputError("compare",
-                       StrCat("cannot make a temporary directory: ", std::strerror(errno)));
-    dir = templ;
-    remove_dir = true;
-  }
-  struct Cleanup {
-    fs::path dir;
-    bool active;
-    ~Cleanup() {
-      std::error_code ec;
-      if (active) fs::remove_all(dir, ec);
-    }
-  } cleanup{dir, remove_dir};
+  // Where the traces go: --keep DIR, or a temporary folder that is removed at the end, also when
+  // a signal ends the command.
+  RealJob job(o.keep.empty() ? std::nullopt : std::optional<std::string>(o.keep));
+  const fs::path& dir = job.dir();
+  const bool remove_dir = job.removes_dir();
 
   // 1. The simulation, in this process.
   TraceMeta meta;
@@ -200,7 +138,10 @@ int RunCompare(const Args& args) {
   RunCaseOptions sim_options;
   sim_options.trace_meta = meta;
   const Outcome sim = RunCase(c, MakeLocalCollectives(), sim_options);
-  WriteJsonFileAtomically((dir / "sim.json").string(), ToJson(*sim.trace));
+  {
+    auto lock = job.Lock();
+    WriteJsonFileAtomically((dir / "sim.json").string(), ToJson(*sim.trace));
+  }
 
   // 2. The real run, launched with mpirun.
   std::vector<std::string> argv = {o.mpirun};
@@ -227,20 +168,38 @@ int RunCompare(const Args& args) {
             << o.np << " " << o.backend << " ranks"
             << (fault.active() ? " with the fault " + fault.ToString() + " injected" : "") << "\n"
             << std::flush;
-  const Launched real = Launch(argv, dir, o.timeout * 2 + 60);
+  const JobResult real = job.Run(argv, o.timeout * 2 + 60);
   const fs::path real_trace = dir / "real.json";
-  if ((real.exit_code != 0 && real.exit_code != 1) || !fs::exists(real_trace)) {
-    std::cout << "the real run failed ("
-              << (real.exit_code < 0 ? std::string("killed after ") + timeout + " s x 2 + 60 s"
-                                     : "exit code " + std::to_string(real.exit_code))
-              << "):\n";
+  if (real.timed_out || (real.exit_code != 0 && real.exit_code != 1) || !fs::exists(real_trace)) {
+    // "the real run failed: rank 2 killed by signal 9 (SIGKILL); mpirun exit code 137:"
+    std::cout << "the real run failed: ";
+    if (real.timed_out) {
+      std::cout << "ended after " << timeout << " s x 2 + 60 s";
+    } else {
+      for (const std::string& failure : real.rank_failures) std::cout << failure << "; ";
+      std::cout << "mpirun exit code " << real.exit_code;
+      if (real.rank_failures.empty() && real.exit_code > 128 && real.exit_code < 128 + 65) {
+        std::cout << " (128 + " << real.exit_code - 128 << ": a process ended by "
+                  << SignalName(real.exit_code - 128) << "; mpirun named no rank)";
+      }
+    }
+    std::cout << ":\n";
     std::istringstream lines(real.stderr_text);
     int shown = 0;
     for (std::string line; std::getline(lines, line);) {
       if (line.rfind("dtsim:", 0) == 0 && shown++ < 20) std::cout << "  " << line << "\n";
     }
-    if (shown == 0) std::cout << real.stderr_text.substr(0, 4000);
+    if (shown == 0 && real.rank_failures.empty()) std::cout << real.stderr_text.substr(0, 4000);
     return 4;
+  }
+  // Rank 0 warns when the fault found no collective to strike (FaultMissedWarning): then the
+  // runs' agreement tested nothing.
+  std::optional<std::string> missed;
+  {
+    std::istringstream lines(real.stderr_text);
+    for (std::string line; std::getline(lines, line);) {
+      if (IsFaultMissedWarning(line)) missed = line.substr(line.find("the fault "));
+    }
   }
   const Trace simulated = ReadTrace((dir / "sim.json").string());
   const Trace measured = ReadTrace(real_trace.string());
@@ -252,15 +211,24 @@ int RunCompare(const Args& args) {
     int64_t collectives = 0;
     for (const TraceStep& s : measured.steps)
       collectives += static_cast<int64_t>(s.collectives.size());
-    std::cout << "agree: " << measured.steps.size() << " step"
-              << (measured.steps.size() == 1 ? "" : "s") << ", " << collectives << " collective"
-              << (collectives == 1 ? "" : "s") << ", every rank's shard "
-              << "after every step equal" << kept << "\n";
+    const std::string summary = StrCat(
+        measured.steps.size(), " step", measured.steps.size() == 1 ? "" : "s", ", ", collectives,
+        " collective", collectives == 1 ? "" : "s", ", every rank's shard after every step equal");
+    if (missed) {
+      // Not a pass: the run the user asked for (with a fault) did not happen.
+      std::cout << "not struck: " << *missed << "\n  the runs agree (" << summary
+                << ") only because nothing was injected: give the fault a rank and a "
+                   "redistribution it can affect"
+                << kept << "\n";
+      return 5;
+    }
+    std::cout << "agree: " << summary << kept << "\n";
     return 0;
   }
   std::cout << "differ: the " << o.backend << " run parts from the simulation at " << diffs[0].where
             << ":\n";
   for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+  if (missed) std::cout << "note: " << *missed << " (the difference is not the fault's)\n";
   std::cout << kept << (kept.empty() ? "" : "\n");
   return 1;
 }

@@ -58,7 +58,24 @@ struct Step {
   DeviceMesh mesh;
   Placements placements;
   std::string label;  // mesh[dp=2, tp=4]["tp"]
+  std::string text;   // as typed: "tp:S(0)"
 };
+
+// Runs `f`, which validates or performs the step typed as `text`; an InputError the layers below
+// raise under their own name for the value ("placements: 'S(5)' shards dim 5 ...", "mesh: mesh dim
+// tp ... is already used", "submesh: ... has no dim 'x'") is reported under the option the user
+// typed: "step: 'tp:S(5)': 'S(5)' shards dim 5 but the tensor has 2 dims".
+template <typename F>
+auto AsStep(const std::string& text, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    if (e.field() == "step") throw;
+    const std::string what = e.what();
+    throw InputError("step",
+                     StrCat("'", ExcerptText(text), "': ", what.substr(e.field().size() + 2)));
+  }
+}
 
 Step ParseStep(const DeviceMesh& root, const std::string& text) {
   const size_t colon = text.find(':');
@@ -76,13 +93,9 @@ Step ParseStep(const DeviceMesh& root, const std::string& text) {
   }
   std::string label = root.ToString() + "[";
   for (size_t i = 0; i < dims.size(); ++i) label += (i ? ", \"" : "\"") + dims[i] + "\"";
-  try {
-    return Step{root.Submesh(dims, root.ranks().front()), placements, label + "]"};
-  } catch (const InputError& e) {
-    const std::string what =
-        e.what();  // "submesh: mesh ... has no dim 'x'": the option the user typed is --step
-    throw InputError("step", StrCat("'", shown, "': ", what.substr(e.field().size() + 2)));
-  }
+  return AsStep(text, [&] {
+    return Step{root.Submesh(dims, root.ranks().front()), placements, label + "]", text};
+  });
 }
 
 }  // namespace
@@ -130,9 +143,11 @@ int RunDistribute(const Args& args) {
   }
   if (collectives->simulated()) CheckSimulationFits(global_spec, root.size(), o.meta);
   for (const Step& step : steps) {
-    CheckSimulationBlocks(
-        DTensorSpec::Create(step.mesh, step.placements, global_spec.shape(), global_spec.dtype()),
-        "step");
+    AsStep(step.text, [&] {
+      CheckSimulationBlocks(
+          DTensorSpec::Create(step.mesh, step.placements, global_spec.shape(), global_spec.dtype()),
+          "step");
+    });
   }
   const at::Tensor global =
       o.meta ? at::empty(
@@ -140,14 +155,17 @@ int RunDistribute(const Args& args) {
                    at::TensorOptions().dtype(ToScalarType(global_spec.dtype())).device(at::kMeta))
              : ArangeGlobal(global_spec);
   collectives->SetFault(fault);
-  DTensor dt = DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
+  DTensor dt = AsStep(steps[0].text, [&] {
+    return DistributeTensor(global, steps[0].mesh, steps[0].placements, 0, collectives);
+  });
   nlohmann::json step_json = nlohmann::json::array();
   step_json.push_back({{"mesh", steps[0].label},
                        {"placements", ToString(steps[0].placements)},
                        {"result_mesh", dt.mesh().ToString()},
                        {"result_placements", ToString(dt.placements())}});
   for (size_t i = 1; i < steps.size(); ++i) {
-    dt = DistributeTensor(dt, steps[i].mesh, steps[i].placements);
+    dt = AsStep(steps[i].text,
+                [&] { return DistributeTensor(dt, steps[i].mesh, steps[i].placements); });
     step_json.push_back({{"mesh", steps[i].label},
                          {"placements", ToString(steps[i].placements)},
                          {"result_mesh", dt.mesh().ToString()},
@@ -164,11 +182,9 @@ int RunDistribute(const Args& args) {
     verdict = !mismatch;
     problem = mismatch.value_or("");
   } else if (all) {
-    Assembled assembled = AssembleGlobal(dt.spec(), *all);
-    verdict = assembled.global && SameValues(*assembled.global, global);
-    problem = assembled.global
-                  ? (verdict ? "" : "the shards put together differ from the global tensor")
-                  : assembled.problem;
+    const Judgement judged = JudgeAgainstGlobal(dt.spec(), *all, global);
+    verdict = judged.ok;
+    problem = judged.problem;
   }
   const bool ok = BroadcastFromRankZero(*collectives, verdict) != 0;
   if (!IsReportingRank(*collectives)) return ok ? 0 : 1;

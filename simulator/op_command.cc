@@ -338,9 +338,9 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     const bool struck = AnyRank(*coll, coll->fault_struck());
     coll->SetFault(FaultSpec{});
     if (!struck && IsReportingRank(*coll)) {
-      std::cerr << "dtsim: warning: the fault " << c.fault.ToString()
-                << " did not strike: no collective this op ran on rank " << c.fault.rank
-                << " is one it can affect\n";
+      std::cerr << FaultMissedWarning(c.fault, StrCat("no collective this op ran on rank ",
+                                                      c.fault.rank, " is one it can affect"))
+                << "\n";
     }
   }
   handle.callBoxed(&global_stack);

@@ -228,7 +228,46 @@ TEST(DTensorTest, AssembleGlobalFindsDisagreeingReplicas) {
       MakeLocalTensor(mesh.ranks(), [](int64_t rank) { return at::full({3}, rank, at::kFloat); });
   Assembled a = AssembleGlobal(spec, local);
   EXPECT_FALSE(a.global.has_value());
-  EXPECT_THAT(a.problem, HasSubstr("disagrees"));
+  EXPECT_THAT(a.problem, HasSubstr("ranks 0 and 1 hold the same block but disagree"));
+}
+
+// Replicas of one block where the first ones in rank order are wrong (wrong-op:3 on mesh[2, 2, 2]
+// [P(sum)]*3 -> [R]*3 leaves ranks 0..3 wrong): the judge names ranks 0..3, not rank 4, the first
+// correct replica that AssembleGlobal would meet after them.
+TEST(DTensorTest, JudgeAgainstGlobalNamesTheWrongRanksNotALaterReplica) {
+  DeviceMesh mesh = DeviceMesh::Create({2, 2, 2});
+  DTensorSpec spec = DTensorSpec::Create(mesh, ParsePlacements("R,R,R"), {4, 4});
+  const at::Tensor expected = at::arange(16, at::kFloat).reshape({4, 4});
+  at::Tensor local = MakeLocalTensor(
+      mesh.ranks(), [&](int64_t rank) { return rank < 4 ? expected * 2 : expected.clone(); });
+  Judgement j = JudgeAgainstGlobal(spec, local, expected);
+  EXPECT_FALSE(j.ok);
+  EXPECT_EQ(j.wrong_ranks, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_THAT(j.problem, HasSubstr("ranks 0, 1, 2, 3 hold values that differ"));
+  EXPECT_THAT(j.problem, HasSubstr("rank 0: 15 of 16 elements differ"));  // 0 * 2 == 0
+  // One wrong rank of a sharded result; then every rank right.
+  DTensorSpec sharded = DTensorSpec::Create(mesh, ParsePlacements("S(0),S(1),R"), {4, 4});
+  at::Tensor shards = MakeLocalTensor(mesh.ranks(), [&](int64_t rank) {
+    const std::vector<int64_t> c = MeshView(mesh).Coordinate(rank);
+    at::Tensor part = expected.narrow(0, c[0] * 2, 2).narrow(1, c[1] * 2, 2).clone();
+    return rank == 6 ? part + 1 : part;
+  });
+  j = JudgeAgainstGlobal(sharded, shards, expected);
+  EXPECT_EQ(j.wrong_ranks, (std::vector<int64_t>{6}));
+  EXPECT_THAT(j.problem, HasSubstr("rank 6 holds values"));
+  shards = MakeLocalTensor(mesh.ranks(), [&](int64_t rank) {
+    const std::vector<int64_t> c = MeshView(mesh).Coordinate(rank);
+    return expected.narrow(0, c[0] * 2, 2).narrow(1, c[1] * 2, 2).clone();
+  });
+  EXPECT_TRUE(JudgeAgainstGlobal(sharded, shards, expected).ok);
+  // Partial results are summed first: a wrong summand shows in the sum.
+  DTensorSpec partial =
+      DTensorSpec::Create(DeviceMesh::Create({2}), ParsePlacements("P(sum)"), {3});
+  at::Tensor halves = MakeLocalTensor(
+      {0, 1}, [](int64_t rank) { return at::full({3}, rank == 0 ? 1.0 : 2.0, at::kFloat); });
+  EXPECT_TRUE(JudgeAgainstGlobal(partial, halves, at::full({3}, 3.0, at::kFloat)).ok);
+  EXPECT_THAT(JudgeAgainstGlobal(partial, halves, at::full({3}, 4.0, at::kFloat)).problem,
+              HasSubstr("differs from the expected"));
 }
 
 }  // namespace

@@ -77,6 +77,14 @@ TEST(DeviceMeshTest, BadInputNamesFieldAndValue) {
       {"2x4", "dp", "names", "1 names given for a mesh of 2 dims"},
       {"2x4", "dp,dp", "names", "duplicate mesh dim name 'dp'"},
       {"2x4", "dp,", "names", "empty"},
+      // An invisible character is named and shown escaped, never echoed raw; a list of one is not
+      // echoed twice.
+      {"2\xc2\xa0", "", "mesh",
+       "mesh: '2\\u00a0' is not an integer: it holds the invisible character U+00A0 (no-break "
+       "space)"},
+      {"2x4\xe2\x80\x8b", "", "mesh", "'2x4\\u200b': '4\\u200b' is not an integer"},
+      {"2", "tp\xc2\xa0", "names",
+       "mesh dim name 'tp\\u00a0' holds the invisible character U+00A0 (no-break space)"},
   };
   for (const BadMesh& c : cases) {
     try {
@@ -87,6 +95,7 @@ TEST(DeviceMeshTest, BadInputNamesFieldAndValue) {
       EXPECT_THAT(e.what(), HasSubstr(c.message)) << c.shape;
     }
   }
+  EXPECT_EQ(DeviceMesh::Parse("2", "\xe6\x95\xb0").names()[0], "\xe6\x95\xb0");  // visible, kept
   EXPECT_THROW(DeviceMesh::Create({2}, {}, {0, 0}), InputError);
   EXPECT_THROW(DeviceMesh::Create({2}, {}, {0}), InputError);
   EXPECT_THROW(DeviceMesh::Create({2, 4}, {"dp", "tp"}).Submesh({"pp"}, 0), InputError);

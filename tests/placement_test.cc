@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 
 namespace dtsim {
 namespace {
@@ -118,6 +119,41 @@ TEST(PlacementTest, EchoedTextIsCapped) {
     ADD_FAILURE() << "accepted";
   } catch (const InputError& e) {
     EXPECT_LT(std::string(e.what()).size(), 600u);
+  }
+}
+
+// What a terminal does not show is escaped in messages (a no-break space pasted from a document, a
+// zero-width space, DEL) and named in the placement error; visible non-ASCII stays as typed.
+TEST(PlacementTest, InvisibleCharactersAreEscapedAndNamed) {
+  EXPECT_EQ(ExcerptText("S(0)\xc2\xa0"), "S(0)\\u00a0");
+  EXPECT_EQ(ExcerptText("a\xe2\x80\x8b"
+                        "b\x7f"),
+            "a\\u200bb\\u007f");
+  EXPECT_EQ(ExcerptText("\x01"), "\\u0001");
+  EXPECT_EQ(ExcerptText("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(ExcerptText("\xf3\xa0\x80\x81"), "\\U000e0001");  // a tag character
+  EXPECT_TRUE(IsInvisibleCodePoint(0xA0));
+  EXPECT_TRUE(IsInvisibleCodePoint(0xFEFF));
+  EXPECT_FALSE(IsInvisibleCodePoint(' '));
+  EXPECT_FALSE(IsInvisibleCodePoint(0xE9));
+  EXPECT_EQ(DescribeFirstNonAscii("S(0),\tR"), std::nullopt);
+  EXPECT_EQ(*DescribeFirstNonAscii("S(0)\xc2\xa0"),
+            "the invisible character U+00A0 (no-break space)");
+  EXPECT_EQ(*DescribeFirstNonAscii("S(\xc3\xa9)"), "the character '\xc3\xa9' (U+00E9)");
+  EXPECT_EQ(*DescribeFirstNonAscii("S\x01"), "the control character U+0001");
+  EXPECT_EQ(*DescribeFirstNonAscii("S\xff"), "the byte 0xff, which is not UTF-8");
+  EXPECT_EQ(DescribeFirstInvisible("\xe6\x95\xb0"), std::nullopt);  // a visible CJK name
+  for (const char* text : {"S(0)\xc2\xa0", "S\xc2\xa0(0)", "\xc2\xa0R",
+                           "S(\xef\xbb\xbf"
+                           "0)"}) {
+    try {
+      ParsePlacements(text);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is not a placement: it holds the invisible character U+"));
+      EXPECT_THAT(e.what(), HasSubstr("\\u")) << e.what();
+      EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("\xc2\xa0"))) << e.what();
+    }
   }
 }
 

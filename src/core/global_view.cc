@@ -110,8 +110,9 @@ Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local) {
     if (spec.placements()[m].is_partial()) partial_dims.push_back(m);
   }
   MeshView view(spec.mesh());
+  // covered: 0 where no rank wrote yet, else the writing rank + 1 (to name it when a replica
+  // disagrees).
   std::map<std::vector<int64_t>, at::Tensor> globals, covered;
-  std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, at::Tensor>>> writers;
   for (int64_t rank : view.ranks()) {
     const std::vector<int64_t> coordinate = view.Coordinate(rank);
     std::vector<int64_t> key;
@@ -126,13 +127,13 @@ Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local) {
     }
     if (!globals.count(key)) {
       globals[key] = at::zeros(spec.shape(), shard.options());
-      covered[key] = at::zeros(spec.shape(), at::kInt);
+      covered[key] = at::zeros(spec.shape(), at::kLong);
     }
     at::Tensor& g = globals[key];
     at::Tensor& c = covered[key];
     at::Tensor seen = ShardOf(c, layout);
-    bool first = seen.numel() == 0 || seen.max().item<int>() == 0;
-    bool all = seen.numel() == 0 || seen.min().item<int>() > 0;
+    bool first = seen.numel() == 0 || seen.max().item<int64_t>() == 0;
+    bool all = seen.numel() == 0 || seen.min().item<int64_t>() > 0;
     if (!first && !all) {
       result.problem = StrCat("rank ", rank, " overlaps other ranks' blocks only in part");
       return result;
@@ -140,22 +141,83 @@ Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local) {
     if (all && !first) {
       at::Tensor before = ShardOf(g, layout);
       if (!SameValues(before, shard)) {
-        result.problem = StrCat("rank ", rank, " disagrees with a replica holding the same block");
+        // Without the expected values neither replica can be blamed (JudgeAgainstGlobal can).
+        const int64_t other = seen.max().item<int64_t>() - 1;
+        result.problem = StrCat("ranks ", std::min(other, rank), " and ", std::max(other, rank),
+                                " hold the same block but disagree on its values");
         return result;
       }
       continue;
     }
     ForEachBlock(g, shard, layout, [](at::Tensor gb, at::Tensor lb) { gb.copy_(lb); });
-    ForEachBlock(c, shard, layout, [](at::Tensor cb, at::Tensor) { cb.fill_(1); });
+    ForEachBlock(c, shard, layout, [rank](at::Tensor cb, at::Tensor) { cb.fill_(rank + 1); });
   }
   for (const auto& [key, c] : covered) {
-    if (c.numel() > 0 && c.min().item<int>() == 0) {
+    if (c.numel() > 0 && c.min().item<int64_t>() == 0) {
       result.problem = "some elements of the global tensor are held by no rank";
       return result;
     }
   }
   result.global = ReducePartials(globals, spec, partial_dims);
   return result;
+}
+
+Judgement JudgeAgainstGlobal(const DTensorSpec& spec, const at::Tensor& local,
+                             const at::Tensor& expected, double rtol) {
+  Judgement out;
+  for (const Placement& p : spec.placements()) {
+    if (!p.is_partial()) continue;
+    // A Partial shard is a summand, not a part of `expected`: put the world back together.
+    Assembled assembled = AssembleGlobal(spec, local);
+    if (!assembled.global) {
+      out.problem = assembled.problem;
+    } else if (!SameValues(*assembled.global, expected, rtol)) {
+      out.problem = "the global tensor differs from the expected one";
+    }
+    out.ok = out.problem.empty();
+    return out;
+  }
+  // Every rank's shard against its own part of `expected`: the ranks named are the ones that are
+  // wrong, whichever replica comes first.
+  std::string example;
+  MeshView view(spec.mesh());
+  for (int64_t rank : view.ranks()) {
+    const RankLayout layout = ComputeRankLayout(spec.shape(), spec.mesh().shape(),
+                                                view.Coordinate(rank), spec.placements(), rank);
+    const at::Tensor shard = LocalShard(local, rank);
+    if (shard.sizes().vec() != layout.local_shape) {
+      if (out.wrong_ranks.empty()) {
+        example = StrCat("rank ", rank, " holds shape ", IntListToString(shard.sizes().vec()),
+                         " but its layout gives ", IntListToString(layout.local_shape));
+      }
+      out.wrong_ranks.push_back(rank);
+      continue;
+    }
+    const at::Tensor want = ShardOf(expected, layout);
+    if (SameValues(shard, want, rtol)) continue;
+    if (out.wrong_ranks.empty()) {
+      const bool approx = rtol > 0 && at::isFloatingType(shard.scalar_type());
+      const at::Tensor differs =
+          approx ? at::logical_not(at::isclose(shard.to(at::kDouble), want.to(at::kDouble), rtol,
+                                               1e-9, /*equal_nan=*/true))
+                 : at::ne(shard, want);
+      example = StrCat("rank ", rank, ": ", differs.sum().item<int64_t>(), " of ", shard.numel(),
+                       " elements differ");
+    }
+    out.wrong_ranks.push_back(rank);
+  }
+  if (!out.wrong_ranks.empty()) {
+    const size_t n = out.wrong_ranks.size();
+    std::string list;
+    for (size_t i = 0; i < std::min<size_t>(n, 16); ++i) {
+      list += StrCat(i ? ", " : "", out.wrong_ranks[i]);
+    }
+    if (n > 16) list += StrCat(", … (", n, " ranks)");
+    out.problem = StrCat("rank", n == 1 ? " " : "s ", list, n == 1 ? " holds" : " hold",
+                         " values that differ from the expected global tensor (", example, ")");
+  }
+  out.ok = out.problem.empty();
+  return out;
 }
 
 bool SameValues(const at::Tensor& a, const at::Tensor& b, double rtol) {

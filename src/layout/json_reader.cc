@@ -2,6 +2,7 @@
 #include "dtsim/layout/json_reader.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "dtsim/layout/error.h"
 
@@ -13,40 +14,142 @@ const char* TypeName(const nlohmann::json& j) {
   return j.type_name();
 }
 
+// Decodes the UTF-8 character at text[i] into *cp; returns its length in bytes, or 0 when the bytes
+// there are not valid UTF-8 (overlong forms, surrogates and values above U+10FFFF refused).
+size_t DecodeUtf8(std::string_view text, size_t i, uint32_t* cp) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  size_t n = 0;
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  } else if ((c & 0xE0) == 0xC0) {
+    n = 1;
+    *cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 2;
+    *cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 3;
+    *cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n >= text.size()) return 0;
+  for (size_t k = 1; k <= n; ++k) {
+    const unsigned char d = static_cast<unsigned char>(text[i + k]);
+    if ((d & 0xC0) != 0x80) return 0;
+    *cp = (*cp << 6) | (d & 0x3F);
+  }
+  const uint32_t min = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
+  if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
+  return n + 1;
+}
+
+std::string HexByte(unsigned char c) {
+  char out[8];
+  std::snprintf(out, sizeof(out), "0x%02x", c);
+  return out;
+}
+
+// "U+00A0", "U+1D173": the code point as Unicode writes it.
+std::string CodePointName(uint32_t cp) {
+  char out[16];
+  std::snprintf(out, sizeof(out), "U+%04X", static_cast<unsigned>(cp));
+  return out;
+}
+
+// The escape ExcerptText shows for an invisible code point: "\u00a0" (JSON's form), or
+// "\U000e0001" beyond U+FFFF.
+std::string EscapedCodePoint(uint32_t cp) {
+  char out[16];
+  if (cp <= 0xFFFF) {
+    std::snprintf(out, sizeof(out), "\\u%04x", static_cast<unsigned>(cp));
+  } else {
+    std::snprintf(out, sizeof(out), "\\U%08x", static_cast<unsigned>(cp));
+  }
+  return out;
+}
+
+// "the invisible character U+00A0 (no-break space)", "the character 'é' (U+00E9)".
+std::string DescribeCodePoint(uint32_t cp, std::string_view bytes) {
+  if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) {
+    return StrCat("the control character ", CodePointName(cp));
+  }
+  if (IsInvisibleCodePoint(cp)) {
+    static const std::pair<uint32_t, const char*> kNames[] = {
+        {0xA0, "no-break space"},
+        {0xAD, "soft hyphen"},
+        {0x2002, "en space"},
+        {0x2003, "em space"},
+        {0x2009, "thin space"},
+        {0x200B, "zero-width space"},
+        {0x200C, "zero-width non-joiner"},
+        {0x200D, "zero-width joiner"},
+        {0x200E, "left-to-right mark"},
+        {0x200F, "right-to-left mark"},
+        {0x202F, "narrow no-break space"},
+        {0x2060, "word joiner"},
+        {0x3000, "ideographic space"},
+        {0xFEFF, "zero-width no-break space (byte order mark)"}};
+    for (const auto& [code, name] : kNames) {
+      if (code == cp) return StrCat("the invisible character ", CodePointName(cp), " (", name, ")");
+    }
+    return StrCat("the invisible character ", CodePointName(cp));
+  }
+  return StrCat("the character '", bytes, "' (", CodePointName(cp), ")");
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    size_t n = 0;
+  for (size_t i = 0; i < text.size();) {
     uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= text.size()) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(text[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    const uint32_t min = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
+    const size_t n = DecodeUtf8(text, i, &cp);
+    if (n == 0) return false;
+    i += n;
   }
   return true;
+}
+
+bool IsInvisibleCodePoint(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return true;
+  if (cp == 0x034F || cp == 0x061C || cp == 0x115F || cp == 0x1160 || cp == 0x1680 ||
+      cp == 0x17B4 || cp == 0x17B5 || cp == 0x3000 || cp == 0x3164 || cp == 0xFEFF ||
+      cp == 0xFFA0) {
+    return true;
+  }
+  return (cp >= 0x180B && cp <= 0x180F) || (cp >= 0x2000 && cp <= 0x200F) ||
+         (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x206F) ||
+         (cp >= 0xFE00 && cp <= 0xFE0F) || (cp >= 0xFFF0 && cp <= 0xFFFB) ||
+         (cp >= 0x1D173 && cp <= 0x1D17A) || (cp >= 0xE0000 && cp <= 0xE0FFF);
+}
+
+std::optional<std::string> DescribeFirstNonAscii(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c >= 0x20 && c < 0x7F) || (c >= '\t' && c <= '\r')) {  // printable ASCII or a blank
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(text, i, &cp);
+    if (n == 0) return StrCat("the byte ", HexByte(c), ", which is not UTF-8");
+    return DescribeCodePoint(cp, text.substr(i, n));
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> DescribeFirstInvisible(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(text, i, &cp);
+    if (n == 0)
+      return StrCat("the byte ", HexByte(static_cast<unsigned char>(text[i])),
+                    ", which is not UTF-8");
+    if (IsInvisibleCodePoint(cp)) return DescribeCodePoint(cp, text.substr(i, n));
+    i += n;
+  }
+  return std::nullopt;
 }
 
 std::string SafeDump(const nlohmann::json& value, int indent) {
@@ -58,6 +161,21 @@ std::string ExcerptText(std::string_view text, size_t max_chars) {
   std::string safe = nlohmann::json(std::string(text))
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   safe = safe.substr(1, safe.size() - 2);  // drop the quotes
+  // Escape what JSON leaves raw but a terminal shows as nothing or a blank (DEL, C1 controls, the
+  // no-break and other Unicode spaces, zero-width characters): the dump above is valid UTF-8.
+  std::string shown;
+  for (size_t i = 0; i < safe.size();) {
+    uint32_t cp = 0;
+    size_t n = DecodeUtf8(safe, i, &cp);
+    if (n == 0) n = 1;  // not reached: the dump replaced invalid UTF-8
+    if (n > 0 && cp >= 0x7F && IsInvisibleCodePoint(cp)) {
+      shown += EscapedCodePoint(cp);
+    } else {
+      shown.append(safe, i, n);
+    }
+    i += n;
+  }
+  safe = std::move(shown);
   if (safe.size() <= max_chars) return safe;
   size_t cut = max_chars;
   while (cut > 0 && (static_cast<unsigned char>(safe[cut]) & 0xC0) == 0x80)

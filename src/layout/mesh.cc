@@ -43,6 +43,15 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
                      StrCat(Quote(text), " is ", body.size(), " characters long; lists of at most ",
                             kMaxIntListTextBytes, " characters are read"));
   }
+  // "'q' is not an integer" for a list of one, "'2xq': 'q' is not an integer" in a longer one; an
+  // invisible or foreign character (a pasted no-break space) is named.
+  auto not_integer = [&](std::string_view item) {
+    std::string why = StrCat(Quote(item), " is not an integer");
+    if (const std::optional<std::string> odd = DescribeFirstNonAscii(item)) {
+      why += StrCat(": it holds ", *odd);
+    }
+    return InputError(field, item == body ? why : StrCat(Quote(text), ": ", why));
+  };
   size_t start = 0;
   while (start <= body.size()) {
     size_t end = body.find_first_of(",x", start);
@@ -52,13 +61,12 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
     size_t pos = 0;
     bool negative = item.front() == '-';
     if (item.front() == '-' || item.front() == '+') pos = 1;
-    if (pos == item.size())
-      throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
+    if (pos == item.size()) throw not_integer(item);
     int64_t value = 0;
     for (; pos < item.size(); ++pos) {
       char c = item[pos];
       if (!std::isdigit(static_cast<unsigned char>(c))) {
-        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
+        throw not_integer(item);
       }
       if (value > (INT64_MAX - (c - '0')) / 10) {
         // Still an error about the right thing when more junk follows: "99999999999999999999x" is
@@ -66,10 +74,10 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
         const bool digits = std::all_of(item.begin() + pos, item.end(), [](char ch) {
           return std::isdigit(static_cast<unsigned char>(ch));
         });
-        if (!digits)
-          throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is not an integer"));
-        throw InputError(field, StrCat(Quote(text), ": ", Quote(item), " is too large (at most ",
-                                       INT64_MAX, " in magnitude)"));
+        if (!digits) throw not_integer(item);
+        const std::string why =
+            StrCat(Quote(item), " is too large (at most ", INT64_MAX, " in magnitude)");
+        throw InputError(field, item == body ? why : StrCat(Quote(text), ": ", why));
       }
       value = value * 10 + (c - '0');
     }
@@ -133,11 +141,10 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
         throw InputError("names", StrCat("mesh dim name ", Quote(name), " has ", name.size(),
                                          " bytes; names have at most ", kMaxMeshDimNameBytes));
       }
-      for (char c : name) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          throw InputError("names",
-                           StrCat("mesh dim name ", Quote(name), " holds a control character"));
-        }
+      // Control characters and invisible ones (a no-break space): "holds the control character
+      // U+0009", "holds the invisible character U+00A0 (no-break space)".
+      if (const std::optional<std::string> odd = DescribeFirstInvisible(name)) {
+        throw InputError("names", StrCat("mesh dim name ", Quote(name), " holds ", *odd));
       }
     }
     std::set<std::string> seen;

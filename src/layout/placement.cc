@@ -120,6 +120,11 @@ Placement Placement::Parse(std::string_view text, const std::string& field) {
                       " band, bor, bxor)"));
   };
   if (t.empty()) throw bad("it is empty");
+  // Placements are plain ASCII: name an invisible or foreign character (a no-break space pasted
+  // from a document) rather than calling it an unknown kind or asking for commas.
+  if (const std::optional<std::string> odd = DescribeFirstNonAscii(t)) {
+    throw bad(StrCat("it holds ", *odd, "; placements are plain ASCII"));
+  }
   std::string head = t, args;
   bool has_args = false;
   const size_t open = t.find('(');

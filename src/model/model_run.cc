@@ -274,6 +274,12 @@ Size SizeOf(const ModelRunOptions& o) {
 
 void ValidateModelRun(const ModelRunOptions& o) {
   o.args.Validate();
+  if (o.args.layers > kMaxModelLayers) {
+    throw InputError("layers", std::to_string(o.args.layers) +
+                                   " transformer blocks are too many: dtsim model simulates at "
+                                   "most " +
+                                   std::to_string(kMaxModelLayers));
+  }
   if (o.mesh.size() > kMaxModelRanks) {
     throw InputError("mesh", o.mesh.ToString() + " has " + std::to_string(o.mesh.size()) +
                                  " ranks; dtsim model simulates at most " +

@@ -103,7 +103,7 @@ def test_op_batch_on_mpi_equals_the_simulation(tmp_path):
     (8, ["redistribute", *CASE, "--backend", "mpi", "--inject-fault", "drop-rank:8"], "inject-fault", "names rank 8"),
     (None, ["redistribute", *CASE, "--backend", "mpi", "--inject-fault", "drop-rank"], "inject-fault", "needs 1 value"),
     (None, ["redistribute", *CASE, "--backend", "mpi", "--inject-fault", "stall-rank:1:x"], "inject-fault", "seconds 'x'"),
-    (None, ["redistribute", *CASE, "--backend", "mpi", "--timeout", "0"], "timeout", "above 0"),
+    (None, ["redistribute", *CASE, "--backend", "mpi", "--timeout", "0"], "timeout", "from 0.001 to 86400"),
     (None, ["redistribute", *CASE, "--backend", "tcp"], "backend", "unknown backend 'tcp'"),
     (2, ["redistribute", "--backend", "mpi", "--batch", "-"], "batch", "only rank 0 reads standard input"),
     (None, ["compare", "--np", "4", *CASE], "np", "4 ranks for mesh[dp=2, tp=4], which has 8 ranks"),

@@ -98,6 +98,16 @@ BAD_INPUTS = [
         ["S(0),S(0)", "characters"]),
     Row("layout-placement-not-utf8", ["layout", *M, "--placements", "S(0),\udcff"], "placements",
         ["is not a placement"]),
+    # Invisible characters (a no-break space pasted from a document, a zero-width space) are named and shown
+    # escaped; test_invisible_characters_are_never_echoed_raw checks that no raw one reaches the message.
+    Row("layout-placement-nbsp", ["layout", *M, "--placements", "S(0)\u00a0,R"], "placements",
+        ["'S(0)\\u00a0' is not a placement", "invisible character U+00A0 (no-break space)"]),
+    Row("layout-placement-zero-width-space", ["layout", *M, "--placements", "S(0),\u200bR"], "placements",
+        ["'\\u200bR'", "invisible character U+200B (zero-width space)"]),
+    Row("layout-placement-non-ascii", ["layout", *M, "--placements", "S(\u0660),R"], "placements",
+        ["the character '\u0660' (U+0660)", "plain ASCII"]),
+    Row("redistribute-from-nbsp", ["redistribute", "--mesh", "2", "--shape", "4", "--from", "S(0)\u00a0", "--to",
+                                   "R"], "from", ["'S(0)\\u00a0'", "U+00A0"]),
     # ---- layout: mesh, names, shape, dtype ----
     Row("layout-mesh-zero", ["layout", "--mesh", "2x0", "--shape", "5", "--placements", "S(0),R"], "mesh",
         ["dim 1 has size 0"]),
@@ -125,6 +135,12 @@ BAD_INPUTS = [
                                        "--placements", "S(0)", "--json"], "names", ["is not valid UTF-8"]),
     Row("layout-names-control-char", ["layout", "--mesh", "2", "--names", "a\tb", "--shape", "4", "--placements",
                                       "S(0)"], "names", ["control character"]),
+    Row("layout-names-nbsp", ["layout", "--mesh", "2", "--names", "tp\u00a0", "--shape", "4", "--placements",
+                               "S(0)"], "names", ["mesh dim name 'tp\\u00a0' holds the invisible character U+00A0"]),
+    Row("layout-mesh-nbsp", ["layout", "--mesh", "2x4\u00a0", "--shape", "5", "--placements", "S(0),R"], "mesh",
+        ["'2x4\\u00a0': '4\\u00a0' is not an integer: it holds the invisible character U+00A0"]),
+    Row("layout-shape-nbsp", ["layout", "--mesh", "2", "--shape", "\u00a04", "--placements", "S(0)"], "shape",
+        ["'\\u00a04' is not an integer"]),
     Row("layout-shape-negative", ["layout", "--mesh", "2", "--shape", "5,-3", "--placements", "S(0)"], "shape",
         ["dim 1 has size -3"]),
     Row("layout-shape-too-many-elements", ["layout", "--mesh", "2", "--shape", "4611686018427387904,2",
@@ -219,7 +235,7 @@ BAD_INPUTS = [
     Row("op-fault-on-simulation", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--inject-fault",
                                    "wrong-op:1"], "inject-fault", ["needs a real backend"]),
     Row("op-timeout-zero", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--backend", "mpi",
-                            "--timeout", "0"], "timeout", ["above 0"]),
+                            "--timeout", "0"], "timeout", ["from 0.001 to 86400", "got 0"]),
     Row("op-meta-with-values", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--meta", "--values"],
         "values", ["--values needs data"]),
     Row("op-bad-dtype", ["op", "mm", "--mesh", "2", "--dtype", "foo", "--arg", "4x4:R", "--arg", "4x4:R"], "dtype",
@@ -243,6 +259,12 @@ BAD_INPUTS = [
     Row("model-tensor-too-big", ["model", "--dim", "1000000000000", "--heads", "1", "--meta"], "model",
         ["2^50 elements"]),
     Row("model-too-many-ranks", ["model", "--mesh", "32768", "--meta"], "mesh", ["at most 16384"]),
+    # --layers 10^14 ran for ever (a metadata run grows faster than linearly in layers).
+    Row("model-too-many-layers", ["model", "--layers", "99999999999999", "--meta"], "layers",
+        ["99999999999999 transformer blocks", "at most 256"]),
+    Row("model-layers-just-over", ["model", "--layers", "257", "--meta"], "layers", ["257", "at most 256"]),
+    Row("model-zero-seq", ["model", "--seq", "0"], "seq", ["at least 1", "got 0"]),
+    Row("model-negative-ffn", ["model", "--ffn", "-1"], "ffn", ["got -1"]),
     Row("model-loss-parallel-without-tp", ["model", "--mesh", "2", "--names", "dp", "--plan", "fsdp",
                                            "--loss-parallel"], "loss-parallel", ["no tensor parallelism"]),
     # ---- redistribute ----
@@ -287,7 +309,18 @@ BAD_INPUTS = [
     Row("distribute-step-huge-dim-index", ["distribute", "--mesh", "2x4", "--shape", "8,6", "--step",
                                            "99999999999999999999:S(0)"], "step", ["has no dim '99999999999999999999'"]),
     Row("distribute-step-dim-twice", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step",
-                                      "tp:S(0)", "--step", "tp:S(1)"], "mesh", ["already used"]),
+                                      "tp:S(0)", "--step", "tp:S(1)"], "step", ["'tp:S(1)'", "already used"]),
+    # A step's placements are checked against the tensor under the option the user typed (was "placements:").
+    Row("distribute-step-shard-dim-out-of-range", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "4,4",
+                                                   "--step", "tp:S(5)"], "step",
+        ["'tp:S(5)': 'S(5)' shards dim 5 but the tensor has 2 dims"]),
+    Row("distribute-second-step-out-of-range", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "4,4",
+                                                "--step", "tp:S(0)", "--step", "dp:S(-3)"], "step",
+        ["'dp:S(-3)'", "'S(-3)' shards dim -3"]),
+    Row("distribute-step-bitwise-on-float", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "4,4",
+                                             "--step", "tp:P(bor)"], "step", ["'tp:P(bor)'", "bitwise op"]),
+    Row("distribute-step-nbsp", ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "4,4", "--step",
+                                 "tp:S(0)\u00a0"], "step", ["'S(0)\\u00a0'", "U+00A0"]),
     Row("distribute-missing-step", ["distribute", "--mesh", "2x4", "--shape", "8,6"], "step", ["missing"]),
     Row("distribute-stray-positional", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "x"],
         "arguments", ["unexpected argument 'x'"]),
@@ -376,9 +409,20 @@ BAD_INPUTS = [
         ["too many positional options"], files={"a.json": GOOD_TRACE}),
     # ---- real backends: --backend, --timeout, --inject-fault, and compare ----
     Row("redistribute-unknown-backend", [*R, "--backend", "foo"], "backend", ["unknown backend 'foo'"]),
-    Row("redistribute-timeout-zero", [*R, "--timeout", "0"], "timeout", ["above 0", "got 0"]),
+    Row("redistribute-timeout-zero", [*R, "--timeout", "0"], "timeout", ["from 0.001 to 86400", "got 0"]),
     Row("redistribute-timeout-nan", [*R, "--timeout", "nan"], "timeout", ["got nan"]),
     Row("redistribute-timeout-huge", [*R, "--timeout", "1e400"], "options", ["'1e400'", "--timeout"]),
+    Row("redistribute-timeout-tiny", [*R, "--timeout", "1e-300"], "timeout", ["from 0.001 to 86400", "got 1e-300"]),
+    Row("redistribute-timeout-negative", [*R, "--timeout", "-5"], "timeout", ["got -5"]),
+    Row("redistribute-timeout-over-a-day", [*R, "--timeout", "86401"], "timeout", ["got 86401"]),
+    Row("redistribute-fault-negative-rank", [*R, "--backend", "mpi", "--inject-fault", "wrong-op:-1"], "inject-fault",
+        ["rank '-1' is not a non-negative integer"]),
+    Row("redistribute-fault-negative-occurrence", [*R, "--backend", "mpi", "--inject-fault", "wrong-op:1@-1"],
+        "inject-fault", ["occurrence '-1'"]),
+    Row("redistribute-fault-stall-negative", [*R, "--backend", "mpi", "--inject-fault", "stall-rank:1:-5"],
+        "inject-fault", ["seconds '-5' must be a number from 0 to 86400"]),
+    Row("redistribute-fault-stall-inf", [*R, "--backend", "mpi", "--inject-fault", "stall-rank:1:inf"],
+        "inject-fault", ["seconds 'inf'"]),
     Row("redistribute-fault-malformed", [*R, "--inject-fault", "bogus"], "inject-fault", ["unknown fault 'bogus'"]),
     Row("redistribute-fault-on-local", [*R, "--inject-fault", "wrong-offset:1"], "inject-fault",
         ["'wrong-offset:1' needs a real backend"]),
@@ -390,6 +434,18 @@ BAD_INPUTS = [
         "np", ["3 ranks for mesh[2]"]),
     Row("compare-np-zero", ["compare", "--np", "0", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
         "np", ["0 ranks for mesh[2]"]),
+    Row("compare-mpirun-missing", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
+                                   "--mpirun", "no-such-mpirun"], "mpirun", ["'no-such-mpirun' is not an executable"]),
+    Row("compare-mpirun-empty", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
+                                 "--mpirun", ""], "mpirun", ["'' is not an executable"]),
+    Row("compare-np-negative", ["compare", "--np", "-4", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],
+        "np", ["-4 ranks for mesh[2]"]),
+    Row("compare-np-huge", ["compare", "--np", "99999999999999999999", "--mesh", "2", "--shape", "4", "--from", "S(0)",
+                            "--to", "R"], "options", ["'99999999999999999999'", "--np"]),
+    Row("compare-timeout-tiny", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
+                                 "--timeout", "0.0001"], "timeout", ["from 0.001 to 86400", "got 0.0001"]),
+    Row("compare-fault-rank-outside", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                       "R", "--inject-fault", "wrong-op:2"], "inject-fault", ["names rank 2"]),
     Row("compare-local-backend", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
                                   "R", "--backend", "local"], "backend", ["mpi or nccl"]),
     Row("compare-keep-a-file", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R",
@@ -613,3 +669,25 @@ def test_table_is_large_enough():
     assert len(BAD_INPUTS) + len(BATCH_ROWS) >= 60
     commands = {r.args[0] for r in BAD_INPUTS if r.args}
     assert {"layout", "plan", "redistribute", "distribute", "trace-diff"} <= commands
+
+
+# Characters a terminal shows as nothing or a blank, in every kind of value: the message names the character and
+# shows the value escaped (JSON's \u00a0), never the raw character, so the user sees what was typed.
+INVISIBLE = ["\u00a0", "\u200b", "\u2009", "\ufeff", "\u202f", "\u00ad", "\x7f", "\u0085"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
+@pytest.mark.parametrize("where", ["placements", "mesh", "names", "step"])
+def test_invisible_characters_are_never_echoed_raw(tmp_path, char, where):
+    args = {
+        "placements": ["layout", *M, "--placements", f"S(0){char},R"],
+        "mesh": ["layout", "--mesh", f"2x4{char}", "--shape", "5,10", "--placements", "S(0),R"],
+        "names": ["layout", *M, "--names", f"dp,tp{char}", "--placements", "S(0),R"],
+        "step": ["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", f"tp:S(0){char}"],
+    }[where]
+    code, stdout, stderr, _, _ = run_measured(args, tmp_path)
+    message = stderr.decode("utf-8")
+    assert code == 2 and stdout == b"", (code, message)
+    assert message.startswith(f"dtsim: error: {where}: "), message
+    assert char not in message, message
+    assert f"\\u{ord(char):04x}" in message and f"U+{ord(char):04X}" in message, message

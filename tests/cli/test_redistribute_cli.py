@@ -95,7 +95,7 @@ BAD = [
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "pp:S(0)"], "step", "'pp:S(0)': mesh mesh[dp=2, tp=4] has no dim 'pp'"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0),R"], "step", "2 placements for 1 mesh dim"),
     (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tpS(0)"], "step", "is not <dims>:<placements>"),
-    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0)", "--step", "tp:S(1)"], "mesh", "already used"),
+    (["distribute", "--mesh", "2x4", "--names", "dp,tp", "--shape", "8,6", "--step", "tp:S(0)", "--step", "tp:S(1)"], "step", "'tp:S(1)': mesh dim tp"),
 ]
 
 

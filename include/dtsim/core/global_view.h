@@ -30,12 +30,27 @@ at::Tensor ReducePartials(const std::map<std::vector<int64_t>, at::Tensor>& valu
 // Result of AssembleGlobal: the global tensor, or why there is none.
 struct Assembled {
   std::optional<at::Tensor> global;
-  std::string problem;  // e.g. "rank 5 disagrees with rank 1 on block [0:3, 3:6]"
+  std::string problem;  // e.g. "ranks 1 and 5 hold the same block but disagree on its values"
 };
 
 // Puts every rank's shard of `local` (a LocalTensor) where `spec` says it belongs; replicas must
 // agree, every element must be covered, and Partial mesh dims are reduced with their op.
 Assembled AssembleGlobal(const DTensorSpec& spec, const at::Tensor& local);
+
+// The verdict on a world's result `local` (a LocalTensor with `spec`) that should hold the global
+// tensor `expected`. Without Partial placements every rank's shard is compared with its layout's
+// part of `expected` (SameValues within `rtol`), and the problem names exactly the ranks that are
+// wrong: on mesh[2, 2, 2] [R, R, R] where ranks 0..3 reduced wrongly, "ranks 0, 1, 2, 3 hold values
+// that differ from the expected global tensor (rank 0: 16 of 16 elements differ)" — not the first
+// correct replica met after them. With Partial placements the shards are summands: they are put
+// together by AssembleGlobal and the sum compared.
+struct Judgement {
+  bool ok = false;
+  std::string problem;               // "" when ok
+  std::vector<int64_t> wrong_ranks;  // without Partial placements: the ranks whose shard is wrong
+};
+Judgement JudgeAgainstGlobal(const DTensorSpec& spec, const at::Tensor& local,
+                             const at::Tensor& expected, double rtol = 0);
 
 // True when `a` and `b` have the same shape and dtype and equal values (bitwise for integers; for
 // floating types exactly equal, or within `rtol` relative when it is above 0).

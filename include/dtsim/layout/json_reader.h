@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,10 +21,26 @@ namespace dtsim {
 // UTF-8 replaced).
 std::string Excerpt(const nlohmann::json& value, size_t max_chars = 80);
 // Shortens text for an error message (invalid UTF-8 replaced, at most `max_chars` characters, then
-// "…").
+// "…"). Characters a terminal would not show are escaped as JSON writes them: control characters
+// ("\u0001", "\u007f") and the invisible ones of IsInvisibleCodePoint ("S(0)\u00a0" for a
+// no-break space after S(0)), so a message always shows what was typed.
 std::string ExcerptText(std::string_view text, size_t max_chars = 80);
 // True when `text` is valid UTF-8 (no overlong forms, no surrogates, at most U+10FFFF).
 bool IsValidUtf8(std::string_view text);
+// True for code points that print as nothing or as a blank: C0/C1 controls, DEL, the Unicode
+// spaces other than ' ' (U+00A0 no-break space, U+2000..U+200A, U+202F, U+3000), zero-width and
+// bidi marks (U+200B..U+200F, U+2028..U+202E, U+2060..U+206F), U+00AD soft hyphen, U+FEFF, the
+// variation selectors and tags. Example: IsInvisibleCodePoint(0xA0) is true, (0xE9) ('é') false.
+bool IsInvisibleCodePoint(uint32_t code_point);
+// Describes the first character of `text` outside printable ASCII (' ' to '~') and the ASCII blanks
+// ('\t', '\n', '\v', '\f', '\r'), for messages about text that must be plain ASCII (placements,
+// integers); nullopt when there is none. Examples: "S(0)\xc2\xa0" → "the invisible character
+// U+00A0 (no-break space)", "S(é)" → "the character 'é' (U+00E9)", "S\x01" → "the control
+// character U+0001", "\xff" → "the byte 0xff, which is not UTF-8".
+std::optional<std::string> DescribeFirstNonAscii(std::string_view text);
+// Describes the first invisible character (IsInvisibleCodePoint) of valid UTF-8 `text` as above;
+// nullopt when every character is visible. For names, which may be non-ASCII but not invisible.
+std::optional<std::string> DescribeFirstInvisible(std::string_view text);
 // JSON text with invalid UTF-8 replaced (never throws): what dtsim prints.
 std::string SafeDump(const nlohmann::json& value, int indent = -1);
 
