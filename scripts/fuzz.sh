@@ -13,7 +13,7 @@ SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(placements mesh_options batch_layout batch_plan batch_redistribute batch_op trace trace_diff
-                                     redistribute)
+                                     trace_semantic redistribute)
 configure_and_build_asan --target $(printf "fuzz_%s " "${TARGETS[@]}")
 
 # LibTorch (built with gcc, not instrumented) allocates at static initialisation and never frees: no leak reports;
@@ -25,14 +25,14 @@ dict_for() {
   case "$1" in
     placements) echo "$DTSIM_ROOT/tests/fuzz/dicts/placements.dict" ;;
     mesh_options) echo "$DTSIM_ROOT/tests/fuzz/dicts/mesh_options.dict" ;;
-    redistribute) echo "" ;;
+    redistribute|trace_semantic) echo "" ;;
     *) echo "$DTSIM_ROOT/tests/fuzz/dicts/json.dict" ;;
   esac
 }
 max_len_for() {
   case "$1" in
     trace|trace_diff) echo 65536 ;;
-    redistribute) echo 64 ;;
+    redistribute|trace_semantic) echo 64 ;;
     *) echo 4096 ;;
   esac
 }

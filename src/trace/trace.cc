@@ -16,6 +16,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/transition.h"
 #include "dtsim/trace/files.h"
 #include "trace/json_text.h"
 
@@ -52,6 +53,14 @@ Placements PlacementsOf(const JsonReader& r, int64_t mesh_ndim, int64_t tensor_n
     r.Fail(e.what());
   }
   return p;
+}
+
+// A time in microseconds as a trace may hold it: finite (JsonReader), not negative, and small
+// enough that an export writes it in whole nanoseconds in a 64-bit integer (1e15 us is 31 years).
+void CheckMicros(const JsonReader& r, double v) {
+  if (v < 0) r.Fail(StrCat("negative time ", v));
+  if (!(v <= kMaxTraceMicros))
+    r.Fail(StrCat("time ", v, " us is larger than ", kMaxTraceMicros, " us"));
 }
 
 RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool need_hash) {
@@ -96,6 +105,15 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
       r.At("global_offset")
           .Fail(StrCat(ExcerptText(IntListToString(s.global_offset)), " has ",
                        s.global_offset.size(), " dims but the tensor has ", spec.ndim()));
+    }
+    // Where a shard starts lies inside the tensor, on a real run too (its layout may differ from
+    // the spec's, but every backend takes offsets from the layout rule).
+    for (int64_t d = 0; d < spec.ndim(); ++d) {
+      if (s.global_offset[d] > spec.shape()[d]) {
+        r.At("global_offset")
+            .Fail(StrCat(ExcerptText(IntListToString(s.global_offset)),
+                         " lies beyond the global shape ", IntListToString(spec.shape())));
+      }
     }
   } else {
     try {
@@ -186,27 +204,23 @@ TraceCollective CollectiveFromJson(const JsonReader& r) {
     ExpectPerRank(t, m, n);
     for (size_t i = 0; i < m; ++i) {
       const double v = t.At(i).AsNumber();
-      if (v < 0) t.At(i).Fail(StrCat("negative time ", v));
-      // Exports write whole nanoseconds in 64-bit integers: a time must fit (1e15 us is 31 years).
-      if (!(v <= kMaxTraceMicros)) {
-        t.At(i).Fail(StrCat("time ", v, " us is larger than ", kMaxTraceMicros, " us"));
-      }
+      CheckMicros(t.At(i), v);
       c.time_us.push_back(v);
     }
   }
   return c;
 }
 
-// A collective's groups are process groups along the step's mesh dim (each the ranks that share
-// every other coordinate, in coordinate order), none listed twice, and they hold every rank of the
-// collective's rows.
-void CheckGroups(const JsonReader& r, const TraceCollective& c, const DeviceMesh& mesh,
-                 int64_t mesh_dim) {
-  std::set<int64_t> in_groups;
+// Process groups along `mesh_dim` (each the ranks that share every other coordinate, in
+// coordinate order), none listed twice, as the planner and every backend write them (and together
+// a partition of the mesh: CheckPartition). An empty list is allowed (a step that moves no data, or
+// a trace written without them). `r` reads the list.
+void CheckGroupList(const JsonReader& r, const std::vector<std::vector<int64_t>>& groups,
+                    const DeviceMesh& mesh, int64_t mesh_dim) {
   std::set<std::vector<int64_t>> seen;
-  for (size_t g = 0; g < c.groups.size(); ++g) {
-    const std::vector<int64_t>& group = c.groups[g];
-    const JsonReader at = r.At("groups").At(g);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int64_t>& group = groups[g];
+    const JsonReader at = r.At(g);
     if (group.empty()) at.Fail("is an empty group");
     if (!mesh.FindCoordinate(group.front())) {
       at.Fail(StrCat("rank ", group.front(), " is not in ", ExcerptText(mesh.ToString())));
@@ -218,13 +232,46 @@ void CheckGroups(const JsonReader& r, const TraceCollective& c, const DeviceMesh
                      "'s is ", ExcerptText(IntListToString(want)), ")"));
     }
     if (!seen.insert(group).second) at.Fail("lists the same group twice");
-    in_groups.insert(group.begin(), group.end());
   }
+}
+
+// Groups that CheckGroupList accepted cover the mesh (when there are any).
+void CheckPartition(const JsonReader& r, const std::vector<std::vector<int64_t>>& groups,
+                    const DeviceMesh& mesh, int64_t mesh_dim) {
+  // Distinct groups along one mesh dim are disjoint: they cover the mesh when there are as many as
+  // the mesh has ranks per group.
+  const int64_t per_group = mesh.shape()[mesh_dim];
+  if (!groups.empty() && static_cast<int64_t>(groups.size()) * per_group != mesh.size()) {
+    std::set<int64_t> covered;
+    for (const auto& group : groups) covered.insert(group.begin(), group.end());
+    for (int64_t rank : mesh.ranks()) {
+      if (!covered.count(rank)) {
+        r.Fail(StrCat("rank ", rank, " is in no group: the groups along mesh dim ", mesh_dim,
+                      " partition ", ExcerptText(mesh.ToString()), " (", mesh.size() / per_group,
+                      " groups of ", per_group, "), these are ", groups.size()));
+      }
+    }
+  }
+}
+
+// A collective's rows are ranks of the mesh, and its groups (CheckGroupList) hold every one of
+// them.
+void CheckGroups(const JsonReader& r, const TraceCollective& c, const DeviceMesh& mesh,
+                 int64_t mesh_dim) {
+  for (int64_t rank : c.ranks) {
+    if (!mesh.FindCoordinate(rank)) {
+      r.At("ranks").Fail(StrCat("rank ", rank, " is not in ", ExcerptText(mesh.ToString())));
+    }
+  }
+  CheckGroupList(r.At("groups"), c.groups, mesh, mesh_dim);
+  std::set<int64_t> in_groups;
+  for (const auto& group : c.groups) in_groups.insert(group.begin(), group.end());
   for (int64_t rank : c.ranks) {
     if (!c.groups.empty() && !in_groups.count(rank)) {
       r.At("ranks").Fail(StrCat("rank ", rank, " is in no group of the collective"));
     }
   }
+  CheckPartition(r.At("groups"), c.groups, mesh, mesh_dim);
 }
 
 TraceMeta MetaFromJson(const JsonReader& r) {
@@ -489,6 +536,122 @@ void CheckTraceHeaderOf(const internal::JsonNode& root) {
   CheckTraceHeader(header);
 }
 
+// Every state of a trace lists the ranks its initial state lists (all of the mesh for a simulated
+// or merged real run; one rank's own in the part a real rank records): none missing, none added.
+void CheckSameRanks(const internal::JsonNode& list, const std::vector<RankState>& got,
+                    const std::vector<RankState>& want) {
+  size_t i = 0, j = 0;
+  while (i < got.size() || j < want.size()) {
+    if (j == want.size() || (i < got.size() && got[i].rank < want[j].rank)) {
+      list.At(i).At("rank").Fail(
+          StrCat("rank ", got[i].rank,
+                 " is listed here but not in initial.ranks (every state of a trace lists the "
+                 "same ranks)"));
+    }
+    if (i == got.size() || got[i].rank > want[j].rank) {
+      list.Fail(StrCat("rank ", want[j].rank,
+                       " is missing (initial.ranks lists it; every state of a trace lists the "
+                       "same ranks)"));
+    }
+    ++i;
+    ++j;
+  }
+}
+
+// `p` normalized onto a tensor of `ndim` dims, in canonical form (_S(d,1) is S(d)): how the
+// executor compares layouts. `r` names the field when a dim is outside the tensor.
+Placement CanonicalAt(const JsonReader& r, const Placement& p, int64_t ndim) {
+  try {
+    return p.Normalized(ndim, "placements").Canonical();
+  } catch (const InputError& e) {
+    r.Fail(e.what());
+  }
+}
+
+Placements CanonicalAt(const JsonReader& r, const Placements& ps, int64_t ndim) {
+  Placements out;
+  for (const Placement& p : ps) out.push_back(CanonicalAt(r, p, ndim));
+  return out;
+}
+
+// The plan keys of a step against the mesh, the tensor and the layout `current` the trace is at
+// before it (canonical; updated to where the step leads): its times, its per-rank lists (one
+// entry per rank of the mesh), its groups (CheckGroupList), and the chain of layouts — the step
+// starts where the previous one ended, changes the placement the layout has on its mesh dim with
+// the collective that the transition table gives for `from` -> `to`, and leads to
+// placements_after.
+void CheckPlanStep(const JsonReader& r, const PlanStep& plan, const DTensorSpec& spec, bool first,
+                   Placements* current) {
+  const DeviceMesh& mesh = spec.mesh();
+  if (r.Has("est_us")) CheckMicros(r.At("est_us"), plan.est_us);
+  for (const char* key : {"bytes_per_rank", "bytes_received_per_rank", "logical_shape_per_rank",
+                          "peak_extra_bytes_per_rank"}) {
+    if (!r.Has(key)) continue;
+    const size_t n = r.At(key).ArraySize();
+    if (n != 0 && static_cast<int64_t>(n) != mesh.size()) {
+      r.At(key).Fail(StrCat("has ", n, " entries for the ", mesh.size(), " ranks of ",
+                            ExcerptText(mesh.ToString())));
+    }
+  }
+  CheckGroupList(r.At("groups"), plan.groups, mesh, plan.mesh_dim);
+  CheckPartition(r.At("groups"), plan.groups, mesh, plan.mesh_dim);
+  const Placements before =
+      CanonicalAt(r.At("placements_before"), plan.placements_before, spec.ndim());
+  if (static_cast<int64_t>(before.size()) != mesh.ndim()) {
+    r.At("placements_before")
+        .Fail(StrCat(ToString(plan.placements_before), " has ", before.size(),
+                     " placements for a mesh of ", mesh.ndim(), " dims"));
+  }
+  // Not checked against initial.spec for the first step, nor final.spec against the last: a real
+  // run's final layout may differ from its steps' (trace-diff shows where), and the viewer diffs
+  // traces that hold part of a run (tests/viewer/trace_model_test.cc drops a step). Between steps
+  // the chain holds.
+  if (first) *current = before;
+  if (before != *current) {
+    r.At("placements_before")
+        .Fail(StrCat(ToString(plan.placements_before), " is not where the previous step ended (",
+                     ToString(*current), ")"));
+  }
+  PlanStep step = plan;
+  step.from = CanonicalAt(r.At("from"), plan.from, spec.ndim());
+  step.to = CanonicalAt(r.At("to"), plan.to, spec.ndim());
+  // Part (1) of the executor's rule (WhyNotExecutable): the step changes the placement the layout
+  // has on its mesh dim, with the collective the transition table gives. Part (2), shards read left
+  // to right, is not required: a trace may record a plan's steps as planned (the viewer's
+  // metadata traces, viewer/tools/meta_trace.h, do).
+  if (step.from != (*current)[plan.mesh_dim]) {
+    r.At("from").Fail(StrCat("mesh dim ", plan.mesh_dim, " changes ", step.from.ToString(), " -> ",
+                             step.to.ToString(), " but the layout has ",
+                             (*current)[plan.mesh_dim].ToString(), " there (", ToString(*current),
+                             ")"));
+  }
+  TransitionRule rule;
+  try {
+    rule = RuleFor(step.from, step.to, mesh.shape()[plan.mesh_dim], plan.mesh_dim);
+  } catch (const InputError& e) {
+    r.At("to").Fail(StrCat(step.from.ToString(), " -> ", step.to.ToString(),
+                           " is no transition a collective runs: ", e.what()));
+  }
+  if (!(rule == TransitionRule{plan.collective, plan.then_local_split})) {
+    r.At("collective")
+        .Fail(StrCat(ToString(plan.collective), plan.then_local_split ? "+local_split" : "",
+                     " is not what changes ", step.from.ToString(), " -> ", step.to.ToString(),
+                     " on mesh dim ", plan.mesh_dim, " (", ToString(rule.collective),
+                     rule.then_local_split ? "+local_split" : "", ")"));
+  }
+  Placements next = *current;
+  next[plan.mesh_dim] = step.to;
+  const Placements after =
+      CanonicalAt(r.At("placements_after"), plan.placements_after, spec.ndim());
+  if (after != next) {
+    r.At("placements_after")
+        .Fail(StrCat(ToString(plan.placements_after), " is not where mesh dim ", plan.mesh_dim,
+                     " changing ", step.from.ToString(), " -> ", step.to.ToString(), " leads from ",
+                     ToString(*current), " (", ToString(next), ")"));
+  }
+  *current = std::move(next);
+}
+
 // The whole validation of a trace (TraceFromJson's documentation), on a DOM or on checked text:
 // the per-rank lists and the collectives are read one element's DOM at a time, a step's other keys
 // as one small DOM.
@@ -509,6 +672,17 @@ Trace TraceFromNode(const internal::JsonNode& root) {
     root.At("final").At("spec").Fail(StrCat("shape/dtype ", t.final_state.spec.ToString(),
                                             " differ from the initial ", spec.ToString()));
   }
+  const DeviceMesh& mesh = spec.mesh();
+  if (t.meta.world_size != 0 && t.meta.world_size != mesh.size()) {
+    root.At("meta")
+        .At("world_size")
+        .Fail(StrCat(t.meta.world_size, " ranks, but ", ExcerptText(mesh.ToString()), " has ",
+                     mesh.size()));
+  }
+  CheckSameRanks(root.At("final").At("ranks"), t.final_state.ranks, t.initial.ranks);
+  // The layout the steps are at (canonical placements) and the time they have taken.
+  Placements current;
+  double total_us = 0;
   const internal::JsonNode steps = root.At("steps");
   const size_t n = steps.ArraySize();
   for (size_t i = 0; i < n; ++i) {
@@ -525,7 +699,9 @@ Trace TraceFromNode(const internal::JsonNode& root) {
       if (step.plan.mesh_dim >= spec.mesh().ndim()) {
         r.At("mesh_dim").Fail(StrCat(step.plan.mesh_dim, " is outside ", spec.mesh().ToString()));
       }
+      CheckPlanStep(r, step.plan, spec, i == 0, &current);
     });
+    total_us += step.plan.est_us;
     if (s.Has("collectives")) {
       const internal::JsonNode cs = s.At("collectives");
       const size_t m = cs.ArraySize();
@@ -535,7 +711,16 @@ Trace TraceFromNode(const internal::JsonNode& root) {
           CheckGroups(r, c, spec.mesh(), step.plan.mesh_dim);
           return c;
         }));
+        const std::vector<double>& times = step.collectives.back().time_us;
+        if (!times.empty()) total_us += *std::max_element(times.begin(), times.end());
       }
+    }
+    // An export lays the steps end to end (a step lasts its est_us, or its collectives' measured
+    // times one after the other) in whole nanoseconds of a 64-bit integer: the whole run fits.
+    if (!(total_us <= kMaxTraceMicros)) {
+      s.Fail(StrCat("the trace's times add up to ", total_us, " us by this step, more than ",
+                    kMaxTraceMicros,
+                    " us (an export writes whole nanoseconds in 64-bit integers)"));
     }
     step.placements_after = s.At("placements_after").Read([&](const JsonReader& r) {
       return PlacementsOf(r, spec.mesh().ndim(), spec.ndim());
@@ -545,6 +730,7 @@ Trace TraceFromNode(const internal::JsonNode& root) {
     const internal::JsonNode ranks_after = s.At("ranks_after");
     step.ranks_after = RankStatesFromNode(ranks_after, after, need_hash);
     if (simulated) CheckSimulatedLayout(ranks_after, step.ranks_after, after);
+    CheckSameRanks(ranks_after, step.ranks_after, t.initial.ranks);
     t.steps.push_back(std::move(step));
   }
   if (root.Has("ok")) t.ok = root.At("ok").Read([](const JsonReader& r) { return r.AsBool(); });

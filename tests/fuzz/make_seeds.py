@@ -104,6 +104,17 @@ def main():
                 sa = json.dumps(json.loads(a.read_text()), separators=(",", ":"))
                 sb = json.dumps(json.loads(b.read_text()), separators=(",", ":"))
                 write("trace_diff", f"{a.stem}--{b.stem}", sa + "\0" + sb)
+    # trace_semantic reads programs: byte 0 picks the golden trace, byte 1 the flags (indented or compact text), then
+    # each mutation an op byte and its operands (trace_semantic_fuzzer.cc); these name each kind once.
+    programs = {
+        "golden-0": [0, 0], "golden-1": [1, 1], "golden-2": [2, 0], "golden-3": [3, 1],
+        "number": [0, 0, 0, 0, 5, 6], "drop-rank": [1, 0, 3, 0, 2, 0, 1, 0, 0],
+        "relabel-mpi": [3, 1, 11, 0, 0, 0, 7, 8], "meta-only": [2, 0, 11, 4],
+        "times": [0, 1, 12, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8], "steps": [1, 0, 15, 0, 0, 2],
+        "placements": [2, 1, 10, 0, 1, 3], "swap-same-name": [3, 0, 7, 0, 40, 0, 9],
+    }
+    for name, program in programs.items():
+        write("trace_semantic", name, bytes(program))
     # The structured target decodes bytes; random seeds cover every kind of placement and dtype.
     rng = random.Random(10)
     for i in range(48):

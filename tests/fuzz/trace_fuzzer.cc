@@ -2,8 +2,11 @@
 // ParseJsonText with dtsim's limits, then TraceFromJson's validation (OpTraceFromJson's for an op
 // trace, whose redistributions are whole traces). Properties: any input is
 // either a Trace or an InputError("trace") with a capped message; an accepted trace writes (ToJson)
-// JSON that reads back to a trace writing the same JSON (round trip), and diffs as equal to itself.
+// JSON that reads back to a trace writing the same JSON (round trip), and diffs as equal to itself;
+// the file reader (TraceTextOf + TraceFromText) agrees with the DOM reader on every input.
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
@@ -40,10 +43,40 @@ int OpTraceCase(const nlohmann::json& json) {
   return 0;
 }
 
+// The reader of files (TraceTextOf + TraceFromText: JSON checked without a DOM, the trace read one
+// element at a time) and the DOM reader (ParseJsonText + TraceFromJson) accept the same inputs,
+// build the same traces and refuse the others with the same message.
+void CheckReadersAgree(std::string_view input) {
+  using namespace dtsim;
+  std::string dom_error, text_error;
+  bool dom_op = false, text_op = false;
+  std::optional<Trace> dom_trace, text_trace;
+  try {
+    const nlohmann::json json = ParseJsonText(input, "trace", "'input'");
+    dom_op = IsOpTrace(json);
+    if (!dom_op) dom_trace = WithFileName("input", [&] { return TraceFromJson(json); });
+  } catch (const InputError& e) {
+    dom_error = e.what();
+  }
+  try {
+    const TraceText text = TraceTextOf("input", std::string(input));
+    text_op = text.format == kOpTraceFormat;
+    if (!text_op) text_trace = TraceFromText(text);
+  } catch (const InputError& e) {
+    text_error = e.what();
+  }
+  DTSIM_FUZZ_EXPECT(dom_error == text_error, "DOM reader: ", dom_error,
+                    " / text reader: ", text_error);
+  DTSIM_FUZZ_EXPECT(dom_op == text_op, "op trace or not");
+  DTSIM_FUZZ_EXPECT(dom_trace.has_value() == text_trace.has_value(), "accepted by one reader");
+  if (dom_trace) DTSIM_FUZZ_EXPECT(ToJson(*dom_trace) == ToJson(*text_trace), "different traces");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtsim;
+  CheckReadersAgree(fuzz::AsText(data, size));
   Trace trace;
   try {
     const nlohmann::json json = ParseJsonText(fuzz::AsText(data, size), "trace", "input");

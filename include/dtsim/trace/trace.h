@@ -105,7 +105,11 @@ nlohmann::json SpecToJson(const DTensorSpec& spec);
 // Reads and validates a whole trace: the format and version, every field's type and range, hashes
 // of the form "xxh3:<16 hex digits>" (required unless meta.data is false), shapes consistent with
 // the spec (one entry per tensor dim, non-negative), coordinates inside the mesh, unique ranks,
-// per-rank lists as long as `ranks`, known collectives and dtypes, parsable placements.
+// per-rank lists as long as `ranks`, known collectives and dtypes, parsable placements — and what a
+// run can record (docs/trace-format.md): the same ranks in every state, offsets inside the tensor,
+// a simulated run's layouts its specs', groups a partition of the mesh along the step's mesh dim,
+// steps that chain and name the collective their transition runs, plan lists one entry per rank,
+// times that add up to at most 1e15 us, meta.world_size the mesh's.
 // InputError("trace", "<path>: <problem>") on the first problem, e.g. "trace:
 // steps[1].ranks_after[5].hash: expected \"xxh3:\" and 16 hex digits, got 5".
 Trace TraceFromJson(const nlohmann::json& json);
