@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "dtsim/layout/error.h"
+#include "model_test_support.h"
 #include "test_support.h"
 #include "viewer/model/app_state.h"
 #include "viewer/model/find.h"
@@ -26,27 +27,16 @@ namespace {
 using ::testing::ElementsAre;
 using testing::Golden;
 using ::testing::HasSubstr;
+using testing::Meta;
+using testing::NoHighlight;
 
 const TextMetrics kMetrics{7, 13};
 const char* kUneven = "uneven_2x4_S0R_to_RS1.json";
-
-TraceModel Meta(const std::string& mesh, const std::string& names, std::vector<int64_t> shape,
-                const std::string& from, const std::string& to) {
-  const DTensorSpec spec =
-      DTensorSpec::Create(DeviceMesh::Parse(mesh, names), ParsePlacements(from), std::move(shape));
-  return TraceModel::FromTrace(MakeMetaTrace(spec, ParsePlacements(to)));
-}
 
 const TraceModel& Big() {
   static const TraceModel m =
       Meta("16x16x16", "pp,dp,tp", {64, 64, 64}, "S(0),S(1),S(2)", "R,S(0),S(1)");
   return m;
-}
-
-Highlight NoHighlight(const TraceModel& m, int64_t frame = 0) {
-  ViewState v;
-  v.frame = frame;
-  return ComputeHighlight(m, nullptr, v);
 }
 
 // ---- zoom arithmetic ----

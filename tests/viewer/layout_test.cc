@@ -7,6 +7,7 @@
 #include <set>
 
 #include "dtsim/layout/error.h"
+#include "model_test_support.h"
 #include "test_support.h"
 #include "viewer/model/colors.h"
 #include "viewer/model/mesh_layout.h"
@@ -21,6 +22,8 @@ namespace {
 using ::testing::ElementsAre;
 using testing::Golden;
 using ::testing::HasSubstr;
+using testing::Meta;
+using testing::NoHighlight;
 
 const TextMetrics kMetrics{7, 13};
 
@@ -30,19 +33,6 @@ std::vector<const DrawRect*> Rects(const DrawList& l, Role role, int64_t rank = 
     if (r.role == role && (rank == -2 || r.rank == rank)) out.push_back(&r);
   }
   return out;
-}
-
-TraceModel Meta(const std::string& mesh, const std::string& names, std::vector<int64_t> shape,
-                const std::string& from, const std::string& to) {
-  const DTensorSpec spec =
-      DTensorSpec::Create(DeviceMesh::Parse(mesh, names), ParsePlacements(from), std::move(shape));
-  return TraceModel::FromTrace(MakeMetaTrace(spec, ParsePlacements(to)));
-}
-
-Highlight NoHighlight(const TraceModel& m, int64_t frame = 0) {
-  ViewState v;
-  v.frame = frame;
-  return ComputeHighlight(m, nullptr, v);
 }
 
 // ---- mesh ----
