@@ -5,7 +5,9 @@
 //   dtsim model --mesh 4 --names tp --dim 256 --heads 8 --layers 2 --vocab 1000 --seq 64 --batch 4
 //   mpirun -np 4 dtsim model --backend mpi <the same flags>      the same model on real ranks
 //               [--ffn N] [--plan tp|tp+sp|fsdp|fsdp+tp] [--backward] [--meta] [--json] [--ops]
-//               [--no-check]
+//               [--no-check] [--trace FILE]
+// --trace writes a model trace (model_trace.h): every module boundary with every rank's shard hash,
+// every op and collective; rank 0 writes it on real ranks, and `dtsim trace-diff` compares two.
 #include <boost/program_options.hpp>
 #include <iostream>
 
@@ -14,6 +16,8 @@
 #include "dtsim/core/real_run.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/model/model_run.h"
+#include "dtsim/trace/files.h"
+#include "dtsim/trace/trace.h"
 
 namespace dtsim::cli {
 
@@ -22,7 +26,7 @@ namespace po = boost::program_options;
 int RunModel(const Args& args) {
   model::ModelRunOptions o;
   BackendCliOptions b;
-  std::string mesh = "1", names = "tp";
+  std::string mesh = "1", names = "tp", trace_path;
   bool json_out = false, no_check = false, with_ops = false;
   po::options_description desc("dtsim model options");
   desc.add_options()("help", "show this help")("mesh", po::value(&mesh)->default_value(mesh),
@@ -45,7 +49,10 @@ int RunModel(const Args& args) {
       "metadata-only: shapes, collectives and memory on meta tensors, no values")(
       "no-check", po::bool_switch(&no_check), "skip the comparison with the unsharded model")(
       "ops", po::bool_switch(&with_ops), "list every DTensor op per module with its placements")(
-      "json", po::bool_switch(&json_out), "print the report as JSON (CommDebugMode's tree shape)");
+      "json", po::bool_switch(&json_out), "print the report as JSON (CommDebugMode's tree shape)")(
+      "trace", po::value(&trace_path),
+      "write a model trace: module, op and collective events, every rank's shard hashes at "
+      "module boundaries (dtsim trace-diff compares two)");
   AddBackendOptions(desc, b);
   po::variables_map vm;
   try {
@@ -64,11 +71,34 @@ int RunModel(const Args& args) {
   }
   o.mesh = DeviceMesh::Parse(mesh, names);
   FaultSpec fault;
-  if (b.backend != "local" || vm.count("inject-fault")) o.backend = MakeBackend(b, o.mesh, &fault);
+  if (b.backend != "local" || vm.count("inject-fault")) {
+    o.backend = MakeBackend(b, o.mesh, &fault);
+    o.fault = fault;
+  }
   o.check = !no_check && !o.meta;
+  o.trace = vm.count("trace") > 0;
+  const bool reporting = !o.backend || IsReportingRank(*o.backend);
+  if (o.trace) {
+    if (trace_path.empty()) throw InputError("trace", "give a file name");
+    if (reporting) CheckOutputFile(trace_path, "trace");  // before the run, not after
+  }
   model::ModelReport report = model::RunModel(o);
+  if (o.fault.active() && !report.fault_struck && reporting) {
+    std::cerr << FaultMissedWarning(
+                     o.fault, StrCat("no collective of this model's forward and backward on "
+                                     "rank ",
+                                     o.fault.rank,
+                                     " is one it can affect (wrong-offset needs one where the "
+                                     "rank sends data, wrong-op a reduction)"))
+              << "\n";
+  }
+  if (report.trace && reporting) {
+    report.trace->meta.argv = "dtsim model";
+    for (const std::string& a : args) report.trace->meta.argv += " " + a;
+    WriteJsonFileAtomically(trace_path, ToJson(*report.trace));
+  }
   // On real ranks rank 0 reports (the others print nothing: MakeBackend silenced them).
-  if (o.backend && !IsReportingRank(*o.backend)) return report.ok() ? 0 : 1;
+  if (!reporting) return report.ok() ? 0 : 1;
   if (json_out) {
     std::cout << model::ReportToJson(report).dump() << "\n";
   } else {

@@ -2,6 +2,8 @@
 // builds).
 //
 //   dtsim trace-diff A.json B.json [--limit 20]
+// Both traces of a redistribution (dtsim-trace), of an op (dtsim-op-trace) or of a model
+// (dtsim-model-trace).
 // Prints "traces agree" (exit 0) or the differences in run order, the first being where the runs
 // part (exit 1). Unreadable or invalid traces are input errors (exit 2).
 #include <boost/program_options.hpp>
@@ -10,6 +12,7 @@
 
 #include "commands.h"
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
@@ -47,6 +50,30 @@ int RunTraceDiff(const Args& args) {
   // again in memory), the first text freed before the second is read.
   TraceText ta = ReadTraceText(files[0]);
   TraceText tb = ReadTraceText(files[1]);
+  if (ta.format == kModelTraceFormat || tb.format == kModelTraceFormat) {
+    const ModelTrace a =
+        WithFileName(files[0], [&] { return ModelTraceFromJson(ParseTraceText(ta)); });
+    const ModelTrace b =
+        WithFileName(files[1], [&] { return ModelTraceFromJson(ParseTraceText(tb)); });
+    int64_t rounded = 0;
+    const std::vector<TraceDifference> diffs =
+        DiffModelTraces(a, b, static_cast<size_t>(limit), &rounded);
+    if (diffs.empty()) {
+      std::cout << "model traces agree: " << a.events.size()
+                << " events (modules, ops, collectives) in the same order, every rank's values at "
+                   "every module boundary equal";
+      if (rounded > 0) {
+        std::cout << " (" << rounded << " tensor" << (rounded == 1 ? "" : "s")
+                  << " equal within float rounding, not bit for bit: reductions summed in another "
+                     "order)";
+      }
+      std::cout << "\n";
+      return 0;
+    }
+    std::cout << "model traces differ; first at " << diffs[0].where << ":\n";
+    for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+    return 1;
+  }
   if (ta.format == kOpTraceFormat || tb.format == kOpTraceFormat) {
     const nlohmann::json ja = ParseTraceText(ta);
     const nlohmann::json jb = ParseTraceText(tb);

@@ -11,6 +11,8 @@
 
 #include "dtsim/backends/local_collectives.h"
 #include "dtsim/core/dtensor.h"
+#include "dtsim/core/real_run.h"
+#include "dtsim/core/trace_recorder.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/model/fully_shard.h"
 #include "dtsim/ops/dtensor_tensor.h"
@@ -30,11 +32,48 @@ std::string PlacementsOf(const at::Tensor& t) {
   return "plain";
 }
 
+// Every rank's `mine` (same length on each), by position in the mesh: an all-gather over the
+// world on a real backend. T is double or int64_t.
+template <typename T>
+std::vector<std::vector<T>> GatherWorld(Collectives& coll, const DeviceMesh& mesh,
+                                        const std::vector<T>& mine) {
+  const at::ScalarType type = std::is_same_v<T, double> ? at::kDouble : at::kLong;
+  at::Tensor t = at::tensor(mine, type).unsqueeze(0);
+  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0).contiguous();
+  std::vector<std::vector<T>> out(mesh.root().size());
+  const T* data = all.data_ptr<T>();
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].assign(data + i * mine.size(), data + (i + 1) * mine.size());
+  return out;
+}
+
+// A sketch of a shard's values for a model trace (model_trace.h): projections on two fixed
+// quasi-random weight sequences in [-1, 1] and the L2 norm, in double.
+std::array<double, 3> Sketch(const at::Tensor& shard) {
+  const at::Tensor x = shard.detach().reshape({-1}).to(at::kDouble);
+  if (x.numel() == 0) return {0, 0, 0};
+  const at::Tensor i = at::arange(x.numel(), x.options());
+  const at::Tensor w1 = at::sin(i * 0.7548776662466927 + 0.3);
+  const at::Tensor w2 = at::cos(i * 0.5698402909980532 + 0.7);
+  return {(x * w1).sum().item<double>(), (x * w2).sum().item<double>(), x.norm().item<double>()};
+}
+
 // Hears modules, ops and redistributions; attributes each to a module as CommDebugMode does.
+//
+// With `trace`, it also keeps the run's events in order for a model trace (model_trace.h): module
+// begins and ends with every rank's hash of the output, output gradients, ops with the collectives
+// of their implicit redistributions, the styles' collectives. On a real backend each rank hashes
+// its own shard; FinishTrace gathers them.
 class Recorder : public ops::OpObserver, public ModuleObserver {
  public:
-  Recorder(const std::string& root_name, const DeviceMesh& mesh)
-      : root_name_(root_name), mesh_(mesh) {
+  Recorder(const std::string& root_name, const DeviceMesh& mesh, const Collectives* coll,
+           bool trace, bool hashes)
+      : root_name_(root_name),
+        mesh_(mesh),
+        coll_(coll),
+        trace_(trace),
+        hashes_(hashes),
+        start_(std::chrono::steady_clock::now()) {
     nodes_.push_back(ModuleNode{kGlobal, "", 0, {}, {}, {}, {}, {}});
     index_[kGlobal] = 0;
   }
@@ -42,7 +81,22 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   void SetPhase(Phase p) { phase_ = p; }
   std::vector<ModuleNode> TakeNodes() { return std::move(nodes_); }
 
-  void OnForwardBegin(Module& m) override {
+  // An event of the trace not heard from a module or an op: a parameter, the loss, a gradient.
+  void AddTensorEvent(ModelEventKind kind, const std::string& phase, const std::string& name,
+                      const at::Tensor& t) {
+    if (!trace_) return;
+    ModelTraceEvent e = NewEvent(kind);
+    e.phase = phase;
+    e.module.clear();
+    e.name = name;
+    e.tensor = TensorOf(t);
+    events_.push_back(std::move(e));
+  }
+
+  // The recorded events, every rank's hashes gathered on a real backend (every rank calls it).
+  std::vector<ModelTraceEvent> FinishTrace(Collectives& coll);
+
+  void OnForwardBegin(Module& m, const at::Tensor& input) override {
     const std::string name = Name(m);
     auto it = index_.find(name);
     if (it == index_.end()) {
@@ -58,9 +112,20 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     }
     stack_.push_back(it->second);
     if (MemoryMeter* meter = MemoryMeter::Current()) meter->PushWindow();
+    if (trace_) {
+      ModelTraceEvent e = NewEvent(ModelEventKind::kModuleBegin);
+      e.type = m.name();
+      e.tensor = TensorOf(input);
+      events_.push_back(std::move(e));
+    }
   }
 
-  void OnForwardEnd(Module& m) override {
+  void OnForwardEnd(Module& m, const at::Tensor& output) override {
+    if (trace_) {
+      ModelTraceEvent e = NewEvent(ModelEventKind::kModuleEnd);
+      e.tensor = TensorOf(output);
+      events_.push_back(std::move(e));
+    }
     ModuleNode& node = nodes_[stack_.back()];
     if (node.parameters.empty()) {
       for (const auto& [pname, p] : m.OwnParameters())
@@ -78,9 +143,15 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     stack_.pop_back();
   }
 
-  void OnBackwardBegin(Module& m) override {
+  void OnBackwardBegin(Module& m, const at::Tensor& grad_output) override {
     auto it = index_.find(Name(m));
     if (it != index_.end()) backward_current_ = it->second;
+    if (trace_) {
+      ModelTraceEvent e = NewEvent(ModelEventKind::kBackwardBegin);
+      e.module = Name(m);
+      e.tensor = TensorOf(grad_output);
+      events_.push_back(std::move(e));
+    }
   }
 
   void OnOp(const ops::OpEvent& e) override {
@@ -95,6 +166,14 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
       if (!first) text += ", ";
       first = false;
       text += out ? ToString(out->placements()) : "none";
+    }
+    if (trace_) {
+      ModelTraceEvent ev = NewEvent(ModelEventKind::kOp);
+      ev.op = e.op;
+      ev.placements = text;
+      ev.collectives = std::move(pending_);
+      pending_.clear();
+      events_.push_back(std::move(ev));
     }
     std::vector<OpRecord>& ops = Current().operations[phase_];
     for (OpRecord& r : ops) {
@@ -116,6 +195,21 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     ev.bytes_received = call.bytes_received;
     ev.est_us = call.est_us;
     ev.cause = call.cause;
+    if (trace_) {
+      ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+      ModelTraceCollective c;
+      c.kind = call.kind;
+      c.mesh_dim = call.mesh_dim;
+      // A style's collective runs in every group along its mesh dim (the submesh it was given
+      // stands for all of them).
+      if (auto d = mesh_.FindDim(call.mesh_dim)) c.groups = mesh_.GroupsAlong(*d);
+      c.bytes_sent = call.bytes_sent;
+      c.bytes_received = call.bytes_received;
+      c.est_us = call.est_us;
+      c.cause = call.cause;
+      e.collectives.push_back(std::move(c));
+      events_.push_back(std::move(e));
+    }
     Current().collectives[phase_].push_back(std::move(ev));
   }
 
@@ -138,6 +232,31 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
       ev.to = ToString(plan.dst);
       ev.cause = cause;
       ev.implicit = implicit;
+      if (trace_) {
+        ModelTraceCollective c;
+        c.kind = ev.kind;
+        c.mesh_dim = ev.mesh_dim;
+        // A plan on a submesh (the tp mesh standing for every dp group) runs in every group along
+        // that dim of the world.
+        const auto world_dim = mesh_.FindDim(ev.mesh_dim);
+        c.groups = source.mesh().size() == mesh_.size() || !world_dim
+                       ? step.groups
+                       : mesh_.GroupsAlong(*world_dim);
+        c.bytes_sent = ev.bytes_sent;
+        c.bytes_received = ev.bytes_received;
+        c.est_us = ev.est_us;
+        c.from = ev.from;
+        c.to = ev.to;
+        c.cause = ev.cause;
+        c.implicit = implicit;
+        if (implicit) {
+          pending_.push_back(std::move(c));  // nested in the op's event when it comes
+        } else {
+          ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+          e.collectives.push_back(std::move(c));
+          events_.push_back(std::move(e));
+        }
+      }
       Current().collectives[phase_].push_back(std::move(ev));
     }
   }
@@ -149,14 +268,127 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     return nodes_[backward_current_];
   }
 
+  // An event of the current phase and module, timed now.
+  ModelTraceEvent NewEvent(ModelEventKind kind) {
+    ModelTraceEvent e;
+    e.kind = kind;
+    e.phase = phase_ == kForward ? "forward" : "backward";
+    e.module = Current().fqn;
+    e.t_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+                 .count();
+    return e;
+  }
+
+  // A model tensor at a boundary: its placements and global shape (a DTensor), or "local" and its
+  // own shape (per-rank data), and every rank's hash of its shard (this rank's alone on a real
+  // backend, the rest left empty until FinishTrace).
+  ModelTraceTensor TensorOf(const at::Tensor& t) {
+    ModelTraceTensor out;
+    if (!t.defined()) {
+      out.placements = "none";
+      return out;
+    }
+    at::Tensor local = t;
+    if (auto dt = ops::FindDTensor(t)) {
+      out.placements = ToString(dt->placements());
+      out.shape = dt->shape();
+      local = dt->to_local();
+    } else {
+      out.placements = "local";
+    }
+    const std::vector<int64_t> held = IsLocalTensor(local) || !coll_->simulated()
+                                          ? coll_->HeldRanks(local)
+                                          : mesh_.root().ranks();
+    if (out.shape.empty() && out.placements == "local") {
+      out.shape = IsLocalTensor(local) ? coll_->Shard(local, held.front()).sizes().vec()
+                                       : local.sizes().vec();
+    }
+    if (!hashes_) return out;
+    RankScope nobody(-1);  // a copy a hash may make is no rank's memory
+    const int64_t world = mesh_.root().size();
+    out.hashes.assign(world, std::string());
+    out.sketches.assign(world, {0, 0, 0});
+    for (int64_t r : held) {
+      const at::Tensor shard = IsLocalTensor(local) ? coll_->Shard(local, r) : local;
+      out.hashes.at(r) = ShardHash(shard);
+      out.sketches.at(r) = Sketch(shard);
+    }
+    if (coll_->simulated()) {
+      for (int64_t r = 0; r < world; ++r) {
+        if (out.hashes[r].empty()) {
+          throw InternalError("model trace: rank " + std::to_string(r) + " holds no shard of " +
+                              out.placements + " tensor");
+        }
+      }
+    }
+    return out;
+  }
+
   std::string root_name_;
   DeviceMesh mesh_;
+  const Collectives* coll_;
+  bool trace_, hashes_;
+  std::chrono::steady_clock::time_point start_;
+  std::vector<ModelTraceEvent> events_;
+  std::vector<ModelTraceCollective> pending_;  // implicit redistributions of the op to come
   Phase phase_ = kForward;
   std::vector<ModuleNode> nodes_;
   std::map<std::string, size_t> index_;
   std::vector<size_t> stack_;
   size_t backward_current_ = 0;
 };
+
+std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
+  if (!pending_.empty()) {  // implicit redistributions whose op never reported (none expected)
+    ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+    for (ModelTraceCollective& c : pending_) {
+      e.collectives = {std::move(c)};
+      events_.push_back(e);
+    }
+    pending_.clear();
+  }
+  if (coll.simulated() || !hashes_) return std::move(events_);
+  // Every rank's hashes of every tensor event, as 64-bit numbers, gathered in event order.
+  std::vector<ModelTraceTensor*> tensors;
+  for (ModelTraceEvent& e : events_) {
+    if (e.tensor && !e.tensor->hashes.empty()) tensors.push_back(&*e.tensor);
+  }
+  const int64_t me = coll.rank();
+  const std::vector<std::vector<int64_t>> counts =
+      GatherWorld<int64_t>(coll, mesh_, {static_cast<int64_t>(tensors.size())});
+  for (const auto& c : counts) {
+    if (c[0] != static_cast<int64_t>(tensors.size())) {
+      throw InternalError("model trace: ranks recorded " + std::to_string(c[0]) + " and " +
+                          std::to_string(tensors.size()) + " tensors");
+    }
+  }
+  if (tensors.empty()) return std::move(events_);
+  std::vector<int64_t> mine;
+  mine.reserve(tensors.size());
+  for (ModelTraceTensor* t : tensors) {
+    const std::string& h = t->hashes.at(me);
+    mine.push_back(static_cast<int64_t>(std::stoull(h.substr(5), nullptr, 16)));
+  }
+  std::vector<double> my_sketches;
+  my_sketches.reserve(3 * tensors.size());
+  for (ModelTraceTensor* t : tensors) {
+    for (double v : t->sketches.at(me)) my_sketches.push_back(v);
+  }
+  const std::vector<std::vector<int64_t>> all = GatherWorld<int64_t>(coll, mesh_, mine);
+  const std::vector<std::vector<double>> all_sketches =
+      GatherWorld<double>(coll, mesh_, my_sketches);
+  const std::vector<int64_t>& ranks = mesh_.root().ranks();
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "xxh3:%016llx", static_cast<unsigned long long>(all[i][k]));
+      tensors[k]->hashes.at(ranks[i]) = buf;
+      for (size_t c = 0; c < 3; ++c)
+        tensors[k]->sketches.at(ranks[i])[c] = all_sketches[i][3 * k + c];
+    }
+  }
+  return std::move(events_);
+}
 
 // Installs the recorder as both observers for a scope.
 class Observing {
@@ -369,25 +601,6 @@ void ValidateModelRun(const ModelRunOptions& o) {
   }
 }
 
-namespace {
-
-// Every rank's `mine` (same length on each), by position in the mesh: an all-gather over the
-// world on a real backend. T is double or int64_t.
-template <typename T>
-std::vector<std::vector<T>> GatherWorld(Collectives& coll, const DeviceMesh& mesh,
-                                        const std::vector<T>& mine) {
-  const at::ScalarType type = std::is_same_v<T, double> ? at::kDouble : at::kLong;
-  at::Tensor t = at::tensor(mine, type).unsqueeze(0);
-  at::Tensor all = coll.AllGather(t, GroupSet::Of(mesh.root().ranks()), 0).contiguous();
-  std::vector<std::vector<T>> out(mesh.root().size());
-  const T* data = all.data_ptr<T>();
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i].assign(data + i * mine.size(), data + (i + 1) * mine.size());
-  return out;
-}
-
-}  // namespace
-
 bool ModelReport::ok() const {
   for (const TensorCheck& c : checks) {
     if (!c.ok) return false;
@@ -462,7 +675,15 @@ ModelReport RunModel(const ModelRunOptions& o) {
   const at::Tensor labels =
       DistributeTensor(labels_full, mesh, batch_layout, std::nullopt, coll).to_local();
 
-  Recorder recorder(sharded->name(), mesh);
+  Recorder recorder(sharded->name(), mesh, coll.get(), o.trace, o.trace && !o.meta);
+  if (o.trace) {
+    for (Module* m : AllModules(*sharded)) {
+      for (const auto& [pname, p] : m->OwnParameters()) {
+        recorder.AddTensorEvent(ModelEventKind::kParameter, "setup",
+                                (m->fqn().empty() ? "" : m->fqn() + ".") + pname, p.detach());
+      }
+    }
+  }
   at::Tensor logits, loss;
   {
     MemoryMeter meter;
@@ -471,6 +692,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
     if (real) own_rank.emplace(coll->rank());
     meter.BeginWindow();
     const auto start = std::chrono::steady_clock::now();
+    if (real) coll->SetFault(o.fault);
     {
       Observing observing(&recorder);
       logits = (*sharded)(tokens);
@@ -479,6 +701,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
       std::optional<ops::LossParallel> loss_parallel;
       if (o.loss_parallel) loss_parallel.emplace();
       loss = CrossEntropy(logits, labels);
+      recorder.AddTensorEvent(ModelEventKind::kLoss, "forward", "loss", loss.detach());
       if (o.backward) {
         recorder.SetPhase(kBackward);
         loss.backward();
@@ -487,6 +710,18 @@ ModelReport RunModel(const ModelRunOptions& o) {
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.peak_bytes = meter.Peaks(mesh.root().ranks());
+  }
+  if (real && o.fault.active()) {
+    report.fault_struck = AnyRank(*coll, coll->fault_struck());
+    coll->SetFault(FaultSpec{});
+  }
+  if (o.trace && o.backward) {
+    for (Module* m : AllModules(*sharded)) {
+      for (const auto& [pname, p] : m->OwnParameters()) {
+        recorder.AddTensorEvent(ModelEventKind::kGradient, "end",
+                                (m->fqn().empty() ? "" : m->fqn() + ".") + pname, p.grad());
+      }
+    }
   }
   report.modules = recorder.TakeNodes();
   if (real) {
@@ -507,6 +742,30 @@ ModelReport RunModel(const ModelRunOptions& o) {
         peaks[i] = all[i][2 + m];
       }
     }
+  }
+  if (o.trace) {
+    ModelTrace t;
+    t.meta.command = "model";
+    t.meta.backend = coll->backend();
+    t.meta.world_size = mesh.size();
+    t.meta.data = !o.meta;
+    const LlamaArgs& a = o.args;
+    t.model = {{"dim", a.dim},
+               {"heads", a.heads},
+               {"layers", a.layers},
+               {"vocab", a.vocab},
+               {"ffn", a.ffn_hidden()},
+               {"seq", a.seq},
+               {"batch", a.batch},
+               {"plan", o.plan},
+               {"loss_parallel", o.loss_parallel},
+               {"backward", o.backward},
+               {"dtype", std::string(c10::toString(o.dtype))}};
+    t.mesh_shape = mesh.shape();
+    for (int64_t d = 0; d < mesh.ndim(); ++d) t.mesh_names.push_back(mesh.DimLabel(d));
+    t.events = recorder.FinishTrace(*coll);
+    t.peak_bytes = report.peak_bytes;
+    report.trace = std::move(t);
   }
   for (Module* m : AllModules(*sharded)) {
     for (const auto& [pname, p] : m->OwnParameters()) {

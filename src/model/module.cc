@@ -14,20 +14,24 @@ thread_local ModuleObserver* g_observer = nullptr;
 // An identity node: its backward runs `hook` when the gradient has arrived.
 class BackwardHookNode : public torch::autograd::Node {
  public:
-  explicit BackwardHookNode(std::function<void()> hook) : hook_(std::move(hook)) {}
+  explicit BackwardHookNode(std::function<void(const at::Tensor&)> hook) : hook_(std::move(hook)) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    hook_();
+    hook_(grads.empty() ? at::Tensor() : grads[0]);
     return std::move(grads);
   }
   std::string name() const override { return "dtsim::BackwardHook"; }
 
  private:
-  std::function<void()> hook_;
+  std::function<void(const at::Tensor&)> hook_;
 };
 
 }  // namespace
 
 at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook) {
+  return WithBackwardHook(t, [hook = std::move(hook)](const at::Tensor&) { hook(); });
+}
+
+at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void(const at::Tensor&)> hook) {
   auto node = c10::make_intrusive<BackwardHookNode>(std::move(hook));
   node->set_next_edges({torch::autograd::impl::gradient_edge(t)});
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -44,18 +48,18 @@ ModuleObserver* SetModuleObserver(ModuleObserver* observer) {
 }
 
 at::Tensor Module::operator()(const at::Tensor& input) {
-  if (g_observer != nullptr) g_observer->OnForwardBegin(*this);
+  if (g_observer != nullptr) g_observer->OnForwardBegin(*this, input);
   at::Tensor x = input;
   for (const ForwardPreHook& hook : pre_hooks_) x = hook(*this, x);
   at::Tensor out = Forward(x);
   for (const ForwardHook& hook : hooks_) out = hook(*this, x, out);
   if (g_observer != nullptr) {
-    g_observer->OnForwardEnd(*this);
+    g_observer->OnForwardEnd(*this, out);
     // Each module gets its own node, so that nested modules returning the same tensor are entered
     // outermost first in backward, as upstream's full backward pre-hooks are.
     if (out.defined() && out.requires_grad()) {
-      out = WithBackwardHook(out, [this] {
-        if (g_observer != nullptr) g_observer->OnBackwardBegin(*this);
+      out = WithBackwardHook(out, [this](const at::Tensor& grad) {
+        if (g_observer != nullptr) g_observer->OnBackwardBegin(*this, grad);
       });
     }
   }

@@ -28,11 +28,15 @@ constexpr double kMaxTraceMicros = 1e15;
 constexpr int64_t kMaxDim = int64_t{1} << 62;
 constexpr int64_t kMaxTraceFileBytes = int64_t{1} << 30;
 
-bool IsHash(const std::string& s) {
+}  // namespace
+
+bool IsShardHash(const std::string& s) {
   if (s.size() != 21 || s.compare(0, 5, "xxh3:") != 0) return false;
   return std::all_of(s.begin() + 5, s.end(),
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
+
+namespace {
 
 // Checks an entry list against `ranks`: same length.
 void ExpectPerRank(const JsonReader& r, size_t got, size_t ranks) {
@@ -125,7 +129,7 @@ RankState RankStateFromJson(const JsonReader& r, const DTensorSpec& spec, bool n
   }
   if (r.Has("hash")) {
     const JsonReader h = r.At("hash");
-    if (!h.json().is_string() || !IsHash(h.json().get<std::string>())) {
+    if (!h.json().is_string() || !IsShardHash(h.json().get<std::string>())) {
       h.Fail(StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(h.json())));
     }
     s.hash = h.json().get<std::string>();

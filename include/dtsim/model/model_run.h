@@ -21,9 +21,11 @@
 #include <vector>
 
 #include "dtsim/layout/collective_kind.h"
+#include "dtsim/layout/fault.h"
 #include "dtsim/layout/mesh.h"
 #include "dtsim/model/llama.h"
 #include "dtsim/tensor/collectives.h"
+#include "dtsim/trace/model_trace.h"
 
 namespace dtsim {
 namespace model {
@@ -34,14 +36,18 @@ struct ModelRunOptions {
   std::string plan = "tp+sp";  // tp | tp+sp
   bool loss_parallel = false;
   bool backward = false;
-  bool meta = false;  // meta tensors: shapes, collectives and memory, no values, no check
-  bool check = true;  // compare with the unsharded model (data runs)
+  bool meta = false;   // meta tensors: shapes, collectives and memory, no values, no check
+  bool check = true;   // compare with the unsharded model (data runs)
+  bool trace = false;  // record a model trace (model_trace.h) into ModelReport::trace
   at::ScalarType dtype = at::kFloat;
   // The world: nullptr for the simulated one (every rank in this process); a real backend's
   // Collectives (MPI, NCCL) to run this process's rank — every rank runs RunModel, rank 0's report
   // holds the whole world's figures (collectives as planned on every rank, losses and checks
   // gathered, every rank's peak memory).
   std::shared_ptr<Collectives> backend;
+  // Real backends: a fault armed for the sharded forward and backward only (not the gathers of the
+  // report); ModelReport::fault_struck says whether it struck on any rank.
+  FaultSpec fault;
   // Called on the parallelized model before it runs (tests corrupt a shard with it).
   std::function<void(Transformer&)> tamper;
 };
@@ -107,6 +113,10 @@ struct ModelReport {
   double seconds = 0;                // wall time of the sharded run
   std::optional<double> loss;        // data runs
   std::vector<TensorCheck> checks;   // data runs with check
+  // With ModelRunOptions::trace: the run's model trace (on a real backend every rank's hashes,
+  // gathered; meta.argv is the caller's to set).
+  std::optional<ModelTrace> trace;
+  bool fault_struck = false;  // ModelRunOptions::fault struck on some rank
   bool ok() const;
 };
 

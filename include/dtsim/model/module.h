@@ -35,10 +35,13 @@ class Module;
 class ModuleObserver {
  public:
   virtual ~ModuleObserver() = default;
-  virtual void OnForwardBegin(Module& module) {}
-  virtual void OnForwardEnd(Module& module) {}
-  // The gradient of `module`'s output has arrived: its backward begins.
-  virtual void OnBackwardBegin(Module& module) {}
+  // `input`: what the module was called with (before its forward pre-hooks).
+  virtual void OnForwardBegin(Module& module, const at::Tensor& input) {}
+  // `output`: what the call returns (after the forward hooks).
+  virtual void OnForwardEnd(Module& module, const at::Tensor& output) {}
+  // The gradient of `module`'s output has arrived (`grad_output`, undefined when none flows): its
+  // backward begins.
+  virtual void OnBackwardBegin(Module& module, const at::Tensor& grad_output) {}
 };
 
 // Installs `observer` for the calling thread (nullptr removes it); returns the previous one.
@@ -89,8 +92,10 @@ class Module : public torch::nn::Module {
 
 // A tensor aliasing `t` (no data copied, nothing dispatched) whose gradient passes through a node
 // that calls `hook` when it arrives, before the gradient flows on: upstream's BackwardHookFunction
-// and FSDP's pre-backward hook. `t` must require grad.
+// and FSDP's pre-backward hook. `t` must require grad. The second form hands the hook the gradient
+// (undefined when none arrived).
 at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook);
+at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void(const at::Tensor&)> hook);
 
 // Sets every module's fqn below `root` (dot-joined child names; the root's is "").
 void AssignNames(Module& root);

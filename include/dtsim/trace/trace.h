@@ -121,6 +121,9 @@ std::vector<RankState> RankStatesFromJson(const JsonReader& r, const DTensorSpec
 DTensorSpec SpecFromJson(const nlohmann::json& json, const std::string& field = "trace",
                          const std::string& path = "spec");
 
+// True for a shard hash as traces write it: "xxh3:" and 16 lower-case hex digits.
+bool IsShardHash(const std::string& text);
+
 // Checks the format and version only (the rest is TraceFromJson's job).
 void CheckTraceHeader(const nlohmann::json& json);
 

@@ -1,0 +1,134 @@
+// Model traces: what `dtsim model --trace` writes — one run of a parallelized model as a sequence
+// of events in run order: module calls (forward begin and end, backward begin), every DTensor op
+// with its placements and the collectives of the implicit redistributions it caused nested in it,
+// the collectives the parallel styles and fully_shard ran, and every rank's shard hash of the
+// parameters before the run, each module's input and output (forward) and output gradient
+// (backward), the
+// loss and every parameter's gradient. Real ranks (MPI) and the simulation write the same model
+// trace; `dtsim trace-diff` says where two part (the first module boundary whose hash differs names
+// the module and the ranks); `dtsim export` shows it in Perfetto. No LibTorch.
+//
+//   {"format": "dtsim-model-trace", "version": 1, "meta": {...as in a trace...},
+//    "model": {"dim": 256, ..., "plan": "fsdp+tp"}, "mesh": {"shape": [2, 4], "names": [...]},
+//    "events": [
+//      {"event": "module_begin", "phase": "forward", "module": "layers.0", "type":
+//      "TransformerBlock",
+//       "tensor": {...its input...}, "t_us": 120.5},
+//      {"event": "op", "phase": "forward", "module": "layers.0.attention.wq", "op": "aten::mm",
+//       "placements": "[S(0)], [S(1)] -> [S(1)]", "t_us": 130.0,
+//       "collectives": [{"kind": "all_gather", "mesh_dim": "tp", "groups": [[0, 1], [2, 3]],
+//       ...}]},
+//      {"event": "module_end", "phase": "forward", "module": "layers.0", "t_us": 400.0,
+//       "tensor": {"placements": "[S(1)]", "shape": [4, 64, 256], "hashes": ["xxh3:…", ...]}},
+//      ...]}
+//
+// Hashes are indexed by rank (0 .. world_size - 1) and absent from metadata-only runs (meta.data
+// false). Times are microseconds since the run began, on rank 0; trace-diff ignores them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/layout/collective_kind.h"
+#include "dtsim/trace/trace.h"
+#include "dtsim/trace/trace_diff.h"
+
+namespace dtsim {
+
+inline constexpr const char* kModelTraceFormat = "dtsim-model-trace";
+inline constexpr int kModelTraceVersion = 1;
+
+// One collective: the planned step of a redistribution (or a style's call), the same on every rank.
+struct ModelTraceCollective {
+  CollectiveKind kind = CollectiveKind::kNone;
+  std::string mesh_dim;                      // its name ("tp")
+  std::vector<std::vector<int64_t>> groups;  // global ranks; every group of the call
+  int64_t bytes_sent = 0;                    // per rank, the largest over ranks
+  int64_t bytes_received = 0;
+  double est_us = 0;      // the cost model's time
+  std::string from, to;   // the redistribution's placements ("" for a style's own call)
+  std::string cause;      // "aten::mm arg 1", "fully_shard all-gather of layers.0", ...
+  bool implicit = false;  // caused by an op's sharding propagation
+};
+
+// A tensor at a module boundary.
+struct ModelTraceTensor {
+  std::string placements;           // "[S(1), R]"; "local" for a plain per-rank tensor
+  std::vector<int64_t> shape;       // the global shape (a local tensor's: rank 0's)
+  std::vector<std::string> hashes;  // per rank, "xxh3:<16 hex>"; empty in metadata-only traces
+  // Per rank (with hashes): a sketch of the values that survives float rounding — two projections
+  // on fixed pseudo-random weights in [-1, 1] and the L2 norm — so that a real run whose
+  // reductions summed in another order (MPI's or NCCL's algorithms) is told apart from one with
+  // wrong values.
+  std::vector<std::array<double, 3>> sketches;
+};
+
+// Two sketches are equal within float rounding when each projection and the norm differ by at
+// most this times the larger norm: the tolerance of `dtsim model`'s check against the unsharded
+// model (model_run.h), as a reduction order changes values by a few ulps each (relative 1e-7 to
+// 1e-6 after a few layers), while a wrong shard moves them by O(1).
+inline constexpr double kSketchTolerance = 1e-4;
+bool SketchesAgree(const std::array<double, 3>& a, const std::array<double, 3>& b);
+
+enum class ModelEventKind {
+  kParameter,      // a parameter as parallelized, before the run (`name`, `tensor`)
+  kModuleBegin,    // forward of `module` begins (`type`; `tensor`: its input)
+  kModuleEnd,      // forward of `module` ends (`tensor`: its output)
+  kBackwardBegin,  // the gradient of `module`'s output arrived (`tensor`: that gradient)
+  kOp,             // a DTensor op (`op`, `placements`, `collectives` of its redistributions)
+  kCollective,     // a collective no op caused (`collectives`: one)
+  kLoss,           // the loss (`tensor`)
+  kGradient,       // a parameter's gradient after backward (`name`, `tensor`)
+};
+std::string_view ToString(ModelEventKind kind);
+
+struct ModelTraceEvent {
+  ModelEventKind kind = ModelEventKind::kOp;
+  std::string phase = "forward";  // "forward" or "backward" ("setup" for parameters, "end" after)
+  std::string module;             // the module it belongs to (CommDebugMode's attribution)
+  std::string type;               // kModuleBegin: the module's type
+  std::string name;               // kParameter, kGradient: the parameter's fqn
+  std::string op;                 // kOp: "aten::mm"
+  std::string placements;         // kOp: "[S(0)], [R] -> [S(0)]"
+  std::vector<ModelTraceCollective> collectives;
+  std::optional<ModelTraceTensor> tensor;
+  double t_us = 0;
+};
+
+struct ModelTrace {
+  TraceMeta meta;
+  nlohmann::json model = nlohmann::json::object();  // the model's sizes and plan, as given
+  std::vector<int64_t> mesh_shape;
+  std::vector<std::string> mesh_names;
+  std::vector<ModelTraceEvent> events;
+  std::vector<int64_t> peak_bytes;  // per rank, whole run
+};
+
+nlohmann::json ToJson(const ModelTrace& trace);
+// Reads and validates a model trace: format, version, every field's type and range, event kinds
+// and the fields each needs, hashes "xxh3:<16 hex>" one per rank (required unless meta.data is
+// false), groups of ranks inside the world, module begins and ends that nest. InputError("trace",
+// "<path>: <problem>") on the first problem.
+ModelTrace ModelTraceFromJson(const nlohmann::json& json);
+// True when `json` says it is a model trace.
+bool IsModelTrace(const nlohmann::json& json);
+
+// Where two model traces part, in run order: the model and mesh, then event by event the kind,
+// phase, module, op, placements, collectives (kind, mesh dim, groups, bytes, placements, cause),
+// tensor placements and shapes, and every rank's hash ("hash differs on ranks 2, 3"). `where`
+// names the event ("event 57: forward output of layers.0.attention.wq"). Once the sequences part
+// (another kind, module or op) the rest is not aligned: one difference says so and the diff ends.
+// A tensor whose hashes differ on a rank but whose sketches agree there is equal within float
+// rounding: not a difference, counted in `*rounded` (when given) instead. Times are not compared.
+// At most `limit` differences.
+std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTrace& b,
+                                             size_t limit = 20, int64_t* rounded = nullptr);
+
+// A one-line description of an event ("forward output of layers.0.attention.wq").
+std::string Describe(const ModelTraceEvent& event);
+
+}  // namespace dtsim

@@ -1,0 +1,449 @@
+// Model traces (see include/dtsim/trace/model_trace.h).
+#include "dtsim/trace/model_trace.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "dtsim/layout/checked_math.h"
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim {
+namespace {
+
+constexpr std::array<std::pair<ModelEventKind, const char*>, 8> kKinds = {{
+    {ModelEventKind::kParameter, "parameter"},
+    {ModelEventKind::kModuleBegin, "module_begin"},
+    {ModelEventKind::kModuleEnd, "module_end"},
+    {ModelEventKind::kBackwardBegin, "backward_begin"},
+    {ModelEventKind::kOp, "op"},
+    {ModelEventKind::kCollective, "collective"},
+    {ModelEventKind::kLoss, "loss"},
+    {ModelEventKind::kGradient, "gradient"},
+}};
+
+constexpr const char* kPhases[] = {"setup", "forward", "backward", "end"};
+
+// A run's times fit in the Perfetto export's 64-bit nanoseconds with room to spare.
+constexpr double kMaxMicros = 1e15;
+constexpr int64_t kMaxWorld = int64_t{1} << 24;
+constexpr int64_t kMaxBytes = int64_t{1} << 62;
+
+nlohmann::json CollectiveJson(const ModelTraceCollective& c) {
+  return {{"kind", std::string(ToString(c.kind))},
+          {"mesh_dim", c.mesh_dim},
+          {"groups", c.groups},
+          {"bytes_sent_per_rank", c.bytes_sent},
+          {"bytes_received_per_rank", c.bytes_received},
+          {"est_us", c.est_us},
+          {"from", c.from},
+          {"to", c.to},
+          {"cause", c.cause},
+          {"implicit", c.implicit}};
+}
+
+nlohmann::json TensorJson(const ModelTraceTensor& t) {
+  nlohmann::json j = {{"placements", t.placements}, {"shape", t.shape}};
+  if (!t.hashes.empty()) j["hashes"] = t.hashes;
+  if (!t.sketches.empty()) j["sketches"] = t.sketches;
+  return j;
+}
+
+double Micros(const JsonReader& r) {
+  const double v = r.AsNumber();
+  if (!(v >= 0 && v <= kMaxMicros))
+    r.Fail(StrCat(Excerpt(r.json()), " is not a time in 0..1e15 us"));
+  return v;
+}
+
+ModelTraceCollective CollectiveFromJson(const JsonReader& r, int64_t world) {
+  r.ExpectObject();
+  r.OnlyKeys({"kind", "mesh_dim", "groups", "bytes_sent_per_rank", "bytes_received_per_rank",
+              "est_us", "from", "to", "cause", "implicit"});
+  ModelTraceCollective c;
+  const JsonReader kind = r.At("kind");
+  const std::optional<CollectiveKind> k = FindCollectiveKind(kind.AsString());
+  if (!k || *k == CollectiveKind::kNone) {
+    kind.Fail(StrCat("unknown collective ", Excerpt(kind.json())));
+  }
+  c.kind = *k;
+  c.mesh_dim = r.String("mesh_dim");
+  const JsonReader groups = r.At("groups");
+  c.groups = groups.AsIntLists(0, world - 1);
+  std::set<int64_t> seen;
+  for (const auto& g : c.groups) {
+    if (g.empty()) groups.Fail("has an empty group");
+    for (int64_t rank : g) {
+      if (!seen.insert(rank).second)
+        groups.Fail(StrCat("names rank ", rank, " in more than one place"));
+    }
+  }
+  c.bytes_sent = r.Int("bytes_sent_per_rank", 0, kMaxBytes);
+  c.bytes_received = r.Int("bytes_received_per_rank", 0, kMaxBytes);
+  c.est_us = Micros(r.At("est_us"));
+  c.from = r.String("from");
+  c.to = r.String("to");
+  c.cause = r.String("cause");
+  c.implicit = r.Bool("implicit");
+  return c;
+}
+
+ModelTraceTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
+  r.ExpectObject();
+  r.OnlyKeys({"placements", "shape", "hashes", "sketches"});
+  ModelTraceTensor t;
+  t.placements = r.String("placements");
+  t.shape = r.At("shape").AsInts(0, kMaxBytes, 64);
+  if (r.Has("hashes")) {
+    const JsonReader h = r.At("hashes");
+    t.hashes = h.AsStrings();
+    if (static_cast<int64_t>(t.hashes.size()) != world) {
+      h.Fail(StrCat("has ", t.hashes.size(), " entries for ", world, " ranks"));
+    }
+    for (size_t i = 0; i < t.hashes.size(); ++i) {
+      if (!IsShardHash(t.hashes[i])) {
+        h.At(i).Fail(StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(h.At(i).json())));
+      }
+    }
+  } else if (data) {
+    r.Fail("has no hashes (required unless meta.data is false)");
+  }
+  if (r.Has("sketches")) {
+    const JsonReader sk = r.At("sketches");
+    const size_t n = sk.ArraySize();
+    if (static_cast<int64_t>(n) != world)
+      sk.Fail(StrCat("has ", n, " entries for ", world, " ranks"));
+    for (size_t i = 0; i < n; ++i) {
+      const JsonReader one = sk.At(i);
+      if (one.ArraySize() != 3) one.Fail("is not 3 numbers");
+      std::array<double, 3> v{};
+      for (size_t k = 0; k < 3; ++k) {
+        v[k] = one.At(k).AsNumber();
+        if (!std::isfinite(v[k]) || (k == 2 && v[k] < 0)) {
+          one.At(k).Fail(StrCat(Excerpt(one.At(k).json()), " is not a finite",
+                                k == 2 ? " non-negative norm" : " number"));
+        }
+      }
+      t.sketches.push_back(v);
+    }
+  }
+  return t;
+}
+
+// The ranks whose hashes differ, in order.
+std::vector<int64_t> DifferingRanks(const ModelTraceTensor& a, const ModelTraceTensor& b) {
+  std::vector<int64_t> out;
+  const size_t n = std::min(a.hashes.size(), b.hashes.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (a.hashes[i] != b.hashes[i]) out.push_back(static_cast<int64_t>(i));
+  }
+  return out;
+}
+
+std::string RankList(const std::vector<int64_t>& ranks, size_t max = 16) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < max; ++i) s += StrCat(i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > max) s += StrCat(" and ", ranks.size() - max, " more");
+  return s;
+}
+
+std::string CollectiveText(const ModelTraceCollective& c) {
+  return StrCat(ToString(c.kind), " on ", c.mesh_dim, " (", c.groups.size(), " groups, ",
+                c.bytes_sent, " -> ", c.bytes_received, " B/rank, ", c.cause, ")");
+}
+
+}  // namespace
+
+bool SketchesAgree(const std::array<double, 3>& a, const std::array<double, 3>& b) {
+  const double tol = kSketchTolerance * std::max(a[2], b[2]);
+  for (size_t k = 0; k < 3; ++k) {
+    if (!(std::abs(a[k] - b[k]) <= tol)) return false;
+  }
+  return true;
+}
+
+std::string_view ToString(ModelEventKind kind) {
+  for (const auto& [k, name] : kKinds) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::string Describe(const ModelTraceEvent& e) {
+  switch (e.kind) {
+    case ModelEventKind::kParameter:
+      return StrCat("parameter ", e.name);
+    case ModelEventKind::kModuleBegin:
+      return StrCat(e.phase, " input of ", e.module);
+    case ModelEventKind::kModuleEnd:
+      return StrCat(e.phase, " output of ", e.module);
+    case ModelEventKind::kBackwardBegin:
+      return StrCat("output gradient of ", e.module);
+    case ModelEventKind::kOp:
+      return StrCat(e.phase, " ", e.op, " in ", e.module);
+    case ModelEventKind::kCollective:
+      return StrCat(e.phase, " ",
+                    e.collectives.empty() ? "collective" : ToString(e.collectives[0].kind), " in ",
+                    e.module);
+    case ModelEventKind::kLoss:
+      return "loss";
+    case ModelEventKind::kGradient:
+      return StrCat("gradient of ", e.name);
+  }
+  return "event";
+}
+
+nlohmann::json ToJson(const ModelTrace& t) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const ModelTraceEvent& e : t.events) {
+    nlohmann::json j = {{"event", std::string(ToString(e.kind))}, {"phase", e.phase}};
+    if (!e.module.empty()) j["module"] = e.module;
+    if (e.kind == ModelEventKind::kModuleBegin) j["type"] = e.type;
+    if (e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kGradient)
+      j["name"] = e.name;
+    if (e.kind == ModelEventKind::kOp) {
+      j["op"] = e.op;
+      j["placements"] = e.placements;
+    }
+    if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
+      nlohmann::json cs = nlohmann::json::array();
+      for (const ModelTraceCollective& c : e.collectives) cs.push_back(CollectiveJson(c));
+      j["collectives"] = cs;
+    }
+    if (e.tensor) j["tensor"] = TensorJson(*e.tensor);
+    j["t_us"] = e.t_us;
+    events.push_back(std::move(j));
+  }
+  nlohmann::json out = {{"format", kModelTraceFormat},
+                        {"version", kModelTraceVersion},
+                        {"meta", ToJson(t.meta)},
+                        {"model", t.model},
+                        {"mesh", {{"shape", t.mesh_shape}, {"names", t.mesh_names}}},
+                        {"events", events}};
+  if (!t.peak_bytes.empty()) out["peak_bytes"] = t.peak_bytes;
+  return out;
+}
+
+bool IsModelTrace(const nlohmann::json& json) {
+  return json.is_object() && json.contains("format") && json["format"] == kModelTraceFormat;
+}
+
+ModelTrace ModelTraceFromJson(const nlohmann::json& json) {
+  if (!IsModelTrace(json)) {
+    throw InputError(
+        "trace",
+        StrCat("format is ",
+               json.is_object() && json.contains("format") ? Excerpt(json["format"]) : "missing",
+               ", expected \"", kModelTraceFormat, "\""));
+  }
+  JsonReader r(json, "trace");
+  r.OnlyKeys({"format", "version", "meta", "model", "mesh", "events", "peak_bytes"});
+  const int64_t version = r.Int("version", 0, 1000000);
+  if (version != kModelTraceVersion) {
+    r.At("version").Fail(StrCat("version ", version, " is not supported (this dtsim reads version ",
+                                kModelTraceVersion, ")"));
+  }
+  ModelTrace t;
+  t.meta = TraceMetaFromJson(r.At("meta"));
+  const JsonReader model = r.At("model");
+  model.ExpectObject();
+  t.model = model.json();
+  const JsonReader mesh = r.At("mesh");
+  mesh.ExpectObject();
+  mesh.OnlyKeys({"shape", "names"});
+  t.mesh_shape = mesh.At("shape").AsInts(1, kMaxWorld, 16);
+  if (t.mesh_shape.empty()) mesh.At("shape").Fail("is empty");
+  int64_t world = 1;
+  for (int64_t s : t.mesh_shape) {
+    const std::optional<int64_t> next = CheckedMul(world, s);
+    if (!next || *next > kMaxWorld) {
+      mesh.At("shape").Fail(StrCat("has more than ", kMaxWorld, " ranks"));
+    }
+    world = *next;
+  }
+  t.mesh_names = mesh.At("names").AsStrings();
+  if (t.mesh_names.size() != t.mesh_shape.size()) {
+    mesh.At("names").Fail(
+        StrCat("has ", t.mesh_names.size(), " names for ", t.mesh_shape.size(), " mesh dims"));
+  }
+  if (t.meta.world_size != world) {
+    r.At("meta")
+        .At("world_size")
+        .Fail(StrCat(t.meta.world_size, " is not the mesh's ", world, " ranks"));
+  }
+  if (r.Has("peak_bytes")) {
+    const JsonReader peaks = r.At("peak_bytes");
+    t.peak_bytes = peaks.AsInts(0, kMaxBytes);
+    if (static_cast<int64_t>(t.peak_bytes.size()) != world) {
+      peaks.Fail(StrCat("has ", t.peak_bytes.size(), " entries for ", world, " ranks"));
+    }
+  }
+  const JsonReader events = r.At("events");
+  const size_t n = events.ArraySize();
+  std::vector<std::string> open;  // modules whose forward has begun and not ended
+  t.events.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const JsonReader item = events.At(i);
+    item.ExpectObject();
+    item.OnlyKeys({"event", "phase", "module", "type", "name", "op", "placements", "collectives",
+                   "tensor", "t_us"});
+    ModelTraceEvent e;
+    const JsonReader kind = item.At("event");
+    const std::string& kind_name = kind.AsString();
+    const auto k = std::find_if(kKinds.begin(), kKinds.end(),
+                                [&](const auto& p) { return kind_name == p.second; });
+    if (k == kKinds.end()) kind.Fail(StrCat("unknown event ", Excerpt(kind.json())));
+    e.kind = k->first;
+    const JsonReader phase = item.At("phase");
+    e.phase = phase.AsString();
+    if (std::find(std::begin(kPhases), std::end(kPhases), e.phase) == std::end(kPhases)) {
+      phase.Fail(StrCat(Excerpt(phase.json()), " is not setup, forward, backward or end"));
+    }
+    e.t_us = Micros(item.At("t_us"));
+    const bool needs_module =
+        e.kind == ModelEventKind::kModuleBegin || e.kind == ModelEventKind::kModuleEnd ||
+        e.kind == ModelEventKind::kBackwardBegin || e.kind == ModelEventKind::kOp ||
+        e.kind == ModelEventKind::kCollective;
+    if (needs_module) e.module = item.String("module");
+    if (e.kind == ModelEventKind::kModuleBegin) e.type = item.String("type");
+    if (e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kGradient)
+      e.name = item.String("name");
+    if (e.kind == ModelEventKind::kOp) {
+      e.op = item.String("op");
+      e.placements = item.String("placements");
+    }
+    if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
+      const JsonReader cs = item.At("collectives");
+      const size_t m = cs.ArraySize();
+      for (size_t c = 0; c < m; ++c) e.collectives.push_back(CollectiveFromJson(cs.At(c), world));
+      if (e.kind == ModelEventKind::kCollective && e.collectives.size() != 1) {
+        cs.Fail(StrCat("has ", e.collectives.size(), " entries; a collective event has one"));
+      }
+    }
+    const bool needs_tensor =
+        e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kModuleBegin ||
+        e.kind == ModelEventKind::kModuleEnd || e.kind == ModelEventKind::kBackwardBegin ||
+        e.kind == ModelEventKind::kLoss || e.kind == ModelEventKind::kGradient;
+    if (needs_tensor) e.tensor = TensorFromJson(item.At("tensor"), world, t.meta.data);
+    // Forward module calls nest: an end closes the innermost open begin.
+    if (e.kind == ModelEventKind::kModuleBegin) open.push_back(e.module);
+    if (e.kind == ModelEventKind::kModuleEnd) {
+      if (open.empty() || open.back() != e.module) {
+        item.At("module").Fail(
+            StrCat("ends ", Excerpt(item.At("module").json()), " while ",
+                   open.empty() ? std::string("no module") : "'" + open.back() + "'",
+                   " is the innermost open module"));
+      }
+      open.pop_back();
+    }
+    t.events.push_back(std::move(e));
+  }
+  if (!open.empty()) events.Fail(StrCat("module '", open.back(), "' begins and never ends"));
+  return t;
+}
+
+std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTrace& b, size_t limit,
+                                             int64_t* rounded) {
+  if (rounded != nullptr) *rounded = 0;
+  std::vector<TraceDifference> out;
+  auto add = [&](std::string where, std::string what, std::vector<int64_t> ranks = {}) {
+    if (out.size() >= limit) return;
+    TraceDifference d;
+    d.where = std::move(where);
+    d.what = std::move(what);
+    d.ranks = std::move(ranks);
+    out.push_back(std::move(d));
+  };
+  if (a.model != b.model) add("model", StrCat(a.model.dump(), " vs ", b.model.dump()));
+  if (a.mesh_shape != b.mesh_shape || a.mesh_names != b.mesh_names) {
+    add("mesh", "the meshes differ");
+    return out;
+  }
+  const size_t n = std::min(a.events.size(), b.events.size());
+  std::string last_collective;  // the collective that ran last before an event, for the reader
+  for (size_t i = 0; i < n && out.size() < limit; ++i) {
+    const ModelTraceEvent& x = a.events[i];
+    const ModelTraceEvent& y = b.events[i];
+    const std::string where = StrCat("event ", i + 1, ": ", Describe(x));
+    const std::string after =
+        last_collective.empty()
+            ? ""
+            : StrCat("; the last collective before it: event ", last_collective);
+    if (!x.collectives.empty()) {
+      const ModelTraceCollective& c = x.collectives.back();
+      last_collective =
+          StrCat(i + 1, ", ", ToString(c.kind), " on ", c.mesh_dim, " (", c.cause, ")");
+    }
+    if (x.kind != y.kind || x.phase != y.phase || x.module != y.module || x.op != y.op ||
+        x.name != y.name || x.type != y.type) {
+      add(where, StrCat("the other trace has ", Describe(y),
+                        " here; the runs part and the rest is "
+                        "not compared"));
+      return out;
+    }
+    if (x.placements != y.placements) {
+      add(where, StrCat("placements ", x.placements, " vs ", y.placements));
+    }
+    if (x.collectives.size() != y.collectives.size()) {
+      add(where, StrCat(x.collectives.size(), " vs ", y.collectives.size(), " collectives"));
+    } else {
+      for (size_t c = 0; c < x.collectives.size(); ++c) {
+        const ModelTraceCollective& p = x.collectives[c];
+        const ModelTraceCollective& q = y.collectives[c];
+        if (p.kind != q.kind || p.mesh_dim != q.mesh_dim || p.groups != q.groups ||
+            p.bytes_sent != q.bytes_sent || p.bytes_received != q.bytes_received ||
+            p.from != q.from || p.to != q.to || p.cause != q.cause || p.implicit != q.implicit) {
+          add(StrCat(where, ", collective ", c + 1),
+              StrCat(CollectiveText(p), " vs ", CollectiveText(q)));
+        }
+      }
+    }
+    if (x.tensor.has_value() != y.tensor.has_value()) {
+      add(where, "a tensor in one trace only");
+    } else if (x.tensor) {
+      if (x.tensor->placements != y.tensor->placements) {
+        add(where, StrCat("placements ", x.tensor->placements, " vs ", y.tensor->placements));
+      }
+      if (x.tensor->shape != y.tensor->shape) add(where, "the shapes differ");
+      if (!x.tensor->hashes.empty() && !y.tensor->hashes.empty()) {
+        // Ranks whose hashes differ: equal within rounding where both sketches agree.
+        std::vector<int64_t> ranks;
+        bool any_rounded = false;
+        double worst = 0;
+        for (int64_t r : DifferingRanks(*x.tensor, *y.tensor)) {
+          const size_t i = static_cast<size_t>(r);
+          if (i < x.tensor->sketches.size() && i < y.tensor->sketches.size()) {
+            const auto& p = x.tensor->sketches[i];
+            const auto& q = y.tensor->sketches[i];
+            if (SketchesAgree(p, q)) {
+              any_rounded = true;
+              continue;
+            }
+            const double scale = std::max({p[2], q[2], 1e-300});
+            for (size_t k = 0; k < 3; ++k) worst = std::max(worst, std::abs(p[k] - q[k]) / scale);
+          }
+          ranks.push_back(r);
+        }
+        if (any_rounded && rounded != nullptr) ++*rounded;
+        if (!ranks.empty()) {
+          const size_t r = static_cast<size_t>(ranks[0]);
+          add(where,
+              StrCat("values differ on rank", ranks.size() == 1 ? " " : "s ", RankList(ranks),
+                     " (rank ", ranks[0], ": ", x.tensor->hashes[r], " vs ", y.tensor->hashes[r],
+                     worst > 0 ? StrCat(", sketch off by ", worst, " of the norm") : "", ")",
+                     out.empty() ? after : ""),
+              ranks);
+        }
+      }
+    }
+  }
+  if (a.events.size() != b.events.size()) {
+    add("events", StrCat(a.events.size(), " vs ", b.events.size(), " events"));
+  }
+  return out;
+}
+
+}  // namespace dtsim
