@@ -403,4 +403,12 @@ bool DeviceMesh::operator==(const DeviceMesh& other) const {
           *ranks_ == *other.ranks_);
 }
 
+bool DeviceMesh::SameMesh(const DeviceMesh& other) const {
+  if (shape_ != other.shape_ || names_ != other.names_) return false;
+  if (ranks_ == other.ranks_ && root_ == other.root_) return true;
+  if (*ranks_ != *other.ranks_) return false;
+  if (is_root() != other.is_root()) return false;
+  return is_root() || root().SameMesh(other.root());
+}
+
 }  // namespace dtsim

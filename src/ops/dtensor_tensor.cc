@@ -699,6 +699,11 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
                 name, ": output ", out_index, " has no spec");
     const TensorMeta& m = *out_meta[out_index];
     DTensorSpec spec = *cached->out_specs.at(out_index);
+    // The decision is keyed by the mesh's shape: a cached spec made on another mesh of that shape
+    // (a submesh of another root, other ranks) is remade on this call's.
+    if (!spec.mesh().SameMesh(mesh)) {
+      spec = DTensorSpec::Create(mesh, spec.placements(), spec.shape(), spec.dtype());
+    }
     if (observe) event.outputs.push_back(spec);
     return AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride));
   };

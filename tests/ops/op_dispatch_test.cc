@@ -254,5 +254,24 @@ TEST(OpDispatchTest, DropoutKeepsShardingAndScalesKeptValues) {
   EXPECT_TRUE(at::logical_or(full.eq(0), full.sub(1 / 0.75).abs().lt(1e-6)).all().item<bool>());
 }
 
+// The decision cache is keyed by the mesh's shape: an op on a mesh of a shape seen before on
+// another mesh (a root [2], then the tp submesh of a 2 x 2 mesh over ranks 2 and 3) returns a
+// DTensor on its own mesh, whose values are the op's on the global tensors.
+TEST(OpDispatchTest, ACachedDecisionGivesTheCallsOwnMesh) {
+  const at::Tensor a = at::randn({4, 6});
+  const at::Tensor b = at::randn({4, 6});
+  DeviceMesh alone = DeviceMesh::Create({2}, {"tp"});
+  at::Tensor first = at::add(Dist(a, alone, "S(0)"), Dist(b, alone, "S(0)"));
+  EXPECT_TRUE(GetDTensor(first).mesh().SameMesh(alone));
+  DeviceMesh world = DeviceMesh::Create({2, 2}, {"dp", "tp"});
+  DeviceMesh tp = world.Submesh({"tp"}, 3);
+  at::Tensor second = at::add(Dist(a, tp, "S(0)"), Dist(b, tp, "S(0)"));
+  const DTensor& out = GetDTensor(second);
+  EXPECT_TRUE(out.mesh().SameMesh(tp)) << out.mesh().ToString();
+  EXPECT_EQ(out.mesh().ranks(), std::vector<int64_t>({2, 3}));
+  EXPECT_TRUE(out.mesh().root().SameMesh(world));
+  EXPECT_TRUE(at::allclose(out.FullTensor(), a + b));
+}
+
 }  // namespace
 }  // namespace dtsim::ops

@@ -104,6 +104,9 @@ class DeviceMesh {
 
   // Same shape, names and rank layout (roots are not compared).
   bool operator==(const DeviceMesh& other) const;
+  // Equal, with equal roots and the same ranks: the mesh `other` stands for. Cheap for copies of
+  // one mesh (shared rank list and root).
+  bool SameMesh(const DeviceMesh& other) const;
   bool operator!=(const DeviceMesh& other) const { return !(*this == other); }
 
  private:
