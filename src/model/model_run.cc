@@ -599,6 +599,22 @@ void ValidateModelRun(const ModelRunOptions& o) {
     throw InputError("loss-parallel", "loss parallelism shards the logits over tp: plan " + o.plan +
                                           " has no tensor parallelism");
   }
+  if (o.loss_parallel) {
+    // Each tp rank's vocabulary columns (torch.chunk of the vocab): the loss-parallel log_softmax
+    // takes every rank's max over its own columns, which has none to take on an empty shard.
+    const int64_t tp = o.mesh.size(*o.mesh.FindDim("tp"));
+    const int64_t full = (o.args.vocab + tp - 1) / tp;
+    const int64_t empty_rank = (o.args.vocab + full - 1) / full;  // the first rank with no column
+    if (empty_rank < tp) {
+      throw InputError("loss-parallel",
+                       "vocab " + std::to_string(o.args.vocab) + " over tp " + std::to_string(tp) +
+                           " leaves tp rank " + std::to_string(empty_rank) +
+                           " without a vocabulary column (chunks of " + std::to_string(full) +
+                           "); the loss-parallel softmax needs one on every rank (upstream's "
+                           "skips its max all-reduce on an empty shard while the other ranks "
+                           "make it: a hang on real ranks)");
+    }
+  }
 }
 
 bool ModelReport::ok() const {

@@ -16,6 +16,12 @@ namespace dtsim {
 namespace ops {
 namespace {
 
+// where(keep, x, 0) with the zero a 0-dim tensor of x's device and dtype: the Scalar overload wraps
+// a CPU tensor, which metadata runs (meta tensors) cannot mix in.
+at::Tensor ElseZero(const at::Tensor& keep, const at::Tensor& x) {
+  return at::where(keep, x, at::scalar_tensor(0, x.options()));
+}
+
 thread_local bool g_enabled = false;
 
 // The mesh dim that shards tensor dim `dim` of `dt` (exactly one, as upstream requires).
@@ -186,8 +192,8 @@ void NllLossForward(torch::jit::Stack* stack) {
       coll.MapShards(std::vector<at::Tensor>{a.x.to_local(), a.target},
                      [&](int64_t rank, const std::vector<at::Tensor>& s) {
                        const auto [lo, hi] = ClassRange(a.x, ch, rank);
-                       const at::Tensor safe = at::where(s[1] != a.ignore_index, s[1], 0);
-                       const at::Tensor outside = (safe < lo).logical_or(safe >= hi);
+                       const at::Tensor safe = ElseZero(s[1] != a.ignore_index, s[1]);
+                       const at::Tensor outside = (safe < lo).bitwise_or(safe >= hi);
                        const at::Tensor idx = (safe - lo).masked_fill(outside, 0).unsqueeze(ch);
                        return at::gather(s[0], ch, idx).squeeze(ch).masked_fill(outside, 0);
                      });
@@ -197,7 +203,7 @@ void NllLossForward(torch::jit::Stack* stack) {
   at::Tensor result = coll.MapShards(std::vector<at::Tensor>{picked, a.target, a.x.to_local()},
                                      [&](int64_t, const std::vector<at::Tensor>& s) {
                                        const at::Tensor keep = s[1] != a.ignore_index;
-                                       at::Tensor r = at::where(keep, -s[0], 0);
+                                       at::Tensor r = ElseZero(keep, -s[0]);
                                        if (a.reduction == 0) return r;  // none
                                        r = r.sum();
                                        if (a.reduction == 1)
@@ -256,15 +262,15 @@ void NllLossBackward(torch::jit::Stack* stack) {
                        at::Tensor g = s[0];
                        if (a.reduction == 1) g = g / s[3];
                        const at::Tensor t = s[2].unsqueeze(ch);
-                       const at::Tensor safe = at::where(t != a.ignore_index, t, 0);
-                       const at::Tensor outside = (safe < lo).logical_or(safe >= hi);
+                       const at::Tensor safe = ElseZero(t != a.ignore_index, t);
+                       const at::Tensor outside = (safe < lo).bitwise_or(safe >= hi);
                        const at::Tensor idx = (safe - lo).masked_fill(outside, 0);
                        // -1 at each held target's class, 0 elsewhere; then d(loss)/d(logits) =
                        // (onehot' + p) g.
                        at::Tensor update = outside.to(s[1].scalar_type()) - 1.0;
                        at::Tensor grad_input = at::zeros_like(s[1]).scatter(ch, idx, update);
                        if (grad_input.dim() > g.dim() && g.dim() > 0) g = g.unsqueeze(ch);
-                       g = at::where(t != a.ignore_index, g, 0);
+                       g = ElseZero(t != a.ignore_index, g);
                        return (grad_input + at::exp(s[1])) * g;
                      });
   torch::jit::push(*stack, AsTensor(MakeDTensor(a.x.spec(), grad, a.x.collectives_ptr())));

@@ -58,6 +58,14 @@ at::Tensor IndexSelectMeta(const at::Tensor& self, int64_t dim, const at::Tensor
   return at::empty(shape, self.options());
 }
 
+// aten::where.self: the broadcast shape of the three, the promoted dtype of self and other, laid
+// out contiguously (what the CPU kernel's TensorIterator gives inputs that are).
+at::Tensor WhereMeta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  const std::vector<int64_t> shape =
+      at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  return at::empty(shape, self.options().dtype(at::result_type(self, other)));
+}
+
 }  // namespace
 
 void EnsureMetaKernels() {
@@ -79,6 +87,7 @@ void EnsureMetaKernels() {
         c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(EmbeddingDenseBackwardMeta)));
     add("aten::index_select", "",
         c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(IndexSelectMeta)));
+    add("aten::where", "self", c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(WhereMeta)));
   });
 }
 

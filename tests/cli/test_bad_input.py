@@ -57,6 +57,36 @@ def trace_text(**changes):
 
 
 GOOD_TRACE = trace_text()
+
+
+def model_trace_text(**changes):
+    """A valid model trace (a 2-rank tp+sp run of a tiny model, made once by dtsim model --trace) with changes: a
+    dotted path ("events.5.tensor.hashes.1") to a value, or to None to delete the key."""
+    if not hasattr(model_trace_text, "json"):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.json")
+            subprocess.run([DTSIM, "model", "--mesh", "2", "--names", "tp", "--dim", "8", "--heads", "2", "--layers",
+                            "1", "--vocab", "10", "--seq", "2", "--batch", "1", "--backward", "--trace", path],
+                           capture_output=True, check=True, timeout=120)
+            with open(path) as f:
+                model_trace_text.json = f.read()
+    t = json.loads(model_trace_text.json)
+    for path, value in changes.items():
+        node = t
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        last = int(keys[-1]) if isinstance(node, list) else keys[-1]
+        if value is None:
+            del node[last]
+        else:
+            node[last] = value
+    return json.dumps(t)
+
+
+def first_event(kind):
+    """The index of the first event of `kind` in the model trace above."""
+    return next(i for i, e in enumerate(json.loads(model_trace_text())["events"]) if e["event"] == kind)
 M = ["--mesh", "2x4", "--shape", "5,10"]                       # a valid mesh and shape
 R = ["redistribute", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"]  # a valid redistribution
 HUGE = "S(0)," * 20000 + "R"
@@ -265,6 +295,11 @@ BAD_INPUTS = [
     Row("model-layers-just-over", ["model", "--layers", "257", "--meta"], "layers", ["257", "at most 256"]),
     Row("model-zero-seq", ["model", "--seq", "0"], "seq", ["at least 1", "got 0"]),
     Row("model-negative-ffn", ["model", "--ffn", "-1"], "ffn", ["got -1"]),
+    Row("model-loss-parallel-empty-vocab-shard", ["model", "--mesh", "8", "--dim", "16", "--heads", "8", "--vocab", "5",
+                                                  "--plan", "tp", "--loss-parallel"], "loss-parallel",
+        ["vocab 5 over tp 8", "tp rank 5"]),
+    Row("model-trace-no-name", ["model", "--trace", ""], "trace", ["give a file name"]),
+    Row("model-trace-into-a-folder", ["model", "--trace", "."], "trace", ["'.'"]),
     Row("model-loss-parallel-without-tp", ["model", "--mesh", "2", "--names", "dp", "--plan", "fsdp",
                                            "--loss-parallel"], "loss-parallel", ["no tensor parallelism"]),
     # ---- redistribute ----
@@ -337,6 +372,29 @@ BAD_INPUTS = [
     Row("replay-limit-zero", ["replay", "a.json", "--limit", "0"], "limit", ["0 is out of range"],
         files={"a.json": GOOD_TRACE}),
     # ---- trace-diff ----
+    Row("trace-diff-model-vs-redistribution", ["trace-diff", "m.json", "a.json"], "trace",
+        ["'a.json'", "format is \"dtsim-trace\", expected \"dtsim-model-trace\""],
+        files={"m.json": model_trace_text(), "a.json": GOOD_TRACE}),
+    Row("trace-diff-model-bad-hash", ["trace-diff", "m.json", "h.json"], "trace",
+        ["'h.json'", f"events[{first_event('module_end')}].tensor.hashes[1]", "\"xxh3:12\""],
+        files={"m.json": model_trace_text(),
+               "h.json": model_trace_text(**{f"events.{first_event('module_end')}.tensor.hashes.1": "xxh3:12"})}),
+    Row("trace-diff-model-hashes-for-3-ranks", ["trace-diff", "m.json", "h.json"], "trace",
+        ["tensor.hashes", "has 3 entries for 2 ranks"],
+        files={"m.json": model_trace_text(),
+               "h.json": model_trace_text(**{f"events.{first_event('loss')}.tensor.hashes":
+                                             ["xxh3:0000000000000000"] * 3})}),
+    Row("trace-diff-model-module-never-ends", ["trace-diff", "m.json", "e.json"], "trace",
+        ["is the innermost open module"],
+        files={"m.json": model_trace_text(),
+               "e.json": model_trace_text(**{f"events.{first_event('module_end')}.module": "nowhere"})}),
+    Row("trace-diff-model-group-outside", ["trace-diff", "m.json", "g.json"], "trace",
+        ["collectives[0].groups", "9"],
+        files={"m.json": model_trace_text(),
+               "g.json": model_trace_text(**{f"events.{first_event('collective')}.collectives.0.groups":
+                                             [[0, 9]]})}),
+    Row("trace-diff-model-version", ["trace-diff", "m.json", "v.json"], "trace", ["version 7 is not supported"],
+        files={"m.json": model_trace_text(), "v.json": model_trace_text(version=7)}),
     Row("trace-diff-one-file", ["trace-diff", "a.json"], "file", ["give two trace files, got 1"],
         files={"a.json": GOOD_TRACE}),
     Row("trace-diff-missing-file", ["trace-diff", "a.json", "nope.json"], "trace",

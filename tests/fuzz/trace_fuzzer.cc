@@ -1,6 +1,7 @@
 // Fuzz target: the trace reader (what `dtsim trace-diff`, the viewer and `dtsim export` read):
 // ParseJsonText with dtsim's limits, then TraceFromJson's validation (OpTraceFromJson's for an op
-// trace, whose redistributions are whole traces). Properties: any input is
+// trace, whose redistributions are whole traces; ModelTraceFromJson's for a model trace).
+// Properties: any input is
 // either a Trace or an InputError("trace") with a capped message; an accepted trace writes (ToJson)
 // JSON that reads back to a trace writing the same JSON (round trip), and diffs as equal to itself;
 // the file reader (TraceTextOf + TraceFromText) agrees with the DOM reader on every input.
@@ -10,6 +11,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
@@ -43,6 +45,34 @@ int OpTraceCase(const nlohmann::json& json) {
   return 0;
 }
 
+// A model trace: a clear refusal, or a round trip to the same JSON and no difference from its copy.
+int ModelTraceCase(const nlohmann::json& json) {
+  using namespace dtsim;
+  ModelTrace trace;
+  try {
+    trace = ModelTraceFromJson(json);
+  } catch (const InputError& e) {
+    DTSIM_FUZZ_EXPECT(e.field() == "trace", e.what());
+    DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
+                      "capped message: ", std::string(e.what()).size());
+    return 0;
+  }
+  const nlohmann::json written = ToJson(trace);
+  ModelTrace again;
+  try {
+    again = ModelTraceFromJson(ParseJsonText(SafeDump(written), "trace", "written"));
+  } catch (const InputError& e) {
+    fuzz::Fail(StrCat("a model trace dtsim accepted does not read back after writing: ", e.what()));
+  }
+  DTSIM_FUZZ_EXPECT(ToJson(again) == written, "model trace round trip");
+  int64_t rounded = -1;
+  const auto diffs = DiffModelTraces(trace, again, 20, &rounded);
+  DTSIM_FUZZ_EXPECT(diffs.empty(), "a model trace differs from its own copy: ", diffs[0].where,
+                    ": ", diffs[0].what);
+  DTSIM_FUZZ_EXPECT(rounded == 0, "a model trace equals its copy only within rounding");
+  return 0;
+}
+
 // The reader of files (TraceTextOf + TraceFromText: JSON checked without a DOM, the trace read one
 // element at a time) and the DOM reader (ParseJsonText + TraceFromJson) accept the same inputs,
 // build the same traces and refuse the others with the same message.
@@ -53,14 +83,14 @@ void CheckReadersAgree(std::string_view input) {
   std::optional<Trace> dom_trace, text_trace;
   try {
     const nlohmann::json json = ParseJsonText(input, "trace", "'input'");
-    dom_op = IsOpTrace(json);
+    dom_op = IsOpTrace(json) || IsModelTrace(json);
     if (!dom_op) dom_trace = WithFileName("input", [&] { return TraceFromJson(json); });
   } catch (const InputError& e) {
     dom_error = e.what();
   }
   try {
     const TraceText text = TraceTextOf("input", std::string(input));
-    text_op = text.format == kOpTraceFormat;
+    text_op = text.format == kOpTraceFormat || text.format == kModelTraceFormat;
     if (!text_op) text_trace = TraceFromText(text);
   } catch (const InputError& e) {
     text_error = e.what();
@@ -81,6 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const nlohmann::json json = ParseJsonText(fuzz::AsText(data, size), "trace", "input");
     if (IsOpTrace(json)) return OpTraceCase(json);
+    if (IsModelTrace(json)) return ModelTraceCase(json);
     trace = TraceFromJson(json);
   } catch (const InputError& e) {
     DTSIM_FUZZ_EXPECT(e.field() == "trace", e.what());

@@ -151,8 +151,14 @@ TEST(ModelTest, MetadataRunsGiveTheDataRunsFigures) {
     o.args.vocab = pick({5, 16, 23, 64});
     o.args.ffn = pick({0, 12, 24});
     o.args.batch = pick({1, 2, 3});
-    o.plan = pick({0, 1}) ? "tp" : "tp+sp";
-    o.args.seq = (o.plan == "tp+sp" ? tp : 1) * pick({1, 2, 3});
+    const int64_t plan = pick({0, 1, 2, 3});
+    o.plan = std::vector<std::string>{"tp", "tp+sp", "fsdp", "fsdp+tp"}[plan];
+    const bool sp = o.plan == "tp+sp" || o.plan == "fsdp+tp";
+    const int64_t dp = plan >= 2 ? pick({1, 2, 3}) : 1;
+    if (o.plan == "fsdp" && tp > 1) continue;  // fsdp alone has no tp dim
+    o.args.batch *= dp;
+    o.loss_parallel = o.plan != "fsdp" && pick({0, 1}) == 1;
+    o.args.seq = (sp ? tp : 1) * pick({1, 2, 3});
     // Every rank must hold whole heads (as upstream needs): heads · head_dim rows chunk in whole
     // heads when tp divides heads, or when each chunk is a multiple of head_dim.
     bool whole_heads = true;
@@ -161,16 +167,24 @@ TEST(ModelTest, MetadataRunsGiveTheDataRunsFigures) {
       if (rows == 0 || rows % o.args.head_dim() != 0) whole_heads = false;
     }
     if (!whole_heads) continue;
-    o.mesh = DeviceMesh::Create({tp}, {"tp"});
+    // Loss parallelism needs a vocabulary column on every tp rank (refused otherwise).
+    if (o.loss_parallel && (tp - 1) * ((o.args.vocab + tp - 1) / tp) >= o.args.vocab) continue;
+    if (o.plan == "fsdp") {
+      o.mesh = DeviceMesh::Create({dp}, {"dp"});
+    } else if (o.plan == "fsdp+tp") {
+      o.mesh = DeviceMesh::Create({dp, tp}, {"dp", "tp"});
+    } else {
+      o.mesh = DeviceMesh::Create({tp}, {"tp"});
+    }
     o.backward = pick({0, 1}) == 1;
     o.check = false;
     ModelReport data = RunModel(o);
     o.meta = true;
     ModelReport meta = RunModel(o);
-    const std::string what = "tp " + std::to_string(tp) + " " + o.plan + " dim " +
-                             std::to_string(o.args.dim) + " heads " + std::to_string(o.args.heads) +
-                             " vocab " + std::to_string(o.args.vocab) + " seq " +
-                             std::to_string(o.args.seq);
+    const std::string what =
+        o.mesh.ToString() + " " + o.plan + (o.loss_parallel ? " loss-parallel" : "") + " dim " +
+        std::to_string(o.args.dim) + " heads " + std::to_string(o.args.heads) + " vocab " +
+        std::to_string(o.args.vocab) + " seq " + std::to_string(o.args.seq);
     ASSERT_EQ(data.modules.size(), meta.modules.size()) << what;
     for (size_t m = 0; m < data.modules.size(); ++m) {
       const ModuleNode& a = data.modules[m];
