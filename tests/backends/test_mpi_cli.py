@@ -197,3 +197,21 @@ def test_model_trace_locates_a_fault(case, fault, tmp_path):
 def test_model_meta_on_mpi_is_refused():
     real = run(*MODEL, "--mesh", "4", "--names", "tp", "--meta", "--backend", "mpi", np=4)
     assert real.returncode == 2 and "meta:" in real.stderr and real.stdout == ""
+
+
+# `dtsim compare -- model ...`: one command runs the model simulated and on MPI ranks and diffs the model traces.
+def test_compare_model_agrees_and_locates_a_fault(tmp_path):
+    model = ["model", "--mesh", "2x2", "--names", "dp,tp", "--plan", "fsdp+tp", "--dim", "32", "--heads", "4",
+             "--layers", "1", "--vocab", "50", "--seq", "8", "--batch", "4", "--backward"]
+    same = run("compare", "--np", "4", "--keep", str(tmp_path), "--", *model)
+    assert same.returncode == 0 and "\nagree: " in same.stdout, same.stdout + same.stderr
+    for name in ("sim.json", "real.json"):
+        with open(tmp_path / name) as f:
+            assert json.load(f)["format"] == "dtsim-model-trace"
+    bad = run("compare", "--np", "4", "--inject-fault", "wrong-op:1", "--", *model)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert re.search(r"differ: the mpi run parts from the simulation at event \d+: forward output of "
+                     r"tok_embeddings:\n  event \d+: forward output of tok_embeddings: values differ on rank 1 ",
+                     bad.stdout), bad.stdout
+    missed = run("compare", "--np", "4", "--inject-fault", "wrong-offset:1@100000", "--", *model)
+    assert missed.returncode == 5 and "not struck: the fault wrong-offset:1@100000" in missed.stdout, missed.stdout
