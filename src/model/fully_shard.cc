@@ -56,6 +56,11 @@ struct Unit {
   std::shared_ptr<Context> ctx;
   bool unsharded = false;    // the group's unsharded parameters are (logically) present
   bool in_backward = false;  // pre-backward ran since the last forward
+  // The unsharded local data of the last forward (per parameter), which autograd saved, and whether
+  // their buffers were freed after it: FSDP2 frees the unsharded parameters' storage when it
+  // reshards after forward (resize to 0) and all-gathers into the same storage before backward.
+  std::vector<at::Tensor> unsharded_locals;
+  bool buffers_freed = false;
   std::vector<size_t> post_forward_indices;
 
   bool is_root() const { return ctx->root == this; }
@@ -148,11 +153,13 @@ std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
       std::vector<int64_t> padded = full;
       padded[0] = CeilDiv(full[0], u.dp) * u.dp;
+      // Copied out into a buffer of its own (FSDP2's copy-out), even where the view is contiguous
+      // already: each unsharded parameter's storage is freed and refilled on its own.
       return g.view({u.dp, -1})
           .narrow(1, ChunkOffset(u, i, rank), ChunkLen(u, i, rank))
           .reshape(padded)
           .narrow(0, 0, full[0])
-          .contiguous();
+          .clone(at::MemoryFormat::Contiguous);
     }));
   }
   return out;
@@ -215,6 +222,31 @@ at::Tensor Unsharded(const Unit& u, const ManagedParam& p, const at::Tensor& loc
       DTensor::FromLocal(local, *p.tp_mesh, p.tp_placements, p.tp_shape, std::nullopt, u.coll));
 }
 
+// Each held rank's buffer of every unsharded parameter of the last forward, once each.
+template <typename F>
+void ForEachUnshardedBuffer(Unit& u, F&& f) {
+  std::set<c10::StorageImpl*> seen;
+  for (size_t i = 0; i < u.unsharded_locals.size(); ++i) {
+    const at::Tensor& local = u.unsharded_locals[i];
+    for (int64_t r : u.coll->HeldRanks(local)) {
+      const at::Tensor shard = u.coll->Shard(local, r);
+      if (!shard.has_storage() || !seen.insert(shard.storage().unsafeGetStorageImpl()).second)
+        continue;
+      f(i, r, *shard.storage().unsafeGetStorageImpl());
+    }
+  }
+}
+
+// FSDP2's reshard after forward: the unsharded parameters' buffers are freed (their storage kept,
+// empty, for the tensors autograd saved), so a rank's memory drops back to its shards.
+void FreeUnshardedBuffers(Unit& u) {
+  ForEachUnshardedBuffer(u, [](size_t, int64_t, c10::StorageImpl& storage) {
+    storage.set_data_ptr_noswap(c10::DataPtr(nullptr, storage.device()));
+    storage.set_nbytes(0);
+  });
+  u.buffers_freed = true;
+}
+
 // Unshard as an autograd function: sharded leaves in, unsharded parameters out; backward
 // reduce-scatters the gradients.
 struct UnshardFn : torch::autograd::Function<UnshardFn> {
@@ -226,6 +258,8 @@ struct UnshardFn : torch::autograd::Function<UnshardFn> {
     for (const at::Tensor& s : sharded) locals.push_back(ops::GetDTensor(s).to_local());
     std::vector<at::Tensor> full =
         GatherGroup(*unit, locals, "fully_shard all-gather of " + unit->label());
+    unit->unsharded_locals = full;
+    unit->buffers_freed = false;
     torch::autograd::variable_list out;
     for (size_t i = 0; i < full.size(); ++i)
       out.push_back(Unsharded(*unit, unit->params[i], full[i]));
@@ -255,6 +289,10 @@ struct UnshardFn : torch::autograd::Function<UnshardFn> {
     }
     std::vector<at::Tensor> reduced =
         ReduceScatterGroup(*u, locals, "fully_shard reduce-scatter of " + u->label());
+    // FSDP2's post-backward reshard: the unsharded parameters' buffers go (a root that keeps its
+    // parameters unsharded between passes frees them too: the next forward all-gathers anew).
+    FreeUnshardedBuffers(*u);
+    u->unsharded_locals.clear();
     u->unsharded = false;
     torch::autograd::variable_list out;
     for (size_t i = 0; i < reduced.size(); ++i) {
@@ -278,14 +316,26 @@ void Reshard(Unit& u) {
   SetParams(u, leaves);
 }
 
-// A backward all-gather (re-gather after reshard, or a prefetch): issued and told; autograd holds
-// the values it needs already.
+// A backward all-gather (re-gather after reshard, or a prefetch): issued and told; where the
+// forward's buffers were freed, the gathered data moves into them (the allocation, charged to its
+// rank when the all-gather made it, goes with it), so the tensors autograd saved hold the values
+// again — FSDP2 all-gathers into the same storage.
 void Regather(Unit& u, const std::string& why) {
   if (u.unsharded) return;
   std::vector<at::Tensor> locals;
   for (const ManagedParam& p : u.params) locals.push_back(ops::GetDTensor(p.sharded).to_local());
   at::NoGradGuard no_grad;
-  GatherGroup(u, locals, why + u.label());
+  const std::vector<at::Tensor> gathered = GatherGroup(u, locals, why + u.label());
+  if (u.buffers_freed) {
+    ForEachUnshardedBuffer(u, [&](size_t i, int64_t r, c10::StorageImpl& storage) {
+      const at::Tensor src = u.coll->Shard(gathered[i], r);
+      c10::StorageImpl& from = *src.storage().unsafeGetStorageImpl();
+      storage.set_nbytes(from.nbytes());
+      storage.set_data_ptr_noswap(std::move(from.mutable_data_ptr()));
+      from.set_nbytes(0);
+    });
+    u.buffers_freed = false;
+  }
   u.unsharded = true;
 }
 
@@ -307,6 +357,7 @@ void PreForward(Unit& u) {
 at::Tensor PostForward(Unit& u, const at::Tensor& output) {
   if (u.reshard_after_forward()) {
     Reshard(u);
+    FreeUnshardedBuffers(u);
     u.unsharded = false;
   } else {
     Reshard(u);  // the module's registered parameters are the sharded ones between passes

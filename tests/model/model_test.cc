@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -206,6 +207,35 @@ TEST(ModelTest, MetadataRunsGiveTheDataRunsFigures) {
     EXPECT_EQ(data.grad_placements, meta.grad_placements) << what;
     ++runs;
   }
+}
+
+// FSDP2 frees a block's unsharded parameters after its forward and again after its backward: one
+// more block adds its sharded parameters and gradients and its saved activations to the peak, not
+// its unsharded parameters (the closed form of a block's parameter bytes; activations made tiny).
+TEST(ModelTest, FullyShardFreesUnshardedParametersBetweenPasses) {
+  auto peak = [](int64_t layers) {
+    ModelRunOptions o;
+    o.args.dim = 256;
+    o.args.heads = 4;
+    o.args.ffn = 1024;
+    o.args.vocab = 8;
+    o.args.seq = 1;
+    o.args.batch = 4;
+    o.args.layers = layers;
+    o.mesh = DeviceMesh::Create({4}, {"dp"});
+    o.plan = "fsdp";
+    o.backward = true;
+    o.meta = true;
+    const ModelReport r = RunModel(o);
+    return *std::max_element(r.peak_bytes.begin(), r.peak_bytes.end());
+  };
+  const int64_t d = 256, ffn = 1024, dp = 4;
+  const int64_t unsharded = 4 * (4 * d * d + 3 * d * ffn + 2 * d);  // one block, float32
+  const int64_t activations = 24 * (4 / dp) * 1 * ffn * 4;  // a generous bound for one token
+  const int64_t grew = peak(4) - peak(3);
+  EXPECT_GE(grew, unsharded / dp) << "a block's sharded parameters are always held";
+  EXPECT_LE(grew, 2 * unsharded / dp + activations)
+      << "one block more kept " << grew << " bytes; its unsharded parameters are " << unsharded;
 }
 
 TEST(ModelTest, BadOptionsAreRefusedNamingTheField) {
