@@ -29,6 +29,7 @@
 #include "dtsim/layout/spec.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/trace.h"
 
@@ -236,6 +237,8 @@ PYBIND11_MODULE(_C, m) {
     WithFileName(path, [&] {
       if (IsOpTrace(json)) {
         OpTraceFromJson(json);
+      } else if (IsModelTrace(json)) {
+        ModelTraceFromJson(json);
       } else {
         TraceFromJson(json);
       }

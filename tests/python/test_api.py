@@ -131,6 +131,24 @@ def test_load_trace_validates(tmp_path):
         dtsim.load_trace("/dev/zero")  # never read without bound
 
 
+def test_load_trace_reads_model_traces(tmp_path):
+    path = tmp_path / "model.json"
+    subprocess.run([os.environ.get("DTSIM_BIN", "dtsim"), "model", "--mesh", "2", "--names", "tp", "--dim", "8",
+                    "--heads", "2", "--layers", "1", "--vocab", "10", "--seq", "2", "--batch", "1", "--backward",
+                    "--trace", str(path)], check=True, capture_output=True, timeout=120)
+    t = dtsim.load_trace(path)
+    assert t.format == "dtsim-model-trace" and t.mesh == {"shape": [2], "names": ["tp"]}
+    ends = [e for e in t.events if e["event"] == "module_end"]
+    assert ends and all(len(e["tensor"]["hashes"]) == 2 for e in ends)
+    bad = t.to_json()
+    ends = [e for e in bad["events"] if e["event"] == "module_end"]
+    ends[0]["tensor"]["hashes"][1] = "xxh3:nothex"
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"bad\.json'.*tensor\.hashes\[1\]"):
+        dtsim.load_trace(p)
+
+
 def test_shard_hash_is_the_trace_hash():
     mesh = dtsim.init_device_mesh("cpu", (4,))
     x = torch.arange(10.0)
