@@ -4,8 +4,11 @@
 // Writes Chrome / Perfetto trace-event JSON (viewer/model/perfetto_export.h): one process per rank,
 // one slice per step and per collective (estimated time for simulated runs, measured time for real
 // ones), flow arrows between the ranks of each group. --with adds a second trace's ranks as further
-// processes, so a simulated and a real run sit side by side in one Perfetto view. The output is
-// written atomically; bad input is exit 2 with no file written.
+// processes, so a simulated and a real run sit side by side in one Perfetto view. A model trace
+// (`dtsim model --trace`) is exported as nested slices per rank — modules, their ops, the ops'
+// collectives (viewer/model/model_perfetto.h) — beside a second model trace with --with; a
+// recording as its redistributions per rank. The output is written atomically; bad input is exit 2
+// with no file written.
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <utility>
@@ -14,8 +17,10 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
+#include "viewer/model/model_perfetto.h"
 #include "viewer/model/perfetto_export.h"
 
 namespace po = boost::program_options;
@@ -82,6 +87,32 @@ int RunExport(const Args& args) {
     if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
     const Recording rec = WithFileName(o.files[0], [&] { return RecordingFromJson(first_json); });
     WriteFileAtomically(out, SafeDump(viewer::RecordingToPerfetto(rec)) + "\n", "file");
+    return 0;
+  }
+  // A model trace (dtsim model --trace): modules, ops and collectives nested per rank; a second
+  // model trace (--with) beside it.
+  if (first_text.format == kModelTraceFormat) {
+    const ModelTrace first = WithFileName(o.files[0], [&] {
+      return ModelTraceFromJson(ParseTraceText(std::exchange(first_text, {})));
+    });
+    std::vector<viewer::ModelPerfettoSource> sources = {{&first, ""}};
+    ModelTrace second;
+    if (!o.with.empty()) {
+      const TraceText second_text = ReadTraceText(o.with);
+      if (second_text.format != kModelTraceFormat) {
+        throw InputError("with", StrCat("'", ExcerptText(o.with), "' is not a model trace (format ",
+                                        second_text.format.empty()
+                                            ? "missing"
+                                            : "\"" + ExcerptText(second_text.format) + "\"",
+                                        "): a model trace is exported beside another model trace"));
+      }
+      second =
+          WithFileName(o.with, [&] { return ModelTraceFromJson(ParseTraceText(second_text)); });
+      sources[0].label = StrCat(viewer::BackendLabel(first.meta), " ", BaseName(o.files[0]));
+      sources.push_back(
+          {&second, StrCat(viewer::BackendLabel(second.meta), " ", BaseName(o.with))});
+    }
+    WriteFileAtomically(out, SafeDump(viewer::ModelTraceToPerfetto(sources)) + "\n", "file");
     return 0;
   }
   const Trace first = TraceFromText(std::exchange(first_text, {}));

@@ -3,6 +3,7 @@
 // xvfb-run).
 //
 //   dtsim-viewer trace.json [other.json] [--step K] [--select-rank R] [--mesh-grid dp,tp]
+//   dtsim-viewer model.json [other_model.json] [--select-rank R] [--module layers.0.attention]
 //   [--tensor-grid 0,1]
 //                [--slice 2=3] [--show-second] [--size 1600x1000]
 //                [--screenshot out.png [--dump-records out.json]] [--bench-frames N]
@@ -55,6 +56,7 @@ struct ViewerOptions {
   std::string input;  // headless: a script of mouse and keyboard events (app/input_script.h)
   std::string go_to;  // a rank or coordinate to go to: selected, centred and zoomed to
   int64_t redistribution = -1;  // a recording: the recorded redistribution to show (default 0)
+  std::string module;  // a model trace: the module to select ("layers.0.attention"; "": the root)
   int64_t bench_frames =
       0;  // > 0: render this many frames offscreen while scrubbing, print frames/second
   double idle_seconds = 0;  // interactive, for the idle benchmark: close after this many seconds
@@ -83,8 +85,51 @@ std::pair<float, float> ParseMouse(const std::string& text, int width, int heigh
   return {static_cast<float>(xy[0]), static_cast<float>(xy[1])};
 }
 
+// Applies the view options to a loaded model trace: --select-rank, --goto (a rank), --module;
+// the options of redistribution traces are refused.
+void ApplyModelView(App& app, const ViewerOptions& o) {
+  ModelSession& s = *app.model;
+  auto refuse = [](const std::string& option, bool given) {
+    if (given) {
+      throw InputError(option,
+                       "applies to redistribution traces; a model trace has modules, not "
+                       "frames or layouts (use --module and --select-rank)");
+    }
+  };
+  refuse("step", !o.step.empty());
+  refuse("mesh-grid", !o.mesh_grid.empty());
+  refuse("tensor-grid", !o.tensor_grid.empty());
+  refuse("slice", !o.slice.empty());
+  refuse("show-second", o.show_second);
+  if (o.redistribution >= 0)
+    throw InputError("redistribution", "needs a recording (dtsim.record), not a model trace");
+  if (o.select_rank >= 0) {
+    try {
+      SelectRank(s, o.select_rank);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      throw InputError("select-rank", what.substr(std::min(what.size(), e.field().size() + 2)));
+    }
+  }
+  if (!o.go_to.empty()) {
+    try {
+      SelectRank(s, ParseRankQuery(s.first.mesh(), o.go_to));
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      throw InputError("goto", what.substr(std::min(what.size(), e.field().size() + 2)));
+    }
+  }
+  if (!o.module.empty()) SelectModule(s, o.module);
+}
+
 // Applies the view options to a loaded app (InputError naming the option).
 void ApplyView(App& app, const ViewerOptions& o) {
+  if (app.model) {
+    ApplyModelView(app, o);
+    return;
+  }
+  if (!o.module.empty())
+    throw InputError("module", "needs a model trace (dtsim model --trace), not a redistribution");
   if (o.redistribution >= 0) {
     if (app.recording.empty())
       throw InputError("redistribution", "needs a recording (dtsim.record), not a trace");
@@ -155,7 +200,23 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
   }
   for (InputFrame& f : ParseInputScript(o.input, width, height)) script.push_back(std::move(f));
   auto window = Window::Open({width, height, /*headless=*/true});
-  if (o.bench_frames > 0) {
+  if (o.bench_frames > 0 && app.model) {
+    // A model trace: step the rank every frame (every row's values change).
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.bench_frames; ++i) {
+      app.model->view.rank = i % app.model->first.world_size();
+      window->BeginFrame();
+      DrawViewer(app, window->width(), window->height(), window->Now());
+      window->EndFrame();
+      window->Finish();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("viewer_fps %.2f frames %lld seconds %.3f size %dx%d ranks %lld\n",
+                static_cast<double>(o.bench_frames) / seconds,
+                static_cast<long long>(o.bench_frames), seconds, width, height,
+                static_cast<long long>(app.model->first.world_size()));
+  } else if (o.bench_frames > 0) {
     const int64_t frames = app.shown().num_frames();
     // Warm up (fonts, first layout), then scrub through every frame with the mouse sweeping the
     // mesh panel.
@@ -230,12 +291,40 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
           {"selected_rank", v.selected_rank},
           {"hover", std::move(hover)},
           {"zoom", {{"mesh", zoom(v.mesh_zoom)}, {"tensor", zoom(v.tensor_zoom)}}},
-          {"shown", app.loaded() ? app.shown().source() : std::string()},
+          {"shown", app.model ? app.model->first.source()
+                              : (app.loaded() ? app.shown().source() : std::string())},
           {"redistribution",
            app.recording.empty() ? nlohmann::json(nullptr) : nlohmann::json(app.recording_index)},
           {"error", app.error},
           {"goto_error", app.goto_error},
           {"panels", std::move(panels)}};
+      if (app.model) {
+        // A model trace: the rank, the selected row, the rows and the comparison.
+        const ModelSession& m = *app.model;
+        nlohmann::json rows = nlohmann::json::array();
+        for (const TreeRow& r : ModelTreeRows(m)) {
+          rows.push_back({{"key", r.key},
+                          {"depth", r.depth},
+                          {"label", r.label},
+                          {"forward", r.forward},
+                          {"backward", r.backward},
+                          {"values", r.values},
+                          {"expanded", r.expanded},
+                          {"differs", r.differs},
+                          {"inside_differs", r.inside_differs}});
+        }
+        nlohmann::json details = nlohmann::json::array();
+        for (const DetailLine& l : RowDetails(m)) details.push_back(l.text);
+        dump["model"] = {
+            {"rank", m.view.rank},
+            {"selected", m.view.selected},
+            {"rows", std::move(rows)},
+            {"details", std::move(details)},
+            {"summary", m.diff ? m.diff->summary : std::string()},
+            {"first_event", m.diff && m.diff->first_event ? nlohmann::json(*m.diff->first_event)
+                                                          : nlohmann::json(nullptr)},
+            {"ranks_differing", m.diff ? nlohmann::json(m.diff->ranks) : nlohmann::json::array()}};
+      }
       WriteJsonFileAtomically(o.dump_records, dump, "dump-records");
     }
   }
@@ -307,6 +396,8 @@ int Run(int argc, char** argv) {
                           "go to a rank or coordinate: select, centre and zoom to it")(
       "redistribution", po::value(&o.redistribution),
       "a recording: which recorded redistribution to show (0 = the first)")(
+      "module", po::value(&o.module),
+      "a model trace: select this module (e.g. layers.0.attention) in the module tree")(
       "bench-frames", po::value(&o.bench_frames),
       "render N frames offscreen while scrubbing; print frames/second")(
       "close-after", po::value(&o.idle_seconds),
@@ -329,7 +420,8 @@ int Run(int argc, char** argv) {
   }
   if (o.traces.empty() || o.traces.size() > 2) {
     throw InputError("traces",
-                     "give one trace, or two traces of the same redistribution to compare (got " +
+                     "give one trace, or two traces of the same redistribution (or model run) to "
+                     "compare (got " +
                          std::to_string(o.traces.size()) + ")");
   }
   if (!o.dump_records.empty() && o.screenshot.empty())
@@ -360,12 +452,12 @@ int Run(int argc, char** argv) {
   app.recent = ReadRecentFiles(RecentFilesPath());
   if (!headless) app.recent_file = RecentFilesPath();
   LoadTraces(app, o.traces);
-  if (!app.loaded()) {
+  if (!app.opened()) {
     // Headless: the error on stderr, exit 2. Interactive: the window shows it, with the open box.
     if (headless) throw InputError(app.error_field, app.error_message);
     std::cerr << "dtsim-viewer: error: " << app.error << "\n";
     RunInteractive(app, width, height, o.idle_seconds);
-    return app.loaded() ? 0 : 2;
+    return app.opened() ? 0 : 2;
   }
   if (!headless) {
     RememberRecent(app, o.traces);

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/recording.h"
 
 namespace dtsim::viewer {
@@ -60,6 +62,21 @@ void ShowRecorded(App& app, int64_t index) {
 }
 
 void ReloadTraces(App& app) {
+  if (app.model) {
+    // A model trace: keep the rank, the expanded rows and (one trace) the selection when the new
+    // contents are of the same mesh.
+    const ModelView before = app.model->view;
+    const std::vector<int64_t> mesh = app.model->first.trace().mesh_shape;
+    const bool pair = app.model->second.has_value();
+    const std::vector<std::string> paths = app.paths;
+    LoadTraces(app, paths);
+    if (!app.model || app.model->first.trace().mesh_shape != mesh) return;
+    ModelView& v = app.model->view;
+    v.rank = pair && app.model->second ? v.rank : before.rank;
+    v.expanded.insert(before.expanded.begin(), before.expanded.end());
+    if (!app.model->second) v.selected = before.selected;
+    return;
+  }
   const ViewState before = app.view;
   const int64_t recording_index = app.recording_index;
   const std::optional<DeviceMesh> mesh =
@@ -146,6 +163,7 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.paths = paths;
   app.stamps.clear();
   for (const std::string& p : paths) app.stamps.push_back(StampOf(p));
+  app.model.reset();
   app.first.reset();
   app.second.reset();
   app.diff.reset();
@@ -161,9 +179,28 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
       throw InputError("traces",
                        StrCat("give one trace, or two to compare (got ", paths.size(), ")"));
     }
+    TraceText text = ReadTraceText(paths[0]);
+    if (text.format == kModelTraceFormat) {
+      ModuleTree a = ModuleTree::FromText(text);
+      text = TraceText{};
+      if (paths.size() == 1) {
+        app.model.emplace(std::move(a));
+        return;
+      }
+      const TraceText other = ReadTraceText(paths[1]);
+      if (other.format != kModelTraceFormat) {
+        throw InputError(
+            "traces",
+            StrCat("'", paths[0], "' is a model trace but '", paths[1], "' is not (format ",
+                   other.format.empty() ? "missing" : "\"" + other.format + "\"",
+                   "): compare two model traces of the same run"));
+      }
+      app.model.emplace(std::move(a), ModuleTree::FromText(other));
+      return;
+    }
     std::optional<TraceModel> loaded;
     try {
-      loaded = TraceModel::Load(paths[0]);
+      loaded = TraceModel::FromTrace(TraceFromText(std::exchange(text, TraceText{})), paths[0]);
     } catch (const InputError& e) {
       // A recording (dtsim.record) is drawn one redistribution at a time.
       if (std::string(e.what()).find("\"dtsim-recording\"") == std::string::npos) throw;
@@ -190,6 +227,7 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
     app.first = std::move(a);
   } catch (const InputError& e) {
     app.recording.clear();
+    app.model.reset();
     app.first.reset();
     app.second.reset();
     app.diff.reset();

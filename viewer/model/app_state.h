@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "draw.h"
+#include "model_view.h"
 #include "recording_view.h"
 #include "trace_model.h"
 #include "view_state.h"
@@ -40,6 +41,9 @@ struct App {
   int64_t recording_index = 0;
   std::vector<FileStamp> stamps;    // of `paths` when they were loaded
   std::vector<std::string> recent;  // traces opened recently, most recent first (the open box)
+  // A model trace (dtsim model --trace) opened, alone or with a second one to compare: the model
+  // trace window (model_view.h) replaces the redistribution panels; `first` stays empty.
+  std::optional<ModelSession> model;
   std::optional<TraceModel> first;  // the loaded traces (both absent when loading failed)
   std::optional<TraceModel> second;
   std::optional<TraceDiff> diff;  // first vs second, on the first's frames
@@ -68,7 +72,12 @@ struct App {
   std::vector<std::pair<std::string, Rect>>
       recorded_viewports;  // panel name → its zoomable area in screen pixels
 
+  // A redistribution trace (or a recording) is loaded.
   bool loaded() const { return first.has_value(); }
+  // A model trace is loaded.
+  bool model_loaded() const { return model.has_value(); }
+  // Something is open (else the error screen shows app.error).
+  bool opened() const { return loaded() || model_loaded(); }
   // What the panels draw: the first trace, or the second one in diff mode when view.show_second.
   const TraceModel& shown() const;
   // The comparison laid onto shown()'s frames (nullptr with one trace).
@@ -78,7 +87,10 @@ struct App {
 };
 
 // Opens 1 or 2 trace files into `app` (TraceModel::Load, then CheckSameRedistribution and
-// DiffModels for a pair), or one recording (its first redistribution; ShowRecorded picks another).
+// DiffModels for a pair), or one recording (its first redistribution; ShowRecorded picks another),
+// or 1 or 2 model traces (ModuleTree::FromText, then CheckSameModelRun and CompareModelTraces for
+// a pair, the first difference selected). A model trace goes only with another model trace:
+// InputError("traces", "'m.json' is a model trace but 't.json' is not: ...").
 // On InputError: app.error = its text, no trace loaded. Resets the view to frame 0; in diff mode it
 // starts at the first frame where the traces part.
 void LoadTraces(App& app, const std::vector<std::string>& paths);

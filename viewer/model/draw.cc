@@ -34,6 +34,8 @@ std::string ToString(Role role) {
       return "highlight";
     case Role::kDecoration:
       return "decoration";
+    case Role::kTreeRow:
+      return "tree_row";
   }
   return "?";
 }
@@ -103,6 +105,7 @@ nlohmann::json ToJson(const DrawList& list) {
                      {"rank_end", r.rank_end},
                      {"block", r.block},
                      {"frame", r.frame}});
+    if (!r.key.empty()) rects.back()["key"] = r.key;
   }
   for (const DrawLine& l : list.lines) {
     lines.push_back({{"x0", l.x0},

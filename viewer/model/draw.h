@@ -49,6 +49,7 @@ enum class Role : uint8_t {
   kFrameBox,    // a timeline frame (frame set)
   kHighlight,   // an outline drawn over a record to highlight it (hover, selection, diff)
   kDecoration,  // axes, ticks, separators
+  kTreeRow,     // one row of the module tree of a model trace (key set: model_view.h)
 };
 
 std::string ToString(Role role);
@@ -62,9 +63,10 @@ struct DrawRect {
   int64_t rank = -1;  // the rank the record stands for, or -1
   int64_t rank_end =
       -1;  // for aggregated records: one past the last position covered (see kBar), else -1
-  int32_t block = -1;   // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
-  int32_t frame = -1;   // kFrameBox: the frame index
-  bool zoomed = false;  // part of a panel's zoomable content: painted clipped to its viewport
+  int32_t block = -1;    // kTensorBlock / kTensorOwner: index into TensorLayout::blocks
+  int32_t frame = -1;    // kFrameBox: the frame index
+  bool zoomed = false;   // part of a panel's zoomable content: painted clipped to its viewport
+  std::string key = {};  // kTreeRow: the row's key ("m3", "e57"; model_view.h)
 };
 
 struct DrawText {
@@ -112,9 +114,9 @@ struct TextMetrics {
 std::optional<size_t> HitTest(const DrawList& list, float x, float y, Role role);
 
 // {"rects": [{"x0", "y0", "x1", "y1", "fill": [r, g, b, a], "border": [...], "border_width",
-// "role", "rank", "rank_end", "block", "frame"}], "lines": [...], "texts": [{"x", "y", "w", "h",
-// "text", "color", "role"}]}: what a headless run dumps (dtsim-viewer --dump-records) so tests find
-// where a record was drawn.
+// "role", "rank", "rank_end", "block", "frame", "key" (tree rows only)}], "lines": [...], "texts":
+// [{"x", "y", "w", "h", "text", "color", "role"}]}: what a headless run dumps (dtsim-viewer
+// --dump-records) so tests find where a record was drawn.
 nlohmann::json ToJson(const DrawList& list);
 
 }  // namespace dtsim::viewer

@@ -57,7 +57,10 @@ bool ParseInt(const std::string& s, int64_t* v) {
 }  // namespace
 
 int64_t ParseRankQuery(const TraceModel& model, const std::string& text) {
-  const DeviceMesh& mesh = model.mesh();
+  return ParseRankQuery(model.mesh(), text);
+}
+
+int64_t ParseRankQuery(const DeviceMesh& mesh, const std::string& text) {
   const std::vector<std::string> items = Items(text);
   if (items.empty()) throw InputError("go to", "type a rank number or a coordinate, e.g. 5 or 1,2");
   auto shown = [&] { return "'" + ExcerptText(text) + "'"; };
@@ -67,7 +70,7 @@ int64_t ParseRankQuery(const TraceModel& model, const std::string& text) {
     int64_t rank = 0;
     if (!ParseInt(items[0], &rank))
       throw InputError("go to", shown() + " is not a rank number or a coordinate");
-    if (!model.FindPosition(rank)) {
+    if (mesh.PositionOf(rank) < 0) {
       throw InputError("go to", StrCat("rank ", rank, " is not in ", mesh.ToString(), " (",
                                        mesh.size(), " ranks)"));
     }
@@ -113,7 +116,7 @@ int64_t ParseRankQuery(const TraceModel& model, const std::string& text) {
   }
   int64_t position = 0;
   for (int64_t d = 0; d < mesh.ndim(); ++d) position = position * mesh.size(d) + coord[d];
-  return model.RankAt(position);
+  return mesh.ranks()[position];
 }
 
 std::vector<int64_t> FindSteps(const TraceModel& model, const std::string& query) {

@@ -19,6 +19,8 @@ namespace dtsim::viewer {
 // "(1, 2)", "[1 2]") or by name in any order ("dp=1, tp=2"). InputError("go to") saying what is
 // wrong: not in the mesh, a coordinate of the wrong length or outside a dim, an unknown dim name.
 int64_t ParseRankQuery(const TraceModel& model, const std::string& text);
+// The same on `mesh` (a model trace's, model_view.h).
+int64_t ParseRankQuery(const DeviceMesh& mesh, const std::string& text);
 
 // The frames (ascending indices, "after step k" frames only) whose step matches every
 // whitespace-separated term of `query`, case-insensitively: the collective kind ("all_gather", or

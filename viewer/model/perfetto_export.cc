@@ -17,9 +17,10 @@ constexpr int64_t kCollectivesTid = 2;  // the thread of collective slices
 
 }  // namespace
 
-std::string BackendLabel(const Trace& trace) {
-  return trace.meta.backend == "local" ? "simulated (local)"
-                                       : StrCat("real (", trace.meta.backend, ")");
+std::string BackendLabel(const Trace& trace) { return BackendLabel(trace.meta); }
+
+std::string BackendLabel(const TraceMeta& meta) {
+  return meta.backend == "local" ? "simulated (local)" : StrCat("real (", meta.backend, ")");
 }
 
 nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {

@@ -59,5 +59,6 @@ nlohmann::json RecordingToPerfetto(const Recording& recording);
 
 // "simulated (local)" / "real (nccl)": how a trace's backend reads in a label.
 std::string BackendLabel(const Trace& trace);
+std::string BackendLabel(const TraceMeta& meta);
 
 }  // namespace dtsim::viewer

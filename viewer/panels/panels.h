@@ -58,6 +58,10 @@ void DrawTimelinePanel(App& app, const Rect& area);
 void DrawRankPanel(App& app, const Rect& area);
 void DrawDiffPanel(App& app, const Rect& area);
 void DrawErrorPanel(App& app, const Rect& area);
+// A model trace (app.model): its toolbar items, and the window below the toolbar — the module
+// tree, the rank picker, the details and (two traces) the differences (model_panel.cc).
+void DrawModelToolbar(App& app);
+void DrawModelWindow(App& app, const Rect& area);
 
 // Opens `paths` (one trace, or two to compare) from inside the window: LoadTraces, and on success
 // the paths join app.recent (saved to app.recent_file when set).

@@ -92,7 +92,7 @@ void DrawOpenBox(App& app) {
 
 void OpenTraces(App& app, const std::vector<std::string>& paths) {
   LoadTraces(app, paths);
-  if (!app.loaded()) return;
+  if (!app.opened()) return;
   RememberRecent(app, paths);
   WriteRecentFiles(app.recent_file, app.recent);
 }
@@ -124,11 +124,15 @@ void DrawToolbar(App& app) {
   ImGui::SameLine();
   const bool ctrl_o = ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_O, false);
   if (ctrl_o) app.focus_open = true;
-  if ((ImGui::SmallButton("Open... (Ctrl+O)") || ctrl_o) && app.loaded())
+  if ((ImGui::SmallButton("Open... (Ctrl+O)") || ctrl_o) && app.opened())
     ImGui::OpenPopup("Open a trace");
   if (ImGui::BeginPopup("Open a trace")) {
     DrawOpenBox(app);
     ImGui::EndPopup();
+  }
+  if (app.model) {
+    DrawModelToolbar(app);
+    return;
   }
   if (!app.loaded()) {
     ImGui::SameLine();
@@ -215,7 +219,9 @@ void DrawErrorPanel(App& app, const Rect& area) {
   ImGui::TextWrapped(
       "Open a trace written by `dtsim redistribute --trace out.json` (format dtsim-trace, version "
       "1), "
-      "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json");
+      "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json; "
+      "or a model trace of `dtsim model --trace model.json` (format dtsim-model-trace), alone or "
+      "with a second one of the same run (a real run) to compare.");
   ImGui::Spacing();
   ImGui::Separator();
   DrawOpenBox(app);
@@ -243,6 +249,11 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   DrawToolbar(app);
   const float pad = 6;
   const float top = ImGui::GetCursorScreenPos().y + 2;
+  if (app.model) {
+    DrawModelWindow(app, Rect{pad, top, width - pad, height - pad});
+    ImGui::End();
+    return;
+  }
   if (!app.loaded()) {
     DrawErrorPanel(app, Rect{pad, top, width - pad, height - pad});
     ImGui::End();
