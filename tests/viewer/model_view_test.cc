@@ -241,8 +241,13 @@ TEST(ModelViewTest, TheValuesColumnShowsTheSelectedRanksHashes) {
     const TreeRow* row = RowByKey(rows, StrCat("m", attn));
     ASSERT_NE(row, nullptr);
     EXPECT_EQ(row->values, StrCat("in ", testing::FakeHash(in, rank).substr(5, 8), "  out ",
-                                  testing::FakeHash(out, rank).substr(5, 8), "  grad ",
-                                  testing::FakeHash(grad, rank).substr(5, 8)));
+                                  testing::FakeHash(out, rank).substr(5, 8)));
+    // The output gradient is in the details.
+    s.view.selected = StrCat("m", attn);
+    std::vector<std::string> lines;
+    for (const DetailLine& l : RowDetails(s)) lines.push_back(l.text);
+    EXPECT_THAT(lines, ::testing::Contains(StrCat("output gradient: [S(0)] [4, 8]  ",
+                                                  testing::FakeHash(grad, rank))));
   }
   try {
     SelectRank(s, 8);
@@ -293,24 +298,26 @@ TEST(ModelViewTest, TwoTracesOpenAtTheFirstDifferenceOnItsRank) {
   // On a rank of the other tp group the wq input agrees.
   SelectRank(s, 5);
   EXPECT_FALSE(s.diff->Differs(s.first.node(wq).calls[0].begin, 5));
-  // F3 steps through the differing events in run order and wraps.
+  // F3 steps through the differing events in run order, skipping those of the selected row (wq's
+  // output), and wraps.
   SelectFirstDifference(s);
-  const int64_t at = *s.diff->first_event;
-  ASSERT_TRUE(SelectNextDifference(s, 1));
-  const std::vector<int64_t> b = BoundaryEvents(s.first.node(wq));
-  int64_t next = -1;
-  for (size_t e = at + 1; e < s.diff->events.size() && next < 0; ++e) {
-    if (!s.diff->events[e].differences.empty()) next = static_cast<int64_t>(e);
-  }
-  std::vector<std::string> expand;
-  EXPECT_EQ(s.view.selected, RowKeyOfEvent(s.first, next, &expand));
-  ASSERT_TRUE(SelectNextDifference(s, -1));
-  ASSERT_TRUE(SelectNextDifference(s, -1));  // before the first: wraps to the last
-  int64_t last = -1;
+  std::vector<int64_t> differing;
   for (size_t e = 0; e < s.diff->events.size(); ++e) {
-    if (!s.diff->events[e].differences.empty()) last = static_cast<int64_t>(e);
+    if (!s.diff->events[e].differences.empty()) differing.push_back(static_cast<int64_t>(e));
   }
-  EXPECT_EQ(s.view.selected, RowKeyOfEvent(s.first, last, &expand));
+  auto key = [&](int64_t e) { return RowKeyOfEvent(s.first, e, nullptr); };
+  const std::string wq_key = StrCat("m", wq);
+  int64_t next = -1;
+  for (int64_t e : differing) {
+    if (e > *s.diff->first_event && key(e) != wq_key && next < 0) next = e;
+  }
+  ASSERT_TRUE(SelectNextDifference(s, 1));
+  EXPECT_EQ(s.view.selected, key(next));
+  EXPECT_EQ(s.view.event, next);
+  ASSERT_TRUE(SelectNextDifference(s, -1));
+  EXPECT_EQ(s.view.selected, wq_key);
+  ASSERT_TRUE(SelectNextDifference(s, -1));  // before the first: wraps to the last
+  EXPECT_EQ(s.view.selected, key(differing.back()));
 }
 
 TEST(ModelViewTest, NavigationByKeysAndByName) {

@@ -14,8 +14,10 @@
 #include <set>
 #include <sstream>
 
+#include "model_trace_support.h"
 #include "test_support.h"
 #include "viewer/model/colors.h"
+#include "viewer/model/model_view.h"
 #include "viewer/model/render_png.h"
 
 namespace dtsim::viewer {
@@ -635,6 +637,172 @@ TEST_F(ViewerPixelTest, AnInteractiveWindowRunsAndCloses) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+// ---- model traces (dtsim model --trace): the module tree, the rank picker, two traces ----
+
+std::string ModelData(const std::string& name) {
+  return std::string(DTSIM_SOURCE_DIR) + "/tests/viewer/data/" + name;
+}
+const char* kModelSim = "model_fsdp_tp_2x4_sim.json";
+const char* kModelReal = "model_fsdp_tp_2x4_real_fault.json";
+
+// The dumped row (model.rows) and its drawn rect (model_tree panel) of the row labelled `label`.
+struct ModelRow {
+  nlohmann::json row;
+  size_t rect = 0;
+  bool drawn = false;
+};
+ModelRow FindModelRow(const Shot& s, const std::string& label) {
+  ModelRow out;
+  for (const auto& r : s.records["model"]["rows"]) {
+    if (r["label"] == label) out.row = r;
+  }
+  if (out.row.is_null()) return out;
+  for (const auto& [i, rect] : Find(s.panel("model_tree"), "tree_row")) {
+    if (rect["key"] == out.row["key"]) {
+      out.rect = i;
+      out.drawn = true;
+    }
+  }
+  return out;
+}
+
+// The rows drawn wholly inside the tree's visible band.
+std::vector<std::pair<size_t, nlohmann::json>> VisibleRows(const Shot& s) {
+  std::vector<std::pair<size_t, nlohmann::json>> out;
+  const auto& vp = s.panel("model_tree")["viewport"];
+  for (const auto& [i, r] : Find(s.panel("model_tree"), "tree_row")) {
+    if (r["y0"].get<float>() >= vp[1].get<float>() && r["y1"].get<float>() <= vp[3].get<float>())
+      out.push_back({i, r});
+  }
+  return out;
+}
+
+TEST_F(ViewerPixelTest, AModelTraceOpensAsAModuleTreeWithTheRanksValues) {
+  const Shot s = Screenshot("model", ModelData(kModelSim) +
+                                         " --select-rank 3 --module layers.0.attention "
+                                         "--size 1400x900");
+  const nlohmann::json& m = s.records["model"];
+  EXPECT_EQ(m["rank"], 3);
+  EXPECT_EQ(s.records["shown"], ModelData(kModelSim));
+  EXPECT_EQ(m["rows"][0]["label"], "Global");
+  EXPECT_GT(m["rows"].size(), 20u);
+  const ModelRow attn = FindModelRow(s, "layers.0.attention (Attention)");
+  ASSERT_TRUE(attn.drawn);
+  EXPECT_EQ(m["selected"], attn.row["key"]);
+  EXPECT_EQ(FreeColor(s, "model_tree", attn.rect), kTreeSelectedColor);
+  // Its values are rank 3's hashes of its input and output in the trace.
+  const nlohmann::json trace = testing::ReadJson(ModelData(kModelSim));
+  std::string in, out;
+  for (const auto& e : trace["events"]) {
+    if (e.value("module", "") != "layers.0.attention") continue;
+    if (e["event"] == "module_begin") in = e["tensor"]["hashes"][3].get<std::string>().substr(5, 8);
+    if (e["event"] == "module_end") out = e["tensor"]["hashes"][3].get<std::string>().substr(5, 8);
+  }
+  EXPECT_EQ(attn.row["values"], "in " + in + "  out " + out);
+  bool drawn = false;
+  for (const auto& t : s.panel("model_tree")["texts"])
+    drawn = drawn || t["text"] == attn.row["values"];
+  EXPECT_TRUE(drawn);
+  // The details name the module and rank 3's full input hash.
+  EXPECT_THAT(m["details"], ::testing::Contains("layers.0.attention (Attention)"));
+  // The header says whose values.
+  bool header = false;
+  for (const auto& t : s.panel("model_header")["texts"])
+    header = header || t["text"] == "rank 3 values";
+  EXPECT_TRUE(header);
+  // Other rows are not in the selection or diff colour.
+  for (const auto& [i, r] : VisibleRows(s)) {
+    if (r["key"] == attn.row["key"]) continue;
+    const Rgba c = FreeColor(s, "model_tree", i);
+    EXPECT_NE(c, kDiffColor) << r["key"];
+    EXPECT_NE(c, kTreeSelectedColor) << r["key"];
+  }
+}
+
+TEST_F(ViewerPixelTest, TwoModelTracesOpenAtTheFirstDifferenceInTheDiffColour) {
+  const std::string pair = ModelData(kModelSim) + " " + ModelData(kModelReal) + " --size 1400x900";
+  const Shot s = Screenshot("model_pair", pair);
+  const nlohmann::json& m = s.records["model"];
+  EXPECT_THAT(
+      m["summary"].get<std::string>(),
+      StartsWith("differ: first at event " + std::to_string(m["first_event"].get<int64_t>() + 1) +
+                 ": forward input of layers.0.attention.wq: values differ on ranks 0, 1, "
+                 "2, 3"));
+  EXPECT_EQ(m["rank"], 0);
+  const ModelRow wq = FindModelRow(s, "layers.0.attention.wq (Linear)");
+  ASSERT_TRUE(wq.drawn);
+  EXPECT_EQ(m["selected"], wq.row["key"]);
+  EXPECT_TRUE(wq.row["differs"].get<bool>());
+  // Every drawn row: the diff colour exactly where its values differ on rank 0.
+  int red = 0, plain = 0;
+  for (const auto& [i, r] : VisibleRows(s)) {
+    nlohmann::json row;
+    for (const auto& x : m["rows"]) {
+      if (x["key"] == r["key"]) row = x;
+    }
+    const Rgba c = FreeColor(s, "model_tree", i);
+    if (row["differs"].get<bool>()) {
+      EXPECT_EQ(c, kDiffColor) << row["label"];
+      ++red;
+    } else {
+      EXPECT_NE(c, kDiffColor) << row["label"];
+      ++plain;
+    }
+  }
+  EXPECT_GT(red, 0);
+  EXPECT_GT(plain, 0);
+  // F3 selects the next difference; Down moves one row.
+  const Shot f3 = Screenshot("model_f3", pair + " --input 'key f3'");
+  EXPECT_NE(f3.records["model"]["selected"], m["selected"]);
+  const Shot down = Screenshot("model_down", pair + " --input 'key Down'");
+  std::string next;
+  for (size_t i = 0; i + 1 < m["rows"].size(); ++i) {
+    if (m["rows"][i]["key"] == m["selected"]) next = m["rows"][i + 1]["key"];
+  }
+  EXPECT_EQ(down.records["model"]["selected"], next);
+}
+
+TEST_F(ViewerPixelTest, AClickOnARowsExpanderExpandsItAndSelectsIt) {
+  const std::string args = ModelData(kModelSim) + " --size 1400x900";
+  const Shot s = Screenshot("model_click0", args);
+  const ModelRow params = FindModelRow(s, "parameters (12)");
+  ASSERT_TRUE(params.drawn);
+  EXPECT_FALSE(params.row["expanded"].get<bool>());
+  const auto& r = s.panel("model_tree")["rects"][params.rect];
+  const int x =
+      static_cast<int>(r["x0"].get<float>()) + 8 + 16 * params.row["depth"].get<int>() + 3;
+  const int y = static_cast<int>((r["y0"].get<float>() + r["y1"].get<float>()) / 2);
+  const Shot c = Screenshot("model_click1", args + " --input 'click " + std::to_string(x) + "," +
+                                                std::to_string(y) + "'");
+  EXPECT_EQ(c.records["model"]["selected"], "p");
+  const ModelRow after = FindModelRow(c, "parameters (12)");
+  EXPECT_TRUE(after.row["expanded"].get<bool>());
+  EXPECT_TRUE(FindModelRow(c, "tok_embeddings.weight  [_S(0,4), S(0)] [40, 32]").drawn);
+}
+
+TEST_F(ViewerPixelTest, A4096RankModelTraceOpens) {
+  const ModelTrace big = testing::MakeModelTrace({512, 8}, {"dp", "tp"}, 2, /*data=*/false);
+  const std::string path = testing::WriteText("model_4096_trace.json", ToJson(big).dump());
+  const Shot s = Screenshot("model_4096", path + " --select-rank 4095");
+  EXPECT_EQ(s.records["model"]["rank"], 4095);
+  const ModelRow mlp = FindModelRow(s, "layers.1.mlp (MLP)");
+  ASSERT_TRUE(mlp.drawn);
+  EXPECT_EQ(mlp.row["forward"], "AR 1, RS 1 | 2.00 KiB");
+  EXPECT_EQ(mlp.row["values"], "");  // no hashes
+}
+
+TEST_F(ViewerPixelTest, ABadModelTraceOpensToTheErrorScreen) {
+  nlohmann::json bad = testing::ReadJson(ModelData(kModelSim));
+  bad["events"][3]["t_us"] = -1;
+  const std::string path = testing::WriteText("bad_model_open.json", bad.dump());
+  const Shot s = Screenshot(
+      "model_bad", ModelData(kModelSim) + " --input 'key ctrl+o; type " + path + "; key Enter'");
+  EXPECT_THAT(s.records["error"].get<std::string>(),
+              StartsWith("trace: '" + path + "': events[3].t_us: -1 is not a time"));
+  EXPECT_EQ(s.records["shown"], "");
+  EXPECT_FALSE(s.records.contains("model"));
+}
+
 // ---- bad input: a clear error on stderr, exit 2, no picture written (no display needed) ----
 
 TEST(ViewerBadInputTest, BrokenTruncatedUnknownVersionAndMismatched) {
@@ -696,6 +864,43 @@ TEST(ViewerBadInputTest, BadOptions) {
                    "dtsim-viewer: error: input: event 1 'wheel 1,1 0': '0' must be a number");
   ExpectInputError(Golden(kUneven) + " --goto 8", "dtsim-viewer: error: goto: rank 8 is not in");
   ExpectInputError(Golden(kUneven) + " --goto dp=1", "dtsim-viewer: error: goto: 'dp=1' gives no");
+}
+
+TEST(ViewerBadInputTest, BadModelTracesAndOptions) {
+  nlohmann::json bad = testing::ReadJson(ModelData(kModelSim));
+  bad["events"][3]["t_us"] = -1;
+  const std::string path = testing::WriteText("bad_model.json", bad.dump());
+  ExpectInputError(path,
+                   "dtsim-viewer: error: trace: '" + path + "': events[3].t_us: -1 is not a time");
+  nlohmann::json unnested = testing::ReadJson(ModelData(kModelSim));
+  for (auto& e : unnested["events"]) {
+    if (e["event"] == "module_end" && e["module"] == "layers.0") e["module"] = "norm";
+  }
+  const std::string unnested_path = testing::WriteText("unnested_model.json", unnested.dump());
+  ExpectInputError(unnested_path, "dtsim-viewer: error: trace: '" + unnested_path + "': events[");
+  ExpectInputError(ModelData(kModelSim) + " " + Golden(kUneven),
+                   "dtsim-viewer: error: traces: '" + ModelData(kModelSim) +
+                       "' is a model trace but '" + Golden(kUneven) + "' is not");
+  const std::string other_mesh =
+      testing::WriteText("model_8.json", ToJson(testing::MakeModelTrace({8}, {"tp"}, 1)).dump());
+  ExpectInputError(ModelData(kModelSim) + " " + other_mesh,
+                   "dtsim-viewer: error: traces: '" + ModelData(kModelSim) + "' and '" +
+                       other_mesh +
+                       "' are not traces of the same model run: the meshes differ: mesh[dp=2, "
+                       "tp=4] vs mesh[tp=8]");
+  ExpectInputError(ModelData(kModelSim) + " --step 1",
+                   "dtsim-viewer: error: step: applies to redistribution traces");
+  ExpectInputError(ModelData(kModelSim) + " --mesh-grid dp,tp",
+                   "dtsim-viewer: error: mesh-grid: applies to redistribution traces");
+  ExpectInputError(ModelData(kModelSim) + " --select-rank 8",
+                   "dtsim-viewer: error: select-rank: rank 8 is not in mesh[dp=2, tp=4] (8 ranks)");
+  ExpectInputError(ModelData(kModelSim) + " --goto dp=2",
+                   "dtsim-viewer: error: goto: 'dp=2' gives no index for mesh dim tp");
+  ExpectInputError(ModelData(kModelSim) + " --module layers.9",
+                   "dtsim-viewer: error: module: no module 'layers.9' in the trace; its modules: "
+                   "Global, Transformer, tok_embeddings");
+  ExpectInputError(Golden(kUneven) + " --module layers.0",
+                   "dtsim-viewer: error: module: needs a model trace");
 }
 
 TEST(ViewerBadInputTest, NoDisplayIsExitCode4WithAHint) {

@@ -119,15 +119,13 @@ class RowBuilder {
     if (tree_.has_hashes() && n != 0) {
       const auto& events = tree_.trace().events;
       const int64_t rank = s_.view.rank;
-      std::string in, out, grad;
+      std::string in, out;
       if (!node.calls.empty()) {
         in = Hex8(events[node.calls[0].begin].tensor, rank);
         if (node.calls[0].end >= 0) out = Hex8(events[node.calls[0].end].tensor, rank);
       }
-      if (!node.backward.empty()) grad = Hex8(events[node.backward[0]].tensor, rank);
       if (!in.empty()) r.values += "in " + in;
       if (!out.empty()) r.values += StrCat(r.values.empty() ? "" : "  ", "out ", out);
-      if (!grad.empty()) r.values += StrCat(r.values.empty() ? "" : "  ", "grad ", grad);
     }
     r.expandable = !node.children.empty() || !node.events[kForward].empty() ||
                    !node.events[kBackward].empty() ||
@@ -371,15 +369,22 @@ bool SelectNextDifference(ModelSession& s, int direction) {
     if (!s.diff->events[e].differences.empty()) events.push_back(static_cast<int64_t>(e));
   }
   if (events.empty()) return false;
+  // The differing events after (before) the current one in run order, wrapping; those shown by
+  // the selected row itself (a module's input and output) are skipped.
   const int64_t current = SelectedEvent(s);
+  const auto n = static_cast<int64_t>(events.size());
+  int64_t at = direction >= 0
+                   ? std::upper_bound(events.begin(), events.end(), current) - events.begin()
+                   : (std::lower_bound(events.begin(), events.end(), current) - events.begin()) - 1;
   int64_t target = -1;
-  if (direction >= 0) {
-    const auto it = std::upper_bound(events.begin(), events.end(), current);
-    target = it == events.end() ? events.front() : *it;
-  } else {
-    const auto it = std::lower_bound(events.begin(), events.end(), current);
-    target = it == events.begin() ? events.back() : *(it - 1);
+  for (int64_t step = 0; step < n; ++step, at += direction >= 0 ? 1 : -1) {
+    const int64_t e = events[((at % n) + n) % n];
+    if (RowKeyOfEvent(s.first, e, nullptr) != s.view.selected) {
+      target = e;
+      break;
+    }
   }
+  if (target < 0) return false;  // every difference is on the selected row
   const ModelComparison::EventDiff& d = s.diff->events[target];
   if (!d.all_ranks && !d.ranks.empty() &&
       !std::binary_search(d.ranks.begin(), d.ranks.end(), s.view.rank))
@@ -441,14 +446,16 @@ void ToggleExpanded(ModelSession& s, const std::string& key) {
 TreeColumns ModelTreeColumns(float width, bool has_values, const TextMetrics& m) {
   TreeColumns c;
   c.width = width;
-  float values_w = has_values ? m.Width("in 00000000  out 00000000  grad 00000000") + 16 : 0;
-  float pass_w = std::min(m.Width("AG 99, RS 99, AR 99 | 999 KiB") + 16, width * 0.2f);
-  // The label keeps at least 40% of the width: the other columns shrink together.
+  // The label keeps at least max(300 px, 30%) of the width; the other columns shrink together
+  // when they do not fit beside it.
+  float values_w = has_values ? m.Width("in 00000000  out 00000000") + 16 : 0;
+  float pass_w = m.Width("AG 99, RS 99 | 999 KiB") + 12;
+  const float label_min = std::min(width, std::max(300.0f, width * 0.3f));
   const float rest = values_w + 2 * pass_w;
-  const float limit = width * 0.6f;
-  if (rest > limit && rest > 0) {
-    values_w *= limit / rest;
-    pass_w *= limit / rest;
+  if (rest > width - label_min && rest > 0) {
+    const float k = std::max(0.0f, width - label_min) / rest;
+    values_w *= k;
+    pass_w *= k;
   }
   c.values_x = std::round(width - values_w);
   c.backward_x = std::round(c.values_x - pass_w);

@@ -12,8 +12,8 @@
 // Example (dtsim model --mesh 2x4 --names dp,tp --plan fsdp+tp --backward --layers 2):
 //   ModelSession s(ModuleTree::Load("sim.json"));   every module row is expanded
 //   ModelTreeRows(s)[0] is "Global", [1] "parameters (21)", [2] "Transformer (Transformer)";
-//   the row of "layers.0" has forward "AG 3, RS 2 | 40.2 KiB" and, for s.view.rank == 3, values
-//   "in 83984abf  out 375cff96  grad 1c0e7a55".
+//   the row of "layers.0" has forward "AG 3, RS 2 | 52.2 KiB" and, for s.view.rank == 3, values
+//   "in 83984abf  out 375cff96" (the first 8 hex digits of rank 3's input and output hashes).
 #pragma once
 
 #include <cstdint>
@@ -79,8 +79,9 @@ void SelectEvent(ModelSession& session, int64_t event);
 void SelectModule(ModelSession& session, const std::string& name);
 // Diff mode: selects the first difference's event, and its first rank when it names ranks.
 void SelectFirstDifference(ModelSession& session);
-// The next (+1) / previous (-1) difference after the selected row's event in run order, wrapping;
-// returns false when there is none.
+// The next (+1) / previous (-1) differing event after the selected row's event in run order,
+// wrapping, skipping those the selected row shows (a module's input and output); false when there
+// is none. The rank moves to the event's first differing rank when the current one agrees there.
 bool SelectNextDifference(ModelSession& session, int direction);
 // Sets the rank (InputError("rank") "rank 9 is not in mesh[dp=2, tp=4] (8 ranks)" otherwise).
 void SelectRank(ModelSession& session, int64_t rank);

@@ -105,10 +105,12 @@ void DrawTreePanel(App& app, const Rect& area) {
     const TreeRow& r = rows[hovered];
     ImGui::SetTooltip("%s%s%s", r.label.c_str(), r.values.empty() ? "" : "\n", r.values.c_str());
   }
+  // The visible band (content coordinates) goes into the dump as the panel's viewport.
+  const Rect visible{0, scroll, row_w, scroll + view_h};
   Paint(app, "model_tree",
         LayoutModelTree(rows, s.view.selected, row_w, row_h, scroll, scroll + view_h, metrics,
                         values, s.view.rank),
-        origin.x, origin.y);
+        origin.x, origin.y, &visible);
   ImGui::EndChild();
   ImGui::EndChild();
 }
