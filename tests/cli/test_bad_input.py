@@ -597,6 +597,28 @@ BAD_INPUTS = [
         ["'.'", "directory"], files={"t.json": GOOD_TRACE}),
     Row("export-with-invalid", ["export", "--format", "perfetto", "t.json", "o.json", "--with", "u.json"], "trace",
         ["u.json"], files={"t.json": GOOD_TRACE, "u.json": trace_text(version=99)}),
+    # model traces (dtsim model --trace): exported as nested slices per rank, refused whole when invalid
+    Row("export-model-negative-time", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json'", "events[3].t_us", "-1 is not a time"], files={"m.json": model_trace_text(**{"events.3.t_us": -1})}),
+    Row("export-model-unnested-module", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json'", "ends \"nowhere\" while", "is the innermost open module"],
+        files={"m.json": model_trace_text(**{f"events.{first_event('module_end')}.module": "nowhere"})}),
+    Row("export-model-hashes-per-rank", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json'", "events[0].tensor.hashes", "has 1 entries for 2 ranks"],
+        files={"m.json": model_trace_text(**{"events.0.tensor.hashes": ["xxh3:0000000000000000"]})}),
+    Row("export-model-group-outside-the-world", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json'", f"events[{first_event('collective')}].collectives[0].groups"],
+        files={"m.json": model_trace_text(**{f"events.{first_event('collective')}.collectives.0.groups": [[0, 2]]})}),
+    Row("export-model-version", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json'", "version 7 is not supported"], files={"m.json": model_trace_text(version=7)}),
+    Row("export-model-with-a-redistribution-trace", ["export", "--format", "perfetto", "m.json", "o.json", "--with",
+                                                     "t.json"], "with",
+        ["'t.json' is not a model trace", "\"dtsim-trace\""], files={"m.json": model_trace_text(), "t.json": GOOD_TRACE}),
+    Row("export-model-with-invalid", ["export", "--format", "perfetto", "m.json", "o.json", "--with", "u.json"],
+        "trace", ["'u.json'", "events[3].t_us"],
+        files={"m.json": model_trace_text(), "u.json": model_trace_text(**{"events.3.t_us": -1})}),
+    Row("export-model-truncated", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
+        ["'m.json' is not valid JSON"], files={"m.json": model_trace_text()[:2000]}),
 ]
 
 # --batch: each row's lines are answered one JSON object per non-blank line; `bad` maps the index (among non-blank
