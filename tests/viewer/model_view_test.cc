@@ -408,11 +408,22 @@ TEST(ModelViewTest, LayoutRecordsOneRectPerVisibleRow) {
       EXPECT_LE(t.x + t.w, 900) << t.text;
     } else if (t.x >= c.forward_x) {
       EXPECT_LE(t.x + t.w, t.x >= c.backward_x ? c.values_x : c.backward_x) << t.text;
-    } else {
-      EXPECT_LE(t.x + t.w, c.forward_x) << t.text;
     }
   }
-  EXPECT_GE(c.forward_x, 900 * 0.3f);
+  // Labels stop at the first column their row fills.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (const DrawText& t : all.texts) {
+      if (t.y < i * row_h || t.y >= (i + 1) * row_h || t.x >= c.forward_x) continue;
+      if (!rows[i].forward.empty()) {
+        EXPECT_LE(t.x + t.w, c.forward_x) << t.text;
+      } else if (!rows[i].backward.empty()) {
+        EXPECT_LE(t.x + t.w, c.backward_x) << t.text;
+      } else if (!rows[i].values.empty()) {
+        EXPECT_LE(t.x + t.w, c.values_x) << t.text;
+      }
+    }
+  }
+  EXPECT_GE(c.forward_x, 320);
 }
 
 TEST(ModelViewTest, DetailsOfAnOpListItsCollectivesAndTheRanksGroup) {

@@ -449,8 +449,8 @@ TreeColumns ModelTreeColumns(float width, bool has_values, const TextMetrics& m)
   // The label keeps at least max(300 px, 30%) of the width; the other columns shrink together
   // when they do not fit beside it.
   float values_w = has_values ? m.Width("in 00000000  out 00000000") + 16 : 0;
-  float pass_w = m.Width("AG 99, RS 99 | 999 KiB") + 12;
-  const float label_min = std::min(width, std::max(300.0f, width * 0.3f));
+  float pass_w = m.Width("AG 99, AR 99, RS 99 | 999 KiB") + 12;
+  const float label_min = std::min(width, std::max(320.0f, width * 0.3f));
   const float rest = values_w + 2 * pass_w;
   if (rest > width - label_min && rest > 0) {
     const float k = std::max(0.0f, width - label_min) / rest;
@@ -528,8 +528,13 @@ DrawList LayoutModelTree(const std::vector<TreeRow>& rows, const std::string& se
     };
     const float indent = 8 + 16 * static_cast<float>(r.depth);
     if (r.expandable) text(indent, m.char_width * 2, r.expanded ? "-" : "+", color);
+    // The label runs on over the columns the row leaves empty (an op's placements).
     const float label_x = indent + 14;
-    text(label_x, c.forward_x - label_x - 8, r.label, color);
+    const float label_end = !r.forward.empty()                ? c.forward_x
+                            : !r.backward.empty()             ? c.backward_x
+                            : has_values && !r.values.empty() ? c.values_x
+                                                              : width;
+    text(label_x, label_end - label_x - 8, r.label, color);
     text(c.forward_x + 6, c.backward_x - c.forward_x - 10, r.forward, color);
     text(c.backward_x + 6, c.values_x - c.backward_x - 10, r.backward, color);
     if (has_values) text(c.values_x + 6, width - c.values_x - 10, r.values, color);

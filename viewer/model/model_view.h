@@ -101,9 +101,10 @@ inline constexpr Rgba kTreeStripeColor{38, 38, 46, 255};
 // those that meet [visible_y0, visible_y1): per row a kTreeRow rect (key set; filled
 // kTreeSelectedColor when selected, kDiffColor when it differs on the selected rank, stripes
 // otherwise), a kDiffColor bar at its left edge when something below it differs, and its texts —
-// the expander ("+" collapsed, "-" expanded), the label (indented 16 px per depth), the forward,
-// backward and values columns (texts clipped to their column with "..."). `header` (when given)
-// gets the column titles for a strip `row_height` tall.
+// the expander ("+" collapsed, "-" expanded), the label (indented 16 px per depth, running on over
+// the columns the row leaves empty), the forward, backward and values columns (texts clipped to
+// their column with "..."). The label keeps at least max(320 px, 30%) of the width.
+// LayoutModelTreeHeader: the column titles for a strip `row_height` tall.
 struct TreeColumns {
   float label_x = 0, forward_x = 0, backward_x = 0, values_x = 0, width = 0;
 };
