@@ -5,10 +5,12 @@ Program per iteration: a ColwiseParallel -> RowwiseParallel MLP (256 -> 1024 -> 
 and explicit redistributions of a 257x255 float32 tensor (S(0) -> S(1) -> R, a Partial -> S(0)): 7 redistributions.
 A round runs 5 iterations; a recorded round is one `with dtsim.record(...)` around them, as a user records a run,
 and writes its recording (rank 0) with every source and result shard (the default data cap), so hashing, copying
-shards, gathering them to rank 0 and writing are all counted. The time of a side is its median round / 5.
+shards, gathering them to rank 0 and writing are all counted. The time of a side is its median round / 5, over 21
+rounds each (DTSIM_RECORDER_BENCH_ROUNDS; with 7, runs on the loaded 2-core machine scattered by +-0.08 in the ratio).
 
     torchrun --standalone --nproc_per_node 4 bench/recorder_bench.py OUT_DIR
-Rank 0 prints {"plain_ms", "recorded_ms" (per iteration), "ratio", "rounds", "redistributions" (per recording)}; scripts/bench.sh prints
+Rank 0 prints {"plain_ms", "recorded_ms" (per iteration), "ratio", "rounds", "redistributions" (per recording),
+"async" (how the last recording hashed its async results: dtsim.recorder.last_stats)}; scripts/bench.sh prints
 `bench recorder_overhead ratio <plain / recorded>` (target >= 0.8).
 """
 import contextlib
@@ -26,6 +28,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))  # works without the venv's .pth too
 import dtsim  # noqa: E402
+import dtsim.recorder  # noqa: E402
 
 
 STEPS = 5  # iterations per timed round; a recorded round is one `with dtsim.record` around all of them
@@ -33,7 +36,7 @@ STEPS = 5  # iterations per timed round; a recorded round is one `with dtsim.rec
 
 def main():
     out_dir = sys.argv[1]
-    rounds = int(os.environ.get("DTSIM_RECORDER_BENCH_ROUNDS", "7"))
+    rounds = int(os.environ.get("DTSIM_RECORDER_BENCH_ROUNDS", "21"))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
@@ -68,7 +71,8 @@ def main():
     if rank == 0:
         n = len(json.load(open(os.path.join(out_dir, "bench.json")))["redistributions"])
         p, r = statistics.median(plain), statistics.median(recorded)
-        print(json.dumps({"plain_ms": p, "recorded_ms": r, "ratio": p / r, "rounds": rounds, "redistributions": n}))
+        print(json.dumps({"plain_ms": p, "recorded_ms": r, "ratio": p / r, "rounds": rounds, "redistributions": n,
+                          "async": dtsim.recorder.last_stats}))
     dist.destroy_process_group()
 
 

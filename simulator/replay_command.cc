@@ -4,7 +4,10 @@
 //
 //   dtsim replay run.json [--json] [--limit 20]
 // Exit 0 when every redistribution agrees, 1 when one differs, 2 for an unreadable or invalid
-// recording — as trace-diff.
+// recording — as trace-diff — and 3 when nothing differs but some shards could not be checked: the
+// recorder marks a rank's hash unavailable ("hash": null, "unavailable": "<why>") when the value a
+// redistribution produced was gone before it could hash it (an async result written in place
+// around the waits it hooks); such a rank is reported as not checked, never as equal.
 //
 // What is compared, per redistribution: every rank's local shape before and after with dtsim's
 // layout of the source and target specs; the collectives upstream issued (kind, groups, each
@@ -57,6 +60,13 @@ struct Expected {
   bool gloo_fallback = false;
 };
 
+// A rank state whose hash the recorder could not take, and why.
+struct Unavailable {
+  bool before = false;  // ranks_before (a source) or ranks_after (a result)
+  int64_t rank = 0;
+  std::string reason;
+};
+
 struct Outcome {
   const RecordedRedistribution* rec = nullptr;
   bool data = false;
@@ -65,8 +75,48 @@ struct Outcome {
   std::vector<std::string> problems;
   std::vector<std::string> notes;  // differences explained (floating-point summation order)
   std::vector<Expected> expected;
+  std::vector<int64_t> unchecked_ranks;  // results not compared: a hash the recorder could not take
+  std::vector<std::string> unchecked;    // why, one line per rank
   bool equal() const { return problems.empty(); }
 };
+
+// The recorder writes a rank state it could not hash as {"rank", "local_shape", "hash": null,
+// "unavailable": "<why>"}. The trace library's reader requires a hash in every state, so replay
+// takes these out first: it lists them per redistribution (by position) and gives `doc` a
+// placeholder hash there, never compared (sources: no recomputation; results: not checked).
+std::map<size_t, std::vector<Unavailable>> TakeUnavailable(nlohmann::json& doc,
+                                                           const std::string& path) {
+  std::map<size_t, std::vector<Unavailable>> out;
+  if (!doc.is_object() || !doc.contains("redistributions") || !doc["redistributions"].is_array())
+    return out;
+  nlohmann::json& recs = doc["redistributions"];
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (!recs[i].is_object()) continue;
+    for (const char* side : {"ranks_before", "ranks_after"}) {
+      if (!recs[i].contains(side) || !recs[i][side].is_array()) continue;
+      nlohmann::json& states = recs[i][side];
+      for (size_t j = 0; j < states.size(); ++j) {
+        nlohmann::json& s = states[j];
+        if (!s.is_object() || !s.contains("unavailable")) continue;
+        const std::string where =
+            StrCat("'", ExcerptText(path), "': redistributions[", i, "].", side, "[", j, "]");
+        if (!s["unavailable"].is_string() || s["unavailable"].get<std::string>().empty()) {
+          throw InputError("recording", StrCat(where, ".unavailable: expected the reason, got ",
+                                               Excerpt(s["unavailable"])));
+        }
+        if (!s.contains("hash") || !s["hash"].is_null()) {
+          throw InputError("recording",
+                           StrCat(where, ".hash: a state marked unavailable has a null hash"));
+        }
+        if (!s.contains("rank") || !s["rank"].is_number_integer()) continue;  // the reader says
+        out[i].push_back({side[6] == 'b', s["rank"].get<int64_t>(),
+                          ExcerptText(s["unavailable"].get<std::string>(), 300)});
+        s["hash"] = "xxh3:0000000000000000";  // a placeholder, never compared (above)
+      }
+    }
+  }
+  return out;
+}
 
 // The spec `rank` runs: `spec` itself, or on a submesh the spec on that rank's own submesh.
 DTensorSpec SpecForRank(const RecordedRedistribution& r, const DTensorSpec& spec, int64_t rank) {
@@ -250,6 +300,10 @@ void CompareShards(Outcome& o, const std::string& data) {
   if (r.data_after) recorded = ShardsOf(r.ranks_after, *r.data_after, r.dst.dtype(), data);
   for (size_t i = 0; i < r.ranks_after.size(); ++i) {
     const RankState& s = r.ranks_after[i];
+    if (std::find(o.unchecked_ranks.begin(), o.unchecked_ranks.end(), s.rank) !=
+        o.unchecked_ranks.end()) {
+      continue;  // its hash is unavailable: nothing to compare with
+    }
     const at::Tensor mine = LocalShard(out.to_local(), s.rank);
     ++o.shards_checked;
     const std::string h = ShardHash(mine);
@@ -332,8 +386,10 @@ nlohmann::json ToJson(const Outcome& o) {
           {"dtype", ToString(r.src.dtype())},
           {"from", ToString(r.src.placements())},
           {"to", ToString(r.dst.placements())},
-          {"equal", o.equal()},
+          {"equal", o.equal() && o.unchecked_ranks.empty()},
           {"data", o.data},
+          {"unchecked_ranks", o.unchecked_ranks},
+          {"unchecked", o.unchecked},
           {"shards_checked", o.shards_checked},
           {"differing_ranks", o.differing_ranks},
           {"problems", o.problems},
@@ -366,6 +422,8 @@ int RunReplay(const Args& args) {
         << "usage: dtsim replay RECORDING.json [--json] [--limit 20]\n"
            "Re-runs every redistribution of a run recorded with dtsim.record (Python) and says\n"
            "where the real run's shards, layouts, collectives and bytes differ from dtsim's.\n"
+           "Exit 0: equal; 1: differs; 2: invalid recording; 3: nothing differs but some shards\n"
+           "could not be checked (their hashes are unavailable in the recording).\n"
         << desc;
     return 0;
   }
@@ -378,7 +436,8 @@ int RunReplay(const Args& args) {
   const std::string text = ReadInputFile(path, "recording", kMaxRecordingBytes);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw InputError("recording", StrCat("'", ExcerptText(path), "' is empty"));
-  const nlohmann::json doc = ParseJsonText(text, "recording", StrCat("'", ExcerptText(path), "'"));
+  nlohmann::json doc = ParseJsonText(text, "recording", StrCat("'", ExcerptText(path), "'"));
+  const std::map<size_t, std::vector<Unavailable>> unavailable = TakeUnavailable(doc, path);
   // The data file first (its size bounds the data entries); a missing one is not an error: replay
   // then checks layouts, collectives and bytes only, and says so.
   std::string data;
@@ -404,15 +463,38 @@ int RunReplay(const Args& args) {
   const bool groups_exact = rec.backend != "torch-local";
   std::vector<Outcome> outcomes;
   int64_t without_data = 0;
-  for (const RecordedRedistribution& r : rec.redistributions) {
+  int64_t unchecked_shards = 0;
+  for (size_t i = 0; i < rec.redistributions.size(); ++i) {
+    const RecordedRedistribution& r = rec.redistributions[i];
     Outcome o;
     o.rec = &r;
+    bool source_gone = false;
+    if (const auto it = unavailable.find(i); it != unavailable.end()) {
+      for (const Unavailable& u : it->second) source_gone |= u.before;
+      for (const Unavailable& u : it->second) {
+        if (u.before) {
+          o.unchecked.push_back(StrCat("rank ", u.rank, "'s source hash is unavailable (", u.reason,
+                                       "): no rank's result is recomputed"));
+        } else if (!source_gone) {
+          o.unchecked_ranks.push_back(u.rank);
+          o.unchecked.push_back(StrCat(
+              "rank ", u.rank, ": result not checked, its hash is unavailable (", u.reason, ")"));
+        }
+      }
+      if (source_gone) {
+        for (const RankState& s : r.ranks_after) o.unchecked_ranks.push_back(s.rank);
+      }
+      std::sort(o.unchecked_ranks.begin(), o.unchecked_ranks.end());
+      o.unchecked_ranks.erase(std::unique(o.unchecked_ranks.begin(), o.unchecked_ranks.end()),
+                              o.unchecked_ranks.end());
+      unchecked_shards += static_cast<int64_t>(o.unchecked_ranks.size());
+    }
     CompareLayouts(o);
     o.expected = ExpectedCollectives(r, gloo);
     CompareCollectives(o, groups_exact);
-    if (r.data && data_size) {
+    if (r.data && data_size && !source_gone) {
       CompareShards(o, data);
-    } else {
+    } else if (!source_gone) {
       ++without_data;
     }
     outcomes.push_back(std::move(o));
@@ -420,6 +502,8 @@ int RunReplay(const Args& args) {
   const auto first_bad =
       std::find_if(outcomes.begin(), outcomes.end(), [](const Outcome& o) { return !o.equal(); });
   const bool equal = first_bad == outcomes.end();
+  // 0: every shard checked and equal; 1: a difference; 3: none found, but some shards unchecked.
+  const int verdict = !equal ? 1 : unchecked_shards > 0 ? 3 : 0;
   if (json) {
     nlohmann::json out = {{"format", "dtsim-replay"},
                           {"version", 1},
@@ -427,13 +511,14 @@ int RunReplay(const Args& args) {
                           {"backend", rec.backend},
                           {"torch_version", rec.torch_version},
                           {"world_size", rec.world_size},
-                          {"equal", equal},
+                          {"equal", equal && unchecked_shards == 0},
+                          {"unchecked_shards", unchecked_shards},
                           {"redistributions_without_data", without_data},
                           {"note", data_note},
                           {"redistributions", nlohmann::json::array()}};
     for (const Outcome& o : outcomes) out["redistributions"].push_back(ToJson(o));
     std::cout << SafeDump(out) << "\n";
-    return equal ? 0 : 1;
+    return verdict;
   }
   std::cout << "replay of " << path << ": " << rec.backend << ", " << rec.world_size << " ranks"
             << (rec.torch_version.empty() ? "" : ", torch " + rec.torch_version) << ", "
@@ -452,6 +537,20 @@ int RunReplay(const Args& args) {
     for (const Expected& e : o.expected) {
       if (e.gloo_fallback) fallback = " (all_to_all runs as all_gather on Gloo, as upstream)";
     }
+    if (o.equal() && !o.unchecked_ranks.empty()) {
+      std::cout << "  " << Title(*o.rec) << "  NOT CHECKED on rank"
+                << (o.unchecked_ranks.size() == 1 ? " " : "s ");
+      for (size_t i = 0; i < o.unchecked_ranks.size(); ++i)
+        std::cout << (i ? ", " : "") << o.unchecked_ranks[i];
+      std::cout << "; "
+                << (o.data ? StrCat(o.shards_checked, " other shard",
+                                    o.shards_checked == 1 ? "" : "s", " equal, ")
+                           : "")
+                << "layouts and " << o.expected.size() << " collective"
+                << (o.expected.size() == 1 ? "" : "s") << " equal" << fallback << ":\n";
+      for (const std::string& u : o.unchecked) std::cout << "    " << u << "\n";
+      continue;
+    }
     if (o.equal()) {
       std::cout << "  " << Title(*o.rec) << "  equal: "
                 << (o.data ? StrCat(o.shards_checked, " shards, ") : std::string("layouts, "))
@@ -467,6 +566,15 @@ int RunReplay(const Args& args) {
     if (printed++ >= limit) continue;
     std::cout << "  " << Title(*o.rec) << "  DIFFERS:\n";
     for (const std::string& p : o.problems) std::cout << "    " << p << "\n";
+    for (const std::string& u : o.unchecked) std::cout << "    not checked: " << u << "\n";
+  }
+  if (equal && unchecked_shards > 0) {
+    std::cout << "verdict: no difference found, but " << unchecked_shards << " shard"
+              << (unchecked_shards == 1 ? " was" : "s were")
+              << " not checked (the recorder could not hash "
+              << (unchecked_shards == 1 ? "it" : "them")
+              << "; above): the recorded run is not shown equal to dtsim's simulation\n";
+    return verdict;
   }
   if (equal) {
     std::cout << "verdict: the recorded run equals dtsim's simulation (" << outcomes.size()
@@ -484,7 +592,12 @@ int RunReplay(const Args& args) {
       std::cout << (i ? ", " : "") << bad.differing_ranks[i];
   }
   std::cout << "\n";
-  return 1;
+  if (unchecked_shards > 0) {
+    std::cout << "note: " << unchecked_shards << " shard"
+              << (unchecked_shards == 1 ? " was" : "s were")
+              << " not checked (the recorder could not hash them)\n";
+  }
+  return verdict;
 }
 
 }  // namespace dtsim::cli

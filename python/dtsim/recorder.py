@@ -13,6 +13,16 @@ result. Past the cap replay checks layouts, collectives and bytes only, and says
 its own rows and rank 0 writes the merged file when the `with` block ends (every rank must leave it; it is a
 collective). The format is docs/python.md's "dtsim-recording".
 
+Hashing costs a redistribution no wait of its own: a result upstream returns while its collective may still run (an
+AsyncCollectiveTensor: `async_op=True`, the parallel styles') is hashed when the program itself waits for it — every
+access to it but a view waits first, and the recorder hooks that wait (`torch.ops._c10d_functional.wait_tensor`), so
+the hash is taken before the program can change a byte — or when the block ends, or when more than
+`_MAX_PENDING_BYTES` of such results are held. Every other result is complete when upstream returns and is hashed then
+(its local tensor's version counter would not see the program's in-place DTensor ops, which run below autograd, so a
+later hash could not be checked). A pending result whose buffer was written around the hooks (its version changed: an
+in-place op on the `.elem` of the AsyncCollectiveTensor after a wait the hook did not see) is recorded with its hash
+unavailable and the reason, and `dtsim replay` reports that rank as not checked.
+
 Hook points (upstream 2.13): `redistribute_local_tensor` (where every redistribution runs; its `is_explicit` flag
 tells DTensor.redistribute apart), `OpDispatcher.redistribute_local_args` (the op of an implicit one),
 `DTensor.full_tensor`, and the dispatcher ops of c10d's functional collectives (`torch.ops._c10d_functional.*`,
@@ -25,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import stat
 import sys
 import threading
@@ -38,6 +49,9 @@ from . import _C
 SUPPORTED_TORCH = ("2.13",)
 FORMAT = "dtsim-recording"
 VERSION = 1
+# How the last block's async results were hashed (_Recorder.stats): {"deferred", "at_wait", "at_end", "at_bound",
+# "unavailable"}; for tests and the bench.
+last_stats: Dict[str, int] = {}
 
 _COLLECTIVE_OPS = {
     # namespace, op name -> dtsim's collective kind
@@ -51,6 +65,10 @@ _COLLECTIVE_OPS = {
     ("_c10d_functional_autograd", "all_to_all_single"): "all_to_all",
     ("_dtensor", "shard_dim_alltoall"): "all_to_all",
 }
+# Async results held by reference until the program waits for them (or the block ends), in bytes: past it the oldest
+# are waited for and hashed at once (the program holds most of them anyway; this bounds what only the recorder holds).
+_MAX_PENDING_BYTES = 64 << 20
+_PENDING = "pending"  # stands for states and data not hashed yet (replaced before the block's rows are gathered)
 # The argument holding the group name, per op (position in the op's schema).
 _GROUP_ARG = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_reduce": 2, "all_to_all_single": 3,
               "broadcast": 2, "shard_dim_alltoall": 3}
@@ -63,15 +81,46 @@ def _check_torch_version() -> None:
                            f"{', '.join(SUPPORTED_TORCH)}); its DTensor internals may differ, so no trace is written")
 
 
-def _shards(t: torch.Tensor) -> Dict[int, torch.Tensor]:
-    """{rank: local tensor}: every rank's under LocalTensorMode, this process's rank on a real process group."""
+def _shards(t: torch.Tensor, rank: int) -> Dict[int, torch.Tensor]:
+    """{rank: local tensor}: every rank's under LocalTensorMode, this process's (`rank`) on a real process group.
+    Waits for an async result."""
     if type(t).__name__ == "AsyncCollectiveTensor":
         t = t.wait()
     local = getattr(t, "_local_tensors", None)
     if local is not None:
         return {int(r): v for r, v in local.items()}
-    import torch.distributed as dist
-    return {dist.get_rank() if dist.is_initialized() else 0: t}
+    return {rank: t}
+
+
+def _shapes(t: torch.Tensor, rank: int) -> Dict[int, Any]:
+    """{rank: a tensor with the rank's shape and dtype}, without waiting for an async result (its wrapper has both)."""
+    inner = t.elem if type(t).__name__ == "AsyncCollectiveTensor" else t
+    local = getattr(inner, "_local_tensors", None)
+    if local is not None:
+        return {int(r): v for r, v in local.items()}
+    return {rank: t}
+
+
+def _is_pending(t: torch.Tensor) -> bool:
+    """An async result of a real process group whose collective may still run: an AsyncCollectiveTensor over a plain
+    tensor, not waited through its wrapper yet. (Under LocalTensorMode the fake group's work is done at once.)"""
+    return type(t).__name__ == "AsyncCollectiveTensor" and not t.completed and \
+        getattr(t.elem, "_local_tensors", None) is None
+
+
+class _Pending:
+    """An async result (or a source that is one) not hashed yet. `tensor` aliases the collective's output buffer with
+    the metadata it had when the redistribution returned (`detach()`: the same storage and version counter, its own
+    shape, so a later in-place metadata op on the result does not move it); `version` is the counter then. `targets`
+    are the (record, states key, data key or None) to fill in."""
+    __slots__ = ("tensor", "version", "storage", "nbytes", "targets")
+
+    def __init__(self, t: torch.Tensor, targets: List[tuple]):
+        self.tensor = t.elem.detach()
+        self.version = self.tensor._version
+        self.storage = self.tensor.untyped_storage().data_ptr()
+        self.nbytes = self.tensor.numel() * self.tensor.element_size()
+        self.targets = targets
 
 
 def _outside_local_tensor_mode() -> Any:
@@ -83,6 +132,7 @@ def _outside_local_tensor_mode() -> Any:
 
 
 _MESH_JSON: Dict[int, Any] = {}  # id(mesh) -> (mesh, its JSON): meshes live as long as their DTensors
+_PLACEMENTS_TEXT: Dict[tuple, str] = {}  # a spec's placements (hashable value objects) -> "[S(0), R]"
 
 
 def _mesh_json(mesh: Any) -> Dict[str, Any]:
@@ -100,8 +150,10 @@ def _spec_json(spec: Any) -> Dict[str, Any]:
     root dims the placements apply to, which every rank writes alike (each rank's own submesh differs)."""
     mesh = spec.mesh
     root = mesh._get_root_mesh() if hasattr(mesh, "_get_root_mesh") else mesh
-    out = {"mesh": _mesh_json(root),
-           "placements": "[" + ", ".join(_placement_text(p) for p in spec.placements) + "]",
+    text = _PLACEMENTS_TEXT.get(spec.placements)
+    if text is None:
+        text = _PLACEMENTS_TEXT[spec.placements] = "[" + ", ".join(_placement_text(p) for p in spec.placements) + "]"
+    out = {"mesh": _mesh_json(root), "placements": text,
            "shape": list(spec.tensor_meta.shape), "dtype": str(spec.tensor_meta.dtype).replace("torch.", "")}
     if root is not mesh and mesh.mesh_dim_names is not None:
         out["submesh"] = list(mesh.mesh_dim_names)
@@ -134,10 +186,15 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     return c.contiguous().reshape(-1).view(torch.uint8).clone()
 
 
-def _rank_states(t: torch.Tensor) -> List[Dict[str, Any]]:
+def _rank_states(shards: Dict[int, torch.Tensor]) -> List[Dict[str, Any]]:
+    """Every rank's local shape and shard hash, ranks ascending."""
+    if len(shards) == 1 and torch._C._len_torch_dispatch_stack() == 0:  # a real rank's own shard, no mode to leave
+        ((r, v),) = shards.items()
+        if v.device.type == "cpu":
+            return [{"rank": r, "local_shape": list(v.shape), "hash": _C.shard_hash(v)}]
     with _outside_local_tensor_mode():
         return [{"rank": r, "local_shape": list(v.shape), "hash": _C.shard_hash(v.detach().cpu())}
-                for r, v in sorted(_shards(t).items())]
+                for r, v in sorted(shards.items())]
 
 
 class _OpProxy:
@@ -162,11 +219,21 @@ class _Recorder:
         self.path = path
         self.max_data_bytes = max_data_bytes
         self.records: List[Dict[str, Any]] = []
-        self.data: List[torch.Tensor] = []  # this process's shard bytes (flat uint8), in record order
+        self.data: List[torch.Tensor] = []  # this process's distinct shard bytes (flat uint8), in keeping order
+        self.kept: Dict[tuple, int] = {}  # (hash, nbytes) -> index in self.data: equal shards are kept once
         self.data_bytes = 0
         self.data_complete = True
         self.local = threading.local()
         self.patches: List[tuple] = []
+        self.rank = 0  # this process's rank on a real process group (LocalTensors name their own ranks)
+        self.groups: Dict[Any, Optional[List[int]]] = {}  # group name -> its ranks (None: not resolvable)
+        self.pending: List[_Pending] = []  # async results not hashed yet, oldest first
+        self.pending_bytes = 0
+        self.pending_lock = threading.Lock()
+        self.wait_op: Any = None  # upstream's wait_tensor, unhooked
+        # How the async results were hashed (tests and the bench read them): when the program waited, when the
+        # block ended, past the pending bound, or not at all (the buffer was written around the hooks).
+        self.stats = {"deferred": 0, "at_wait": 0, "at_end": 0, "at_bound": 0, "unavailable": 0}
         self.t0 = time.perf_counter()  # start_us counts from here (each rank's own clock)
 
     # ---- hooks ----
@@ -175,9 +242,11 @@ class _Recorder:
         setattr(owner, name, value)
 
     def install(self) -> None:
+        import torch.distributed as dist
         import torch.distributed.tensor._api as api
         import torch.distributed.tensor._dispatch as dispatch
         import torch.distributed.tensor._redistribute as redistribute
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
         original = redistribute.redistribute_local_tensor
         wrapped = self._wrap_redistribute(original)
         for module in (redistribute, dispatch, api):
@@ -211,6 +280,11 @@ class _Recorder:
             except (AttributeError, RuntimeError):
                 continue  # not in this build (the version check guards the ones that matter)
             self._patch(ns, name, self._wrap_collective(op, kind, name))
+        # The program's waits for async results: a pending result is hashed as soon as its collective is waited for,
+        # before the program can touch its bytes.
+        self.wait_op = torch.ops._c10d_functional.wait_tensor
+        self._patch(torch.ops._c10d_functional, "wait_tensor",
+                    _OpProxy(self.wait_op, lambda args, kwargs, out: self._on_wait(args[0] if args else out)))
 
     def uninstall(self) -> None:
         for owner, name, value in reversed(self.patches):
@@ -248,57 +322,156 @@ class _Recorder:
                 record["arg"] = next((i for i, a in enumerate(info.flat_args_schema) if a is current_spec), None)
             else:
                 record["call"] = "backward"
-            record["ranks_before"] = _rank_states(local_tensor)
-            recorder._keep_data(record, "data", local_tensor)
+            recorder._observe(record, "ranks_before", "data", local_tensor)
             recorder.local.collectives = []
             start = time.perf_counter()
             try:
                 out = original(local_tensor, current_spec, target_spec, *args, **kwargs)
-                states = _rank_states(out)  # waits for an async result
             finally:
                 seen, recorder.local.collectives = recorder.local.collectives, None
-            elapsed_us = (time.perf_counter() - start) * 1e6
-            record["ranks_after"] = states
-            if _reduces_partial(current_spec, target_spec):
-                recorder._keep_data(record, "data_after", out)
+            elapsed_us = (time.perf_counter() - start) * 1e6  # until upstream returned (an async result's
+            # collective may still run: its wait is the program's)
+            keep_after = _reduces_partial(current_spec, target_spec)
+            if out is local_tensor and record["ranks_before"] is not _PENDING:
+                # nothing to do on any mesh dim: the same tensor, hashed a moment ago, no program code since
+                record["ranks_after"] = [dict(s) for s in record["ranks_before"]]
+                record["data_after"] = record["data"] if keep_after else None
             else:
+                recorder._observe(record, "ranks_after", "data_after" if keep_after else None, out)
+            if not keep_after:
                 record["data_after"] = None  # the result is exact: replay compares hashes, needs no values
-            record["collectives"] = [recorder._collective_rows(c, current_spec.mesh) for c in seen]
-            record["time_us"] = {str(r["rank"]): elapsed_us for r in states}
-            record["start_us"] = {str(r["rank"]): (start - recorder.t0) * 1e6 for r in states}
+            record["collectives"] = [recorder._collective_rows(c) for c in seen]
+            ranks = [str(r) for r in sorted(_shapes(out, recorder.rank))]
+            record["time_us"] = {r: elapsed_us for r in ranks}
+            record["start_us"] = {r: (start - recorder.t0) * 1e6 for r in ranks}
             recorder.records.append(record)
             return out
 
         return redistribute_local_tensor
 
-    def _keep_data(self, record: Dict[str, Any], key: str, local_tensor: torch.Tensor) -> None:
+    # ---- hashing, now or when the program waits ----
+    def _observe(self, record: Dict[str, Any], states_key: str, data_key: Optional[str], t: torch.Tensor) -> None:
+        """Fills record[states_key] with every rank's local shape and hash of `t` (and, with `data_key`, keeps the
+        shards' bytes there): now, or for an async result whose collective may still run, when it is waited for."""
+        if _is_pending(t):
+            record[states_key] = _PENDING
+            if data_key is not None:
+                record[data_key] = _PENDING
+            p = _Pending(t, [(record, states_key, data_key)])
+            with self.pending_lock:
+                self.pending.append(p)
+                self.pending_bytes += p.nbytes
+                self.stats["deferred"] += 1
+                over = []
+                while self.pending_bytes > _MAX_PENDING_BYTES and len(self.pending) > 1:
+                    over.append(self._take(0))
+            for q in over:
+                self._resolve(q, "at_bound")
+            return
+        shards = _shards(t, self.rank)
+        states = _rank_states(shards)
+        record[states_key] = states
+        if data_key is not None:
+            self._keep_data(record, data_key, shards, states)
+
+    def _take(self, i: int) -> _Pending:
+        p = self.pending.pop(i)
+        self.pending_bytes -= p.nbytes
+        return p
+
+    def _on_wait(self, t: Any) -> None:
+        """The program waited for `t` (upstream's wait_tensor returned): hashes the pending results in its storage."""
+        if not self.pending or not isinstance(t, torch.Tensor):
+            return
+        try:
+            storage = t.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001  a tensor without storage (fake, meta, a wrapper): none of ours
+            return
+        with self.pending_lock:
+            hits = [self._take(i) for i in reversed(range(len(self.pending))) if self.pending[i].storage == storage]
+        for p in reversed(hits):  # oldest first
+            self._resolve(p, "at_wait")
+
+    def _resolve_all(self) -> None:
+        with self.pending_lock:
+            todo, self.pending, self.pending_bytes = self.pending, [], 0
+        for p in todo:
+            self._resolve(p, "at_end")
+
+    def _resolve(self, p: _Pending, when: str) -> None:
+        """Hashes a pending result (waiting for its collective first unless the program just did) and fills in its
+        targets; if its buffer was written since the redistribution returned, its hash is unavailable."""
+        if when != "at_wait":
+            self.wait_op(p.tensor)
+        if p.tensor._version != p.version:
+            self.stats["unavailable"] += 1
+            reason = (f"written in place before it was hashed (version {p.version} -> {p.tensor._version}): the async "
+                      f"result's buffer was changed after a wait the recorder does not see")
+            states = [{"rank": self.rank, "local_shape": list(p.tensor.shape), "hash": None, "unavailable": reason}]
+            for record, states_key, data_key in p.targets:
+                record[states_key] = [dict(s) for s in states]
+                if data_key is not None:
+                    record[data_key] = None
+            return
+        self.stats[when] += 1
+        shards = {self.rank: p.tensor}
+        states = _rank_states(shards)
+        for record, states_key, data_key in p.targets:
+            record[states_key] = [dict(s) for s in states]
+            if data_key is not None:
+                self._keep_data(record, data_key, shards, states)
+
+    def _keep_data(self, record: Dict[str, Any], key: str, shards: Dict[int, torch.Tensor],
+                   states: List[Dict[str, Any]]) -> None:
         """Keeps every shard's bytes under record[key] (source shards: "data"; results: "data_after", which let
-        replay tell floating-point summation order from a wrong result) while the cap allows."""
-        shards = _shards(local_tensor)
-        size = sum(v.numel() * v.element_size() for v in shards.values())
-        if not self.data_complete or self.data_bytes + size > self.max_data_bytes or \
-                (key == "data_after" and record.get("data") is None):
+        replay tell floating-point summation order from a wrong result) while the cap allows. A shard equal to one
+        already kept (same hash and size: a replica, a result that is the next source, the same value a step later)
+        points at the same bytes: no copy, and the cap counts the distinct bytes kept."""
+        if not self.data_complete:
+            record[key] = None
+            return
+        if any(s["hash"] is None for s in states) or (key == "data_after" and record.get("data") is None):
+            record[key] = None  # a value that is gone, or a result without its source: nothing replay could use
+            return
+        hashes = {s["rank"]: s["hash"] for s in states}
+        found, new = {}, 0
+        for r, v in shards.items():
+            nbytes = v.numel() * v.element_size()
+            k = self.kept.get((hashes[r], nbytes))
+            found[r] = k
+            if k is None:
+                new += nbytes
+        if self.data_bytes + new > self.max_data_bytes:
             self.data_complete = False
             record[key] = None
             return
-        record[key] = {}
+        out = {}
         for r, v in sorted(shards.items()):
-            with _outside_local_tensor_mode():
-                blob = _bytes_of(v)
-            record[key][str(r)] = len(self.data)
-            self.data.append(blob)
-        self.data_bytes += size
+            k = found[r]
+            if k is None:
+                nbytes = v.numel() * v.element_size()
+                k = self.kept.get((hashes[r], nbytes))  # two equal shards of this call
+                if k is None:
+                    with _outside_local_tensor_mode():
+                        blob = _bytes_of(v)
+                    k = self.kept[(hashes[r], nbytes)] = len(self.data)
+                    self.data.append(blob)
+            out[str(r)] = k
+        self.data_bytes += new
+        record[key] = out
 
-    def _collective_rows(self, c: Dict[str, Any], mesh: Any) -> Dict[str, Any]:
+    def _collective_rows(self, c: Dict[str, Any]) -> Dict[str, Any]:
         """One collective as this process saw it: {rank: (group, input shape, output shape, bytes in, bytes out)}."""
-        ins, outs = _shards(c["input"]), _shards(c["output"])
-        group = None
-        try:
-            from torch.distributed import distributed_c10d as c10d
-            pg = c10d._resolve_process_group(c["group_name"])
-            group = [int(r) for r in c10d.get_process_group_ranks(pg)]
-        except Exception:  # noqa: BLE001  LocalTensorMode's fake groups: the group is the mesh's (below)
-            group = None
+        ins, outs = _shapes(c["input"], self.rank), _shapes(c["output"], self.rank)
+        name = c["group_name"]
+        if name not in self.groups:
+            try:
+                from torch.distributed import distributed_c10d as c10d
+                pg = c10d._resolve_process_group(name)
+                self.groups[name] = [int(r) for r in c10d.get_process_group_ranks(pg)]
+            except Exception:  # noqa: BLE001  LocalTensorMode's fake groups: the group is the mesh's
+                self.groups[name] = None
+        group = self.groups[name]
         rows = {}
         for r, v in sorted(ins.items()):
             o = outs.get(r)
@@ -312,52 +485,57 @@ class _Recorder:
     def finish(self, argv: str) -> None:
         import torch.distributed as dist
         from torch.distributed._local_tensor import local_tensor_mode
+        self._resolve_all()  # the async results the program never waited for inside the block
+        global last_stats
+        last_stats = dict(self.stats)
         real = dist.is_initialized() and dist.get_backend() != "fake" and local_tensor_mode() is None
-        if real:
-            world = dist.get_world_size()
-            # The rows as objects (small); the shard bytes as one uint8 tensor per rank, gathered as tensors
-            # (no pickling of megabytes), padded to the largest rank's.
-            sizes = [int(b.numel()) for b in self.data]
-            mine = {"records": self.records, "sizes": sizes, "complete": self.data_complete}
-            gathered: Optional[List[Any]] = [None] * world if dist.get_rank() == 0 else None
-            dist.gather_object(mine, gathered, dst=0)
-            totals = torch.tensor([sum(sizes)], dtype=torch.int64)
-            all_totals = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-            dist.all_gather(all_totals, totals)
-            longest = max(int(t.item()) for t in all_totals)
-            if longest > 0:
-                flat = torch.zeros(longest, dtype=torch.uint8)
-                if self.data:
-                    torch.cat(self.data, out=flat[:sum(sizes)])
-                bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)] \
-                    if dist.get_rank() == 0 else None
-                dist.gather(flat, bufs, dst=0)
-                if gathered is not None and bufs is not None:
-                    for part, buf in zip(gathered, bufs):
-                        cuts, at = [], 0
-                        for n in part["sizes"]:
-                            cuts.append(buf[at:at + n])
-                            at += n
-                        part["data"] = cuts
-            elif gathered is not None:
-                for part in gathered:
-                    part["data"] = [torch.empty(0, dtype=torch.uint8) for _ in part["sizes"]]
-            # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks
-            # that raced ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and
-            # all raise if the write failed.
-            status: List[Any] = [None]
-            if dist.get_rank() == 0:
-                try:
-                    self._write(gathered, f"torch-{dist.get_backend()}", world, argv)
-                except Exception as e:  # noqa: BLE001  re-raised on every rank below
-                    status[0] = f"{type(e).__name__}: {e}"
-            dist.broadcast_object_list(status, src=0)
-            if status[0] is not None:
-                raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {status[0]}")
+        if not real:
+            world = dist.get_world_size() if dist.is_initialized() else 1
+            parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
+            self._write(parts, "torch-local", world, argv)
             return
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
-        self._write(parts, "torch-local", world, argv)
+        # Three collectives on the default group: every rank's two sizes (its pickled rows, its kept bytes), then one
+        # uint8 buffer per rank holding both (gathered to rank 0 as a tensor, padded to the longest), then rank 0's
+        # verdict. Rank 0 keeps its own rows and bytes as they are.
+        world, rank = dist.get_world_size(), dist.get_rank()
+        sizes = [int(b.numel()) for b in self.data]
+        rows = b"" if rank == 0 else \
+            pickle.dumps({"records": self.records, "sizes": sizes, "complete": self.data_complete},
+                         protocol=pickle.HIGHEST_PROTOCOL)
+        lengths = [torch.empty(2, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(lengths, torch.tensor([len(rows), 0 if rank == 0 else sum(sizes)], dtype=torch.int64))
+        lengths_list = [(int(x[0]), int(x[1])) for x in lengths]
+        longest = max(1, max(a + b for a, b in lengths_list))
+        flat = torch.empty(longest, dtype=torch.uint8)
+        if rank != 0:
+            flat[:len(rows)].copy_(torch.frombuffer(bytearray(rows), dtype=torch.uint8))
+            if self.data:
+                torch.cat(self.data, out=flat[len(rows):len(rows) + sum(sizes)])
+        bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)] if rank == 0 else None
+        dist.gather(flat, bufs, dst=0)
+        # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks that raced
+        # ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and all raise if it failed.
+        error: Optional[str] = None
+        if rank == 0:
+            try:
+                parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
+                for buf, (n_rows, _) in zip(bufs[1:], lengths_list[1:]):
+                    part = pickle.loads(buf[:n_rows].numpy().tobytes())
+                    cuts, at = [], n_rows
+                    for n in part["sizes"]:
+                        cuts.append(buf[at:at + n])
+                        at += n
+                    part["data"] = cuts
+                    parts.append(part)
+                self._write(parts, f"torch-{dist.get_backend()}", world, argv)
+            except Exception as e:  # noqa: BLE001  re-raised on every rank below
+                error = f"{type(e).__name__}: {e}"
+        status = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+        dist.broadcast(status, src=0)
+        if int(status[0]) != 0:
+            message: List[Any] = [error]
+            dist.broadcast_object_list(message, src=0)
+            raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {message[0]}")
 
     def _write(self, parts: List[Dict[str, Any]], backend: str, world: int, argv: str) -> None:
         counts = {len(p["records"]) for p in parts}
@@ -487,4 +665,5 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
     finally:
         recorder.uninstall()
         _MESH_JSON.clear()
+        _PLACEMENTS_TEXT.clear()
     recorder.finish(" ".join(sys.argv))

@@ -3,7 +3,10 @@
 an implicit one from op dispatch); the recording replays as equal; its twin with rank 2's S(i) -> S(j) corrupted by a
 monkeypatched upstream method replays as different, naming the redistribution and rank 2; the same program under
 upstream's LocalTensorMode replays as equal; tampered recordings are caught. Expected collectives and bytes are
-computed here from torch.chunk sizes, not read from dtsim."""
+computed here from torch.chunk sizes, not read from dtsim. Async results (tests/python/recorded_async_program.py, 2
+Gloo ranks): hashed when the program waits for them, equal to their synchronous twins' although the program writes
+them in place right after; one written around the recorder's hooks is recorded as unavailable and replay reports it
+as not checked (exit 3)."""
 import json
 import os
 import shutil
@@ -14,6 +17,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "recorded_program.py")
+ASYNC_PROGRAM = os.path.join(HERE, "recorded_async_program.py")
 DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
@@ -216,6 +220,10 @@ def test_tampered_recordings_are_caught(recorded, tmp_path):
     (lambda d: d["redistributions"][0]["data"][0].update(offset=1 << 40), "beyond the end of the data file"),
     (lambda d: d["meta"].update(data_file="../etc/passwd"), "data_file"),
     (lambda d: d["redistributions"][0].update(time_us={"0": -1}), "time"),
+    (lambda d: d["redistributions"][0]["ranks_after"][0].update(unavailable="gone"),
+     "a state marked unavailable has a null hash"),
+    (lambda d: d["redistributions"][0]["ranks_after"][0].update(hash=None, unavailable=5), "expected the reason"),
+    (lambda d: d["redistributions"][0]["ranks_after"][0].update(hash=None), "ranks_after[0].hash"),
 ])
 def test_invalid_recordings_exit_2(recorded, tmp_path, mutate, words):
     doc = json.load(open(recorded / "run.json"))
@@ -244,3 +252,92 @@ def test_record_refuses_bad_arguments(tmp_path, monkeypatch):
         with dtsim.record(tmp_path / "r.json"):
             pass
     assert not os.path.exists(tmp_path / "r.json")
+
+
+@pytest.fixture(scope="module")
+def async_recorded(tmp_path_factory):
+    """The async program on 2 Gloo ranks, rank 1 writing result #9 around the recorder's hooks; every rank's stats."""
+    d = tmp_path_factory.mktemp("async")
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node", "2", ASYNC_PROGRAM, str(d / "async.json"), "--bypass", "1"]
+    proc = run_job(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    stats = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("STATS "):
+            _, rank, block, text = line.split(" ", 3)
+            stats[(int(rank), block)] = json.loads(text)
+    return d, stats
+
+
+def test_async_results_are_hashed_when_the_program_waits_before_it_writes_them(async_recorded):
+    d, stats = async_recorded
+    doc = json.load(open(d / "async.json"))
+    recs = doc["redistributions"]
+    assert [(r["src"]["placements"], r["dst"]["placements"]) for r in recs] == \
+        [("[P(sum)]", "[R]")] * 2 + [("[S(0)]", "[R]")] * 3 + [("[S(0)]", "[S(1)]")] * 2 + \
+        [("[S(0)]", "[R]"), ("[R]", "[S(0)]"), ("[P(sum)]", "[R]")]
+    for rank in (0, 1):
+        # #1, #3, #4, #7, #8's source and #9 were pending when upstream returned; #1 and #3 were waited for by the
+        # program's in-place writes, #7 and #8's source by upstream's copy in #8 (hashed at those waits), #4 and #9
+        # only after the block (rank 1's #9: written around the hooks, so unavailable)
+        s = stats[(rank, "main")]
+        assert s["deferred"] == 6 and s["at_wait"] == 4 and s["at_bound"] == 0
+        assert (s["at_end"], s["unavailable"]) == ((2, 0) if rank == 0 else (1, 1))
+
+    def hashes(k):
+        return [st["hash"] for st in recs[k]["ranks_after"]]
+    # each async result hashes as its synchronous twin, although the program wrote it right after the wait
+    assert hashes(1) == hashes(0) and hashes(3) == hashes(2) and hashes(4) == hashes(2)
+    assert hashes(6) == hashes(5) and hashes(7) == hashes(2)
+    assert [st["hash"] for st in recs[8]["ranks_before"]] == hashes(2)
+    assert hashes(9)[0] == hashes(0)[0]
+    # ... and the writes happened: the values after them hash otherwise (what a late hash would have recorded)
+    import torch
+
+    import dtsim
+    twin = torch.arange(30.0).reshape(6, 5) * 3  # rank r holds arange * (r + 1): the sum over ranks 0 and 1
+    assert dtsim.shard_hash(twin) == hashes(0)[0] and dtsim.shard_hash(twin + 1) != hashes(1)[0]
+    # rank 1's #9: its buffer was written after a wait the recorder does not hook: no hash, the reason, no bytes
+    gone = recs[9]["ranks_after"][1]
+    assert gone["hash"] is None and "written in place before it was hashed" in gone["unavailable"]
+    assert recs[9]["data_after"] is None and recs[9]["data"] is not None
+
+
+def test_an_unavailable_hash_is_reported_not_checked_never_equal(async_recorded):
+    d, _ = async_recorded
+    out = replay(d / "async.json")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "#9 redistribute  mesh[2] [6, 5] float32  [P(sum)] -> [R]  NOT CHECKED on rank 1; 1 other shard equal" \
+        in out.stdout
+    assert "rank 1: result not checked, its hash is unavailable (written in place" in out.stdout
+    assert "verdict: no difference found, but 1 shard was not checked" in out.stdout
+    assert "equals dtsim's simulation" not in out.stdout
+    js = json.loads(replay(d / "async.json", "--json").stdout)
+    assert not js["equal"] and js["unchecked_shards"] == 1
+    by_index = {r["index"]: r for r in js["redistributions"]}
+    assert by_index[9]["unchecked_ranks"] == [1] and not by_index[9]["equal"] and by_index[9]["shards_checked"] == 1
+    assert all(r["equal"] and r["shards_checked"] == 2 for k, r in by_index.items() if k != 9)
+    # a wrong hash on the other rank of the same step is still a difference (exit 1), with the unchecked rank noted
+    doc = json.load(open(d / "async.json"))
+    doc["redistributions"][9]["ranks_after"][0]["hash"] = "xxh3:0123456789abcdef"
+    (d / "wrong.json").write_text(json.dumps(doc))
+    out = replay(d / "wrong.json")
+    assert out.returncode == 1 and "first at redistribution #9 (redistribute), rank 0" in out.stdout, out.stdout
+    assert "not checked: rank 1: result not checked" in out.stdout
+    # a source whose hash is unavailable: no rank's result is recomputed, every rank of that step unchecked
+    doc = json.load(open(d / "async.json"))
+    doc["redistributions"][0]["ranks_before"][1].update(hash=None, unavailable="gone")
+    (d / "source.json").write_text(json.dumps(doc))
+    out = replay(d / "source.json")
+    assert out.returncode == 3 and "#0 redistribute  mesh[2] [6, 5] float32  [P(sum)] -> [R]  NOT CHECKED on ranks " \
+        "0, 1; layouts and 1 collective equal" in out.stdout, out.stdout
+    assert "rank 1's source hash is unavailable (gone): no rank's result is recomputed" in out.stdout
+    assert "3 shards were not checked" in out.stdout
+
+
+def test_past_the_pending_bound_async_results_are_hashed_early(async_recorded):
+    d, stats = async_recorded
+    for rank in (0, 1):
+        assert stats[(rank, "bound")] == {"deferred": 3, "at_wait": 0, "at_end": 1, "at_bound": 2, "unavailable": 0}
+    out = replay(d / "async.json.bound.json")
+    assert out.returncode == 0, out.stdout + out.stderr
