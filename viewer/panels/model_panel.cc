@@ -103,7 +103,11 @@ void DrawTreePanel(App& app, const Rect& area) {
   }
   if (hovered >= 0) {
     const TreeRow& r = rows[hovered];
-    ImGui::SetTooltip("%s%s%s", r.label.c_str(), r.values.empty() ? "" : "\n", r.values.c_str());
+    std::string tip = r.label;
+    if (!r.forward.empty()) tip += "\nforward: " + r.forward;
+    if (!r.backward.empty()) tip += "\nbackward: " + r.backward;
+    if (!r.values.empty()) tip += StrCat("\nrank ", s.view.rank, ": ", r.values);
+    ImGui::SetTooltip("%s", tip.c_str());
   }
   // The visible band (content coordinates) goes into the dump as the panel's viewport.
   const Rect visible{0, scroll, row_w, scroll + view_h};
