@@ -446,17 +446,14 @@ void ToggleExpanded(ModelSession& s, const std::string& key) {
 TreeColumns ModelTreeColumns(float width, bool has_values, const TextMetrics& m) {
   TreeColumns c;
   c.width = width;
-  // The label keeps at least max(300 px, 30%) of the width; the other columns shrink together
-  // when they do not fit beside it.
+  // The label keeps at least max(320 px, 30%) of the width; the forward and backward columns give
+  // up room first, then the values.
   float values_w = has_values ? m.Width("in 00000000  out 00000000") + 16 : 0;
   float pass_w = m.Width("AG 99, AR 99, RS 99 | 999 KiB") + 12;
   const float label_min = std::min(width, std::max(320.0f, width * 0.3f));
-  const float rest = values_w + 2 * pass_w;
-  if (rest > width - label_min && rest > 0) {
-    const float k = std::max(0.0f, width - label_min) / rest;
-    values_w *= k;
-    pass_w *= k;
-  }
+  const float room = std::max(0.0f, width - label_min);
+  values_w = std::min(values_w, room);
+  pass_w = std::min(pass_w, (room - values_w) / 2);
   c.values_x = std::round(width - values_w);
   c.backward_x = std::round(c.values_x - pass_w);
   c.forward_x = std::round(c.backward_x - pass_w);
