@@ -60,6 +60,9 @@ int RunExport(const Args& args) {
   po::notify(vm);
   if (vm.count("help")) {
     std::cout << "usage: dtsim export --format perfetto trace.json out.json [--with other.json]\n"
+                 "  trace.json: a redistribution trace, a model trace (dtsim model --trace: "
+                 "modules, ops\n"
+                 "  and their collectives nested per rank) or a recording (dtsim.record)\n"
               << desc;
     return 0;
   }

@@ -791,6 +791,12 @@ TEST_F(ViewerPixelTest, A4096RankModelTraceOpens) {
   EXPECT_EQ(mlp.row["values"], "");  // no hashes
 }
 
+TEST_F(ViewerPixelTest, AnInteractiveWindowShowsAModelTraceAndCloses) {
+  const RunResult r =
+      RunViewer(ModelData(kModelSim) + " " + ModelData(kModelReal) + " --close-after 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 TEST_F(ViewerPixelTest, ABadModelTraceOpensToTheErrorScreen) {
   nlohmann::json bad = testing::ReadJson(ModelData(kModelSim));
   bad["events"][3]["t_us"] = -1;
