@@ -230,6 +230,7 @@ class _Recorder:
         self.pending: List[_Pending] = []  # async results not hashed yet, oldest first
         self.pending_bytes = 0
         self.pending_lock = threading.Lock()
+        self.data_lock = threading.Lock()  # the wait hook may keep bytes from another thread (autograd's)
         self.wait_op: Any = None  # upstream's wait_tensor, unhooked
         # How the async results were hashed (tests and the bench read them): when the program waited, when the
         # block ended, past the pending bound, or not at all (the buffer was written around the hooks).
@@ -427,6 +428,11 @@ class _Recorder:
         replay tell floating-point summation order from a wrong result) while the cap allows. A shard equal to one
         already kept (same hash and size: a replica, a result that is the next source, the same value a step later)
         points at the same bytes: no copy, and the cap counts the distinct bytes kept."""
+        with self.data_lock:
+            self._keep_data_locked(record, key, shards, states)
+
+    def _keep_data_locked(self, record: Dict[str, Any], key: str, shards: Dict[int, torch.Tensor],
+                          states: List[Dict[str, Any]]) -> None:
         if not self.data_complete:
             record[key] = None
             return
@@ -434,28 +440,20 @@ class _Recorder:
             record[key] = None  # a value that is gone, or a result without its source: nothing replay could use
             return
         hashes = {s["rank"]: s["hash"] for s in states}
-        found, new = {}, 0
-        for r, v in shards.items():
-            nbytes = v.numel() * v.element_size()
-            k = self.kept.get((hashes[r], nbytes))
-            found[r] = k
-            if k is None:
-                new += nbytes
+        keys = {r: (hashes[r], v.numel() * v.element_size()) for r, v in shards.items()}
+        new = sum(k[1] for k in set(keys.values()) if k not in self.kept)  # distinct bytes not kept yet
         if self.data_bytes + new > self.max_data_bytes:
             self.data_complete = False
             record[key] = None
             return
         out = {}
         for r, v in sorted(shards.items()):
-            k = found[r]
-            if k is None:
-                nbytes = v.numel() * v.element_size()
-                k = self.kept.get((hashes[r], nbytes))  # two equal shards of this call
-                if k is None:
-                    with _outside_local_tensor_mode():
-                        blob = _bytes_of(v)
-                    k = self.kept[(hashes[r], nbytes)] = len(self.data)
-                    self.data.append(blob)
+            k = self.kept.get(keys[r])
+            if k is None:  # not kept yet (an equal shard of this call is kept once too)
+                with _outside_local_tensor_mode():
+                    blob = _bytes_of(v)
+                k = self.kept[keys[r]] = len(self.data)
+                self.data.append(blob)
             out[str(r)] = k
         self.data_bytes += new
         record[key] = out
