@@ -50,6 +50,12 @@ else
   echo "no MPI backend: docs/images/viewer-real-pair.png left as it is" >&2
 fi
 
+# Model traces (checked in under tests/viewer/data, their README says how they were made): one run with rank 3's
+# values and a module selected, and the simulated run against a real 8-rank MPI run with a fault on rank 2.
+MD="$DTSIM_ROOT/tests/viewer/data"
+shot viewer-model "$MD/model_fsdp_tp_2x4_sim.json" --select-rank 3 --module layers.0.attention.wq
+shot viewer-model-diff "$MD/model_fsdp_tp_2x4_sim.json" "$MD/model_fsdp_tp_2x4_real_fault.json"
+
 # A 4,096-rank 3-D mesh (a metadata-only trace from the planner): 16 slices of 16 x 16.
 "$DTSIM_BUILD/viewer/dtsim_make_meta_trace" --mesh 16x16x16 --names pp,dp,tp --shape 64,64,64 \
   --from "S(0),S(1),S(2)" --to "R,S(0),S(1)" "$work/mesh4096.json"

@@ -349,9 +349,11 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
                                              int64_t* rounded) {
   if (rounded != nullptr) *rounded = 0;
   std::vector<TraceDifference> out;
+  int64_t event = -1;  // the event being compared
   auto add = [&](std::string where, std::string what, std::vector<int64_t> ranks = {}) {
     if (out.size() >= limit) return;
     TraceDifference d;
+    d.event = event;
     d.where = std::move(where);
     d.what = std::move(what);
     d.ranks = std::move(ranks);
@@ -367,6 +369,7 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
   for (size_t i = 0; i < n && out.size() < limit; ++i) {
     const ModelTraceEvent& x = a.events[i];
     const ModelTraceEvent& y = b.events[i];
+    event = static_cast<int64_t>(i);
     const std::string where = StrCat("event ", i + 1, ": ", Describe(x));
     const std::string after =
         last_collective.empty()
@@ -440,6 +443,7 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
       }
     }
   }
+  event = -1;
   if (a.events.size() != b.events.size()) {
     add("events", StrCat(a.events.size(), " vs ", b.events.size(), " events"));
   }

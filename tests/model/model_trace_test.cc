@@ -76,6 +76,10 @@ TEST(ModelTraceTest, ACorruptActivationIsFoundAtItsModuleOnItsRank) {
             std::string::npos)
       << first_activation->where;
   EXPECT_EQ(first_activation->ranks, std::vector<int64_t>({1}));
+  // The event index names the same event as the text.
+  ASSERT_GE(first_activation->event, 0);
+  EXPECT_EQ(a.events.at(first_activation->event).kind, ModelEventKind::kModuleEnd);
+  EXPECT_EQ(a.events.at(first_activation->event).module, "layers.1.attention.wk");
   // The same run twice agrees bit for bit (nothing counted as rounding).
   int64_t rounded = -1;
   EXPECT_TRUE(DiffModelTraces(a, *RunModel(clean).trace, 20, &rounded).empty());

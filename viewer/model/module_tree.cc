@@ -212,15 +212,8 @@ std::string ModuleTree::Describe() const {
 }
 
 std::optional<int64_t> EventOfDifference(const TraceDifference& d) {
-  constexpr std::string_view kPrefix = "event ";
-  if (d.where.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
-  int64_t n = 0;
-  size_t i = kPrefix.size();
-  const size_t start = i;
-  while (i < d.where.size() && i - start < 18 && d.where[i] >= '0' && d.where[i] <= '9')
-    n = n * 10 + (d.where[i++] - '0');
-  if (i == start || n < 1) return std::nullopt;
-  return n - 1;
+  if (d.event < 0) return std::nullopt;
+  return d.event;
 }
 
 bool ModelComparison::Differs(int64_t event, int64_t rank) const {

@@ -122,8 +122,8 @@ class ModuleTree {
   std::vector<int64_t> parameters_, losses_, gradients_;
 };
 
-// The event a difference of DiffModelTraces names: its `where` begins "event N" (N from 1);
-// nullopt for differences of the whole run ("model", "mesh", "events").
+// The event (0-based) a difference of DiffModelTraces is at (TraceDifference::event); none for a
+// difference of the whole run (the model, the mesh, the number of events).
 std::optional<int64_t> EventOfDifference(const TraceDifference& difference);
 
 // Two model traces of the same run compared (DiffModelTraces, every difference), laid onto the

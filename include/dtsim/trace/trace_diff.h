@@ -22,6 +22,7 @@ struct TraceDifference {
   std::string what;   // "hash differs on ranks 5, 7 (rank 5: xxh3:… vs xxh3:…)"
   std::vector<int64_t>
       ranks;  // the ranks concerned (empty for a difference of the whole run, e.g. a step count)
+  int64_t event = -1;  // model traces: the event's index (0-based) in the first trace's events
 };
 
 // Compares two traces: the specs, the sequence of steps (mesh dim, from, to, collective, placements
