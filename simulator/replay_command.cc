@@ -112,6 +112,7 @@ std::map<size_t, std::vector<Unavailable>> TakeUnavailable(nlohmann::json& doc,
         out[i].push_back({side[6] == 'b', s["rank"].get<int64_t>(),
                           ExcerptText(s["unavailable"].get<std::string>(), 300)});
         s["hash"] = "xxh3:0000000000000000";  // a placeholder, never compared (above)
+        s.erase("unavailable");  // taken care of here: the reader sees an ordinary state
       }
     }
   }

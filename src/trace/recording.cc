@@ -159,6 +159,43 @@ std::optional<std::vector<RecordedData>> DataFromJson(const JsonReader& r, const
   return data;
 }
 
+// A recording's rank states: as RankStatesFromJson reads them with hashes required, except that
+// a state the recorder could not hash says so — {"hash": null, "unavailable": "<why>"} — and is
+// read without a hash, its rank and reason put in `unavailable`.
+std::vector<RankState> RecordedStatesFromJson(const JsonReader& r, const DTensorSpec& spec,
+                                              std::map<int64_t, std::string>* unavailable) {
+  nlohmann::json states = r.json();
+  std::vector<size_t> marked;
+  if (states.is_array()) {
+    for (size_t i = 0; i < states.size(); ++i) {
+      nlohmann::json& st = states[i];
+      if (!st.is_object() || !st.contains("unavailable")) continue;
+      const JsonReader why = r.At(i).At("unavailable");
+      if (!why.json().is_string() || why.json().get<std::string>().empty()) {
+        why.Fail(StrCat("expected the reason the hash is unavailable, got ", Excerpt(why.json())));
+      }
+      if (!st.contains("hash") || !st["hash"].is_null()) {
+        r.At(i).Fail("a state marked unavailable has \"hash\": null");
+      }
+      st.erase("hash");
+      st.erase("unavailable");
+      marked.push_back(i);
+    }
+  }
+  const JsonReader copy(states, r.field(), r.path());
+  std::vector<RankState> out = RankStatesFromJson(copy, spec, false);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool is_marked = std::binary_search(marked.begin(), marked.end(), i);
+    if (is_marked) {
+      (*unavailable)[out[i].rank] = r.At(i).At("unavailable").json().get<std::string>();
+    } else if (!out[i].hash) {
+      r.At(i).Fail(
+          "has no hash (every state of a recording has one, or says why it is unavailable)");
+    }
+  }
+  return out;
+}
+
 RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
                                               std::optional<int64_t> data_file_bytes) {
   r.ExpectObject();
@@ -188,8 +225,9 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   // On a submesh every rank of the root takes part (each in its own submesh): states are checked
   // against the root mesh, local shapes against each rank's own submesh by replay.
   const size_t world = static_cast<size_t>(src_root.mesh().size());
-  out.ranks_before = RankStatesFromJson(r.At("ranks_before"), src_root, true);
-  out.ranks_after = RankStatesFromJson(r.At("ranks_after"), dst_root, true);
+  out.ranks_before =
+      RecordedStatesFromJson(r.At("ranks_before"), src_root, &out.unavailable_before);
+  out.ranks_after = RecordedStatesFromJson(r.At("ranks_after"), dst_root, &out.unavailable_after);
   if (out.ranks_before.size() != world)
     r.At("ranks_before")
         .Fail(StrCat("has ", out.ranks_before.size(), " ranks; the mesh has ", world));

@@ -52,6 +52,7 @@ class JsonReader {
 
   const nlohmann::json& json() const { return json_; }
   const std::string& path() const { return path_; }
+  const std::string& field() const { return field_; }
   bool Has(const char* key) const;
 
   // The member `key` (which must exist), as a reader.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ struct RecordedRedistribution {
   DTensorSpec dst = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
   std::vector<RankState> ranks_before;  // ascending, one per mesh rank
   std::vector<RankState> ranks_after;
+  // Ranks whose shard the recorder could not hash ({"hash": null, "unavailable": "<why>"} in the
+  // file; their RankState has no hash): rank → why.
+  std::map<int64_t, std::string> unavailable_before, unavailable_after;
   std::vector<RecordedCollective> collectives;
   std::vector<double> time_us;   // per rank of ranks_before, measured (not compared)
   std::vector<double> start_us;  // per rank: since its dtsim.record began (its own clock); or empty
