@@ -3,7 +3,9 @@
 // agreement check, byte accounting, the record for an observer, the output tensor from the caching
 // allocator, as the dtsim command line runs) and the bare MPI_Allgather / MPI_Allreduce into a
 // preallocated buffer, interleaved, best of each. Rank 0 prints one JSON object: {"<case>":
-// {"raw_us": ..., "dtsim_us": ...}, ...}.
+// {"raw_us": ..., "dtsim_us": ...}, ..., "agreement_us_per_call": ...} (the last: the mean time of
+// the collective-order check per dtsim call, Collectives::agreement_seconds() / agreement_rounds(),
+// on the slowest rank).
 #include <ATen/ATen.h>
 #include <mpi.h>
 
@@ -76,16 +78,22 @@ int main(int argc, char** argv) {
       best_raw_ar = std::min(best_raw_ar, time(raw_ar));
     }
   }
-  // The slowest rank decides a collective's time.
-  double local[4] = {best_raw_ag, best_dtsim_ag, best_raw_ar, best_dtsim_ar}, slowest[4];
-  MPI_Reduce(local, slowest, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  // The slowest rank decides a collective's time; the agreement's mean per call is the slowest
+  // rank's too.
+  const double agreement_per_call =
+      comm->agreement_rounds() > 0 ? comm->agreement_seconds() / comm->agreement_rounds() : 0;
+  double local[5] = {best_raw_ag, best_dtsim_ag, best_raw_ar, best_dtsim_ar, agreement_per_call};
+  double slowest[5];
+  MPI_Reduce(local, slowest, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (comm->rank() == 0) {
     std::printf(
         "{\"all_gather\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, "
         "\"all_reduce\": {\"raw_us\": %.1f, \"dtsim_us\": %.1f}, \"ranks\": %lld, "
-        "\"bytes_per_rank\": %lld}\n",
+        "\"bytes_per_rank\": %lld, \"agreement_us_per_call\": %.1f, "
+        "\"agreement_rounds\": %lld}\n",
         slowest[0] * 1e6, slowest[1] * 1e6, slowest[2] * 1e6, slowest[3] * 1e6,
-        static_cast<long long>(n), static_cast<long long>(bytes));
+        static_cast<long long>(n), static_cast<long long>(bytes), slowest[4] * 1e6,
+        static_cast<long long>(comm->agreement_rounds()));
   }
   return 0;
 }

@@ -161,7 +161,8 @@ if os.path.exists(os.path.join(out, "mpi.json")):
     for case in ("all_gather", "all_reduce"):
         m = mpi[case]
         print(f"bench mpi_overhead_{case} ratio {m['raw_us'] / m['dtsim_us']:.3f}   (raw MPI {m['raw_us'] / 1e3:.1f} ms, "
-              f"dtsim {m['dtsim_us'] / 1e3:.1f} ms; {mpi['ranks']} ranks x {mpi['bytes_per_rank'] >> 20} MiB, best of 15)")
+              f"dtsim {m['dtsim_us'] / 1e3:.1f} ms; {mpi['ranks']} ranks x {mpi['bytes_per_rank'] >> 20} MiB, best of 15; "
+              f"the agreement check held a rank {mpi['agreement_us_per_call']:.0f} us per call on average)")
 if os.path.exists(os.path.join(out, "python.json")):
     py = json.load(open(os.path.join(out, "python.json")))
     assert py["ok"], "dtsim's shards differ from upstream's in bench/python_bench.py"

@@ -375,7 +375,11 @@ at::Tensor Collectives::Run(const CallInfo& call, const at::Tensor& input, const
                    static_cast<long long>(call.sequence), std::string(ToString(call.kind)).c_str());
       std::this_thread::sleep_for(std::chrono::duration<double>(fault_.seconds));
     }
+    const auto agree_start = std::chrono::steady_clock::now();
     CheckAgreement(call, Fingerprint(call, input, args));
+    agreement_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - agree_start).count();
+    ++agreement_rounds_;
     if (Strikes(FaultSpec::Kind::kWrongOffset, SendsData(call, input, root))) sent = Shifted(input);
   }
   const auto start = std::chrono::steady_clock::now();

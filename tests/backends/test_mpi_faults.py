@@ -2,7 +2,8 @@
 `dtsim compare` / `dtsim trace-diff` with its step and rank; a rank that skips or stalls before a collective ends the
 whole job within --timeout with one message naming the stuck collective, its group and the missing rank, a non-zero
 exit, and no trace file (not even a temporary one). Two ranks that run different collectives are reported at once by
-the collective-order check."""
+the collective-order check — by its hash round too, after a group's first call — and a rank missing there is reported
+as it is at a group's first call."""
 import os
 import subprocess
 import time
@@ -80,3 +81,42 @@ def test_ranks_running_different_collectives_are_reported_at_once():
     assert errors and "collective order diverges" in errors[0], out.stderr
     assert "all_gather" in errors[0] and "all_reduce" in errors[0], errors[0]
     assert time.monotonic() - start < 30  # no timeout involved (it is 60 s)
+
+
+def run_disabled_test(name, np=4, env=None):
+    start = time.monotonic()
+    out = subprocess.run([MPIRUN, str(np), MPI_TESTS, "--gtest_also_run_disabled_tests", f"--gtest_filter=*{name}*"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    assert out.returncode != 0
+    errors = [l for l in out.stderr.splitlines() if l.startswith("dtsim: error: real run:")]
+    return out, errors, time.monotonic() - start
+
+
+# The hash round of groups up to 64 ranks (an all-gather of the hashes), and of larger ones (an all-reduce).
+HASH_ROUNDS = [{}, {"DTSIM_TEST_HASH_BY_ALLREDUCE": "1"}]
+
+
+@pytest.mark.skipif(not MPI_TESTS, reason="needs DTSIM_MPI_TESTS (the dtsim_mpi_tests binary)")
+@pytest.mark.parametrize("env", HASH_ROUNDS)
+def test_ranks_diverging_after_agreed_calls_are_reported_with_both_calls(env):
+    # The group's third call is checked by the hash round (its first by the first rank's answer): the disagreement
+    # still names the group and both descriptions, from rank 0, which compares the texts.
+    out, errors, elapsed = run_disabled_test("DISABLED_DivergingRanksAfterAgreedCalls", env=env)
+    assert len(errors) == 1, out.stderr
+    assert "collective order diverges in group [0, 1]: rank 1 runs '#2 all_reduce on group [0, 1]" in errors[0]
+    assert "where rank 0 runs '#2 all_gather on group [0, 1]" in errors[0], errors[0]
+    assert elapsed < 30  # no timeout involved (it is 60 s)
+
+
+@pytest.mark.skipif(not MPI_TESTS, reason="needs DTSIM_MPI_TESTS (the dtsim_mpi_tests binary)")
+@pytest.mark.parametrize("env", HASH_ROUNDS)
+@pytest.mark.parametrize("stalled,waiting", [("1", "rank 0 waits"), ("0", "rank 1 waits")])
+def test_a_rank_stuck_after_agreed_calls_is_reported(stalled, waiting, env):
+    # The hash round's timeout: the group's first rank knows who did not send its description, the others wait for
+    # the first rank; the report names the missing rank either way.
+    out, errors, elapsed = run_disabled_test("DISABLED_StuckAfterAgreedCalls",
+                                             env={"DTSIM_TEST_STALL_RANK": stalled, **env})
+    assert len(errors) == 1, out.stderr
+    assert "collective #2 all_gather on group [0, 1]" in errors[0], errors[0]
+    assert f"rank {stalled} did not arrive within 3 s (--timeout); {waiting} for it" in errors[0], errors[0]
+    assert elapsed < 3 + 25, elapsed

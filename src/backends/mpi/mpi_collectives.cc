@@ -1,7 +1,9 @@
 // MpiCollectives (see include/dtsim/backends/mpi_collectives.h). The front
 // (src/tensor/collectives.cc) has validated the call, checked the fault plan and accounts the
-// bytes; this file moves the data with MPI on the communicator of this rank's group (mpi_world.h),
-// after the group agreed on the call.
+// bytes; this file moves the data with MPI on the communicator of this rank's group (mpi_world.h)
+// while the group agrees on the call: CheckAgreement only starts the check, every MPI call here is
+// begun non-blocking and awaited together with it (Await), so the check's round overlaps the data
+// movement instead of preceding it.
 #include "dtsim/backends/mpi_collectives.h"
 
 #include <ATen/ATen.h>
@@ -111,6 +113,10 @@ class MpiCollectives : public MpiLaunchedCollectives {
   }
 
  protected:
+  void CheckAgreement(const CallInfo& call, const std::string& fingerprint) override {
+    MpiWorld::Get().StartAgreementOnCall(call, fingerprint, options_.timeout_s);
+  }
+
   at::Tensor DoAllGather(const at::Tensor& input, const CallInfo& call, int64_t dim) override {
     const int64_t n = GroupSize(call);
     if (n <= 1) return input.clone();
@@ -135,10 +141,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = input.sizes().vec();
     shape[dim] = chunk;
     at::Tensor out = at::empty(shape, input.options());
-    Check(MPI_Reduce_scatter_block(send.data_ptr(), out.data_ptr(), Count(out.numel()),
-                                   NativeType(input.scalar_type()),
-                                   NativeOp(input.scalar_type(), op), MpiComm(call)),
-          "MPI_Reduce_scatter_block");
+    MPI_Request request;
+    Check(MPI_Ireduce_scatter_block(send.data_ptr(), out.data_ptr(), Count(out.numel()),
+                                    NativeType(input.scalar_type()),
+                                    NativeOp(input.scalar_type(), op), MpiComm(call), &request),
+          "MPI_Ireduce_scatter_block");
+    Await(request, "MPI_Ireduce_scatter_block");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
   }
@@ -149,9 +157,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
     if (Ordered(input, op)) return ReduceInOrder(GatherStacked(input, call).unbind(0), op);
     at::Tensor x = input.contiguous();
     at::Tensor out = at::empty_like(x);
-    Check(MPI_Allreduce(x.data_ptr(), out.data_ptr(), Count(x.numel()), NativeType(x.scalar_type()),
-                        NativeOp(x.scalar_type(), op), MpiComm(call)),
-          "MPI_Allreduce");
+    MPI_Request request;
+    Check(
+        MPI_Iallreduce(x.data_ptr(), out.data_ptr(), Count(x.numel()), NativeType(x.scalar_type()),
+                       NativeOp(x.scalar_type(), op), MpiComm(call), &request),
+        "MPI_Iallreduce");
+    Await(request, "MPI_Iallreduce");
     if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
   }
@@ -167,10 +178,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
     }
     at::Tensor send = input.contiguous();
     at::Tensor out = root ? at::empty_like(send) : input.clone();
-    Check(MPI_Reduce(send.data_ptr(), root ? out.data_ptr() : nullptr, Count(send.numel()),
-                     NativeType(input.scalar_type()), NativeOp(input.scalar_type(), op),
-                     static_cast<int>(dst), MpiComm(call)),
-          "MPI_Reduce");
+    MPI_Request request;
+    Check(MPI_Ireduce(send.data_ptr(), root ? out.data_ptr() : nullptr, Count(send.numel()),
+                      NativeType(input.scalar_type()), NativeOp(input.scalar_type(), op),
+                      static_cast<int>(dst), MpiComm(call), &request),
+          "MPI_Ireduce");
+    Await(request, "MPI_Ireduce");
     if (root && op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
     return out;
   }
@@ -182,9 +195,11 @@ class MpiCollectives : public MpiLaunchedCollectives {
     at::Tensor send = StackPieces(input, n, split_dim);
     at::Tensor recv = at::empty_like(send);
     const int piece = Count(Bytes(send) / n);
-    Check(MPI_Alltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE,
-                       MpiComm(call)),
-          "MPI_Alltoall");
+    MPI_Request request;
+    Check(MPI_Ialltoall(send.data_ptr(), piece, MPI_BYTE, recv.data_ptr(), piece, MPI_BYTE,
+                        MpiComm(call), &request),
+          "MPI_Ialltoall");
+    Await(request, "MPI_Ialltoall");
     return at::cat(recv.unbind(0), concat_dim);
   }
 
@@ -198,8 +213,11 @@ class MpiCollectives : public MpiLaunchedCollectives {
     for (int64_t d = 1; d < x.dim(); ++d) row *= x.size(d);
     const std::vector<int64_t>& mine = input_splits.at(rank());
     std::vector<int64_t> theirs(n);
-    Check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call)),
-          "MPI_Alltoall");
+    MPI_Request request;
+    Check(MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, MpiComm(call),
+                        &request),
+          "MPI_Ialltoall");
+    Await(request, "MPI_Ialltoall");
     auto expected = output_splits.find(rank());
     if (expected != output_splits.end() && expected->second != theirs) {
       MpiWorld::Get().Abort(StrCat("all_to_all_single: rank ", rank(), " expects ",
@@ -219,19 +237,22 @@ class MpiCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] = std::accumulate(theirs.begin(), theirs.end(), int64_t{0});
     at::Tensor out = at::empty(shape, x.options());
-    Check(MPI_Alltoallv(x.data_ptr(), send_counts.data(), send_displs.data(), MPI_BYTE,
-                        out.data_ptr(), recv_counts.data(), recv_displs.data(), MPI_BYTE,
-                        MpiComm(call)),
-          "MPI_Alltoallv");
+    Check(MPI_Ialltoallv(x.data_ptr(), send_counts.data(), send_displs.data(), MPI_BYTE,
+                         out.data_ptr(), recv_counts.data(), recv_displs.data(), MPI_BYTE,
+                         MpiComm(call), &request),
+          "MPI_Ialltoallv");
+    Await(request, "MPI_Ialltoallv");
     return out;
   }
 
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
     if (GroupSize(call) <= 1) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    Check(MPI_Bcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
-                    MpiComm(call)),
-          "MPI_Bcast");
+    MPI_Request request;
+    Check(MPI_Ibcast(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                     MpiComm(call), &request),
+          "MPI_Ibcast");
+    Await(request, "MPI_Ibcast");
     return out;
   }
 
@@ -243,10 +264,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
     shape[dim] /= n;
     at::Tensor out = at::empty(shape, input.options());
     at::Tensor send = Position(call) == src ? StackPieces(input, n, dim) : at::Tensor();
-    Check(MPI_Scatter(send.defined() ? send.data_ptr() : nullptr, Count(Bytes(out)), MPI_BYTE,
-                      out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
-                      MpiComm(call)),
-          "MPI_Scatter");
+    MPI_Request request;
+    Check(MPI_Iscatter(send.defined() ? send.data_ptr() : nullptr, Count(Bytes(out)), MPI_BYTE,
+                       out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                       MpiComm(call), &request),
+          "MPI_Iscatter");
+    Await(request, "MPI_Iscatter");
     return out;
   }
 
@@ -279,26 +302,40 @@ class MpiCollectives : public MpiLaunchedCollectives {
     for (const auto& [src, dst] : pairs) {
       if (dst != rank()) continue;
       std::vector<int64_t> got(1 + kMaxDims);
-      Check(MPI_Recv(got.data(), static_cast<int>(got.size()), MPI_INT64_T, static_cast<int>(src),
-                     kSendRecvTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-            "MPI_Recv");
+      std::vector<MPI_Request> recv(1);
+      Check(MPI_Irecv(got.data(), static_cast<int>(got.size()), MPI_INT64_T, static_cast<int>(src),
+                      kSendRecvTag, MPI_COMM_WORLD, &recv[0]),
+            "MPI_Irecv");
+      Await(recv, "MPI_Irecv");
       std::vector<int64_t> shape(got.begin() + 1, got.begin() + 1 + got[0]);
       out = at::empty(shape, x.options());
-      Check(MPI_Recv(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
-                     kSendRecvTag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-            "MPI_Recv");
+      Check(MPI_Irecv(out.data_ptr(), Count(Bytes(out)), MPI_BYTE, static_cast<int>(src),
+                      kSendRecvTag + 1, MPI_COMM_WORLD, &recv[0]),
+            "MPI_Irecv");
+      Await(recv, "MPI_Irecv");
     }
-    if (!sends.empty())
-      Check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
-            "MPI_Waitall");
+    Await(sends, "MPI_Isend");
     return out.defined() ? out : input.clone();
   }
 
   void DoBarrier(const CallInfo& call) override {
-    if (GroupSize(call) > 1) Check(MPI_Barrier(MpiComm(call)), "MPI_Barrier");
+    if (GroupSize(call) <= 1) return;
+    MPI_Request request;
+    Check(MPI_Ibarrier(MpiComm(call), &request), "MPI_Ibarrier");
+    Await(request, "MPI_Ibarrier");
   }
 
  private:
+  // Waits for the MPI call begun in `requests` together with the agreement check begun before it
+  // (MpiWorld::Wait); the time it waited for the check alone counts as the check's.
+  void Await(std::vector<MPI_Request>& requests, const char* what) {
+    AddAgreementSeconds(MpiWorld::Get().Wait(requests, what));
+  }
+  void Await(MPI_Request& request, const char* what) {
+    std::vector<MPI_Request> requests{request};
+    Await(requests, what);
+  }
+
   // Reductions in group-rank order (the simulation's ReduceInOrder) where MPI's op is not exact and
   // order-independent, and on every rank while a wrong-op fault is armed (so one rank can reduce
   // differently without breaking the MPI call).
@@ -321,9 +358,11 @@ class MpiCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.insert(shape.begin(), GroupSize(call));
     at::Tensor out = at::empty(shape, x.options());
-    Check(MPI_Allgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)),
-                        MPI_BYTE, MpiComm(call)),
-          "MPI_Allgather");
+    MPI_Request request;
+    Check(MPI_Iallgather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE, out.data_ptr(), Count(Bytes(x)),
+                         MPI_BYTE, MpiComm(call), &request),
+          "MPI_Iallgather");
+    Await(request, "MPI_Iallgather");
     return out;
   }
 
@@ -336,10 +375,12 @@ class MpiCollectives : public MpiLaunchedCollectives {
       shape.insert(shape.begin(), GroupSize(call));
       out = at::empty(shape, x.options());
     }
-    Check(MPI_Gather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE,
-                     out.defined() ? out.data_ptr() : nullptr, Count(Bytes(x)), MPI_BYTE,
-                     static_cast<int>(root), MpiComm(call)),
-          "MPI_Gather");
+    MPI_Request request;
+    Check(MPI_Igather(x.data_ptr(), Count(Bytes(x)), MPI_BYTE,
+                      out.defined() ? out.data_ptr() : nullptr, Count(Bytes(x)), MPI_BYTE,
+                      static_cast<int>(root), MpiComm(call), &request),
+          "MPI_Igather");
+    Await(request, "MPI_Igather");
     return out;
   }
 };

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,14 +33,44 @@ class MpiWorld {
   MPI_Comm GroupComm(const std::vector<int64_t>& group);
 
   // The collective-order check: every rank of `group` calls it with its own description `what` of
-  // call number `sequence`. The group's first rank collects the others' descriptions and answers; a
-  // difference ends the whole job at once with a message naming the group and the two descriptions.
-  // A rank that waits longer than `timeout_s` starts the stuck-job report (Stuck).
+  // call number `sequence`, and it returns once the whole group made the same call. Every rank
+  // sends its description to the group's first rank, which compares them; the others learn that
+  // all agree from one non-blocking round of the descriptions' hashes (after the group's first
+  // call, which the first rank answers instead; see mpi_world.cc). A difference ends the whole job
+  // at once with a message naming the group and the two descriptions. A rank that waits longer
+  // than `timeout_s` starts the stuck-job report (Stuck). Example: group [0, 4], "#2 all_gather on
+  // group [0, 4] (of 4 groups), input [3, 10] Float, dim 0" on both → returns; rank 4 describing an
+  // all_reduce → the job ends. Agree = StartAgreement + FinishAgreement.
   void Agree(const std::vector<int64_t>& group, const std::string& what, int64_t sequence,
              double timeout_s);
   // Agree for one call of a backend: over this rank's group of `call`, over the whole world for
   // send/recv (whose pairs are not groups), not at all where this rank takes no part.
   void AgreeOnCall(const CallInfo& call, const std::string& what, double timeout_s);
+
+  // The same check, started and left open so that it completes while the call's data moves: the
+  // backend begins its MPI call non-blocking and waits for it with Wait, which completes the open
+  // check too (and reports as Agree does). The group's first call is checked to the end here
+  // (its check communicator is made after it). One check is open at a time: starting the next,
+  // FinishAgreement, Wait and making a communicator (GroupComm) complete it first.
+  void StartAgreement(const std::vector<int64_t>& group, const std::string& what, int64_t sequence,
+                      double timeout_s);
+  void StartAgreementOnCall(const CallInfo& call, const std::string& what, double timeout_s);
+  // Completes the open check, if any; returns the seconds it waited.
+  double FinishAgreement();
+  // Waits for `requests` (MPI's non-blocking calls of this rank's collective, begun after
+  // StartAgreement) and the open check together, polling both against the check's deadline until
+  // the check is complete, then the requests alone (as a blocking MPI call polls). A failed request
+  // ends the job ("<what> failed: <MPI's error>") once the check passed — a mismatched call may
+  // fail before the check says so, and then the check's message ends the job instead. Returns the
+  // seconds it waited for the check after the requests were done (the check's own share).
+  double Wait(std::vector<MPI_Request>& requests, const char* what);
+
+  // The largest group whose hash round is an all-gather of the hashes (one round of messages);
+  // larger ones all-reduce (h, ~h) (log-depth). Tests lower it to run the other path on few ranks;
+  // every rank of the job must set the same.
+  static constexpr size_t kGatherHashesUpTo = 64;
+  void set_gather_hashes_up_to(size_t n) { gather_hashes_up_to_ = n; }
+
   // This rank's group (global ranks) in `call`, or nullptr where it takes no part.
   static const std::vector<int64_t>* GroupOf(const CallInfo& call) {
     if (call.group.empty() || call.group[0] < 0) return nullptr;
@@ -80,12 +111,27 @@ class MpiWorld {
   // within it.
   static double WaitSeconds(double timeout_s);
   static double WindowSeconds(double timeout_s);
-  ~MpiWorld() = default;
+  // The open check (StartAgreement); mpi_world.cc.
+  struct OpenCheck;
+  // Tests the open check once: true when it is complete and the group agrees; ends the job where
+  // it does not.
+  bool Progress(OpenCheck& check);
+  // The stuck-job report of a check whose deadline passed.
+  [[noreturn]] void TimedOut(const OpenCheck& check);
+  // The communicator over which `group` agrees by hash (its ranks in group order), or
+  // MPI_COMM_NULL before the group's first agreed call; MakeCheckComm makes it (collective over the
+  // group: call it only once every member agreed on a call).
+  MPI_Comm FindCheckComm(const std::vector<int64_t>& group) const;
+  void MakeCheckComm(const std::vector<int64_t>& group);
+  ~MpiWorld();  // never run (the world lives until exit); defined where OpenCheck is complete
 
   int64_t rank_ = 0;
   int64_t size_ = 1;
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD for the agreement messages
   std::map<std::vector<int64_t>, MPI_Comm> comms_;
+  std::map<std::vector<int64_t>, MPI_Comm> check_comms_;  // FindCheckComm
+  std::unique_ptr<OpenCheck> open_;                       // the open check, if any
+  size_t gather_hashes_up_to_ = kGatherHashesUpTo;
 };
 
 // The exit code of a real run that was ended because ranks disagreed or got stuck.
