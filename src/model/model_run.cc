@@ -708,6 +708,8 @@ ModelReport RunModel(const ModelRunOptions& o) {
     if (real) own_rank.emplace(coll->rank());
     meter.BeginWindow();
     const auto start = std::chrono::steady_clock::now();
+    const int64_t rounds_before = coll->agreement_rounds();
+    const double agreement_before = coll->agreement_seconds();
     if (real) coll->SetFault(o.fault);
     {
       Observing observing(&recorder);
@@ -725,11 +727,22 @@ ModelReport RunModel(const ModelRunOptions& o) {
     }
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.agreement_rounds = coll->agreement_rounds() - rounds_before;
+    report.agreement_seconds = {coll->agreement_seconds() - agreement_before};
     report.peak_bytes = meter.Peaks(mesh.root().ranks());
   }
   if (real && o.fault.active()) {
     report.fault_struck = AnyRank(*coll, coll->fault_struck());
     coll->SetFault(FaultSpec{});
+  }
+  if (real) {
+    std::vector<double> all;
+    for (const auto& v : GatherWorld<double>(*coll, mesh, report.agreement_seconds)) {
+      all.push_back(v[0]);
+    }
+    report.agreement_seconds = std::move(all);
+  } else {
+    report.agreement_seconds.clear();
   }
   if (o.trace && o.backward) {
     for (Module* m : AllModules(*sharded)) {
@@ -1016,6 +1029,12 @@ nlohmann::json ReportToJson(const ModelReport& r) {
     if (per_rank) out["peak_bytes"]["per_rank"] = r.peak_bytes;
   }
   out["seconds"] = r.seconds;
+  if (!r.agreement_seconds.empty()) {
+    out["dtsim_agreement"] = {
+        {"calls", r.agreement_rounds},
+        {"seconds_max", *std::max_element(r.agreement_seconds.begin(), r.agreement_seconds.end())}};
+    if (per_rank) out["dtsim_agreement"]["seconds_per_rank"] = r.agreement_seconds;
+  }
   if (r.loss) out["loss"] = *r.loss;
   if (!r.checks.empty()) {
     json checks = json::array();
@@ -1100,7 +1119,15 @@ std::string ReportToText(const ModelReport& r, bool with_ops) {
     const auto mx = std::max_element(r.peak_bytes.begin(), r.peak_bytes.end());
     o << "peak memory: " << Bytes(*mx) << " on rank " << (mx - r.peak_bytes.begin()) << "\n";
   }
-  o << "time: " << std::setprecision(3) << r.seconds << " s simulated run\n";
+  if (!r.agreement_seconds.empty()) {
+    const double most = *std::max_element(r.agreement_seconds.begin(), r.agreement_seconds.end());
+    o << "time: " << std::setprecision(3) << r.seconds
+      << " s on rank 0; collective-order check: " << r.agreement_rounds << " calls, "
+      << std::setprecision(1) << most * 1e3 << " ms on the slowest rank (" << std::setprecision(1)
+      << (r.seconds > 0 ? 100.0 * most / r.seconds : 0.0) << " % of the run)\n";
+  } else {
+    o << "time: " << std::setprecision(3) << r.seconds << " s simulated run\n";
+  }
   if (r.loss) o << "loss: " << std::setprecision(6) << *r.loss << "\n";
   if (!r.checks.empty()) {
     int bad = 0;

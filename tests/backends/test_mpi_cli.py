@@ -167,6 +167,12 @@ def test_model_on_mpi_equals_the_simulation(case, tmp_path):
     assert model_tree(a) == model_tree(b)
     assert a["grad_placements"] == b["grad_placements"]
     assert len(b["peak_bytes"]["per_rank"]) == 4 and min(b["peak_bytes"]["per_rank"]) > 0
+    # The collective-order check's cost on real ranks: one check per collective call (at least one per collective
+    # the report lists), every rank's seconds; the simulation has none.
+    listed = sum(len(t[2]) for t in model_tree(b).values())
+    agreement = b["dtsim_agreement"]
+    assert agreement["calls"] >= listed > 0 and len(agreement["seconds_per_rank"]) == 4, agreement
+    assert 0 <= agreement["seconds_max"] <= b["seconds"] * 4 and "dtsim_agreement" not in a
     # The model traces: the same modules, ops and collectives in the same order, every rank's values equal at every
     # module boundary (bit for bit, or within rounding where MPI summed floats in another order).
     with open(real_trace) as f:

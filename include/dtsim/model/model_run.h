@@ -117,6 +117,10 @@ struct ModelReport {
   // gathered; meta.argv is the caller's to set).
   std::optional<ModelTrace> trace;
   bool fault_struck = false;  // ModelRunOptions::fault struck on some rank
+  // Real backends: the collective-order check's cost during the forward and backward (the calls it
+  // checked; per rank, the seconds it held that rank up: Collectives::agreement_seconds).
+  int64_t agreement_rounds = 0;
+  std::vector<double> agreement_seconds;
   bool ok() const;
 };
 
