@@ -70,6 +70,49 @@ std::vector<pid_t> ChildrenOfThisProcess() {
   return out;
 }
 
+// OpenMPI's session folders: mpirun keeps its job's files in <base>/ompi.<host>.<uid>/pid.<its
+// pid> and removes them when it ends; killed with SIGKILL (after the 3 s grace, e.g. on a loaded
+// machine) it leaves them. <base> is where OpenMPI 4 puts them: orte_tmpdir_base, else TMPDIR,
+// TEMP, TMP, else /tmp.
+fs::path OpenMpiTmpBase() {
+  for (const char* name : {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return value;
+  }
+  return "/tmp";
+}
+
+// Every <base>/ompi.*/pid.* folder.
+std::set<fs::path> OpenMpiSessionDirs() {
+  std::set<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator top(OpenMpiTmpBase(), ec), end; !ec && top != end;
+       top.increment(ec)) {
+    if (top->path().filename().string().rfind("ompi.", 0) != 0) continue;
+    std::error_code ec2;
+    for (fs::directory_iterator it(top->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
+      if (it->path().filename().string().rfind("pid.", 0) == 0) out.insert(it->path());
+    }
+  }
+  return out;
+}
+
+// Removes the session folders made since `before` whose mpirun is gone (a live one's are left
+// alone: it may be another job's), then each ompi.* folder left empty (rmdir fails on one in use).
+void RemoveStaleOpenMpiSessions(const std::set<fs::path>& before) {
+  for (const fs::path& dir : OpenMpiSessionDirs()) {
+    if (before.count(dir)) continue;
+    char* end = nullptr;
+    const std::string name = dir.filename().string();
+    const long pid = std::strtol(name.c_str() + 4, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    rmdir(dir.parent_path().c_str());
+  }
+}
+
 // The first `limit` bytes of a file ("" when it cannot be read).
 std::string ReadHead(const fs::path& path, size_t limit) {
   std::ifstream in(path, std::ios::binary);
@@ -229,6 +272,7 @@ void RealJob::EndJob() {
     waitpid(pid, &status, 0);
   }
   ReapAdopted();
+  RemoveStaleOpenMpiSessions(sessions_before_);
 }
 
 void RealJob::ReapAdopted() {
@@ -255,6 +299,7 @@ JobResult RealJob::Run(const std::vector<std::string>& argv, double limit_s) {
   const std::string out = (dir_ / "real.stdout").string(), err = (dir_ / "real.stderr").string();
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    sessions_before_ = OpenMpiSessionDirs();
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

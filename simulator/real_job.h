@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -41,7 +42,8 @@ std::string SignalName(int signal_number);
 // Owns the folder of one real run and the job launched in it. While one exists, SIGINT, SIGTERM and
 // SIGHUP do not end the process at once: a watcher thread ends the job (SIGTERM to the launcher,
 // which forwards it to its ranks; after 3 s SIGKILL to the launcher's process group and to every
-// rank left, which this process adopts as a child subreaper), removes the folder unless it is kept,
+// rank left, which this process adopts as a child subreaper; then the session folder OpenMPI leaves
+// when mpirun is killed), removes the folder unless it is kept,
 // says so on stderr, and ends the process with the same signal (the caller's shell sees 130 for
 // SIGINT). The destructor does the same cleanup on every normal or exceptional exit. One per
 // process (it installs the signal handlers).
@@ -78,6 +80,8 @@ class RealJob {
   bool remove_ = false;
   std::mutex mutex_;
   pid_t child_ = 0;  // the running launcher, 0 when none (guarded by mutex_)
+  // OpenMPI's session folders before child_ started (see RemoveStaleOpenMpiSessions).
+  std::set<std::filesystem::path> sessions_before_;
   int pipe_[2] = {-1, -1};
   std::thread watcher_;
 };

@@ -113,6 +113,35 @@ def test_a_killed_compare_leaves_no_process_and_no_folder(tmp_path, sig, when):
     assert os.listdir(tmpdir) == [], os.listdir(tmpdir)
 
 
+def test_a_launcher_killed_after_the_grace_leaves_no_openmpi_session_folder(tmp_path):
+    # mpirun keeps its job's files in $TMPDIR/ompi.<host>.<uid>/pid.<its pid> and removes them when it ends; one
+    # that needs more than compare's 3 s grace after SIGTERM (a loaded machine) is killed and leaves them. This
+    # launcher makes such a folder, ignores SIGTERM and hangs; compare must remove the folder after killing it, and
+    # leave alone the folder of a live mpirun (another job's) and the one that was there before.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    other = tmpdir / "ompi.vm.0" / "pid.1"  # pid 1 is alive: never removed
+    other.mkdir(parents=True)
+    launcher = tmp_path / "stubborn-mpirun"
+    launcher.write_text("#!/bin/sh\ntrap '' TERM\nmkdir -p \"$TMPDIR/ompi.vm.0/pid.$$/0\"\n"
+                        "echo x > \"$TMPDIR/ompi.vm.0/pid.$$/contact.txt\"\nexec sleep 100\n")
+    launcher.chmod(0o755)
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    proc = subprocess.Popen([DTSIM, "compare", *STALL_CASE, "--mpirun", str(launcher), "--timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: len(os.listdir(tmpdir / "ompi.vm.0")) == 2, 60, "the launcher's session folder")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, stdout, stderr)
+    assert sorted(os.listdir(tmpdir)) == ["ompi.vm.0"], os.listdir(tmpdir)
+    assert os.listdir(tmpdir / "ompi.vm.0") == ["pid.1"]
+
+
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
     proc, tmpdir = start_stalled_compare(tmp_path)
     try:
