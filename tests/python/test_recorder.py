@@ -9,6 +9,7 @@ them in place right after; one written around the recorder's hooks is recorded a
 as not checked (exit 3)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -261,11 +262,11 @@ def async_recorded(tmp_path_factory):
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node", "2", ASYNC_PROGRAM, str(d / "async.json"), "--bypass", "1"]
     proc = run_job(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
-    stats = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("STATS "):
-            _, rank, block, text = line.split(" ", 3)
-            stats[(int(rank), block)] = json.loads(text)
+    # The two ranks share one stdout pipe, and one rank's line can land in the middle of the other's (seen in CI:
+    # '{...}STATS 1 main {...}' on one line), so each STATS record is found by itself, not line by line.
+    stats = {(int(m[1]), m[2]): json.loads(m[3])
+             for m in re.finditer(r"STATS (\d+) (\w+) (\{[^{}]*\})", proc.stdout)}
+    assert len(stats) == 4, proc.stdout[-6000:]
     return d, stats
 
 
