@@ -2,14 +2,24 @@
 // fsdp+tp on 8 simulated ranks, against the same model run unsharded on one device. Manual times:
 // only the forward + backward pass, not building or sharding the model. scripts/bench.sh runs the
 // upstream twin (tests/model/llama_twin.py) beside them and prints the ratios. Both sides run with
-// the caching CPU allocator, as the dtsim command line does.
+// the caching CPU allocator, as the dtsim command line does. BM_ModelParallelVsSerialRanks compares
+// dtsim with each op's ranks on several threads (the default) and one after the other
+// (SetParallelRanks(false)); before timing, the bench checks that both ways give the same run bit
+// for bit (loss, every rank's hash at every module boundary, the checks against the unsharded
+// model, every rank's peak memory) and fails otherwise.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "dtsim/model/model_run.h"
 #include "dtsim/tensor/caching_allocator.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/trace/model_trace.h"
 
 namespace {
 
@@ -26,19 +36,47 @@ LlamaArgs BenchArgs() {
   return a;
 }
 
-void BM_ModelSimulated(benchmark::State& state) {
+dtsim::model::ModelRunOptions SimulatedOptions() {
   dtsim::model::ModelRunOptions o;
   o.args = BenchArgs();
   o.mesh = dtsim::DeviceMesh::Create({2, 4}, {"dp", "tp"});
   o.plan = "fsdp+tp";
   o.backward = true;
   o.check = false;
+  return o;
+}
+
+void BM_ModelSimulated(benchmark::State& state) {
+  const dtsim::model::ModelRunOptions o = SimulatedOptions();
   for (auto _ : state) {
     dtsim::model::ModelReport r = dtsim::model::RunModel(o);
     state.SetIterationTime(r.seconds);
   }
 }
 BENCHMARK(BM_ModelSimulated)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// The two side by side on a shared machine: each iteration runs the step with the ranks in parallel
+// and then one after the other; the counters are the median of each (ms) and their ratio.
+void BM_ModelParallelVsSerialRanks(benchmark::State& state) {
+  const dtsim::model::ModelRunOptions o = SimulatedOptions();
+  const bool was = dtsim::ParallelRanks();
+  std::vector<double> parallel, serial;
+  for (auto _ : state) {
+    dtsim::SetParallelRanks(true);
+    parallel.push_back(dtsim::model::RunModel(o).seconds * 1e3);
+    dtsim::SetParallelRanks(false);
+    serial.push_back(dtsim::model::RunModel(o).seconds * 1e3);
+  }
+  dtsim::SetParallelRanks(was);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  state.counters["parallel_ms"] = median(parallel);
+  state.counters["serial_ms"] = median(serial);
+  state.counters["serial_over_parallel"] = median(serial) / median(parallel);
+}
+BENCHMARK(BM_ModelParallelVsSerialRanks)->Unit(benchmark::kMillisecond)->MinTime(4.0);
 
 void BM_ModelUnsharded(benchmark::State& state) {
   const LlamaArgs a = BenchArgs();
@@ -56,6 +94,53 @@ void BM_ModelUnsharded(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelUnsharded)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
+// The bench's run with each op's ranks in parallel and one after the other: the same loss, hashes,
+// checks and peaks, bit for bit? Prints what differs; false if anything does.
+bool ParallelRanksMatchSerial() {
+  dtsim::model::ModelRunOptions o = SimulatedOptions();
+  o.check = true;
+  o.trace = true;
+  const bool was = dtsim::ParallelRanks();
+  dtsim::SetParallelRanks(false);
+  const dtsim::model::ModelReport serial = dtsim::model::RunModel(o);
+  dtsim::SetParallelRanks(true);
+  const dtsim::model::ModelReport parallel = dtsim::model::RunModel(o);
+  dtsim::SetParallelRanks(was);
+  int wrong = 0;
+  auto differs = [&](const char* what) {
+    std::fprintf(stderr, "model bench: parallel ranks differ from serial ranks in %s\n", what);
+    ++wrong;
+  };
+  if (serial.loss != parallel.loss) differs("the loss");
+  if (serial.peak_bytes != parallel.peak_bytes) differs("the peak bytes");
+  if (serial.checks.size() != parallel.checks.size()) differs("the number of checks");
+  for (size_t i = 0; i < serial.checks.size() && i < parallel.checks.size(); ++i) {
+    if (serial.checks[i].max_abs_diff != parallel.checks[i].max_abs_diff)
+      differs(("check " + serial.checks[i].name).c_str());
+  }
+  for (size_t i = 0; i < serial.modules.size() && i < parallel.modules.size(); ++i) {
+    if (serial.modules[i].forward_peak_bytes != parallel.modules[i].forward_peak_bytes)
+      differs(("the forward peak of " + serial.modules[i].fqn).c_str());
+  }
+  const auto& se = serial.trace->events;
+  const auto& pe = parallel.trace->events;
+  size_t hashes = 0;
+  if (se.size() != pe.size()) differs("the number of trace events");
+  for (size_t i = 0; i < se.size() && i < pe.size(); ++i) {
+    if (se[i].tensor.has_value() != pe[i].tensor.has_value() ||
+        (se[i].tensor && se[i].tensor->hashes != pe[i].tensor->hashes)) {
+      differs(("the shard hashes of trace event " + std::to_string(i) + " (" + se[i].module + ")")
+                  .c_str());
+    }
+    if (se[i].tensor) hashes += se[i].tensor->hashes.size();
+  }
+  std::fprintf(stderr,
+               "model bench: parallel ranks vs serial ranks: %d wrong (loss, %zu checks, %zu shard "
+               "hashes, peak bytes)\n",
+               wrong, serial.checks.size(), hashes);
+  return wrong == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +148,7 @@ int main(int argc, char** argv) {
   dtsim::EnableCachingCpuAllocator();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!ParallelRanksMatchSerial()) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

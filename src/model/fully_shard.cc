@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "dtsim/core/dtensor.h"
@@ -12,6 +13,7 @@
 #include "dtsim/layout/planner.h"
 #include "dtsim/ops/dtensor_autograd.h"
 #include "dtsim/ops/dtensor_tensor.h"
+#include "dtsim/tensor/local_tensor.h"
 
 namespace dtsim {
 namespace model {
@@ -104,6 +106,7 @@ void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_
 // Each rank's flat all-gather input: every parameter's chunk padded to the chunk rows, flattened,
 // concatenated.
 at::Tensor FlatShards(const Unit& u, const std::vector<at::Tensor>& locals) {
+  ParallelShardFnsScope parallel;  // the function below only reads u and copies
   return u.coll->MapShards(locals, [&u](int64_t rank, const std::vector<at::Tensor>& shards) {
     std::vector<at::Tensor> pieces;
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -148,6 +151,7 @@ std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>
   at::Tensor gathered = u.dp > 1 ? u.coll->AllGather(flat, u.groups, 0) : flat;
   Tell(u, CollectiveKind::kAllGather, MaxBytes(u, flat), MaxBytes(u, gathered), cause);
   std::vector<at::Tensor> out;
+  ParallelShardFnsScope parallel;  // the functions below only read u and copy
   for (size_t i = 0; i < u.params.size(); ++i) {
     out.push_back(u.coll->MapShards(gathered, [&u, i](int64_t rank, const at::Tensor& g) {
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
@@ -169,6 +173,9 @@ std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>
 // for none): each rank's chunk of each averaged gradient.
 std::vector<at::Tensor> ReduceScatterGroup(const Unit& u, const std::vector<at::Tensor>& grads,
                                            const std::string& cause) {
+  // The functions given to MapShards here only read u, fill zeros and copy: several ranks at once
+  // (not around the collective, whose observers are not for several threads).
+  std::optional<ParallelShardFnsScope> parallel(std::in_place);
   std::vector<at::Tensor> locals;
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].defined()) {
@@ -197,9 +204,11 @@ std::vector<at::Tensor> ReduceScatterGroup(const Unit& u, const std::vector<at::
         }
         return at::cat(pieces, 1).reshape({-1});
       });
+  parallel.reset();
   at::Tensor reduced = u.dp > 1 ? u.coll->ReduceScatter(flat, u.groups, ReduceOp::kAvg, 0) : flat;
   Tell(u, CollectiveKind::kReduceScatter, MaxBytes(u, flat), MaxBytes(u, reduced), cause);
   std::vector<at::Tensor> out;
+  parallel.emplace();
   for (size_t i = 0; i < u.params.size(); ++i) {
     out.push_back(u.coll->MapShards(reduced, [&u, i](int64_t rank, const at::Tensor& r) {
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);

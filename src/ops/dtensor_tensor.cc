@@ -813,12 +813,19 @@ void EnsureDTensorDispatch() {
 
 DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& source,
                             const Plan& plan) {
+  // The executor's functions per rank (pads, unpads, local splits: ATen copies of the shards)
+  // may run several ranks at once (local_tensor.h); the observer's callbacks may not.
   OpObserver* observer = g_observer;
-  if (observer == nullptr) return ExecutePlan(source, plan);
+  if (observer == nullptr) {
+    ParallelShardFnsScope parallel;
+    return ExecutePlan(source, plan);
+  }
   observer->OnRedistributeBegin(op, input, source, plan);
+  ParallelShardFnsScope parallel;
   DTensor out = ExecutePlan(
       source, plan,
       [observer](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+        ParallelShardFnsScope serial(false);
         observer->OnRedistributeStep(step, spec, local);
       });
   observer->OnRedistributeEnd(out);

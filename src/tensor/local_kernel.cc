@@ -4,17 +4,28 @@
 // ops, copy-on-write replicas given their own storage before a write, allocations charged to the
 // rank (RankScope) — and wraps the per-rank results; plus its registration with the dispatcher.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
 #include "dtsim/tensor/sim_world.h"
 #include "tensor/local_tensor_impl.h"
@@ -27,6 +38,8 @@ namespace {
 // What the kernel needs to know about one operator schema, computed once.
 struct OpInfo {
   bool seeded = false;
+  bool view = false;  // a return aliases an input without writing it (view, reshape, t, ...)
+  bool aten = false;  // an aten:: or prims:: operator (a C++ kernel of LibTorch's own)
   std::vector<int> write_args;        // arguments marked (a!)
   std::vector<int> return_alias_arg;  // per return: the written argument it returns, or -1
   std::vector<bool> return_symint;    // per return: declared SymInt
@@ -39,6 +52,11 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
   if (it != cache.end()) return it->second;
   OpInfo info;
   info.seeded = op.hasTag(at::Tag::nondeterministic_seeded);
+  const std::string& name = key->name();
+  info.aten = name.rfind("aten::", 0) == 0 || name.rfind("prims::", 0) == 0;
+  for (const auto& ret : key->returns()) {
+    if (ret.alias_info() && !ret.alias_info()->isWrite()) info.view = true;
+  }
   const auto& args = key->arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].alias_info() && args[i].alias_info()->isWrite())
@@ -114,13 +132,172 @@ std::string IValueText(const c10::IValue& v) {
 
 void FlushPending();
 
+// --- The ranks of one op on several threads ---
+//
+// Serially, each rank's ATen call of an op runs after the other, and each spreads its (small) work
+// over LibTorch's intra-op OpenMP threads: 8 ranks of a model's step make tens of thousands of
+// fork/join rounds, in which the threads mostly wait (a quarter of a simulated Llama step). The
+// kernel instead runs the ranks themselves on those threads: one OpenMP parallel region per op,
+// each thread a contiguous block of ranks (threads 2: ranks 0-3 and 4-7), each rank's call the same
+// as serially; inside the region LibTorch's own parallel_for and MKL see an active parallel region
+// and run on their one thread. So the per-rank calls, their arguments and results are those of the
+// serial loop; what can differ is a kernel's summation order where it depends on the kernel's
+// thread count (a reduction over more than at::internal::GRAIN_SIZE elements, a large gemm).
+//
+// What each thread carries: the caller's ThreadLocalState (dispatch key sets below autograd, grad
+// and inference mode, ...), and its rank's RankScope and OpBoundaryScope, so the MemoryMeter
+// charges each allocation to the rank whose call makes it. The meter and dtsim's caching allocator
+// lock their tables. Ranks stay serial where order or sharing matters or nothing is to gain: ops
+// drawing random numbers (one default generator swapped per rank), views and ops on meta tensors
+// (a few microseconds a rank, less than a parallel region costs), writes to a copy-on-write replica
+// (which rank copies and which steals the buffer would depend on timing, and with it the memory
+// charged) or to a storage another rank reads or writes too (WritesAreRankPrivate), operators
+// outside aten::/prims:: (their kernels may be Python, or dtsim's own), and calls under a Python
+// dispatch mode or key (a worker would need the GIL the caller holds).
+//
+// dtsim is not compiled with -fopenmp, so at::parallel_for in dtsim's code would run inline. The
+// region is opened through libgomp's entry point of `#pragma omp parallel`, GOMP_parallel, looked
+// up at run time in the libgomp LibTorch loaded; without it (a LibTorch without OpenMP) ranks run
+// serially.
+//
+// MapShards uses the same threads for the functions of a ParallelShardFnsScope (local_tensor.h):
+// fully_shard's copies into and out of its flat buffers, a redistribution's pads and local splits.
+struct OpenMp {
+  void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;  // GOMP_parallel
+  int (*thread_num)() = nullptr;                                           // omp_get_thread_num
+  int (*num_threads)() = nullptr;                                          // omp_get_num_threads
+  int (*in_parallel)() = nullptr;                                          // omp_in_parallel
+  bool ok() const { return parallel && thread_num && num_threads && in_parallel; }
+};
+
+const OpenMp& GetOpenMp() {
+  static const OpenMp omp = [] {
+    OpenMp o;
+    o.parallel = reinterpret_cast<decltype(o.parallel)>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+    o.thread_num = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_thread_num"));
+    o.num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_num_threads"));
+    o.in_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_in_parallel"));
+    return o;
+  }();
+  return omp;
+}
+
+std::atomic<bool>& ParallelRanksFlag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("DTSIM_PARALLEL_RANKS");
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+bool RanksMayRunInParallel(size_t n_ranks) {
+  if (n_ranks < 2 || !ParallelRanksFlag().load(std::memory_order_relaxed)) return false;
+  const OpenMp& omp = GetOpenMp();
+  if (!omp.ok() || omp.in_parallel() || at::get_num_threads() < 2) return false;
+  const c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
+  const c10::DispatchKeySet python({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+  if (!(tls.included_ & python).empty()) return false;
+  return !c10::impl::TorchDispatchModeTLS::any_modes_set();
+}
+
+void RunRanksInParallel(size_t n, const std::function<void(size_t)>& run_rank) {
+  struct Job {
+    const std::function<void(size_t)>* run_rank;
+    size_t n;
+    const at::ThreadLocalState* tls;
+    std::thread::id caller;
+    std::vector<std::exception_ptr> errors;
+  };
+  const at::ThreadLocalState tls;
+  Job job{&run_rank, n, &tls, std::this_thread::get_id(), std::vector<std::exception_ptr>(n)};
+  GetOpenMp().parallel(
+      [](void* data) {
+        Job& j = *static_cast<Job*>(data);
+        const OpenMp& omp = GetOpenMp();
+        const size_t threads = static_cast<size_t>(omp.num_threads());
+        const size_t t = static_cast<size_t>(omp.thread_num());
+        const size_t chunk = (j.n + threads - 1) / threads;
+        const size_t begin = std::min(j.n, t * chunk);
+        const size_t end = std::min(j.n, begin + chunk);
+        if (begin == end) return;
+        std::optional<at::ThreadLocalStateGuard> guard;
+        if (std::this_thread::get_id() != j.caller) guard.emplace(*j.tls);
+        for (size_t i = begin; i < end; ++i) {
+          try {
+            (*j.run_rank)(i);
+          } catch (...) {
+            j.errors[i] = std::current_exception();
+          }
+        }
+      },
+      &job, 0, 0);
+  for (const std::exception_ptr& e : job.errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+namespace {
+
+bool IsCow(const at::Tensor& shard) {
+  return shard.defined() && shard.has_storage() &&
+         c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr());
+}
+
 // Gives a copy-on-write storage its own data (a copy if still shared; nothing to copy for the last
 // holder).
 void MakeOwnStorage(const at::Tensor& shard) {
-  if (shard.defined() && shard.has_storage() &&
-      c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr())) {
-    shard.storage().mutable_data();
+  if (IsCow(shard)) shard.storage().mutable_data();
+}
+
+// True if the ranks of an op with written arguments may run at once: every written argument is a
+// LocalTensor (not a list), none of its shards is a copy-on-write replica, and no storage a rank
+// writes is another rank's (a LocalTensor whose ranks hold views of one tensor, or one tensor
+// given to every rank) or read by another rank (any LocalTensor or plain tensor argument). Where
+// it is, the serial loop's order is what the program asked for.
+bool WritesAreRankPrivate(const OpInfo& info, const ArgKind* kinds, const torch::jit::Stack& stack,
+                          size_t base, size_t n_args, size_t n_ranks) {
+  std::unordered_map<const c10::StorageImpl*, size_t> written;  // storage -> the rank index
+  for (int a : info.write_args) {
+    if (kinds[a] != ArgKind::kLocal) return false;
+    const auto& shards =
+        static_cast<LocalTensorImpl*>(stack[base + a].toTensor().unsafeGetTensorImpl())->shards();
+    for (size_t i = 0; i < n_ranks; ++i) {
+      if (IsCow(shards[i])) return false;
+      if (!shards[i].has_storage()) continue;
+      auto [it, added] = written.emplace(shards[i].storage().unsafeGetStorageImpl(), i);
+      if (!added && it->second != i) return false;
+    }
   }
+  auto read_by = [&](const at::Tensor& t, size_t i) {  // false if another rank writes t's storage
+    if (!t.defined() || !t.has_storage()) return true;
+    auto it = written.find(t.storage().unsafeGetStorageImpl());
+    return it == written.end() || it->second == i;
+  };
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = stack[base + a];
+    std::vector<at::Tensor> tensors;
+    if (v.isTensor()) {
+      tensors.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) tensors.push_back(t);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toList()) {
+        if (e.isTensor()) tensors.push_back(e.toTensor());
+      }
+    }
+    for (const at::Tensor& t : tensors) {
+      if (const LocalTensorImpl* impl = FindLocalImpl(t)) {
+        for (size_t i = 0; i < n_ranks; ++i) {
+          if (!read_by(impl->shards()[i], i)) return false;
+        }
+      } else if (!read_by(t, n_ranks)) {  // a plain tensor: read by every rank
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -133,10 +310,12 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // 1. Classify the arguments and find the rank set.
   const std::vector<int64_t>* ranks = nullptr;
   const std::shared_ptr<SimWorld>* world = nullptr;  // the first LocalTensor argument's
+  bool meta = false;                                 // the first LocalTensor argument's shards
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
       ranks = &impl->ranks();
       world = &impl->world();
+      meta = !impl->shards().empty() && impl->shards()[0].is_meta();
     } else if (*ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ",
                                              JoinInts(*ranks), " and ", JoinInts(impl->ranks())));
@@ -229,7 +408,9 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     default_gen = at::detail::getDefaultCPUGenerator();
     saved_state = default_gen.get_state();
   }
-  for (size_t i = 0; i < n_ranks; ++i) {
+  // One rank's call: its arguments unwrapped into outs[i], the op run on them, the results left
+  // there.
+  auto run_rank = [&](size_t i) {
     torch::jit::Stack& s = outs[i];
     s.reserve(std::max(n_args, schema.returns().size()));
     const int64_t rank = (*ranks)[i];
@@ -282,6 +463,19 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       std::lock_guard<std::mutex> lock(default_gen.mutex());
       rng->GeneratorLocked(rank).set_state(default_gen.get_state());
     }
+  };
+  // Ranks in parallel (see "The ranks of one op on several threads" above) unless the op draws
+  // random numbers, is a view, is not LibTorch's, works on meta tensors (shapes only: a few
+  // microseconds a rank, less than a parallel region costs), or writes to a copy-on-write replica.
+  bool parallel =
+      rng == nullptr && !info.view && info.aten && !meta && RanksMayRunInParallel(n_ranks);
+  if (parallel && !info.write_args.empty()) {
+    parallel = WritesAreRankPrivate(info, kinds, *stack, base, n_args, n_ranks);
+  }
+  if (parallel) {
+    RunRanksInParallel(n_ranks, std::function<void(size_t)>(run_rank));
+  } else {
+    for (size_t i = 0; i < n_ranks; ++i) run_rank(i);
   }
   if (rng) {
     std::lock_guard<std::mutex> lock(default_gen.mutex());
@@ -460,4 +654,8 @@ void EnsureLocalTensorDispatch() {
 }
 
 }  // namespace internal
+
+void SetParallelRanks(bool enabled) { internal::ParallelRanksFlag().store(enabled); }
+bool ParallelRanks() { return internal::ParallelRanksFlag().load(); }
+
 }  // namespace dtsim

@@ -29,7 +29,24 @@ LocalTensorImpl* GetLocalImpl(const at::Tensor& t, const char* what) {
                           t.defined() ? "plain tensor" : "undefined tensor",
                           " (on a real rank use the Collectives' HeldRanks/Shard/MapShards)"));
 }
+
+thread_local bool g_parallel_shard_fns = false;  // the innermost ParallelShardFnsScope's setting
+
+// MapShards' loop over the ranks: on several threads inside a ParallelShardFnsScope where
+// possible (not for meta shards: nothing to gain), else one rank after the other.
+void RunShardFns(size_t n, bool meta, const std::function<void(size_t)>& run_rank) {
+  if (g_parallel_shard_fns && !meta && internal::RanksMayRunInParallel(n)) {
+    internal::RunRanksInParallel(n, run_rank);
+  } else {
+    for (size_t i = 0; i < n; ++i) run_rank(i);
+  }
+}
 }  // namespace
+
+ParallelShardFnsScope::ParallelShardFnsScope(bool enabled) : saved_(g_parallel_shard_fns) {
+  g_parallel_shard_fns = enabled;
+}
+ParallelShardFnsScope::~ParallelShardFnsScope() { g_parallel_shard_fns = saved_; }
 
 at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                            std::shared_ptr<SimWorld> world) {
@@ -117,15 +134,15 @@ std::vector<at::Tensor> LocalShards(const at::Tensor& t) {
 at::Tensor MapShards(const at::Tensor& t,
                      const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn) {
   LocalTensorImpl* impl = GetLocalImpl(t, "MapShards");
-  std::vector<at::Tensor> out;
-  out.reserve(impl->ranks().size());
+  const size_t n = impl->ranks().size();
+  std::vector<at::Tensor> out(n);
+  RunShardFns(n, impl->shards()[0].is_meta(), [&](size_t i) {
+    RankScope scope(impl->ranks()[i]);
+    out[i] = fn(impl->ranks()[i], impl->shards()[i]);
+  });
   bool same =
       true;  // fn returned every shard itself (a pad or unpad with nothing to do): the input as is
-  for (size_t i = 0; i < impl->ranks().size(); ++i) {
-    RankScope scope(impl->ranks()[i]);
-    out.push_back(fn(impl->ranks()[i], impl->shards()[i]));
-    same = same && out.back().is_same(impl->shards()[i]);
-  }
+  for (size_t i = 0; i < n && same; ++i) same = out[i].is_same(impl->shards()[i]);
   if (same) return t;
   return MakeLocalTensor(impl->ranks(), std::move(out), impl->world());
 }
@@ -134,9 +151,13 @@ at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
                      const std::function<at::Tensor(int64_t, const std::vector<at::Tensor>&)>& fn) {
   const std::vector<int64_t>* ranks = nullptr;
   std::shared_ptr<SimWorld> world;  // the first LocalTensor's
+  bool meta = false;                // its shards are meta tensors
   for (const at::Tensor& t : tensors) {
     if (LocalTensorImpl* impl = FindLocalImpl(t)) {
-      if (!world) world = impl->world();
+      if (!world) {
+        world = impl->world();
+        meta = impl->shards()[0].is_meta();
+      }
       if (ranks && *ranks != impl->ranks()) {
         throw InputError("tensors",
                          StrCat("LocalTensors hold different ranks: ", internal::JoinInts(*ranks),
@@ -147,16 +168,16 @@ at::Tensor MapShards(const std::vector<at::Tensor>& tensors,
   }
   if (ranks == nullptr)
     throw InputError("tensors", "MapShards needs at least one LocalTensor among its tensors");
-  std::vector<at::Tensor> out;
-  std::vector<at::Tensor> args(tensors.size());
-  for (size_t i = 0; i < ranks->size(); ++i) {
+  std::vector<at::Tensor> out(ranks->size());
+  RunShardFns(ranks->size(), meta, [&](size_t i) {
+    std::vector<at::Tensor> args(tensors.size());
     for (size_t k = 0; k < tensors.size(); ++k) {
       LocalTensorImpl* impl = FindLocalImpl(tensors[k]);
       args[k] = impl ? impl->shards()[i] : tensors[k];
     }
     RankScope scope((*ranks)[i]);
-    out.push_back(fn((*ranks)[i], args));
-  }
+    out[i] = fn((*ranks)[i], args);
+  });
   return MakeLocalTensor(*ranks, std::move(out), std::move(world));
 }
 

@@ -7,6 +7,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -166,6 +167,16 @@ bool IsLocalSymInt(const c10::SymInt& s);
 int64_t SymIntForRank(const c10::SymInt& s, int64_t rank);
 // A plain SymInt when every rank's value agrees, else one backed by a LocalIntNode.
 c10::SymInt PerRankSymInt(const std::vector<int64_t>& ranks, std::vector<int64_t> values);
+// Whether per-rank work may run on several threads now (local_kernel.cc, "The ranks of one op on
+// several threads"): parallel ranks on (SetParallelRanks), at least two ranks, LibTorch's OpenMP
+// intra-op threads present (two or more, not inside a parallel region already), and no Python
+// dispatch key or mode active (a worker thread would need the GIL the caller holds).
+bool RanksMayRunInParallel(size_t n_ranks);
+// Runs run_rank(i) for every i in [0, n) on LibTorch's intra-op threads, a contiguous block of i
+// per thread (2 threads, 8 ranks: 0-3 and 4-7), each thread other than the caller's under the
+// caller's at::ThreadLocalState. run_rank must set its rank's RankScope itself. An exception of any
+// i is rethrown after every i ran (the lowest i's). Call only when RanksMayRunInParallel(n).
+void RunRanksInParallel(size_t n, const std::function<void(size_t)>& run_rank);
 // Registers the per-rank kernel with the dispatcher once; idempotent and thread-safe.
 void EnsureLocalTensorDispatch();
 // Registers the shape-only kernels metadata runs need and LibTorch lacks in C++ (meta_kernels.cc).

@@ -60,6 +60,25 @@ at::Tensor LocalShard(const at::Tensor& t, int64_t rank);
 at::Tensor MapShards(const at::Tensor& t,
                      const std::function<at::Tensor(int64_t, const at::Tensor&)>& fn);
 
+// While one lives on this thread, MapShards (both forms, and Collectives::MapShards in a
+// simulation) may call its function for several ranks at once, on the threads SetParallelRanks
+// uses for ops, each call in its rank's RankScope and with this thread's autograd and dispatch
+// state. For functions safe to call concurrently for different ranks: they only read what they
+// capture and call ATen ops on the shards, drawing no random numbers (fully_shard's copies into
+// and out of its flat all-gather and reduce-scatter buffers, a redistribution's pads, unpads and
+// local splits). Scopes nest; ParallelShardFnsScope(false) switches it off again inside (around
+// callbacks to code that does not promise the same, such as observers).
+class ParallelShardFnsScope {
+ public:
+  explicit ParallelShardFnsScope(bool enabled = true);
+  ~ParallelShardFnsScope();
+  ParallelShardFnsScope(const ParallelShardFnsScope&) = delete;
+  ParallelShardFnsScope& operator=(const ParallelShardFnsScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // The shards of `t` in LocalRanks(t) order (InputError for a plain tensor).
 std::vector<at::Tensor> LocalShards(const at::Tensor& t);
 
@@ -107,5 +126,19 @@ std::string ShardToString(const at::Tensor& shard);
 
 // Per-rank random numbers: each rank draws from its own generator of the tensor's world
 // (SimWorld::SetSeed in sim_world.h).
+
+// Whether an operator on LocalTensors runs its ranks on several threads at once (LibTorch's
+// intra-op OpenMP threads, each rank's ATen call on one thread, the ranks split into contiguous
+// blocks) instead of one rank after the other with every call using those threads itself. On by
+// default; the environment variable DTSIM_PARALLEL_RANKS=0 switches it off at start. Either way the
+// per-rank calls, their arguments, the memory each rank is charged and every random value are the
+// same: ops that draw random numbers, views, ops on meta tensors, writes to a copy-on-write replica
+// or to a storage several ranks share, and ops outside aten:: always run the ranks one after the
+// other (local_kernel.cc says why). Results equal the serial run's bit for bit except where a
+// kernel's own summation order depends on its thread count (a reduction over more than 32,768
+// elements, a large matrix product), as between any two thread settings of LibTorch.
+// Process-wide; set it before running ops, not while they run.
+void SetParallelRanks(bool enabled);
+bool ParallelRanks();
 
 }  // namespace dtsim
