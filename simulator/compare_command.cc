@@ -129,6 +129,24 @@ std::optional<std::string> FaultMissed(const JobResult& real) {
 constexpr const char* kSetByCompare[] = {"--backend", "--trace", "--inject-fault", "--timeout",
                                          "--json"};
 
+// The checks both forms make before anything runs or is printed (nothing on stdout for bad input):
+// the time limit, the launcher (looked up on PATH) and the fault's rank; returns the fault.
+FaultSpec CheckRealRunOptions(const CompareOptions& o) {
+  CheckTimeout(o.timeout);
+  if (!IsExecutableOnPath(o.mpirun)) {
+    throw InputError("mpirun",
+                     StrCat("'", ExcerptText(o.mpirun),
+                            "' is not an executable file nor a program on PATH (install "
+                            "OpenMPI: apt-get install openmpi-bin, or give --mpirun PATH)"));
+  }
+  FaultSpec fault = ParseFault(o.fault);
+  if (fault.active() && fault.rank >= o.np) {
+    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault.rank,
+                                            " but the run has ranks 0..", o.np - 1));
+  }
+  return fault;
+}
+
 // dtsim compare --np N [--backend mpi] [...] -- model <model options>: the model run simulated and
 // on real ranks, each writing a model trace, then DiffModelTraces.
 int RunCompareModel(const CompareOptions& o, const Args& model_args) {
@@ -140,18 +158,7 @@ int RunCompareModel(const CompareOptions& o, const Args& model_args) {
       }
     }
   }
-  CheckTimeout(o.timeout);
-  if (!IsExecutableOnPath(o.mpirun)) {
-    throw InputError("mpirun",
-                     StrCat("'", ExcerptText(o.mpirun),
-                            "' is not an executable file nor a program on PATH (install "
-                            "OpenMPI: apt-get install openmpi-bin, or give --mpirun PATH)"));
-  }
-  const FaultSpec fault = ParseFault(o.fault);
-  if (fault.active() && fault.rank >= o.np) {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault.rank,
-                                            " but the run has ranks 0..", o.np - 1));
-  }
+  const FaultSpec fault = CheckRealRunOptions(o);
   RealJob job(o.keep.empty() ? std::nullopt : std::optional<std::string>(o.keep));
   const fs::path& dir = job.dir();
   const fs::path sim_trace = dir / "sim.json", real_trace = dir / "real.json";
@@ -288,19 +295,7 @@ int RunCompare(const Args& all_args) {
     throw InputError("np", StrCat(o.np, " ranks for ", src.mesh().ToString(), ", which has ",
                                   src.mesh().size(), " ranks: give --np ", src.mesh().size()));
   }
-  CheckTimeout(o.timeout);
-  // The launcher is looked up before anything runs or is printed (nothing on stdout for bad input).
-  if (!IsExecutableOnPath(o.mpirun)) {
-    throw InputError("mpirun",
-                     StrCat("'", ExcerptText(o.mpirun),
-                            "' is not an executable file nor a program on PATH (install "
-                            "OpenMPI: apt-get install openmpi-bin, or give --mpirun PATH)"));
-  }
-  const FaultSpec fault = ParseFault(o.fault);
-  if (fault.active() && fault.rank >= o.np) {
-    throw InputError("inject-fault", StrCat("'", ExcerptText(o.fault), "' names rank ", fault.rank,
-                                            " but the run has ranks 0..", o.np - 1));
-  }
+  const FaultSpec fault = CheckRealRunOptions(o);
   // Where the traces go: --keep DIR, or a temporary folder that is removed at the end, also when
   // a signal ends the command.
   RealJob job(o.keep.empty() ? std::nullopt : std::optional<std::string>(o.keep));

@@ -19,12 +19,15 @@
 
 namespace {
 
-// An op trace: the same properties (clear refusal, round trip, equal to its own copy).
-int OpTraceCase(const nlohmann::json& json) {
+// An op or model trace: a clear refusal, or a round trip to the same JSON and no difference from
+// its copy (for a model trace, not even one within rounding). `read` is the trace's reader, `diff`
+// its DiffXTraces giving the differences and the count of values equal only within rounding.
+template <typename TraceT, typename Read, typename Diff>
+int TypedTraceCase(const nlohmann::json& json, const char* what, Read read, Diff diff) {
   using namespace dtsim;
-  OpTrace trace;
+  TraceT trace;
   try {
-    trace = OpTraceFromJson(json);
+    trace = read(json);
   } catch (const InputError& e) {
     DTSIM_FUZZ_EXPECT(e.field() == "trace", e.what());
     DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
@@ -32,45 +35,38 @@ int OpTraceCase(const nlohmann::json& json) {
     return 0;
   }
   const nlohmann::json written = ToJson(trace);
-  OpTrace again;
+  TraceT again;
   try {
-    again = OpTraceFromJson(ParseJsonText(SafeDump(written), "trace", "written"));
+    again = read(ParseJsonText(SafeDump(written), "trace", "written"));
   } catch (const InputError& e) {
-    fuzz::Fail(StrCat("an op trace dtsim accepted does not read back after writing: ", e.what()));
+    fuzz::Fail(StrCat(what, " dtsim accepted does not read back after writing: ", e.what()));
   }
-  DTSIM_FUZZ_EXPECT(ToJson(again) == written, "op trace round trip");
-  const auto diffs = DiffOpTraces(trace, again);
-  DTSIM_FUZZ_EXPECT(diffs.empty(), "an op trace differs from its own copy: ", diffs[0].where, ": ",
+  DTSIM_FUZZ_EXPECT(ToJson(again) == written, what, " round trip");
+  int64_t rounded = -1;  // the diff must set it
+  const auto diffs = diff(trace, again, &rounded);
+  DTSIM_FUZZ_EXPECT(diffs.empty(), what, " differs from its own copy: ", diffs[0].where, ": ",
                     diffs[0].what);
+  DTSIM_FUZZ_EXPECT(rounded == 0, what, " equals its copy only within rounding");
   return 0;
 }
 
-// A model trace: a clear refusal, or a round trip to the same JSON and no difference from its copy.
+int OpTraceCase(const nlohmann::json& json) {
+  using namespace dtsim;
+  return TypedTraceCase<OpTrace>(
+      json, "an op trace", [](const nlohmann::json& j) { return OpTraceFromJson(j); },
+      [](const OpTrace& a, const OpTrace& b, int64_t* rounded) {
+        *rounded = 0;  // op traces compare bits only
+        return DiffOpTraces(a, b);
+      });
+}
+
 int ModelTraceCase(const nlohmann::json& json) {
   using namespace dtsim;
-  ModelTrace trace;
-  try {
-    trace = ModelTraceFromJson(json);
-  } catch (const InputError& e) {
-    DTSIM_FUZZ_EXPECT(e.field() == "trace", e.what());
-    DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
-                      "capped message: ", std::string(e.what()).size());
-    return 0;
-  }
-  const nlohmann::json written = ToJson(trace);
-  ModelTrace again;
-  try {
-    again = ModelTraceFromJson(ParseJsonText(SafeDump(written), "trace", "written"));
-  } catch (const InputError& e) {
-    fuzz::Fail(StrCat("a model trace dtsim accepted does not read back after writing: ", e.what()));
-  }
-  DTSIM_FUZZ_EXPECT(ToJson(again) == written, "model trace round trip");
-  int64_t rounded = -1;
-  const auto diffs = DiffModelTraces(trace, again, 20, &rounded);
-  DTSIM_FUZZ_EXPECT(diffs.empty(), "a model trace differs from its own copy: ", diffs[0].where,
-                    ": ", diffs[0].what);
-  DTSIM_FUZZ_EXPECT(rounded == 0, "a model trace equals its copy only within rounding");
-  return 0;
+  return TypedTraceCase<ModelTrace>(
+      json, "a model trace", [](const nlohmann::json& j) { return ModelTraceFromJson(j); },
+      [](const ModelTrace& a, const ModelTrace& b, int64_t* rounded) {
+        return DiffModelTraces(a, b, 20, rounded);
+      });
 }
 
 // The reader of files (TraceTextOf + TraceFromText: JSON checked without a DOM, the trace read one
