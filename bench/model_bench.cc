@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,15 +27,23 @@ namespace {
 
 using dtsim::model::LlamaArgs;
 
+// DTSIM_MODEL_BENCH_DIM sets another model dim (heads stay 8, FFN 4 x dim) for a size sweep
+// (docs/performance.md); scripts/bench.sh uses the default.
 LlamaArgs BenchArgs() {
   LlamaArgs a;
   a.dim = 256;
+  if (const char* dim = std::getenv("DTSIM_MODEL_BENCH_DIM")) a.dim = std::stoll(dim);
   a.heads = 8;
   a.layers = 2;
   a.vocab = 1000;
   a.seq = 64;
   a.batch = 4;
   return a;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 dtsim::model::ModelRunOptions SimulatedOptions() {
@@ -68,31 +78,57 @@ void BM_ModelParallelVsSerialRanks(benchmark::State& state) {
     serial.push_back(dtsim::model::RunModel(o).seconds * 1e3);
   }
   dtsim::SetParallelRanks(was);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  state.counters["parallel_ms"] = median(parallel);
-  state.counters["serial_ms"] = median(serial);
-  state.counters["serial_over_parallel"] = median(serial) / median(parallel);
+  state.counters["parallel_ms"] = Median(parallel);
+  state.counters["serial_ms"] = Median(serial);
+  state.counters["serial_over_parallel"] = Median(serial) / Median(parallel);
 }
 BENCHMARK(BM_ModelParallelVsSerialRanks)->Unit(benchmark::kMillisecond)->MinTime(4.0);
 
-void BM_ModelUnsharded(benchmark::State& state) {
-  const LlamaArgs a = BenchArgs();
-  const auto weights = dtsim::model::LlamaWeights(a, at::kFloat, false);
-  const at::Tensor tokens = dtsim::model::LlamaTokens(a, false);
-  const at::Tensor labels = dtsim::model::LlamaLabels(a, false);
-  for (auto _ : state) {
-    auto model = dtsim::model::BuildLlama(a, weights);
+// One unsharded forward + backward on plain tensors (seconds): the model built from the same
+// weights each time, as RunModel builds its sharded model; only the pass is timed.
+class UnshardedStep {
+ public:
+  UnshardedStep()
+      : args_(BenchArgs()),
+        weights_(dtsim::model::LlamaWeights(args_, at::kFloat, false)),
+        tokens_(dtsim::model::LlamaTokens(args_, false)),
+        labels_(dtsim::model::LlamaLabels(args_, false)) {}
+  double operator()() const {
+    auto model = dtsim::model::BuildLlama(args_, weights_);
     const auto start = std::chrono::steady_clock::now();
-    at::Tensor loss = dtsim::model::CrossEntropy((*model)(tokens), labels);
+    at::Tensor loss = dtsim::model::CrossEntropy((*model)(tokens_), labels_);
     loss.backward();
-    state.SetIterationTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+
+ private:
+  LlamaArgs args_;
+  std::map<std::string, at::Tensor> weights_;
+  at::Tensor tokens_, labels_;
+};
+
+void BM_ModelUnsharded(benchmark::State& state) {
+  const UnshardedStep step;
+  for (auto _ : state) state.SetIterationTime(step());
 }
 BENCHMARK(BM_ModelUnsharded)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// model_vs_unsharded side by side (scripts/bench.sh): each iteration runs one simulated step of the
+// 8 ranks and one unsharded step, alternately, so the load of a shared machine falls on both alike;
+// the counters are the median of each (ms) and unsharded / simulated.
+void BM_ModelSimulatedVsUnsharded(benchmark::State& state) {
+  const dtsim::model::ModelRunOptions o = SimulatedOptions();
+  const UnshardedStep unsharded;
+  std::vector<double> sim, flat;
+  for (auto _ : state) {
+    sim.push_back(dtsim::model::RunModel(o).seconds * 1e3);
+    flat.push_back(unsharded() * 1e3);
+  }
+  state.counters["simulated_ms"] = Median(sim);
+  state.counters["unsharded_ms"] = Median(flat);
+  state.counters["unsharded_over_simulated"] = Median(flat) / Median(sim);
+}
+BENCHMARK(BM_ModelSimulatedVsUnsharded)->Unit(benchmark::kMillisecond)->MinTime(6.0);
 
 // The bench's run with each op's ranks in parallel and one after the other: the same loss, hashes,
 // checks and peaks, bit for bit? Prints what differs; false if anything does.
