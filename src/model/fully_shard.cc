@@ -155,21 +155,15 @@ std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>
   for (size_t i = 0; i < u.params.size(); ++i) {
     out.push_back(u.coll->MapShards(gathered, [&u, i](int64_t rank, const at::Tensor& g) {
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
+      std::vector<int64_t> padded = full;
+      padded[0] = CeilDiv(full[0], u.dp) * u.dp;
       // Copied out into a buffer of its own (FSDP2's copy-out), even where the view is contiguous
-      // already: each unsharded parameter's storage is freed and refilled on its own. One copy:
-      // dp rank j's padded chunk (a [chunk rows, ...] view of the gathered buffer) gives rows
-      // j * chunk rows onward, as many as torch.chunk gave it.
-      std::vector<int64_t> chunk = full;
-      chunk[0] = CeilDiv(full[0], u.dp);
-      at::Tensor param = at::empty(full, g.options());
-      const at::Tensor pieces =
-          g.view({u.dp, -1}).narrow(1, ChunkOffset(u, i, rank), ChunkLen(u, i, rank));
-      for (int64_t j = 0; j < u.dp; ++j) {
-        const int64_t rows = ChunkRows(full[0], u.dp, j);
-        if (rows == 0) continue;
-        param.narrow(0, j * chunk[0], rows).copy_(pieces[j].view(chunk).narrow(0, 0, rows));
-      }
-      return param;
+      // already: each unsharded parameter's storage is freed and refilled on its own.
+      return g.view({u.dp, -1})
+          .narrow(1, ChunkOffset(u, i, rank), ChunkLen(u, i, rank))
+          .reshape(padded)
+          .narrow(0, 0, full[0])
+          .clone(at::MemoryFormat::Contiguous);
     }));
   }
   return out;
