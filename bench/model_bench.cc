@@ -1,9 +1,10 @@
-// The model layer's benchmarks (issue 16): the Llama model of `dtsim model` forward + backward,
-// fsdp+tp on 8 simulated ranks, against the same model run unsharded on one device. Manual times:
-// only the forward + backward pass, not building or sharding the model. scripts/bench.sh runs the
-// upstream twin (tests/model/llama_twin.py) beside them and prints the ratios. Both sides run with
-// the caching CPU allocator, as the dtsim command line does. BM_ModelParallelVsSerialRanks compares
-// dtsim with each op's ranks on several threads (the default) and one after the other
+// The model layer's benchmarks (issue 16; scripts/bench.sh runs them with --benchmark_min_time=4):
+// the Llama model of `dtsim model` forward + backward, fsdp+tp on 8 simulated ranks, against the
+// same model run unsharded on one device. Manual times: only the forward + backward pass, not
+// building or sharding the model. scripts/bench.sh runs the upstream twin
+// (tests/model/llama_twin.py) beside them and prints the ratios. Both sides run with the caching
+// CPU allocator, as the dtsim command line does. BM_ModelParallelVsSerialRanks compares dtsim with
+// each op's ranks on several threads (the default) and one after the other
 // (SetParallelRanks(false)); before timing, the bench checks that both ways give the same run bit
 // for bit (loss, every rank's hash at every module boundary, the checks against the unsharded
 // model, every rank's peak memory) and fails otherwise.
@@ -63,7 +64,7 @@ void BM_ModelSimulated(benchmark::State& state) {
     state.SetIterationTime(r.seconds);
   }
 }
-BENCHMARK(BM_ModelSimulated)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_ModelSimulated)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // The two side by side on a shared machine: each iteration runs the step with the ranks in parallel
 // and then one after the other; the counters are the median of each (ms) and their ratio.
@@ -82,7 +83,7 @@ void BM_ModelParallelVsSerialRanks(benchmark::State& state) {
   state.counters["serial_ms"] = Median(serial);
   state.counters["serial_over_parallel"] = Median(serial) / Median(parallel);
 }
-BENCHMARK(BM_ModelParallelVsSerialRanks)->Unit(benchmark::kMillisecond)->MinTime(4.0);
+BENCHMARK(BM_ModelParallelVsSerialRanks)->Unit(benchmark::kMillisecond);
 
 // One unsharded forward + backward on plain tensors (seconds): the model built from the same
 // weights each time, as RunModel builds its sharded model; only the pass is timed.
@@ -111,7 +112,7 @@ void BM_ModelUnsharded(benchmark::State& state) {
   const UnshardedStep step;
   for (auto _ : state) state.SetIterationTime(step());
 }
-BENCHMARK(BM_ModelUnsharded)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_ModelUnsharded)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // model_vs_unsharded side by side (scripts/bench.sh): each iteration runs one simulated step of the
 // 8 ranks and one unsharded step, alternately, so the load of a shared machine falls on both alike;
@@ -128,7 +129,7 @@ void BM_ModelSimulatedVsUnsharded(benchmark::State& state) {
   state.counters["unsharded_ms"] = Median(flat);
   state.counters["unsharded_over_simulated"] = Median(flat) / Median(sim);
 }
-BENCHMARK(BM_ModelSimulatedVsUnsharded)->Unit(benchmark::kMillisecond)->MinTime(6.0);
+BENCHMARK(BM_ModelSimulatedVsUnsharded)->Unit(benchmark::kMillisecond);
 
 // The bench's run with each op's ranks in parallel and one after the other: the same loss, hashes,
 // checks and peaks, bit for bit? Prints what differs; false if anything does.

@@ -85,7 +85,7 @@ if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
   "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
 fi
 # Issue 16: the model, dtsim and the upstream twin side by side, and the 70B layer in metadata mode.
-"$DTSIM_BUILD/bench/dtsim_model_bench" --benchmark_out="$out/model.json" --benchmark_out_format=json >&2
+"$DTSIM_BUILD/bench/dtsim_model_bench" --benchmark_min_time=4 --benchmark_out="$out/model.json" --benchmark_out_format=json >&2
 "$DTSIM_PY" "$DTSIM_ROOT/tests/model/llama_twin.py" --mesh 2x4 --names dp,tp --plan fsdp+tp+sp --dim 256 --heads 8 \
   --layers 2 --vocab 1000 --seq 64 --batch 4 --backward --time 5 > "$out/model_upstream.json"
 /usr/bin/time -f "%e %M" -o "$out/cli_model_70b" "$DTSIM_BUILD/dtsim" model --mesh 512x8 --names dp,tp --dim 8192 \
