@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/seed-*) from the texts the tests use and
-the golden traces in traces/. Run it again after adding seeds here; regression inputs of findings
-(corpus/<target>/regression-*) are kept as they are. Deterministic: the same files every run."""
+the golden traces in traces/. Run it again after adding seeds here. It writes only the files it makes and deletes none:
+seeds written by hand (model_options, recording, trace/seed-op-*, ...) and regression inputs of findings
+(corpus/<target>/regression-*) are kept as they are; a seed that should go (say, of a golden trace removed from traces/)
+is deleted by hand. Deterministic: the same files every run."""
 import hashlib
 import json
 import pathlib
@@ -63,12 +65,22 @@ RAW_LINES = ["not json", "\xff", "[1, 2]", "1e400", '{"mesh": [2], "mesh": [2]}'
              '{"mesh": [2], "shape": [4], "placements": "S(0)"', "null", '"text"']
 
 
+SEEDS = {}  # (target, file name) -> bytes, written by main() once all are made
+
+
 def write(target, name, data):
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
-    path = CORPUS / target / f"seed-{name}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    SEEDS[(target, f"seed-{name}")] = data
+
+
+def write_seeds():
+    """Writes SEEDS, each file only where its bytes differ; deletes nothing."""
+    for (target, name), data in SEEDS.items():
+        path = CORPUS / target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
 
 
 def raw(text):
@@ -77,9 +89,6 @@ def raw(text):
 
 
 def main():
-    for target in CORPUS.glob("*"):
-        for f in target.glob("seed-*"):
-            f.unlink()
     for i, text in enumerate(PLACEMENTS):
         write("placements", f"{i:03d}", text)
     for i, text in enumerate(MESH_OPTIONS):
@@ -119,6 +128,7 @@ def main():
     rng = random.Random(10)
     for i in range(48):
         write("redistribute", f"{i:03d}", bytes(rng.randrange(256) for _ in range(24)))
+    write_seeds()
 
 
 if __name__ == "__main__":
