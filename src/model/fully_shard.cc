@@ -103,6 +103,16 @@ void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_
   observer->OnCollective(call);
 }
 
+// `t` contiguous, its dim-0 rows padded with zeros up to `rows` (FSDP2 pads every parameter to a
+// multiple of the dp size for its all-gather and reduce-scatter).
+at::Tensor PadRows(const at::Tensor& t, int64_t rows) {
+  const int64_t pad = rows - t.size(0);
+  if (pad <= 0) return t.contiguous();
+  std::vector<int64_t> pad_shape = t.sizes().vec();
+  pad_shape[0] = pad;
+  return at::cat({t, at::zeros(pad_shape, t.options())}, 0);
+}
+
 // Each rank's flat all-gather input: every parameter's chunk padded to the chunk rows, flattened,
 // concatenated.
 at::Tensor FlatShards(const Unit& u, const std::vector<at::Tensor>& locals) {
@@ -111,14 +121,7 @@ at::Tensor FlatShards(const Unit& u, const std::vector<at::Tensor>& locals) {
     std::vector<at::Tensor> pieces;
     for (size_t i = 0; i < shards.size(); ++i) {
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
-      const int64_t pad = CeilDiv(full[0], u.dp) - shards[i].size(0);
-      at::Tensor s = shards[i].contiguous();
-      if (pad > 0) {
-        std::vector<int64_t> pad_shape = s.sizes().vec();
-        pad_shape[0] = pad;
-        s = at::cat({s, at::zeros(pad_shape, s.options())}, 0);
-      }
-      pieces.push_back(s.reshape({-1}));
+      pieces.push_back(PadRows(shards[i], CeilDiv(full[0], u.dp)).reshape({-1}));
     }
     return at::cat(pieces, 0);
   });
@@ -155,15 +158,25 @@ std::vector<at::Tensor> GatherGroup(const Unit& u, const std::vector<at::Tensor>
   for (size_t i = 0; i < u.params.size(); ++i) {
     out.push_back(u.coll->MapShards(gathered, [&u, i](int64_t rank, const at::Tensor& g) {
       const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
-      std::vector<int64_t> padded = full;
-      padded[0] = CeilDiv(full[0], u.dp) * u.dp;
-      // Copied out into a buffer of its own (FSDP2's copy-out), even where the view is contiguous
-      // already: each unsharded parameter's storage is freed and refilled on its own.
-      return g.view({u.dp, -1})
-          .narrow(1, ChunkOffset(u, i, rank), ChunkLen(u, i, rank))
-          .reshape(padded)
-          .narrow(0, 0, full[0])
-          .clone(at::MemoryFormat::Contiguous);
+      // Copied out into a buffer of its own (FSDP2's copy-out), even where the data is contiguous
+      // already: each unsharded parameter's storage is freed and refilled on its own. Row c of
+      // `chunks` is dp rank c's padded chunk; the chunks filled whole go in one copy, the part of
+      // the last one that is not padding in a second (two copies at most, whatever the dp size).
+      const int64_t rows = CeilDiv(full[0], u.dp);
+      const int64_t len = ChunkLen(u, i, rank);
+      const at::Tensor chunks = g.view({u.dp, -1}).narrow(1, ChunkOffset(u, i, rank), len);
+      at::Tensor out = at::empty(full, g.options());
+      const int64_t whole = rows == 0 ? 0 : full[0] / rows;
+      if (whole > 0)
+        out.narrow(0, 0, whole * rows).view({whole, len}).copy_(chunks.narrow(0, 0, whole));
+      const int64_t left = full[0] - whole * rows;
+      if (left > 0) {
+        const int64_t left_len = left * RestNumel(full);
+        out.narrow(0, whole * rows, left)
+            .view({1, left_len})
+            .copy_(chunks.narrow(0, whole, 1).narrow(1, 0, left_len));
+      }
+      return out;
     }));
   }
   return out;
@@ -193,14 +206,7 @@ std::vector<at::Tensor> ReduceScatterGroup(const Unit& u, const std::vector<at::
         std::vector<at::Tensor> pieces;
         for (size_t i = 0; i < gs.size(); ++i) {
           const std::vector<int64_t>& full = u.params[i].unsharded_shape.at(rank);
-          const int64_t pad = CeilDiv(full[0], u.dp) * u.dp - full[0];
-          at::Tensor g = gs[i].contiguous();
-          if (pad > 0) {
-            std::vector<int64_t> pad_shape = full;
-            pad_shape[0] = pad;
-            g = at::cat({g, at::zeros(pad_shape, g.options())}, 0);
-          }
-          pieces.push_back(g.reshape({u.dp, -1}));
+          pieces.push_back(PadRows(gs[i], CeilDiv(full[0], u.dp) * u.dp).reshape({u.dp, -1}));
         }
         return at::cat(pieces, 1).reshape({-1});
       });
