@@ -29,6 +29,18 @@ std::string DimIs(const DeviceMesh& mesh, int64_t dim, int64_t value) {
                               : StrCat(mesh.DimLabel(dim), "=", value);
 }
 
+std::string CellCoordinate(const DeviceMesh& mesh, const std::vector<int64_t>& coordinate) {
+  if (mesh.names().empty()) return IntListToString(coordinate);
+  std::string text;
+  for (size_t d = 0; d < coordinate.size(); ++d) {
+    text += StrCat(d ? " " : "", mesh.DimLabel(static_cast<int64_t>(d)), "=", coordinate[d]);
+  }
+  return text;
+}
+
+float CoordinateLevelPitch(const TextMetrics& metrics) { return 3 * metrics.line_height + 6; }
+float ShapeLevelPitch(const TextMetrics& metrics) { return 4 * metrics.line_height + 8; }
+
 MeshGrid ResolveMeshGrid(const DeviceMesh& mesh, const ViewState& view) {
   const int nd = static_cast<int>(mesh.ndim());
   MeshGrid g;
@@ -250,18 +262,10 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
     if (aggregate == 1 && w + 4 <= pitch && line + 2 <= pitch) {
       // Semantic zoom: below the number, the coordinate and the local shape where they fit.
       std::vector<std::string> lines{label};
-      if (pitch >= 3 * line + 6) {
-        const std::vector<int64_t> c = model.CoordinateAt(p);
-        std::string coord;
-        if (mesh.names().empty()) {
-          coord = IntListToString(c);
-        } else {
-          for (size_t d = 0; d < c.size(); ++d) {
-            coord += StrCat(d ? " " : "", mesh.DimLabel(static_cast<int64_t>(d)), "=", c[d]);
-          }
-        }
+      if (pitch >= CoordinateLevelPitch(tm)) {
+        const std::string coord = CellCoordinate(mesh, model.CoordinateAt(p));
         if (tm.Width(coord) + 4 <= pitch) lines.push_back(coord);
-        if (pitch >= 4 * line + 8 && p < static_cast<int64_t>(frame.layouts.size())) {
+        if (pitch >= ShapeLevelPitch(tm) && p < static_cast<int64_t>(frame.layouts.size())) {
           const std::string shape = "local " + IntListToString(frame.layouts[p].local_shape);
           if (tm.Width(shape) + 4 <= pitch) lines.push_back(shape);
         }
@@ -280,7 +284,8 @@ MeshLayout LayoutMesh(const TraceModel& model, const Frame& frame, const Highlig
   // enough to read them; the selected rank's group always.
   if (!frame.groups.empty()) {
     const bool all = pitch >= 8 && aggregate == 1;
-    const bool labelled = aggregate == 1 && pitch >= 3 * line + 6;  // coordinates in the cells
+    const bool labelled =
+        aggregate == 1 && pitch >= CoordinateLevelPitch(tm);  // coordinates in the cells
     for (const auto& group : frame.groups) {
       bool emphasised = false;
       std::vector<int64_t> pos;

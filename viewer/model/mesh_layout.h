@@ -32,6 +32,13 @@ std::string DimName(const DeviceMesh& mesh, int64_t dim);
 // A dim and a value (its size, a coordinate): "dp=2", or "dim 0 = 2" when the mesh has no names.
 std::string DimIs(const DeviceMesh& mesh, int64_t dim, int64_t value);
 
+// A cell's coordinate line: "pp=5 dp=6 tp=4", or "[5, 6, 4]" when the mesh has no names.
+std::string CellCoordinate(const DeviceMesh& mesh, const std::vector<int64_t>& coordinate);
+// The semantic zoom's levels: the cell pitch (px) from which a cell shows its coordinate under its
+// rank number (where the coordinate's text fits too), and then its local shape.
+float CoordinateLevelPitch(const TextMetrics& metrics);
+float ShapeLevelPitch(const TextMetrics& metrics);
+
 // Which mesh dims form each 2-D grid.
 struct MeshGrid {
   int row_dim = -1;  // -1: no row dim (a 1-D mesh, wrapped)

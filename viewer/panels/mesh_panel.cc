@@ -35,14 +35,13 @@ bool DimCombo(const char* label, const DeviceMesh& mesh, int* dim) {
   return changed;
 }
 
-// Readable cells: the rank number and its coordinate fit (mesh_layout.cc's semantic zoom).
+// Readable cells: every cell shows its rank number and its coordinate (the layout's semantic zoom),
+// with a few pixels to spare for the rounding of the zoomed pitch, and no less than 56 px.
 float ReadablePitch(const TraceModel& model, const TextMetrics& tm) {
   const DeviceMesh& mesh = model.mesh();
-  std::string widest;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    widest += (d ? " " : "") + DimIs(mesh, d, mesh.size(d) - 1);
-  }
-  return std::max({56.0f, 3 * tm.line_height + 8, tm.Width(widest) + 8});
+  std::vector<int64_t> last;  // the coordinate with the most digits
+  for (int64_t d = 0; d < mesh.ndim(); ++d) last.push_back(mesh.size(d) - 1);
+  return std::max({56.0f, CoordinateLevelPitch(tm) + 2, tm.Width(CellCoordinate(mesh, last)) + 8});
 }
 
 }  // namespace
