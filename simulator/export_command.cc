@@ -20,6 +20,7 @@
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
+#include "file_arguments.h"
 #include "viewer/model/model_perfetto.h"
 #include "viewer/model/perfetto_export.h"
 
@@ -49,15 +50,7 @@ int RunExport(const Args& args) {
       "format", po::value(&o.format),
       "output format: perfetto (Chrome / Perfetto trace-event JSON)")(
       "with", po::value(&o.with), "a second trace (e.g. the real run) to export beside the first");
-  po::options_description hidden;
-  hidden.add_options()("file", po::value(&o.files));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description positional;
-  positional.add("file", -1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
+  const po::variables_map vm = ParseOptionsWithFiles(args, desc, &o.files);
   if (vm.count("help")) {
     std::cout << "usage: dtsim export --format perfetto trace.json out.json [--with other.json]\n"
                  "  trace.json: a redistribution trace, a model trace (dtsim model --trace: "

@@ -43,6 +43,7 @@
 #include "dtsim/trace/files.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
+#include "file_arguments.h"
 
 namespace po = boost::program_options;
 
@@ -409,15 +410,7 @@ int RunReplay(const Args& args) {
                                                  "print the result as JSON")(
       "limit", po::value(&limit)->default_value(limit),
       "print at most this many differing redistributions");
-  po::options_description hidden;
-  hidden.add_options()("file", po::value(&files));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description positional;
-  positional.add("file", -1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
+  const po::variables_map vm = ParseOptionsWithFiles(args, desc, &files);
   if (vm.count("help")) {
     std::cout
         << "usage: dtsim replay RECORDING.json [--json] [--limit 20]\n"

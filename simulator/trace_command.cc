@@ -16,6 +16,7 @@
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
+#include "file_arguments.h"
 
 namespace po = boost::program_options;
 
@@ -27,15 +28,7 @@ int RunTraceDiff(const Args& args) {
   po::options_description desc("dtsim trace-diff options");
   desc.add_options()("help,h", "show this help")("limit", po::value(&limit)->default_value(limit),
                                                  "print at most this many differences");
-  po::options_description hidden;
-  hidden.add_options()("file", po::value(&files));
-  po::options_description all;
-  all.add(desc).add(hidden);
-  po::positional_options_description positional;
-  positional.add("file", 2);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
+  const po::variables_map vm = ParseOptionsWithFiles(args, desc, &files);
   if (vm.count("help")) {
     std::cout << "usage: dtsim trace-diff A.json B.json [--limit 20]\n" << desc;
     return 0;
