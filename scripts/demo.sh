@@ -2,7 +2,9 @@
 # The main job, no cluster needed: installs what is missing, builds incrementally, then debugs layouts and
 # redistributions on the embedded LocalTensor world (every rank simulated in this process).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-configure_and_build >/dev/null
+# The build's progress goes to stderr (a cold build takes minutes and must not look hung); stdout is the demo.
+log "building $DTSIM_BUILD (incremental; a first build takes several minutes)"
+configure_and_build >&2
 DTSIM="$DTSIM_BUILD/dtsim"
 TRACE_DIR="${TMPDIR:-/tmp}/dtsim-demo"
 mkdir -p "$TRACE_DIR"
