@@ -33,6 +33,7 @@ with a clear error rather than recorded wrongly.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -68,6 +69,7 @@ _COLLECTIVE_OPS = {
 # Async results held by reference until the program waits for them (or the block ends), in bytes: past it the oldest
 # are waited for and hashed at once (the program holds most of them anyway; this bounds what only the recorder holds).
 _MAX_PENDING_BYTES = 64 << 20
+_FINISH_ROUNDS = itertools.count()  # the store key of each record block's verdict (tail of Recorder.finish)
 _PENDING = "pending"  # stands for states and data not hashed yet (replaced before the block's rows are gathered)
 # The argument holding the group name, per op (position in the op's schema).
 _GROUP_ARG = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_reduce": 2, "all_to_all_single": 3,
@@ -511,8 +513,14 @@ class _Recorder:
                 torch.cat(self.data, out=flat[len(rows):len(rows) + sum(sizes)])
         bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)] if rank == 0 else None
         dist.gather(flat, bufs, dst=0)
+        _wait_until_gloo_let_go([flat] + (bufs or []))
         # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks that raced
         # ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and all raise if it failed.
+        # The verdict goes through the process group's store, not a collective: a Gloo collective's work object is
+        # dropped by Gloo's worker thread after the call has returned, and when that drop came after the program had
+        # returned and Python was shutting down, the thread could not take the GIL to release the tensor's Python
+        # object and the rank died with "terminate called without an active exception" (one 4-rank run in 6 here).
+        # The gather's tensors were let go of above.
         error: Optional[str] = None
         if rank == 0:
             try:
@@ -528,12 +536,15 @@ class _Recorder:
                 self._write(parts, f"torch-{dist.get_backend()}", world, argv)
             except Exception as e:  # noqa: BLE001  re-raised on every rank below
                 error = f"{type(e).__name__}: {e}"
-        status = torch.tensor([0 if error is None else 1], dtype=torch.int64)
-        dist.broadcast(status, src=0)
-        if int(status[0]) != 0:
-            message: List[Any] = [error]
-            dist.broadcast_object_list(message, src=0)
-            raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {message[0]}")
+        store = dist.distributed_c10d._get_default_store()
+        key = f"dtsim.record/{next(_FINISH_ROUNDS)}/verdict"  # every rank counts the same blocks (SPMD)
+        if rank == 0:
+            store.set(key, "ok" if error is None else "error " + error)
+        else:
+            verdict = store.get(key).decode("utf-8", "replace")
+            error = None if verdict == "ok" else verdict.removeprefix("error ")
+        if error is not None:
+            raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {error}")
 
     def _write(self, parts: List[Dict[str, Any]], backend: str, world: int, argv: str) -> None:
         counts = {len(p["records"]) for p in parts}
@@ -616,6 +627,16 @@ def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[
                     "input_bytes": [per_rank[r]["input_bytes"] for r in ranks],
                     "output_bytes": [per_rank[r]["output_bytes"] for r in ranks]})
     return out
+
+
+def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None:
+    """Returns once no one but Python holds `tensors` (the backend's worker thread has dropped the finished
+    collective's references) and that thread has had the GIL to release their Python objects; after `timeout_s` it
+    returns anyway. A worker thread that drops them while Python shuts down aborts the process (Recorder.finish)."""
+    deadline = time.monotonic() + timeout_s
+    while any(t._use_count() > 1 for t in tensors) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    time.sleep(0.001)  # the GIL, for the thread's release of the Python objects it has just let go of
 
 
 def _write_atomically(path: str, chunks: List[Any]) -> None:

@@ -20,9 +20,11 @@ block (hashed when the block ends). Recorded in order:
 
 A second block (OUT.json.bound.json) records three async results with the pending bound set to 1 byte, so the older
 ones are waited for and hashed as the next comes. Every rank prints `STATS <rank> <block> <json>`: how its async
-results were hashed (dtsim.recorder.last_stats).
+results were hashed (dtsim.recorder.last_stats). A third block's recording cannot be written (rank 0 removes its
+folder inside the block): every rank prints `WRITEFAIL <rank> <the error it raised>`.
 """
 import json
+import os
 import sys
 
 import torch
@@ -70,6 +72,20 @@ def main():
     finally:
         dtsim.recorder._MAX_PENDING_BYTES = bound
     print(f"STATS {rank} bound {json.dumps(dtsim.recorder.last_stats)}", flush=True)
+    # A third block whose recording rank 0 cannot write (its folder is gone by the end): every rank must raise rank
+    # 0's error, not just rank 0, and none may hang or abort.
+    gone = out + ".gone"
+    if rank == 0:
+        os.makedirs(gone)
+    dist.barrier()
+    try:
+        with dtsim.record(os.path.join(gone, "r.json")):
+            p.redistribute(mesh, [Replicate()])
+            if rank == 0:
+                os.rmdir(gone)
+        print(f"WRITEFAIL {rank} no error", flush=True)
+    except RuntimeError as e:
+        print(f"WRITEFAIL {rank} {str(e).splitlines()[0][:200]}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
