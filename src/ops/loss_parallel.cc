@@ -47,17 +47,20 @@ GroupSet Groups(const DeviceMesh& mesh, int64_t mesh_dim) {
   return GroupSet::AlongMeshDim(mesh.root(), mesh.root_dims().at(mesh_dim).at(0));
 }
 
-// An all-reduce of `local` over `mesh_dim`, told to the observer.
+// An all-reduce of `local` over `mesh_dim`, told to the observer. Over a mesh dim of size 1 nothing
+// moves, but the call is still told (0 bytes): upstream's handlers call funcol.all_reduce whatever
+// the group's size, and its CommDebugMode counts those calls, so the per-module counts stay equal
+// on a tp mesh of 1.
 at::Tensor AllReduce(const DTensor& ref, int64_t mesh_dim, const at::Tensor& local, ReduceOp op,
                      const std::string& cause) {
   Collectives& coll = ref.collectives();
   const DeviceMesh& mesh = ref.mesh();
-  if (mesh.size(mesh_dim) == 1) return local;
+  const bool alone = mesh.size(mesh_dim) == 1;
   const GroupSet groups = Groups(mesh, mesh_dim);
-  at::Tensor out = coll.AllReduce(local, groups, op);
+  at::Tensor out = alone ? local : coll.AllReduce(local, groups, op);
   if (OpObserver* observer = CurrentOpObserver()) {
     int64_t bytes = 0;
-    for (int64_t r : coll.HeldRanks(local)) {
+    for (int64_t r : alone ? std::vector<int64_t>{} : coll.HeldRanks(local)) {
       const at::Tensor s = coll.Shard(local, r);
       bytes = std::max<int64_t>(bytes, s.numel() * static_cast<int64_t>(s.element_size()));
     }

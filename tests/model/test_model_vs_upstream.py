@@ -33,6 +33,7 @@ CASES = [
     ("2x4", "dp,tp", "fsdp+tp", 64, 4, 1, 100, 8, 2, 0),
     # Loss parallelism: the logits stay vocab-sharded, cross entropy all-reduces (upstream's loss_parallel()).
     ("4", "tp", "tp+sp", 64, 4, 2, 100, 8, 2, 0, True),
+    ("1", "tp", "tp+sp", 8, 1, 2, 18, 4, 1, 71, True),  # tp of 1: upstream still counts the handlers' all-reduces
     ("8", "tp", "tp+sp", 64, 8, 1, 101, 8, 2, 0, True),
     ("4", "tp", "tp", 64, 4, 1, 100, 8, 2, 0, True),
     ("2x2", "dp,tp", "fsdp+tp", 32, 4, 2, 50, 8, 2, 0, True),
