@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -80,8 +81,51 @@ def dtsim_nodes(report):
 @pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c[:3])) + f"-L{c[5]}-v{c[6]}" + ("-lp" if c[10:] else "")
                                              for c in CASES])
 def test_per_module_counts_and_placements_equal_upstream(case):
-    twin = run_twin(*case)
+    check_equal(case, run_twin(*case), run_dtsim(*case))
+
+
+def random_case(rng):
+    """A configuration drawn from what the command accepts: any plan, tp 1-8 (also 3, 5, 6), dp 1-8, heads a multiple
+    of tp, uneven vocabularies and FFN sizes, seq a multiple of tp (sequence parallelism needs even shards)."""
+    plan = rng.choice(["tp+sp", "tp+sp", "tp", "fsdp", "fsdp+tp"])
+    dp, tp = 1, 1
+    if plan in ("tp", "tp+sp"):
+        tp = rng.choice([1, 2, 3, 4, 5, 6, 8])
+        mesh, names = str(tp), "tp"
+    elif plan == "fsdp":
+        dp = rng.choice([1, 2, 3, 4, 8])
+        mesh, names = str(dp), "dp"
+    else:
+        dp, tp = rng.choice([(2, 2), (2, 4), (4, 2), (2, 3), (3, 2), (1, 2), (2, 1)])
+        mesh, names = f"{dp}x{tp}", "dp,tp"
+    heads = tp * rng.choice([1, 2]) if plan != "fsdp" else rng.choice([2, 4])
+    dim = heads * rng.choice([4, 6, 8])
+    ffn = rng.choice([0, tp * rng.randint(1, 12), rng.randint(tp, 100)])
+    return (mesh, names, plan, dim, heads, rng.choice([1, 2]), rng.randint(tp, 130), tp * rng.randint(1, 3),
+            dp * rng.randint(1, 2), ffn, plan != "fsdp" and rng.random() < 0.3)
+
+
+RANDOM_CASES = int(os.environ.get("DTSIM_MODEL_RANDOM_CASES", "24"))
+
+
+@pytest.mark.parametrize("seed", range(RANDOM_CASES))
+def test_random_configurations_equal_upstream(seed):
+    """Configurations no one chose: where upstream runs the case its counts and placements are the judge; where it
+    fails (its LocalTensorMode cannot run some uneven shards: 'unhashable type: non-nested SymInt', an empty vocab
+    shard in index_select), dtsim's own verdict against the unsharded model must be OK."""
+    case = random_case(random.Random(9100 + seed))
     ours = run_dtsim(*case)
+    try:
+        twin = run_twin(*case)
+    except (RuntimeError, AttributeError, AssertionError) as e:
+        assert ours["verdict"] == "OK", (case, [c for c in ours["checks"] if not c["ok"]])
+        print(f"{case}: upstream fails ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}); "
+              "dtsim checked against the unsharded model")
+        return
+    check_equal(case, twin, ours)
+
+
+def check_equal(case, twin, ours):
     assert ours["verdict"] == "OK", [c for c in ours["checks"] if not c["ok"]]
     nodes = dtsim_nodes(ours)
     root = "Transformer"
