@@ -23,15 +23,11 @@ DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
 
-def run_job(cmd, **kwargs):
-    return subprocess.run(cmd, **kwargs)
-
-
 def torchrun(out, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
     # --standalone: torchrun binds its own free port and keeps it (two jobs picking "free" ports race)
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node", "4", PROGRAM, str(out)]
-    proc = run_job(cmd, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, "\n".join(l for l in proc.stderr.splitlines() if "alltoall" not in l)[-8000:]
     assert os.path.exists(out) and os.path.exists(str(out) + ".data")
 
@@ -251,7 +247,7 @@ def async_recorded(tmp_path_factory):
     """The async program on 2 Gloo ranks, rank 1 writing result #9 around the recorder's hooks; every rank's stats."""
     d = tmp_path_factory.mktemp("async")
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node", "2", ASYNC_PROGRAM, str(d / "async.json"), "--bypass", "1"]
-    proc = run_job(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     # The two ranks share one stdout pipe, and one rank's line can land in the middle of the other's (seen in CI:
     # '{...}STATS 1 main {...}' on one line), so each STATS record is found by itself, not line by line.
