@@ -53,6 +53,9 @@ const std::map<std::string, Command>& Commands() {
         "re-run a recorded PyTorch run (dtsim.record) in simulation: where it differs"}},
       {"export",
        {&dtsim::cli::RunExport, "a trace as Chrome / Perfetto trace-event JSON (ui.perfetto.dev)"}},
+      {"run",
+       {&dtsim::cli::RunRun,
+        "run a torchrun script, unchanged, as N simulated ranks in one process"}},
   };
   return commands;
 }

@@ -1,0 +1,262 @@
+"""What turns one process into a torchrun job of N ranks: installed once by the launcher, before any rank runs.
+
+- c10d's state (`torch.distributed.distributed_c10d._world`: the default group, group names, ranks) is kept per rank
+  thread, and so is the C++ registry of groups by name (c10d's thread isolation mode);
+- `init_process_group` builds the rank's default group on the `dtsim` backend (process_group.py), whatever backend
+  the program names ("nccl", "gloo", "cpu:gloo,cuda:nccl", ...), with the rank and world size of its thread;
+- CUDA is emulated on the CPU: tensors asked for on "cuda" live on the CPU (a torch function mode rewrites the device
+  of factories, `.to`, `.cuda()`), `torch.cuda` and `torch.accelerator` answer as an N-device node, streams and events
+  are no-ops, and device meshes of a GPU device type are CPU meshes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch.overrides import TorchFunctionMode
+
+from .process_group import World
+
+_GPU_TYPES = ("cuda", "xpu", "mps", "hpu", "mtia")
+
+
+class _RankWorld:
+    """One rank's c10d state: what c10d's `_World` keeps in module globals, kept here per rank."""
+
+    def __init__(self) -> None:
+        self.default_pg = None
+        self.pg_map: Dict = {}
+        self.pg_names: Dict = {}
+        self.pg_group_ranks: Dict = {}
+        self.pg_backend_config: Dict = {}
+        self.group_count = 0
+        self.tags_to_pg: Dict = {}
+        self.pg_to_tag: Dict = {}
+        self.pg_coalesce_state: Dict = {}
+        self.comms: list = []
+
+    @property
+    def pg_config_info(self) -> list:
+        return [{"pg_name": self.pg_names[pg], "pg_desc": pg.group_desc, "backend_config": self.pg_backend_config[pg],
+                 "ranks": list(self.pg_group_ranks[pg].keys()), "group_size": len(self.pg_group_ranks[pg]),
+                 "group_count": self.group_count} for pg in self.pg_map]
+
+
+class _RankWorlds:
+    """Stands in for c10d's `_world`: every rank thread sees a `_RankWorld` of its own."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_local", threading.local())
+
+    def _world(self) -> _RankWorld:
+        local = object.__getattribute__(self, "_local")
+        world = getattr(local, "world", None)
+        if world is None:
+            world = local.world = _RankWorld()
+        return world
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._world(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._world(), name, value)
+
+
+class _RankDevices:
+    """The emulated CUDA device index of each rank (torch.cuda.set_device / current_device)."""
+
+    def __init__(self, local_rank_of: Callable[[], int], local_world_size: int):
+        self._local_rank_of = local_rank_of
+        self.count = local_world_size
+        self._current: Dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def current(self) -> int:
+        rank = threading.get_ident()
+        return self._current.get(rank, self._local_rank_of())
+
+    def set(self, device) -> None:
+        index = _device_index(device)
+        if index is None:
+            return
+        if not 0 <= index < self.count:
+            raise RuntimeError(f"CUDA error: invalid device ordinal {index} (dtsim run emulates {self.count} devices "
+                               "on this node: --nproc-per-node)")
+        self._current[threading.get_ident()] = index
+
+
+def _device_index(device) -> Optional[int]:
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        return device.index
+    return None
+
+
+def _is_gpu(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type in _GPU_TYPES
+    if isinstance(device, str):
+        return device.split(":")[0] in _GPU_TYPES
+    return False
+
+
+class CpuForGpu(TorchFunctionMode):
+    """Rewrites a GPU device to the CPU in every torch call that names one (factories, `.to`, `.cuda()`)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and _is_gpu(device):
+            kwargs = dict(kwargs, device="cpu")
+        name = getattr(func, "__name__", "")
+        if name == "cuda" and args and isinstance(args[0], torch.Tensor):
+            return args[0]
+        if name == "to" and len(args) > 1 and (_is_gpu(args[1])):
+            args = (args[0], "cpu") + tuple(args[2:])
+        return func(*args, **kwargs)
+
+
+class _NoOpStream:
+    """torch.cuda.Stream / Event stand-in: work is synchronous on the simulated devices."""
+
+    def __init__(self, *args, **kwargs):
+        self.device = torch.device("cuda", 0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        return _no_op
+
+    def query(self) -> bool:
+        return True
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def elapsed_time(self, other) -> float:
+        return 0.0
+
+
+def _no_op(*args, **kwargs):
+    return None
+
+
+def _does_nothing() -> Callable[..., None]:
+    """A no-op of its own: torch._dynamo maps torch functions by identity, and one function under two names fails."""
+
+    def no_op(*args, **kwargs):
+        return None
+
+    return no_op
+
+
+_warned: set = set()
+
+
+def _not_measured(name: str) -> Callable[..., int]:
+    def stat(*args, **kwargs) -> int:
+        if name not in _warned:
+            _warned.add(name)
+            print(f"dtsim run: torch.cuda.{name}() is not measured in the simulated world; it returns 0",
+                  file=sys.__stderr__)
+        return 0
+
+    return stat
+
+
+def _install_cuda(devices: _RankDevices) -> None:
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: devices.count
+    cuda.set_device = devices.set
+    cuda.current_device = devices.current
+    cuda.synchronize = _does_nothing()
+    cuda.init = _does_nothing()
+    cuda.is_initialized = lambda: True
+    cuda.get_device_name = lambda *a, **k: "dtsim simulated GPU (CPU tensors)"
+    cuda.get_device_capability = lambda *a, **k: (9, 0)
+    cuda.is_bf16_supported = lambda *a, **k: True
+    cuda.manual_seed = _does_nothing()
+    cuda.manual_seed_all = _does_nothing()
+    cuda.empty_cache = _does_nothing()
+    cuda.Stream = _NoOpStream
+    cuda.Event = _NoOpStream
+    cuda.stream = lambda *a, **k: _NoOpStream()
+    cuda.current_stream = lambda *a, **k: _NoOpStream()
+    cuda.default_stream = lambda *a, **k: _NoOpStream()
+    cuda.set_stream = _does_nothing()
+    cuda.device = _NoOpStream
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        setattr(cuda, name, _not_measured(name))
+    cuda.reset_peak_memory_stats = _does_nothing()
+    cuda.reset_max_memory_allocated = _does_nothing()
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        accelerator.is_available = lambda: True
+        accelerator.current_accelerator = lambda *a, **k: torch.device("cuda")
+        accelerator.device_count = lambda: devices.count
+        accelerator.set_device_index = devices.set
+        accelerator.set_device_idx = devices.set
+        accelerator.current_device_index = devices.current
+        accelerator.current_device_idx = devices.current
+        accelerator.synchronize = _does_nothing()
+        accelerator.current_stream = lambda *a, **k: _NoOpStream()
+        accelerator.set_stream = _does_nothing()
+
+
+def _install_mesh_on_cpu() -> None:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    original = DeviceMesh.__init__
+
+    def __init__(self, device_type, *args, **kwargs):
+        if isinstance(device_type, str) and device_type in _GPU_TYPES:
+            device_type = "cpu"
+        original(self, device_type, *args, **kwargs)
+
+    DeviceMesh.__init__ = __init__
+
+
+def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[], int], local_world_size: int,
+            store) -> None:
+    """Makes torch.distributed and torch.cuda serve the simulated ranks; called once, before the ranks start."""
+    c10d._world = _RankWorlds()
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    # Backward runs on the thread that calls it (the rank's), never on autograd's device threads.
+    torch.autograd.set_multithreading_enabled(False)
+    dist.Backend.register_backend("dtsim", world.create, extended_api=True, devices=["cpu", "cuda"])
+
+    original_init = c10d.init_process_group
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           group_name="", pg_options=None, device_id=None, **kwargs):
+        own_rank = rank_of()
+        if world_size not in (-1, None) and world_size != world.world_size:
+            raise ValueError(f"init_process_group: world_size={world_size}, but dtsim run simulates "
+                             f"{world.world_size} ranks (--nproc-per-node x --nnodes)")
+        if rank not in (-1, None) and rank != own_rank:
+            raise ValueError(f"init_process_group: rank={rank} on the rank dtsim run started as rank {own_rank}")
+        options = {"timeout": timeout} if timeout is not None else {}
+        return original_init("dtsim", world_size=world.world_size, rank=own_rank, store=_shared_store,
+                             group_name=group_name, **options, **kwargs)
+
+    _shared_store = store
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+    _install_cuda(_RankDevices(local_rank_of, local_world_size))
+    _install_mesh_on_cpu()
+    from . import strategies
+
+    strategies.install()

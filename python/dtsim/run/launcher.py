@@ -1,0 +1,330 @@
+"""`dtsim run`: a torchrun script, unchanged, as N simulated ranks in this one process.
+
+    dtsim run [--nproc-per-node N] [--nnodes M] [--standalone] [--rank-prefix] [--local-ranks-filter R]
+              [--timeout S] (SCRIPT | -m MODULE) [ARGS...]
+
+Exit status: 0 when every rank's program ended normally; 1 when a rank raised or exited non-zero (as torchrun, which
+exits 1 for any failed worker; the rank's own code is in the summary); 2 for bad input (options, a missing script or
+module); 4 when the simulated world found what would hang or corrupt a real job (ranks at different collectives, a
+wait no rank can end, a rank past --timeout); 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from typing import List, Optional, Sequence
+
+EXIT_OK, EXIT_RANK_FAILED, EXIT_BAD_INPUT, EXIT_HANG, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
+MAX_RANKS = 4096
+
+
+class BadInput(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise BadInput("arguments", message)
+
+
+def _positive_int(field: str, text: str, limit: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(field, f"'{text}' is not a whole number") from None
+    if not 1 <= value <= limit:
+        raise BadInput(field, f"{value} is out of range (1 to {limit})")
+    return value
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = _Parser(prog="dtsim run", add_help=True, allow_abbrev=False,
+                description="Run a torchrun script, unchanged, as N simulated ranks in one process.")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", default="1",
+                   help="ranks per node: a number, 'cpu' or 'auto' (this machine's core count), as torchrun")
+    p.add_argument("--nnodes", default="1", help="nodes (every node is simulated here): a number, or MIN:MAX with "
+                   "MIN == MAX")
+    p.add_argument("--node-rank", "--node_rank", dest="node_rank", default="0",
+                   help="accepted for torchrun's sake; every node is simulated")
+    p.add_argument("--standalone", action="store_true", help="accepted for torchrun's sake (always standalone)")
+    for name in ("--master-addr", "--master_addr", "--master-port", "--master_port", "--rdzv-backend",
+                 "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--max-restarts",
+                 "--max_restarts"):
+        p.add_argument(name, dest=name.lstrip("-").replace("-", "_"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rank-prefix", action="store_true", help="prefix every output line with [rankN]:")
+    p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="ranks_filter", default=None,
+                   help="show the output of these ranks only (comma list), as torchrun's option")
+    p.add_argument("--timeout", default="600",
+                   help="seconds a rank may compute without reaching a collective or the end of its program before "
+                        "the run ends with its stack (default 600, NCCL's default collective timeout)")
+    p.add_argument("-m", "--module", dest="module", action="store_true", help="run a module, as python -m")
+    p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("script", help="the training script (or module with -m)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return p.parse_args(list(argv))
+
+
+def _nodes(text: str) -> int:
+    if ":" in text:
+        low, _, high = text.partition(":")
+        if low != high:
+            raise BadInput("nnodes", f"'{text}': elastic node ranges are not simulated; give one number")
+        text = low
+    return _positive_int("nnodes", text, MAX_RANKS)
+
+
+def _procs(text: str) -> int:
+    if text in ("cpu", "auto"):
+        return os.cpu_count() or 1
+    if text == "gpu":
+        raise BadInput("nproc-per-node", "'gpu' counts the GPUs of a real node; give the number of ranks")
+    return _positive_int("nproc-per-node", text, MAX_RANKS)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput("timeout", f"'{text}' is not a number of seconds") from None
+    if not 0.001 <= value <= 86400:
+        raise BadInput("timeout", f"{text} is out of range (0.001 to 86400 seconds)")
+    return value
+
+
+class _Program:
+    """The script or module each rank runs as its `__main__`: its code compiled once."""
+
+    def __init__(self, target: str, is_module: bool):
+        self.target = target
+        if is_module:
+            try:
+                spec = importlib.util.find_spec(target)
+            except (ImportError, ValueError) as e:
+                raise BadInput("module", f"'{target}': {e}") from None
+            if spec is None:
+                raise BadInput("module", f"No module named '{target}'")
+            if spec.submodule_search_locations is not None:
+                main_name = target + ".__main__"
+                spec = importlib.util.find_spec(main_name)
+                if spec is None:
+                    raise BadInput("module", f"'{target}' is a package and has no __main__ module")
+            self.code = spec.loader.get_code(spec.name)
+            self.path = spec.origin
+            self.spec = spec
+            self.path_entry = os.getcwd()
+        else:
+            try:
+                with open(target, "rb") as f:
+                    source = f.read()
+            except OSError as e:
+                raise BadInput("script", f"cannot open '{target}': {e.strerror}") from None
+            self.path = target
+            self.spec = None
+            self.path_entry = os.path.dirname(os.path.abspath(target))
+            self.code = compile(source, target, "exec")
+
+    def new_main(self) -> types.ModuleType:
+        module = types.ModuleType("__main__")
+        module.__file__ = self.path
+        module.__builtins__ = __builtins__
+        module.__spec__ = self.spec
+        if self.spec is not None:
+            module.__package__ = self.spec.parent
+            module.__loader__ = self.spec.loader
+        return module
+
+
+class _RankOutput(io.TextIOBase):
+    """sys.stdout or sys.stderr as every rank writes it: to the real stream, in order, with an optional prefix."""
+
+    def __init__(self, real, rank_of, prefix: bool, shown: Optional[set]):
+        self._real = real
+        self._rank_of = rank_of
+        self._prefix = prefix
+        self._shown = shown
+        self._partial = {}
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return self._real.encoding
+
+    def isatty(self) -> bool:
+        return self._real.isatty()
+
+    def fileno(self) -> int:
+        return self._real.fileno()
+
+    def write(self, text: str) -> int:
+        rank = self._rank_of()
+        if rank is None:
+            return self._real.write(text)
+        if self._shown is not None and rank not in self._shown:
+            return len(text)
+        if not self._prefix:
+            return self._real.write(text)
+        pending = self._partial.get(rank, "") + text
+        *lines, rest = pending.split("\n")
+        self._partial[rank] = rest
+        for line in lines:
+            self._real.write(f"[rank{rank}]:{line}\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._real.flush()
+
+
+def _rank_env(rank: int, nproc: int, nnodes: int, master_addr: str, master_port: str) -> dict:
+    world = nproc * nnodes
+    node = rank // nproc
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(rank % nproc), "GROUP_RANK": str(node), "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default", "LOCAL_WORLD_SIZE": str(nproc), "WORLD_SIZE": str(world),
+        "GROUP_WORLD_SIZE": str(nnodes), "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": "dtsim", "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCHELASTIC_ERROR_FILE": "", "DTSIM_RUN": "1",
+    }
+
+
+def _run_rank(scheduler, rank: int, program: _Program, mode_factory) -> None:
+    scheduler.bind(rank)
+    from .scheduler import RunAborted
+    try:
+        scheduler.wait_first_turn(rank)
+    except RunAborted:
+        return
+    code, error = 0, None
+    try:
+        with mode_factory():
+            exec(program.code, scheduler.ranks[rank].context.main_module.__dict__)
+    except RunAborted:
+        return
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        code, error = 1, traceback.format_exc()
+        lines = error.rstrip("\n").split("\n")
+        sys.__stderr__.write("".join(f"[rank{rank}]: {line}\n" for line in lines))
+    sys.stdout.flush()
+    scheduler.finish(rank, code, error)
+
+
+def main(argv: Sequence[str]) -> int:
+    started = time.monotonic()
+    try:
+        args = _parse(argv)
+        nproc, nnodes = _procs(args.nproc_per_node), _nodes(args.nnodes)
+        world_size = nproc * nnodes
+        if world_size > MAX_RANKS:
+            raise BadInput("nproc-per-node", f"{nproc} x {nnodes} nodes = {world_size} ranks; at most {MAX_RANKS}")
+        timeout = _seconds(args.timeout)
+        shown = None
+        if args.ranks_filter is not None:
+            try:
+                shown = {int(r) for r in args.ranks_filter.split(",")}
+            except ValueError:
+                raise BadInput("local-ranks-filter", f"'{args.ranks_filter}' is not a comma list of ranks") from None
+        if args.no_python:
+            raise BadInput("no-python", "dtsim run runs Python programs in its own process")
+        program = _Program(args.script, args.module)
+    except BadInput as e:
+        print(f"dtsim: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SyntaxError:
+        traceback.print_exc()
+        return EXIT_RANK_FAILED
+
+    import torch
+    import torch.distributed as dist
+
+    from . import emulation
+    from .process_group import World
+    from .scheduler import RankContext, Scheduler
+
+    master_addr = getattr(args, "master_addr", None) or "127.0.0.1"
+    master_port = getattr(args, "master_port", None) or "29500"
+    sys.path.insert(0, program.path_entry)
+    argv0 = [program.path] + list(args.args)
+    sys.argv[:] = argv0
+    contexts = [RankContext(_rank_env(r, nproc, nnodes, master_addr, master_port), program.new_main(), list(argv0))
+                for r in range(world_size)]
+    os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
+    scheduler = Scheduler(contexts, os.environ)
+    world = World(scheduler, world_size)
+    emulation.install(world, scheduler.current_rank, lambda: scheduler.current_rank() % nproc, nproc,
+                      dist.HashStore())
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout = _RankOutput(real_out, scheduler.current_rank, args.rank_prefix, shown)
+    sys.stderr = _RankOutput(real_err, scheduler.current_rank, args.rank_prefix, shown)
+
+    threads = []
+    for rank in range(world_size):
+        t = threading.Thread(target=_run_rank, name=f"dtsim-rank{rank}", daemon=True,
+                             args=(scheduler, rank, program, emulation.CpuForGpu))
+        scheduler.ranks[rank].thread = t
+        threads.append(t)
+    for t in threads:
+        t.start()
+    scheduler.start()
+
+    def check_timeout() -> None:
+        holder = scheduler.holder
+        if holder is not None and time.monotonic() - scheduler.turn_started > timeout:
+            stack = scheduler.running_report(holder)
+            report = (f"rank {holder} has run for more than {args.timeout} s (--timeout) without reaching a "
+                      f"collective or the end of its program; the other ranks wait for it\n"
+                      + "\n".join(f"      at {frame}" for frame in stack))
+            scheduler.abort(report, EXIT_HANG)
+
+    try:
+        scheduler.wait_until_over(min(0.25, timeout / 4), check_timeout)
+    except KeyboardInterrupt:
+        report = scheduler.hang_report().split("\n", 1)[-1]
+        _finish(real_out, real_err, f"interrupted (Ctrl-C); where every rank was:\n{report}", EXIT_INTERRUPTED)
+    elapsed = time.monotonic() - started
+    if scheduler.abort_reason is not None:
+        failure = scheduler.first_failure
+        if failure is not None:
+            text = (f"rank {failure.rank} (local rank {failure.rank % nproc}) failed with exit code "
+                    f"{failure.exit_code}")
+            if failure.error:
+                text += ":\n" + failure.error.rstrip("\n").split("\n")[-1]
+            _finish(real_out, real_err, text, EXIT_RANK_FAILED)
+        _finish(real_out, real_err, scheduler.abort_reason, scheduler.abort_code)
+    for t in threads:
+        t.join()
+    sys.stdout, sys.stderr = real_out, real_err
+    real_out.flush()
+    print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
+          "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)",
+          file=real_err)
+    return EXIT_OK
+
+
+def _finish(real_out, real_err, text: str, code: int) -> None:
+    """Ends the process now: ranks still waiting are threads of this process, and end with it."""
+    try:
+        sys.stdout.flush()
+        real_out.flush()
+        real_err.write(f"dtsim run: error: {text}\n")
+        real_err.flush()
+    finally:
+        os._exit(code)

@@ -1,0 +1,527 @@
+"""The `dtsim` c10d backend: a process group whose collectives meet between the simulated ranks' threads.
+
+Each rank's thread holds its own `SimProcessGroup` for a group, as each real rank holds its own; the group's ranks
+share one `GroupChannel`. A collective is an arrival at the channel's next operation (the rank's own sequence number
+on that group). The last rank to arrive checks that every rank called the same collective (kind, reduce op, root,
+dtypes and shapes, all_to_all splits that pair up) and computes every rank's result in ascending rank order, so a
+reduction sums in one fixed order. The others wait on the scheduler in the meantime (scheduler.py).
+
+Point-to-point sends are buffered (a send completes at once, with a copy of the tensor), and a receive completes when
+its message is there, so pipelines that send before they receive run as they do under NCCL and Gloo.
+
+The method names are the ones c10d's Python API and its C++ ProcessGroup trampoline call on a Python process group.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .scheduler import RunAborted, Scheduler, Waitable, user_stack
+
+_ReduceOp = dist.ReduceOp
+
+
+_REDUCE_NAMES = (("sum", _ReduceOp.SUM), ("avg", _ReduceOp.AVG), ("product", _ReduceOp.PRODUCT),
+                 ("min", _ReduceOp.MIN), ("max", _ReduceOp.MAX), ("band", _ReduceOp.BAND), ("bor", _ReduceOp.BOR),
+                 ("bxor", _ReduceOp.BXOR))
+
+
+def _reduce_name(op) -> str:
+    for name, kind in _REDUCE_NAMES:
+        if op == kind:
+            return name
+    raise RuntimeError(f"dtsim run: reduce op {op} is not supported by the simulated backend "
+                       "(supported: sum, avg, product, min, max, band, bor, bxor)")
+
+
+def _reduce(tensors: Sequence[torch.Tensor], op_name: str) -> torch.Tensor:
+    """Every rank's tensor reduced in ascending rank order (a fixed order, as one ring pass would give)."""
+    acc = tensors[0].clone()
+    if op_name in ("sum", "avg"):
+        for t in tensors[1:]:
+            acc.add_(t)
+        if op_name == "avg":
+            if acc.is_floating_point() or acc.is_complex():
+                acc.div_(len(tensors))
+            else:
+                acc = torch.div(acc, len(tensors), rounding_mode="floor")
+        return acc
+    combine: Dict[str, Callable] = {
+        "product": torch.mul,
+        "min": torch.minimum,
+        "max": torch.maximum,
+        "band": torch.bitwise_and,
+        "bor": torch.bitwise_or,
+        "bxor": torch.bitwise_xor,
+    }
+    if op_name not in combine:
+        raise RuntimeError(f"dtsim run: reduce op {op_name} is not supported by the simulated backend")
+    for t in tensors[1:]:
+        acc = combine[op_name](acc, t)
+    return acc
+
+
+def _done(result) -> dist.Work:
+    future = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+def _meta(tensors) -> Tuple:
+    """The shapes and dtypes a collective's peers must agree on."""
+    return tuple((tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors)
+
+
+class _Arrival:
+    def __init__(self, group_rank: int, signature: Tuple, payload, describe: str):
+        self.group_rank = group_rank
+        self.signature = signature
+        self.payload = payload
+        self.describe = describe
+
+
+class _Operation(Waitable):
+    """One collective of one group: the n-th call of every member."""
+
+    def __init__(self, channel: "GroupChannel", seq: int):
+        self.channel = channel
+        self.seq = seq
+        self.arrivals: Dict[int, _Arrival] = {}
+        self.done = False
+
+    def ready(self) -> bool:
+        return self.done
+
+    def describe(self) -> str:
+        first = next(iter(self.arrivals.values()))
+        missing = [self.channel.ranks[r] for r in range(len(self.channel.ranks)) if r not in self.arrivals]
+        return (f"{first.describe} (collective #{self.seq} of group {self.channel.label()}); "
+                f"not yet called by rank(s) {_ranges(missing)}")
+
+
+class _Message(Waitable):
+    """A receive: ready when a matching send is in the mailbox."""
+
+    def __init__(self, channel: "GroupChannel", dst: int, src: Optional[int], tag: int, shape, dtype):
+        self.channel, self.dst, self.src, self.tag = channel, dst, src, tag
+        self.shape, self.dtype = shape, dtype
+
+    def _box(self):
+        if self.src is not None:
+            return self.channel.mailbox(self.src, self.dst, self.tag)
+        for src in range(len(self.channel.ranks)):
+            box = self.channel.mailbox(src, self.dst, self.tag)
+            if box:
+                return box
+        return None
+
+    def ready(self) -> bool:
+        return bool(self._box())
+
+    def describe(self) -> str:
+        src = "any rank" if self.src is None else f"rank {self.channel.ranks[self.src]}"
+        return (f"recv of {list(self.shape)} {str(self.dtype).replace('torch.', '')} from {src} (tag {self.tag}) "
+                f"in group {self.channel.label()}; no such message was sent")
+
+
+class GroupChannel:
+    """The state a group's members share: its operations in call order, and its point-to-point mailboxes."""
+
+    def __init__(self, name: str, ranks: List[int]):
+        self.name = name
+        self.ranks = ranks
+        self.next_seq = [0] * len(ranks)
+        self.operations: Dict[int, _Operation] = {}
+        self._mail: Dict[Tuple[int, int, int], collections.deque] = {}
+
+    def label(self) -> str:
+        return f"{self.name!r} ranks {_ranges(self.ranks)}"
+
+    def mailbox(self, src: int, dst: int, tag: int) -> collections.deque:
+        return self._mail.setdefault((src, dst, tag), collections.deque())
+
+
+class Mismatch(Exception):
+    pass
+
+
+class World:
+    """Every group's channel, by name and ranks, for one run."""
+
+    def __init__(self, scheduler: Scheduler, world_size: int):
+        self.scheduler = scheduler
+        self.world_size = world_size
+        self._channels: Dict[Tuple[str, Tuple[int, ...]], GroupChannel] = {}
+        self.collective_count = 0
+
+    def channel(self, name: str, ranks: List[int]) -> GroupChannel:
+        key = (name, tuple(ranks))
+        if key not in self._channels:
+            self._channels[key] = GroupChannel(name, list(ranks))
+        return self._channels[key]
+
+    def create(self, backend_options, _pg_options=None) -> "SimProcessGroup":
+        ranks = list(backend_options.global_ranks_in_group) or list(range(self.world_size))
+        channel = self.channel(str(backend_options.group_id), ranks)
+        return SimProcessGroup(self, channel, backend_options.group_rank, backend_options.group_size)
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    ranks = list(ranks)
+    if not ranks:
+        return "none"
+    out, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(out)
+
+
+class SimProcessGroup(dist.ProcessGroup):
+    """One rank's handle on a group of the simulated world."""
+
+    def __init__(self, world: World, channel: GroupChannel, group_rank: int, group_size: int):
+        super().__init__(group_rank, group_size)
+        self._world = world
+        self._channel = channel
+        self._group_rank = group_rank
+        self._group_size = group_size
+
+    # ---- identity ------------------------------------------------------------------------------------------------
+
+    def getBackendName(self) -> str:
+        return "dtsim"
+
+    @property
+    def group_name(self) -> str:
+        return self._channel.name
+
+    def size(self) -> int:
+        return self._group_size
+
+    def rank(self) -> int:
+        return self._group_rank
+
+    def __repr__(self) -> str:
+        return f"SimProcessGroup(group {self._channel.label()}, rank {self._group_rank})"
+
+    # ---- the meeting point ---------------------------------------------------------------------------------------
+
+    def _meet(self, kind: str, signature: Tuple, payload, compute: Callable[[List], None]) -> None:
+        """Arrives at this rank's next collective on the group; returns when every member's result is written."""
+        channel = self._channel
+        seq = channel.next_seq[self._group_rank]
+        channel.next_seq[self._group_rank] += 1
+        op = channel.operations.get(seq)
+        if op is None:
+            op = channel.operations[seq] = _Operation(channel, seq)
+        describe = f"{kind} {_describe_signature(signature)}"
+        arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
+        for other in op.arrivals.values():
+            if not _agree(other.signature, arrival.signature):
+                self._mismatch(op, other, arrival)
+            break
+        op.arrivals[self._group_rank] = arrival
+        if len(op.arrivals) == self._group_size:
+            payloads = [op.arrivals[r].payload for r in range(self._group_size)]
+            try:
+                compute(payloads)
+            except Mismatch as e:
+                self._world.scheduler.abort(
+                    f"collective #{seq} of group {channel.label()}: {e}\n" + self._where(op), 4)
+                raise RunAborted(str(e))
+            op.done = True
+            del channel.operations[seq]
+            self._world.collective_count += 1
+            return
+        self._world.scheduler.wait(op)
+
+    def _where(self, op: _Operation) -> str:
+        import sys
+        frames = sys._current_frames()
+        lines = []
+        for group_rank, arrival in sorted(op.arrivals.items()):
+            rank = self._channel.ranks[group_rank]
+            lines.append(f"  rank {rank}: {arrival.describe}")
+            thread = self._world.scheduler.ranks[rank].thread
+            lines.extend(f"      at {f}" for f in user_stack(frames.get(thread.ident) if thread else None))
+        return "\n".join(lines)
+
+    def _mismatch(self, op: _Operation, first: _Arrival, arrival: _Arrival) -> None:
+        import sys
+        channel = self._channel
+        rank = channel.ranks[arrival.group_rank]
+        lines = [f"collective mismatch at collective #{op.seq} of group {channel.label()}: the ranks called "
+                 "different collectives"]
+        for group_rank, other in sorted(op.arrivals.items()):
+            lines.append(f"  rank {channel.ranks[group_rank]}: {other.describe}")
+            thread = self._world.scheduler.ranks[channel.ranks[group_rank]].thread
+            lines.extend(f"      at {f}" for f in user_stack(sys._current_frames().get(thread.ident) if thread else None))
+        lines.append(f"  rank {rank}: {arrival.describe}")
+        lines.extend(f"      at {f}" for f in user_stack(sys._getframe()))
+        self._world.scheduler.abort("\n".join(lines), 4)
+        raise RunAborted("collective mismatch")
+
+    # ---- collectives ---------------------------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        op_name = _reduce_name(opts.reduceOp) if opts is not None else "sum"
+
+        def compute(payloads):
+            for i in range(len(tensors)):
+                result = _reduce([p[i] for p in payloads], op_name)
+                for p in payloads:
+                    p[i].copy_(result)
+
+        self._meet("all_reduce", (op_name, _meta(tensors)), list(tensors), compute)
+        return _done(list(tensors))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def barrier(self, opts=None):
+        self._meet("barrier", (), None, lambda payloads: None)
+        return _done([])
+
+    def broadcast(self, tensors, opts):
+        root = opts.rootRank
+
+        def compute(payloads):
+            for i in range(len(tensors)):
+                for r, p in enumerate(payloads):
+                    if r != root:
+                        p[i].copy_(payloads[root][i])
+
+        self._meet("broadcast", (f"root {root}", _meta(tensors)), list(tensors), compute)
+        return _done(list(tensors))
+
+    def reduce(self, tensors, opts):
+        root, op_name = opts.rootRank, _reduce_name(opts.reduceOp)
+
+        def compute(payloads):
+            for i in range(len(tensors)):
+                payloads[root][i].copy_(_reduce([p[i] for p in payloads], op_name))
+
+        self._meet("reduce", (f"root {root}", op_name, _meta(tensors)), list(tensors), compute)
+        return _done(list(tensors))
+
+    def allgather(self, output_lists, input_tensors, opts=None):
+        def compute(payloads):
+            for outs, _ in payloads:
+                for i in range(len(outs)):
+                    for r, (_, ins) in enumerate(payloads):
+                        _copy_checked(outs[i][r], ins[i], f"all_gather output {r}")
+
+        self._meet("all_gather", (_meta(input_tensors),), (output_lists, input_tensors), compute)
+        return _done(output_lists)
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        return self.allgather(output_lists, input_tensors, opts)
+
+    def all_gather_single(self, output, input, opts=None):
+        def compute(payloads):
+            gathered = torch.cat([p[1].reshape(-1) for p in payloads])
+            for out, _ in payloads:
+                _copy_checked(out, gathered.view(out.shape) if gathered.numel() == out.numel() else gathered,
+                              "all_gather_into_tensor output")
+
+        self._meet("all_gather_into_tensor", (_meta([input]),), (output, input), compute)
+        return _done([output])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        def compute(payloads):
+            for i in range(len(outputs)):
+                gathered = torch.cat([p[1][i].reshape(-1) for p in payloads])
+                for outs, _ in payloads:
+                    _copy_checked(outs[i], gathered.view(outs[i].shape) if gathered.numel() == outs[i].numel()
+                                  else gathered, "all_gather_into_tensor output")
+
+        self._meet("all_gather_into_tensor_coalesced", (_meta(inputs),), (list(outputs), list(inputs)), compute)
+        return _done(list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        op_name = _reduce_name(opts.reduceOp) if opts is not None else "sum"
+
+        def compute(payloads):
+            for i in range(len(outputs)):
+                for r, (outs, _) in enumerate(payloads):
+                    _copy_checked(outs[i], _reduce([p[1][i][r] for p in payloads], op_name), "reduce_scatter output")
+
+        self._meet("reduce_scatter", (op_name, _meta(outputs)), (list(outputs), input_lists), compute)
+        return _done(list(outputs))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op_name = _reduce_name(opts.reduceOp) if opts is not None else "sum"
+        n = self._group_size
+
+        def compute(payloads):
+            chunks = [p[1].reshape(n, -1) if p[1].numel() % n == 0 else None for p in payloads]
+            if any(c is None for c in chunks):
+                raise Mismatch(f"reduce_scatter_tensor: an input's size is not divisible by the group size {n}")
+            for r, (out, _) in enumerate(payloads):
+                _copy_checked(out, _reduce([c[r] for c in chunks], op_name), "reduce_scatter_tensor output")
+
+        self._meet("reduce_scatter_tensor", (op_name, _meta([input])), (output, input), compute)
+        return _done([output])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):
+            self.reduce_scatter_single(out, inp, opts)
+        return _done(list(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self._group_size
+
+        def splits(sizes, tensor, what, rank):
+            sizes = list(sizes)
+            if not sizes:
+                if tensor.dim() == 0 or tensor.shape[0] % n:
+                    raise Mismatch(f"rank {rank}'s all_to_all_single {what} of {list(tensor.shape)} does not split "
+                                   f"evenly into {n}")
+                return [tensor.shape[0] // n] * n
+            if len(sizes) != n or sum(sizes) != tensor.shape[0]:
+                raise Mismatch(f"rank {rank}'s all_to_all_single {what}_split_sizes {sizes} do not split its "
+                               f"{what} of {list(tensor.shape)} into {n}")
+            return sizes
+
+        def compute(payloads):
+            ins = [torch.split(p[1], splits(p[3], p[1], "input", self._channel.ranks[r]))
+                   for r, p in enumerate(payloads)]
+            for r, (out, _, out_splits, _) in enumerate(payloads):
+                sizes = splits(out_splits, out, "output", self._channel.ranks[r])
+                for s in range(n):
+                    if ins[s][r].shape[0] != sizes[s]:
+                        raise Mismatch(f"rank {self._channel.ranks[s]} sends {ins[s][r].shape[0]} rows to rank "
+                                       f"{self._channel.ranks[r]}, which expects {sizes[s]} (output_split_sizes)")
+                pieces = [ins[s][r] for s in range(n)]
+                out.copy_(torch.cat(pieces) if pieces else out)
+
+        self._meet("all_to_all_single", (str(input.dtype).replace("torch.", ""),),
+                   (output, input, list(output_split_sizes or []), list(input_split_sizes or [])), compute)
+        return _done([output])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        def compute(payloads):
+            for r, (outs, _) in enumerate(payloads):
+                for s, (_, ins) in enumerate(payloads):
+                    _copy_checked(outs[s], ins[r], f"all_to_all output {s}")
+
+        self._meet("all_to_all", (len(input_tensors),), (list(output_tensors), list(input_tensors)), compute)
+        return _done(list(output_tensors))
+
+    def gather(self, output_lists, input_tensors, opts):
+        root = opts.rootRank
+
+        def compute(payloads):
+            outs = payloads[root][0]
+            for i in range(len(input_tensors)):
+                for r, (_, ins) in enumerate(payloads):
+                    _copy_checked(outs[i][r], ins[i], f"gather output {r}")
+
+        self._meet("gather", (f"root {root}", _meta(input_tensors)), (output_lists, input_tensors), compute)
+        return _done(output_lists)
+
+    def scatter(self, output_tensors, input_lists, opts):
+        root = opts.rootRank
+
+        def compute(payloads):
+            ins = payloads[root][1]
+            for i in range(len(output_tensors)):
+                for r, (outs, _) in enumerate(payloads):
+                    _copy_checked(outs[i], ins[i][r], f"scatter input {r}")
+
+        self._meet("scatter", (f"root {root}", _meta(output_tensors)), (list(output_tensors), input_lists), compute)
+        return _done(list(output_tensors))
+
+    # ---- point to point ------------------------------------------------------------------------------------------
+
+    def send(self, tensors, dst, tag):
+        for t in tensors:
+            self._channel.mailbox(self._group_rank, dst, tag).append(t.detach().clone())
+        return _done(list(tensors))
+
+    def recv(self, tensors, src, tag):
+        return _RecvWork(self, tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        return _RecvWork(self, tensors, None, tag)
+
+
+class _RecvWork(dist.Work):
+    """A receive that completes when its message is in the mailbox: `wait()` lets the other ranks run until then."""
+
+    def __init__(self, group: SimProcessGroup, tensors, src: Optional[int], tag: int):
+        super().__init__()
+        self._group, self._tensors, self._src, self._tag = group, list(tensors), src, tag
+        self._message = _Message(group._channel, group._group_rank, src, tag, tensors[0].shape, tensors[0].dtype)
+        self._done = False
+        self._source: Optional[int] = None
+
+    def is_completed(self) -> bool:
+        return self._done or self._message.ready()
+
+    def wait(self, timeout=None) -> bool:
+        if self._done:
+            return True
+        self._group._world.scheduler.wait(self._message)
+        channel = self._group._channel
+        for t in self._tensors:
+            src = self._src
+            if src is None:
+                src = next(s for s in range(len(channel.ranks)) if channel.mailbox(s, self._group._group_rank,
+                                                                                   self._tag))
+            data = channel.mailbox(src, self._group._group_rank, self._tag).popleft()
+            if data.shape != t.shape and data.numel() != t.numel():
+                raise RuntimeError(f"dtsim run: rank {channel.ranks[self._group._group_rank]} receives "
+                                   f"{list(t.shape)} from rank {channel.ranks[src]}, which sent {list(data.shape)}")
+            t.copy_(data.view(t.shape))
+            self._source = src
+        self._done = True
+        return True
+
+    def _source_rank(self) -> int:
+        self.wait()
+        return self._source if self._source is not None else -1
+
+    def result(self):
+        return self._tensors
+
+
+def _copy_checked(dst: torch.Tensor, src: torch.Tensor, what: str) -> None:
+    if dst.numel() != src.numel():
+        raise Mismatch(f"{what} holds {list(dst.shape)}, the data is {list(src.shape)}")
+    dst.copy_(src.view(dst.shape) if dst.shape != src.shape else src)
+
+
+def _describe_signature(signature: Tuple) -> str:
+    parts = []
+    for item in signature:
+        if isinstance(item, tuple):
+            parts.append(", ".join(f"{dtype}{list(shape)}" for shape, dtype in item) if item and isinstance(
+                item[0], tuple) else str(item))
+        else:
+            parts.append(str(item))
+    return " ".join(parts)
+
+
+def _agree(a: Tuple, b: Tuple) -> bool:
+    return a == b

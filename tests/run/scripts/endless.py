@@ -1,0 +1,12 @@
+"""Rank 1 computes forever after the first collective, its peers wait for it at the next."""
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(2)
+dist.all_reduce(t)
+if dist.get_rank() == 1:
+    while True:
+        t = t + 0
+dist.all_reduce(t)
+dist.destroy_process_group()
