@@ -14,6 +14,8 @@
 #   bench python_redistribute_vs_upstream ratio <x>  upstream DTensor.redistribute under LocalTensorMode / dtsim's
 #                                      through the Python binding, 2x4 ranks, 16x16 float32 [S(0), R] -> [R, S(1)],
 #                                      then to_local(); median batch of each (target >= 30)
+#   bench run_vs_torchrun ratio <x>    real torchrun + Gloo wall time / dtsim run's, a 5-step TP+FSDP2 script (issue 31)
+#   bench run_vs_localtensor ratio <x> upstream LocalTensorMode step time / dtsim run's, a TP MLP (bench/run_bench.py)
 #   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
 #                                      time per iteration without / with dtsim.record around it (target >= 0.8)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
@@ -79,6 +81,8 @@ if [ "$have_python" = 1 ]; then
   mkdir -p "$out/recorder"
   "$(dirname "$DTSIM_PY")/torchrun" --standalone --nproc_per_node 4 \
     "$DTSIM_ROOT/bench/recorder_bench.py" "$out/recorder" 2>/dev/null | tail -1 > "$out/recorder.json"
+  # Issue 31: dtsim run against real torchrun and against upstream LocalTensorMode (bench/run_bench.py).
+  "$DTSIM_PY" "$DTSIM_ROOT/bench/run_bench.py" "$DTSIM_BUILD/dtsim" > "$out/run.json"
 fi
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
@@ -175,6 +179,14 @@ if os.path.exists(os.path.join(out, "recorder.json")):
     print(f"bench recorder_overhead ratio {rb['ratio']:.2f}   (an upstream TP MLP step + explicit redistributions on 4 "
           f"Gloo ranks: {rb['plain_ms']:.1f} ms plain, {rb['recorded_ms']:.1f} ms under dtsim.record per iteration, "
           f"{rb['redistributions']} redistributions recorded per round, median of {rb['rounds']} rounds; target >= 0.8)")
+if os.path.exists(os.path.join(out, "run.json")):
+    rn = json.load(open(os.path.join(out, "run.json")))
+    print(f"bench run_vs_torchrun ratio {rn['run_vs_torchrun']:.2f}   (wall time of torchrun + Gloo "
+          f"{rn['torchrun_s']:.1f} s over dtsim run {rn['dtsim_run_s']:.1f} s: examples/python/run/tp_fsdp_adamw.py, "
+          f"4 ranks, 5 TP + FSDP2 AdamW steps, median of {rn['rounds']} alternating runs; target >= 2)")
+    print(f"bench run_vs_localtensor ratio {rn['run_vs_localtensor']:.2f}   (upstream LocalTensorMode "
+          f"{rn['localtensor_step_ms']:.1f} ms over dtsim run {rn['dtsim_run_step_ms']:.1f} ms per step of a TP MLP "
+          f"256-1024-256 on 4 ranks, medians; target >= 5)")
 model = load("model.json")
 up_model = json.load(open(os.path.join(out, "model_upstream.json")))
 side = model["BM_ModelSimulatedVsUnsharded"]  # alternating steps, the median of each

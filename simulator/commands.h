@@ -40,7 +40,8 @@ int RunModel(const Args& args);
 // dtsim replay: re-runs a recorded upstream PyTorch run (dtsim.record) and says where it differs.
 int RunReplay(const Args& args);
 
-// dtsim run: a torchrun script, unchanged, as N simulated ranks in one process (python -m dtsim run).
+// dtsim run: a torchrun script, unchanged, as N simulated ranks in one process (python -m dtsim
+// run).
 int RunRun(const Args& args);
 
 }  // namespace dtsim::cli

@@ -39,9 +39,9 @@ int RunRun(const Args& args) {
   for (auto& word : words) argv.push_back(word.data());
   argv.push_back(nullptr);
   execvp(python.c_str(), argv.data());
-  throw InputError("python",
-                   "cannot run '" + python + "' (set DTSIM_PYTHON to a Python with torch and dtsim): " +
-                       std::strerror(errno));
+  throw InputError("python", "cannot run '" + python +
+                                 "' (set DTSIM_PYTHON to a Python with torch and dtsim): " +
+                                 std::strerror(errno));
 }
 
 }  // namespace dtsim::cli

@@ -619,6 +619,28 @@ BAD_INPUTS = [
         files={"m.json": model_trace_text(), "u.json": model_trace_text(**{"events.3.t_us": -1})}),
     Row("export-model-truncated", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
         ["'m.json' is not valid JSON"], files={"m.json": model_trace_text()[:2000]}),
+    # dtsim run (docs/run.md): the launcher refuses before any rank starts.
+    Row("run-no-script", ["run"], "arguments", ["required: script"]),
+    Row("run-missing-script", ["run", "--nproc-per-node", "2", "nope.py"], "script",
+        ["cannot open 'nope.py'", "No such file or directory"]),
+    Row("run-script-is-a-directory", ["run", "."], "script", ["cannot open '.'", "Is a directory"]),
+    Row("run-missing-module", ["run", "-m", "no_such_module_dtsim"], "module", ["No module named 'no_such_module_dtsim'"]),
+    Row("run-nproc-zero", ["run", "--nproc-per-node", "0", "s.py"], "nproc-per-node", ["0 is out of range"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-nproc-text", ["run", "--nproc_per_node", "four", "s.py"], "nproc-per-node", ["'four'"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-nproc-gpu", ["run", "--nproc-per-node", "gpu", "s.py"], "nproc-per-node", ["'gpu'"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-too-many-ranks", ["run", "--nproc-per-node", "4096", "--nnodes", "2", "s.py"], "nproc-per-node",
+        ["8192 ranks"], files={"s.py": "print(1)\n"}),
+    Row("run-elastic-nodes", ["run", "--nnodes", "1:2", "s.py"], "nnodes", ["'1:2'"], files={"s.py": "print(1)\n"}),
+    Row("run-timeout-zero", ["run", "--timeout", "0", "s.py"], "timeout", ["0 is out of range"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-timeout-text", ["run", "--timeout", "soon", "s.py"], "timeout", ["'soon'"], files={"s.py": "print(1)\n"}),
+    Row("run-ranks-filter", ["run", "--local-ranks-filter", "0,x", "s.py"], "local-ranks-filter", ["'0,x'"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-unknown-option", ["run", "--nproc-per-nod", "2", "s.py"], "arguments", ["--nproc-per-nod"],
+        files={"s.py": "print(1)\n"}),
 ]
 
 # --batch: each row's lines are answered one JSON object per non-blank line; `bad` maps the index (among non-blank

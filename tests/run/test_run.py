@@ -22,7 +22,7 @@ PYTHON = sys.executable
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
-# script -> world size (the scripts' docstrings say so too)
+# script (examples/python/run/, or tests/run/scripts/ for p2p_ring.py) -> world size (the docstrings say so too)
 BOTH_WAYS = {
     "tp_mlp.py": 4,
     "tp_sp.py": 4,
@@ -32,7 +32,13 @@ BOTH_WAYS = {
     "pipeline_2stage.py": 2,
     "moe_all_to_all.py": 4,
     "rank_branches.py": 4,
+    "p2p_ring.py": 4,
 }
+
+
+def script_path(script):
+    path = os.path.join(EXAMPLES, script)
+    return path if os.path.exists(path) else os.path.join(SCRIPTS, script)
 NUMBER = re.compile(r"[-+]?\d+\.\d+e[-+]\d+|[-+]?\d+\.\d+|[-+]?\d+")
 
 
@@ -59,7 +65,7 @@ _torchrun_cache = {}
 
 def torchrun_lines(script, nproc):
     if script not in _torchrun_cache:
-        out = run(TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}", os.path.join(EXAMPLES, script)])
+        out = run(TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}", script_path(script)])
         assert out.returncode == 0, out.stderr[-3000:]
         _torchrun_cache[script] = compared_lines(out.stdout)
     return _torchrun_cache[script]
@@ -70,7 +76,7 @@ def test_script_matches_real_torchrun(script):
     nproc = BOTH_WAYS[script]
     real = torchrun_lines(script, nproc)
     assert real and real[-1] == "done", real
-    sim = run([DTSIM, "run", "--nproc-per-node", str(nproc), os.path.join(EXAMPLES, script)])
+    sim = run([DTSIM, "run", "--nproc-per-node", str(nproc), script_path(script)])
     assert sim.returncode == 0, sim.stderr[-3000:]
     lines = compared_lines(sim.stdout)
     assert_same_values(real, lines, script)

@@ -23,4 +23,5 @@ else:
 dist.barrier()
 if rank == 0:
     print(f"result ring {got.tolist()} batch {batch.tolist()} any-source {sources}")
+    print("done")
 dist.destroy_process_group()
