@@ -12,6 +12,7 @@ wait no rank can end, a rank past --timeout); 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import io
 import os
@@ -194,7 +195,7 @@ def _rank_env(rank: int, nproc: int, nnodes: int, master_addr: str, master_port:
         "GROUP_WORLD_SIZE": str(nnodes), "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": master_addr,
         "MASTER_PORT": master_port, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": "dtsim", "TORCHELASTIC_USE_AGENT_STORE": "False",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCHELASTIC_ERROR_FILE": "", "DTSIM_RUN": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "DTSIM_RUN": "1",
     }
 
 
@@ -316,15 +317,19 @@ def main(argv: Sequence[str]) -> int:
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)",
           file=real_err)
-    return EXIT_OK
+    # The program's exit handlers run, as at a normal exit; the interpreter's teardown of torch (a second or more)
+    # is skipped: nothing is left to flush or remove once the handlers ran.
+    atexit._run_exitfuncs()
+    _finish(real_out, real_err, None, EXIT_OK)
 
 
-def _finish(real_out, real_err, text: str, code: int) -> None:
+def _finish(real_out, real_err, text: Optional[str], code: int) -> None:
     """Ends the process now: ranks still waiting are threads of this process, and end with it."""
     try:
         sys.stdout.flush()
         real_out.flush()
-        real_err.write(f"dtsim run: error: {text}\n")
+        if text is not None:
+            real_err.write(f"dtsim run: error: {text}\n")
         real_err.flush()
     finally:
         os._exit(code)

@@ -224,7 +224,7 @@ class SimProcessGroup(dist.ProcessGroup):
         op = channel.operations.get(seq)
         if op is None:
             op = channel.operations[seq] = _Operation(channel, seq)
-        describe = f"{kind} {_describe_signature(signature)}"
+        describe = f"{kind} {_describe_signature(signature)}".rstrip()
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
         for other in op.arrivals.values():
             if not _agree(other.signature, arrival.signature):
@@ -260,8 +260,13 @@ class SimProcessGroup(dist.ProcessGroup):
         import sys
         channel = self._channel
         rank = channel.ranks[arrival.group_rank]
-        lines = [f"collective mismatch at collective #{op.seq} of group {channel.label()}: the ranks called "
-                 "different collectives"]
+        if first.signature[0] != arrival.signature[0]:
+            why = (f"rank {rank} called {arrival.signature[0]} where its peers called {first.signature[0]}: a rank "
+                   "skipped or added a collective before this one, or called it on another group")
+        else:
+            why = f"rank {rank}'s {arrival.signature[0]} differs from its peers' in its arguments (reduce op, root, " \
+                  "shapes or dtypes)"
+        lines = [f"collective mismatch at collective #{op.seq} of group {channel.label()}: {why}"]
         for group_rank, other in sorted(op.arrivals.items()):
             lines.append(f"  rank {channel.ranks[group_rank]}: {other.describe}")
             thread = self._world.scheduler.ranks[channel.ranks[group_rank]].thread
