@@ -63,10 +63,27 @@ def assert_same_values(real, sim, what):
 _torchrun_cache = {}
 
 
+def died_in_gloo_teardown(out):
+    """True when real torchrun failed only through upstream's Gloo teardown race, after the program had finished: a
+    Gloo worker thread drops a finished collective's tensors after the rank's interpreter began to finalize, taking
+    the GIL then ends the thread through a noexcept frame, and the rank dies of std::terminate (SIGABRT) with its
+    output complete (docs/recording.md has the core-dump analysis; dtsim's recorder avoids it, these plain scripts
+    cannot). Every other failure of the reference is a failure of the test."""
+    failed = re.findall(r"exitcode\s*:\s*(-?\d+)", out.stderr)
+    return (compared_lines(out.stdout)[-1:] == ["done"]
+            and "terminate called without an active exception" in out.stderr
+            and "]: Traceback" not in out.stderr  # no rank raised (torch prefixes a rank's traceback with [rankN]:)
+            and any(code == "-6" for code in failed)
+            and all(code in ("-6", "-15") for code in failed))
+
+
 def torchrun_lines(script, nproc):
     if script not in _torchrun_cache:
         out = run(TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}", script_path(script)])
-        assert out.returncode == 0, out.stderr[-3000:]
+        if out.returncode != 0 and died_in_gloo_teardown(out):
+            print(f"{script}: real torchrun lost a rank to Gloo's teardown race after 'done' (upstream defect)")
+        else:
+            assert out.returncode == 0, out.stderr[-3000:]
         _torchrun_cache[script] = compared_lines(out.stdout)
     return _torchrun_cache[script]
 
