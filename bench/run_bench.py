@@ -9,7 +9,10 @@
 - run_vs_localtensor: the step time of upstream LocalTensorMode (with the fake process group, 4 ranks) over
   `dtsim run`'s, on the same model and step: a tensor-parallel MLP (256 -> 1024 -> 256, batch 64, Colwise/Rowwise,
   forward, backward, SGD), the median of 20 steps after 3 warm-up steps (this file, `--step`). The model is TP only:
-  upstream's FSDP2 does not run under LocalTensorMode in torch 2.13 (docs/model.md).
+  upstream's FSDP2 does not run under LocalTensorMode in torch 2.13 (docs/model.md). Also measured: the step of the
+  same program as ONE rank under dtsim run; every rank runs upstream's DTensor dispatch for its own ops, so 4 ranks
+  cannot take less than 4 times that, and LocalTensorMode's step over it bounds run_vs_localtensor
+  ("bound_vs_localtensor").
 """
 import json
 import os
@@ -89,10 +92,13 @@ def main():
         real_s.append(timed(torchrun, env)[0])
         sim_s.append(timed(simulated, env)[0])
     # Step times: the same TP MLP under dtsim run and under upstream LocalTensorMode, alternating.
-    sim_ms, local_ms = [], []
+    sim_ms, local_ms, one_ms = [], [], []
     for _ in range(3):
         _, out = timed([dtsim, "run", "--nproc-per-node", "4", __file__, "--step", "dist"], env)
         sim_ms.append(json.loads(out.strip().splitlines()[-1])["step_ms"])
+        # The bound of running each rank's program (one upstream DTensor dispatch per op per rank): 4 x one rank.
+        _, out = timed([dtsim, "run", "--nproc-per-node", "1", __file__, "--step", "dist"], env)
+        one_ms.append(json.loads(out.strip().splitlines()[-1])["step_ms"])
         _, out = timed([sys.executable, __file__, "--step", "local"], env)
         local_ms.append(float(out.strip().splitlines()[-1]))
     result = {
@@ -100,6 +106,8 @@ def main():
         "run_vs_torchrun": statistics.median(real_s) / statistics.median(sim_s),
         "localtensor_step_ms": statistics.median(local_ms), "dtsim_run_step_ms": statistics.median(sim_ms),
         "run_vs_localtensor": statistics.median(local_ms) / statistics.median(sim_ms), "rounds": rounds,
+        "one_rank_step_ms": statistics.median(one_ms),
+        "bound_vs_localtensor": statistics.median(local_ms) / (4 * statistics.median(one_ms)),
     }
     print(json.dumps(result))
 

@@ -70,8 +70,9 @@ class RankContext:
             self.dtensor_implicit = torch._C._get_dtensor_allow_implicit_replication()
         self.torch_rng = torch.get_rng_state()
         self.python_rng = random.getstate()
-        numpy = sys.modules.get("numpy")
-        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
+        # NumPy's global generator costs ~0.2 ms to save and restore; it exists only once numpy.random is imported.
+        numpy_random = sys.modules.get("numpy.random")
+        self.numpy_rng = numpy_random.get_state() if numpy_random is not None else None
         self.argv = list(sys.argv)
 
     def restore(self, environ) -> None:
@@ -90,9 +91,9 @@ class RankContext:
         if self.torch_rng is not None:
             torch.set_rng_state(self.torch_rng)
             random.setstate(self.python_rng)
-            numpy = sys.modules.get("numpy")
-            if numpy is not None and self.numpy_rng is not None:
-                numpy.random.set_state(self.numpy_rng)
+            numpy_random = sys.modules.get("numpy.random")
+            if numpy_random is not None and self.numpy_rng is not None:
+                numpy_random.set_state(self.numpy_rng)
 
 
 class RankState:
