@@ -266,3 +266,44 @@ def test_option_fuzz_never_escapes_the_error_policy(capsys):
         err = capsys.readouterr().err
         assert code == 2, (argv, code, err)
         assert err.startswith("dtsim: error: ") and err.count("\n") == 1, (argv, err)
+
+
+def test_report_counts_causes_and_lines(tmp_path):
+    """--report-json on a script whose collectives are known (tests/run/scripts/counted.py), and on the TP+FSDP2
+    script: 5 steps give 5 FSDP2 reduce-scatters per dp group, found from FSDP2's frames."""
+    path = tmp_path / "report.json"
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--report", "--report-json", str(path),
+               os.path.join(SCRIPTS, "counted.py")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    report = json.loads(path.read_text())
+    rows = {(r["kind"], r["cause"]): r for r in report["rows"]}
+    direct = rows[("all_reduce sum", "direct call")]
+    assert (direct["count"], direct["bytes_per_rank"], direct["ranks"]) == (3, 48, [0, 1, 2, 3])
+    assert direct["site"].endswith("counted.py:10")
+    gathers = [r for (kind, cause), r in rows.items() if kind.startswith("all_gather") and "DTensor" in cause]
+    assert [(r["count"], r["bytes_per_rank"], r["site"][-13:]) for r in gathers] == [(1, 8, "counted.py:13")]
+    scatter = rows[("scatter root 0", "DTensor redistribution (explicit, full_tensor or a parallel style)")]
+    assert (scatter["count"], scatter["bytes_per_rank"], scatter["site"][-13:]) == (1, 32, "counted.py:12")
+    assert report["collectives"] == 5 and report["complete"] is True
+    assert "dtsim run report: 5 collectives on 4 ranks" in out.stderr
+
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--report-json", str(path),
+               os.path.join(EXAMPLES, "tp_fsdp_adamw.py")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(path.read_text())["rows"]
+    scatters = [r for r in rows if r["kind"].startswith("reduce_scatter_tensor")]
+    assert sorted(r["ranks"] for r in scatters) == [[0, 2], [1, 3]]
+    assert all(r["cause"] == "FSDP2" and r["count"] == 5 for r in scatters), scatters
+
+
+def test_report_json_output_is_checked_before_the_run(tmp_path):
+    script = os.path.join(SCRIPTS, "counted.py")
+    missing = run([DTSIM, "run", "--report-json", str(tmp_path / "no" / "r.json"), script])
+    assert missing.returncode == 2 and "dtsim: error: report-json: cannot write" in missing.stderr
+    copy = tmp_path / "s.py"
+    copy.write_text(open(script).read())
+    same = run([DTSIM, "run", "--report-json", str(copy), str(copy)])
+    assert same.returncode == 2 and "is the program being run" in same.stderr
+    assert copy.read_text() == open(script).read()

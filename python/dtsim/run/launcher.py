@@ -68,6 +68,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--timeout", default="600",
                    help="seconds a rank may compute without reaching a collective or the end of its program before "
                         "the run ends with its stack (default 600, NCCL's default collective timeout)")
+    p.add_argument("--report", action="store_true",
+                   help="after the run, print every collective by group, kind, cause and program line (stderr)")
+    p.add_argument("--report-json", dest="report_json", default=None, metavar="FILE",
+                   help="write that report as JSON (written atomically, also when the run fails)")
     p.add_argument("-m", "--module", dest="module", action="store_true", help="run a module, as python -m")
     p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script", help="the training script (or module with -m)")
@@ -187,6 +191,20 @@ class _RankOutput(io.TextIOBase):
         self._real.flush()
 
 
+def _check_output(path: str, script: str) -> None:
+    """--report-json FILE: refused before any rank runs when it cannot be written or would replace the program."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if not path or os.path.isdir(path):
+        raise BadInput("report-json", f"'{path}' is a directory, not a file")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise BadInput("report-json", f"cannot write '{path}': its folder does not exist or is not writable")
+    if os.path.exists(path):
+        if not os.path.isfile(path):
+            raise BadInput("report-json", f"'{path}' is not a regular file")
+        if script and os.path.exists(script) and os.path.samefile(path, script):
+            raise BadInput("report-json", f"'{path}' is the program being run; give another file")
+
+
 def _rank_env(rank: int, nproc: int, nnodes: int, master_addr: str, master_port: str) -> dict:
     world = nproc * nnodes
     node = rank // nproc
@@ -247,6 +265,8 @@ def main(argv: Sequence[str]) -> int:
         if args.no_python:
             raise BadInput("no-python", "dtsim run runs Python programs in its own process")
         program = _Program(args.script, args.module)
+        if args.report_json is not None:
+            _check_output(args.report_json, program.path)
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -271,6 +291,10 @@ def main(argv: Sequence[str]) -> int:
     os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
+    if args.report or args.report_json is not None:
+        from .report import Report
+
+        world.report = Report(world_size)
     emulation.install(world, scheduler.current_rank, lambda: scheduler.current_rank() % nproc, nproc,
                       dist.HashStore())
     real_out, real_err = sys.stdout, sys.stderr
@@ -299,9 +323,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         scheduler.wait_until_over(min(0.25, timeout / 4), check_timeout)
     except KeyboardInterrupt:
+        _write_report(world.report, args, real_err, complete=False)
         report = scheduler.hang_report().split("\n", 1)[-1]
         _finish(real_out, real_err, f"interrupted (Ctrl-C); where every rank was:\n{report}", EXIT_INTERRUPTED)
     elapsed = time.monotonic() - started
+    _write_report(world.report, args, real_err, complete=scheduler.abort_reason is None)
     if scheduler.abort_reason is not None:
         failure = scheduler.first_failure
         if failure is not None:
@@ -322,6 +348,20 @@ def main(argv: Sequence[str]) -> int:
     # is skipped: nothing is left to flush or remove once the handlers ran.
     atexit._run_exitfuncs()
     _finish(real_out, real_err, None, EXIT_OK)
+
+
+def _write_report(report, args, real_err, complete: bool) -> None:
+    if report is None:
+        return
+    sys.stdout.flush()
+    if args.report:
+        real_err.write(report.text() + ("\n" if complete else "\n(the run ended early: collectives up to then)\n"))
+    if args.report_json is not None:
+        report.complete = complete
+        try:
+            report.write_json(args.report_json)
+        except OSError as e:
+            real_err.write(f"dtsim run: error: report-json: cannot write '{args.report_json}': {e.strerror}\n")
 
 
 def _finish(real_out, real_err, text: Optional[str], code: int) -> None:

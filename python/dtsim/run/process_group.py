@@ -93,6 +93,7 @@ class _Operation(Waitable):
         self.seq = seq
         self.arrivals: Dict[int, _Arrival] = {}
         self.done = False
+        self.report_row = None  # the report's row for this collective (--report)
 
     def ready(self) -> bool:
         return self.done
@@ -158,6 +159,7 @@ class World:
         self.world_size = world_size
         self._channels: Dict[Tuple[str, Tuple[int, ...]], GroupChannel] = {}
         self.collective_count = 0
+        self.report = None  # a report.Report under --report / --report-json
 
     def channel(self, name: str, ranks: List[int]) -> GroupChannel:
         key = (name, tuple(ranks))
@@ -216,16 +218,22 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ---- the meeting point ---------------------------------------------------------------------------------------
 
-    def _meet(self, kind: str, signature: Tuple, payload, compute: Callable[[List], None]) -> None:
-        """Arrives at this rank's next collective on the group; returns when every member's result is written."""
+    def _meet(self, kind: str, signature: Tuple, payload, compute: Callable[[List], None], sent=()) -> None:
+        """Arrives at this rank's next collective on the group; returns when every member's result is written.
+        `sent`: the tensors this rank sends into it (the report's bytes)."""
         channel = self._channel
         seq = channel.next_seq[self._group_rank]
         channel.next_seq[self._group_rank] += 1
         op = channel.operations.get(seq)
         if op is None:
             op = channel.operations[seq] = _Operation(channel, seq)
+            if self._world.report is not None:
+                op.report_row = self._world.report.record(
+                    kind if not signature or not isinstance(signature[0], str) else f"{kind} {signature[0]}",
+                    channel.name, channel.ranks)
         describe = f"{kind} {_describe_signature(signature)}".rstrip()
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
+        arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent) if op.report_row is not None else 0
         for other in op.arrivals.values():
             if not _agree(other.signature, arrival.signature):
                 self._mismatch(op, other, arrival)
@@ -241,6 +249,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 raise RunAborted(str(e))
             op.done = True
             del channel.operations[seq]
+            if op.report_row is not None:
+                op.report_row["bytes_per_rank"] += max(a.sent_bytes for a in op.arrivals.values())
             self._world.collective_count += 1
             return
         self._world.scheduler.wait(op)
@@ -287,7 +297,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 for p in payloads:
                     p[i].copy_(result)
 
-        self._meet("all_reduce", (op_name, _meta(tensors)), list(tensors), compute)
+        self._meet("all_reduce", (op_name, _meta(tensors)), list(tensors), compute, sent=tensors)
         return _done(list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -306,7 +316,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     if r != root:
                         p[i].copy_(payloads[root][i])
 
-        self._meet("broadcast", (f"root {root}", _meta(tensors)), list(tensors), compute)
+        self._meet("broadcast", (f"root {root}", _meta(tensors)), list(tensors), compute, sent=tensors)
         return _done(list(tensors))
 
     def reduce(self, tensors, opts):
@@ -316,7 +326,7 @@ class SimProcessGroup(dist.ProcessGroup):
             for i in range(len(tensors)):
                 payloads[root][i].copy_(_reduce([p[i] for p in payloads], op_name))
 
-        self._meet("reduce", (f"root {root}", op_name, _meta(tensors)), list(tensors), compute)
+        self._meet("reduce", (f"root {root}", op_name, _meta(tensors)), list(tensors), compute, sent=tensors)
         return _done(list(tensors))
 
     def allgather(self, output_lists, input_tensors, opts=None):
@@ -326,7 +336,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     for r, (_, ins) in enumerate(payloads):
                         _copy_checked(outs[i][r], ins[i], f"all_gather output {r}")
 
-        self._meet("all_gather", (_meta(input_tensors),), (output_lists, input_tensors), compute)
+        self._meet("all_gather", (_meta(input_tensors),), (output_lists, input_tensors), compute,
+                   sent=input_tensors)
         return _done(output_lists)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -339,7 +350,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 _copy_checked(out, gathered.view(out.shape) if gathered.numel() == out.numel() else gathered,
                               "all_gather_into_tensor output")
 
-        self._meet("all_gather_into_tensor", (_meta([input]),), (output, input), compute)
+        self._meet("all_gather_into_tensor", (_meta([input]),), (output, input), compute, sent=[input])
         return _done([output])
 
     _allgather_base = all_gather_single
@@ -352,7 +363,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     _copy_checked(outs[i], gathered.view(outs[i].shape) if gathered.numel() == outs[i].numel()
                                   else gathered, "all_gather_into_tensor output")
 
-        self._meet("all_gather_into_tensor_coalesced", (_meta(inputs),), (list(outputs), list(inputs)), compute)
+        self._meet("all_gather_into_tensor_coalesced", (_meta(inputs),), (list(outputs), list(inputs)), compute,
+                   sent=inputs)
         return _done(list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -365,7 +377,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 for r, (outs, _) in enumerate(payloads):
                     _copy_checked(outs[i], _reduce([p[1][i][r] for p in payloads], op_name), "reduce_scatter output")
 
-        self._meet("reduce_scatter", (op_name, _meta(outputs)), (list(outputs), input_lists), compute)
+        self._meet("reduce_scatter", (op_name, _meta(outputs)), (list(outputs), input_lists), compute,
+                   sent=[t for ts in input_lists for t in ts])
         return _done(list(outputs))
 
     def reduce_scatter_single(self, output, input, opts=None):
@@ -379,7 +392,7 @@ class SimProcessGroup(dist.ProcessGroup):
             for r, (out, _) in enumerate(payloads):
                 _copy_checked(out, _reduce([c[r] for c in chunks], op_name), "reduce_scatter_tensor output")
 
-        self._meet("reduce_scatter_tensor", (op_name, _meta([input])), (output, input), compute)
+        self._meet("reduce_scatter_tensor", (op_name, _meta([input])), (output, input), compute, sent=[input])
         return _done([output])
 
     _reduce_scatter_base = reduce_scatter_single
@@ -419,7 +432,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 out.copy_(torch.cat(pieces) if pieces else out)
 
         self._meet("all_to_all_single", (str(input.dtype).replace("torch.", ""),),
-                   (output, input, list(output_split_sizes or []), list(input_split_sizes or [])), compute)
+                   (output, input, list(output_split_sizes or []), list(input_split_sizes or [])), compute,
+                   sent=[input])
         return _done([output])
 
     alltoall_base = all_to_all_single
@@ -430,7 +444,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 for s, (_, ins) in enumerate(payloads):
                     _copy_checked(outs[s], ins[r], f"all_to_all output {s}")
 
-        self._meet("all_to_all", (len(input_tensors),), (list(output_tensors), list(input_tensors)), compute)
+        self._meet("all_to_all", (len(input_tensors),), (list(output_tensors), list(input_tensors)), compute,
+                   sent=input_tensors)
         return _done(list(output_tensors))
 
     def gather(self, output_lists, input_tensors, opts):
@@ -442,7 +457,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 for r, (_, ins) in enumerate(payloads):
                     _copy_checked(outs[i][r], ins[i], f"gather output {r}")
 
-        self._meet("gather", (f"root {root}", _meta(input_tensors)), (output_lists, input_tensors), compute)
+        self._meet("gather", (f"root {root}", _meta(input_tensors)), (output_lists, input_tensors), compute,
+                   sent=input_tensors)
         return _done(output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
@@ -454,7 +470,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 for r, (outs, _) in enumerate(payloads):
                     _copy_checked(outs[i], ins[i][r], f"scatter input {r}")
 
-        self._meet("scatter", (f"root {root}", _meta(output_tensors)), (list(output_tensors), input_lists), compute)
+        self._meet("scatter", (f"root {root}", _meta(output_tensors)), (list(output_tensors), input_lists), compute,
+                   sent=[t for ts in input_lists for t in ts])
         return _done(list(output_tensors))
 
     # ---- point to point ------------------------------------------------------------------------------------------
