@@ -641,6 +641,10 @@ BAD_INPUTS = [
         files={"s.py": "print(1)\n"}),
     Row("run-unknown-option", ["run", "--nproc-per-nod", "2", "s.py"], "arguments", ["--nproc-per-nod"],
         files={"s.py": "print(1)\n"}),
+    Row("run-report-json-no-folder", ["run", "--report-json", "no/r.json", "s.py"], "report-json",
+        ["cannot write 'no/r.json'"], files={"s.py": "print(1)\n"}),
+    Row("run-report-json-is-the-script", ["run", "--report-json", "s.py", "s.py"], "report-json",
+        ["'s.py' is the program being run"], files={"s.py": "print(1)\n"}),
 ]
 
 # --batch: each row's lines are answered one JSON object per non-blank line; `bad` maps the index (among non-blank
