@@ -280,7 +280,8 @@ def test_report_counts_causes_and_lines(tmp_path):
     report = json.loads(path.read_text())
     rows = {(r["kind"], r["cause"]): r for r in report["rows"]}
     direct = rows[("all_reduce sum", "direct call")]
-    assert (direct["count"], direct["bytes_per_rank"], direct["ranks"]) == (3, 48, [0, 1, 2, 3])
+    assert (direct["count"], direct["bytes_per_rank"], direct["ranks"], direct["group_desc"]) == (
+        3, 48, [0, 1, 2, 3], "default_pg")
     assert direct["site"].endswith("counted.py:10")
     gathers = [r for (kind, cause), r in rows.items() if kind.startswith("all_gather") and "DTensor" in cause]
     assert [(r["count"], r["bytes_per_rank"], r["site"][-13:]) for r in gathers] == [(1, 8, "counted.py:13")]
@@ -295,7 +296,7 @@ def test_report_counts_causes_and_lines(tmp_path):
     rows = json.loads(path.read_text())["rows"]
     scatters = [r for r in rows if r["kind"].startswith("reduce_scatter_tensor")]
     assert sorted(r["ranks"] for r in scatters) == [[0, 2], [1, 3]]
-    assert all(r["cause"] == "FSDP2" and r["count"] == 5 for r in scatters), scatters
+    assert all(r["cause"] == "FSDP2" and r["count"] == 5 and r["group_desc"] == "mesh_dp" for r in scatters), scatters
 
 
 def test_report_json_output_is_checked_before_the_run(tmp_path):

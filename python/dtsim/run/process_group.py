@@ -135,13 +135,15 @@ class GroupChannel:
 
     def __init__(self, name: str, ranks: List[int]):
         self.name = name
+        self.desc: Optional[str] = None  # c10d's description: "default_pg", "mesh_tp", ... (set at first use)
         self.ranks = ranks
         self.next_seq = [0] * len(ranks)
         self.operations: Dict[int, _Operation] = {}
         self._mail: Dict[Tuple[int, int, int], collections.deque] = {}
 
     def label(self) -> str:
-        return f"{self.name!r} ranks {_ranges(self.ranks)}"
+        desc = f" ({self.desc})" if self.desc and self.desc != "undefined" else ""
+        return f"{self.name!r}{desc} ranks {_ranges(self.ranks)}"
 
     def mailbox(self, src: int, dst: int, tag: int) -> collections.deque:
         return self._mail.setdefault((src, dst, tag), collections.deque())
@@ -222,6 +224,8 @@ class SimProcessGroup(dist.ProcessGroup):
         """Arrives at this rank's next collective on the group; returns when every member's result is written.
         `sent`: the tensors this rank sends into it (the report's bytes)."""
         channel = self._channel
+        if channel.desc is None:
+            channel.desc = self.group_desc
         seq = channel.next_seq[self._group_rank]
         channel.next_seq[self._group_rank] += 1
         op = channel.operations.get(seq)
@@ -230,7 +234,7 @@ class SimProcessGroup(dist.ProcessGroup):
             if self._world.report is not None:
                 op.report_row = self._world.report.record(
                     kind if not signature or not isinstance(signature[0], str) else f"{kind} {signature[0]}",
-                    channel.name, channel.ranks)
+                    channel.name, channel.desc, channel.ranks)
         describe = f"{kind} {_describe_signature(signature)}".rstrip()
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
         arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent) if op.report_row is not None else 0

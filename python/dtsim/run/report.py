@@ -58,14 +58,14 @@ class Report:
         self.total = 0
         self.complete = True
 
-    def record(self, kind: str, group: str, ranks: List[int]) -> Dict:
+    def record(self, kind: str, group: str, desc, ranks: List[int]) -> Dict:
         """Counts one collective (at its first rank's call); returns its row, which the bytes are added to when the
         collective completes."""
         cause, site = _cause_and_site(sys._getframe(2))
         key = (group, kind, cause, site)
         row = self.rows.get(key)
         if row is None:
-            row = self.rows[key] = {"group": group, "ranks": list(ranks), "kind": kind, "cause": cause, "site": site,
+            row = self.rows[key] = {"group": group, "group_desc": desc or "", "ranks": list(ranks), "kind": kind, "cause": cause, "site": site,
                                     "count": 0, "bytes_per_rank": 0}
         row["count"] += 1
         self.total += 1
@@ -75,7 +75,7 @@ class Report:
         lines = [f"dtsim run report: {self.total} collectives on {self.world_size} ranks, by group, kind, cause and "
                  "program line (bytes: what the busiest rank sends, summed over the calls)"]
         header = ("group", "kind", "calls", "bytes/rank", "cause", "site")
-        table = [header] + [(f"{r['group']!r} ranks {_ranges(r['ranks'])}", r["kind"], str(r["count"]),
+        table = [header] + [(_group_label(r), r["kind"], str(r["count"]),
                              _bytes(r["bytes_per_rank"]), r["cause"], r["site"]) for r in self.rows.values()]
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for row in table:
@@ -98,6 +98,11 @@ class Report:
         except BaseException:
             os.unlink(tmp)
             raise
+
+
+def _group_label(row: Dict) -> str:
+    desc = f" ({row['group_desc']})" if row["group_desc"] and row["group_desc"] != "undefined" else ""
+    return f"{row['group']!r}{desc} ranks {_ranges(row['ranks'])}"
 
 
 def _bytes(n: int) -> str:
