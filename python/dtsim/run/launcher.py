@@ -172,6 +172,11 @@ class _RankOutput(io.TextIOBase):
     def fileno(self) -> int:
         return self._real.fileno()
 
+    @property
+    def buffer(self):
+        """Bytes written here bypass the prefix and the rank filter, as writes to the file descriptor do."""
+        return self._real.buffer
+
     def write(self, text: str) -> int:
         rank = self._rank_of()
         if rank is None:
