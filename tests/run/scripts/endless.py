@@ -6,6 +6,7 @@ dist.init_process_group("gloo")
 t = torch.ones(2)
 dist.all_reduce(t)
 if dist.get_rank() == 1:
+    print("rank 1 loops", flush=True)
     while True:
         t = t + 0
 dist.all_reduce(t)
