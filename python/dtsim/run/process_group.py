@@ -239,7 +239,7 @@ class SimProcessGroup(dist.ProcessGroup):
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
         arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent) if op.report_row is not None else 0
         for other in op.arrivals.values():
-            if not _agree(other.signature, arrival.signature):
+            if other.signature != arrival.signature:
                 self._mismatch(op, other, arrival)
             break
         op.arrivals[self._group_rank] = arrival
@@ -547,7 +547,3 @@ def _describe_signature(signature: Tuple) -> str:
         else:
             parts.append(str(item))
     return " ".join(parts)
-
-
-def _agree(a: Tuple, b: Tuple) -> bool:
-    return a == b

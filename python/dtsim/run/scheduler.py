@@ -8,7 +8,7 @@ Process-wide state that a real rank owns alone (the global RNGs, the rank's envi
 `sys.modules["__main__"]`) is saved when a rank hands the baton on and restored when it gets it back (`RankContext`).
 
 When the rank that holds the baton must wait and no rank can go on, the program would hang on a real cluster: the
-scheduler ends the run with a report of every rank's pending call and Python stack (`Hang`).
+scheduler ends the run with a report of every rank's pending call and Python stack (`hang_report`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ class Waitable:
 
     def describe(self) -> str:  # pragma: no cover - interface
         raise NotImplementedError
-
-
-class RankFailed(Exception):
-    """A rank's program ended with an exception or a non-zero `sys.exit`."""
 
 
 class RunAborted(BaseException):
@@ -109,10 +105,6 @@ class RankState:
         self.error: Optional[str] = None  # the traceback of a failed rank
 
 
-class Hang(Exception):
-    """No rank can go on: the report names every rank's pending call and stack."""
-
-
 class Scheduler:
     def __init__(self, contexts: List[RankContext], environ):
         # One lock; a condition per rank, so that handing the turn on wakes the one rank that gets it, and one for
@@ -160,10 +152,6 @@ class Scheduler:
             state.context.save()
             self._pass_on(rank)
             self._wait_for_turn(rank)
-
-    def notify(self) -> None:
-        """Something a rank may wait for became ready (called by the baton holder, under no lock)."""
-        # Ranks only run when handed the baton, so nothing needs waking here; kept as the hook for readiness changes.
 
     def finish(self, rank: int, exit_code: int, error: Optional[str]) -> None:
         with self._cv:
