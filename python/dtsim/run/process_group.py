@@ -15,6 +15,7 @@ The method names are the ones c10d's Python API and its C++ ProcessGroup trampol
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -260,7 +261,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._world.scheduler.wait(op)
 
     def _where(self, op: _Operation) -> str:
-        import sys
+        """Every rank that arrived at `op`: its call and its program's stack (the calling rank's too)."""
         frames = sys._current_frames()
         lines = []
         for group_rank, arrival in sorted(op.arrivals.items()):
@@ -271,7 +272,6 @@ class SimProcessGroup(dist.ProcessGroup):
         return "\n".join(lines)
 
     def _mismatch(self, op: _Operation, first: _Arrival, arrival: _Arrival) -> None:
-        import sys
         channel = self._channel
         rank = channel.ranks[arrival.group_rank]
         if first.signature[0] != arrival.signature[0]:
@@ -280,12 +280,8 @@ class SimProcessGroup(dist.ProcessGroup):
         else:
             why = f"rank {rank}'s {arrival.signature[0]} differs from its peers' in its arguments (reduce op, root, " \
                   "shapes or dtypes)"
-        lines = [f"collective mismatch at collective #{op.seq} of group {channel.label()}: {why}"]
-        for group_rank, other in sorted(op.arrivals.items()):
-            lines.append(f"  rank {channel.ranks[group_rank]}: {other.describe}")
-            thread = self._world.scheduler.ranks[channel.ranks[group_rank]].thread
-            lines.extend(f"      at {f}" for f in user_stack(sys._current_frames().get(thread.ident) if thread else None))
-        lines.append(f"  rank {rank}: {arrival.describe}")
+        lines = [f"collective mismatch at collective #{op.seq} of group {channel.label()}: {why}", self._where(op),
+                 f"  rank {rank}: {arrival.describe}"]
         lines.extend(f"      at {f}" for f in user_stack(sys._getframe()))
         self._world.scheduler.abort("\n".join(lines), 4)
         raise RunAborted("collective mismatch")
