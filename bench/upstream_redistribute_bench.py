@@ -1,6 +1,12 @@
 """Times upstream PyTorch DTensor.redistribute under LocalTensorMode on bench/redistribute_cases.json (the cases
 bench/redistribute_bench.cc times dtsim on); prints one JSON object {case name: best microseconds per call}.
-Sources are built like dtsim's arange cases (arange; Partial sources with from_local of scaled shards)."""
+Sources are built like dtsim's arange cases (arange; Partial sources with from_local of scaled shards).
+
+    upstream_redistribute_bench.py [CASE ...]                       the cases of redistribute_cases.json, on the CPU
+    upstream_redistribute_bench.py --gpu RANKS MIB                  the cases `dtsim_gpu_bench redistribute --ranks
+                                                                    RANKS --mib MIB` times (S(0) -> R and S(0) -> S(1),
+                                                                    MIB per source shard), every shard on the GPU
+"""
 import json
 import logging
 import math
@@ -10,7 +16,12 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers the "fake" backend
-from torch.distributed._local_tensor import LocalTensorMode, tensor_map
+from torch.distributed._local_tensor import LocalTensorMode
+
+try:
+    from torch.distributed._local_tensor import tensor_map
+except ImportError:  # torch 2.11 (the GPU machine's): only the Partial sources need it, and --gpu has none
+    tensor_map = None
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor.placement_types import Partial, Replicate
@@ -22,21 +33,35 @@ from upstream_bench import best_us  # noqa: E402  the same timing rule as the Lo
 logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
 
 
+def gpu_cases(ranks, mib):
+    """The cases of bench/gpu_bench.cc's redistribute mode (same names, shapes and placements)."""
+    cols = 4096
+    rows = ranks * (mib << 20) // (4 * cols)
+    return [{"name": f"gpu_{ranks}x{mib}MiB_S0_to_{to}", "mesh": [ranks], "shape": [rows, cols], "from": "S(0)",
+             "to": placement} for to, placement in (("R", "R"), ("S1", "S(1)"))]
+
+
 def main():
-    cases = json.load(open(os.path.join(os.path.dirname(__file__), "redistribute_cases.json")))
-    only = set(sys.argv[1:])
+    device = "cpu"
+    if sys.argv[1:2] == ["--gpu"]:
+        cases, only, device = gpu_cases(int(sys.argv[2]), int(sys.argv[3])), set(), "cuda"
+    else:
+        cases = json.load(open(os.path.join(os.path.dirname(__file__), "redistribute_cases.json")))
+        only = set(sys.argv[1:])
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = {}
     for c in cases:
         if only and c["name"] not in only:
             continue
         world = math.prod(c["mesh"])
         with upstream.fake_world(world):
-            mesh = init_device_mesh("cpu", tuple(c["mesh"]))
+            mesh = init_device_mesh(device, tuple(c["mesh"]))
             src = [upstream.to_upstream(p) for p in c["from"].split(",")]
             dst = [upstream.to_upstream(p) for p in c["to"].split(",")]
             partial = [m for m, p in enumerate(src) if isinstance(p, Partial)]
             with LocalTensorMode(world):
-                full = torch.arange(math.prod(c["shape"]), dtype=torch.float32).reshape(c["shape"])
+                full = torch.arange(math.prod(c["shape"]), dtype=torch.float32, device=device).reshape(
+                    c["shape"])
                 read = [Replicate() if isinstance(p, Partial) else p for p in src]
                 dt = distribute_tensor(full, mesh, read)
                 if partial:
@@ -45,7 +70,11 @@ def main():
                         return t * math.prod(1 + coord[m] for m in partial)
                     dt = DTensor.from_local(tensor_map(dt.to_local(), scale), mesh, src, shape=full.shape,
                                             stride=full.stride())
-                out[c["name"]] = best_us(lambda: dt.redistribute(mesh, dst).to_local(), repeats=3)
+                def once():
+                    dt.redistribute(mesh, dst).to_local()
+                    sync()
+                sync()
+                out[c["name"]] = best_us(once, repeats=3)
     print(json.dumps(out))
 
 

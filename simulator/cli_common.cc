@@ -1,6 +1,8 @@
 // Helpers shared by the dtsim subcommands.
 #include "cli_common.h"
 
+#include <ATen/Context.h>
+
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,6 +56,36 @@ void AddBackendOptions(po::options_description& desc, BackendCliOptions& o) {
       "ends")("inject-fault", po::value(&o.fault),
               "real backends: wrong-offset:R, wrong-op:R, drop-rank:R or stall-rank:R:SECONDS "
               "(optionally @K)");
+}
+
+void AddDeviceOption(po::options_description& desc, BackendCliOptions& o) {
+  desc.add_options()("device", po::value(&o.device)->default_value(o.device),
+                     "where every rank's shards lie: cpu, or cuda (a GPU; needs a dtsim built on a "
+                     "LibTorch with CUDA, scripts/gpu_build.sh; the local and nccl backends)");
+}
+
+c10::Device CheckDevice(const BackendCliOptions& o, const std::string& backend, bool meta,
+                        bool memory) {
+  if (o.device == "cpu") return c10::Device(c10::kCPU);
+  if (o.device != "cuda") {
+    throw InputError("device", StrCat("must be cpu or cuda, got '", ExcerptText(o.device, 40), "'"));
+  }
+  if (!at::hasCUDA()) {
+    throw InputError("device",
+                     "cuda: this dtsim's LibTorch has no CUDA or no GPU is visible (the project "
+                     "venv's torch is the CPU build; scripts/gpu_build.sh builds dtsim on one with "
+                     "CUDA)");
+  }
+  if (backend == "mpi") {
+    throw InputError("device",
+                     "cuda: the mpi backend passes host memory to MPI; use --backend nccl for GPU "
+                     "ranks or the local backend to simulate on the GPU");
+  }
+  if (meta) throw InputError("device", "cuda: a --meta run holds shapes only, on no device");
+  if (memory) {
+    throw InputError("device", "cuda: --memory meters host memory; leave --device at cpu");
+  }
+  return c10::Device(c10::kCUDA);  // the current GPU (a real rank's own)
 }
 
 void CheckTimeout(double seconds) {

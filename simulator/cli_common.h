@@ -3,6 +3,8 @@
 // memory.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <functional>
@@ -39,6 +41,7 @@ struct BackendCliOptions {
       60;             // real backends: seconds a rank waits at a collective before the job is ended
   std::string fault;  // real backends: "" = none, else wrong-offset:R, wrong-op:R, drop-rank:R,
                       // stall-rank:R:S
+  std::string device = "cpu";  // where every rank's shards lie: cpu or cuda (AddDeviceOption)
 };
 
 // The range of --timeout, in seconds: below a millisecond no collective of a real run can arrive,
@@ -57,6 +60,15 @@ bool IsFaultMissedWarning(std::string_view line);
 
 // Adds --backend, --timeout and --inject-fault to `desc`.
 void AddBackendOptions(boost::program_options::options_description& desc, BackendCliOptions& o);
+
+// Adds --device (cpu or cuda) to `desc`.
+void AddDeviceOption(boost::program_options::options_description& desc, BackendCliOptions& o);
+// The device of --device, checked for a run on `backend`: "cpu" or "cuda" (the current GPU, a
+// real rank's own).
+// InputError("device") for another name, for cuda where this dtsim's LibTorch has no CUDA or no GPU
+// is visible, on the mpi backend (its ranks pass host memory to MPI), or with --meta or --memory.
+c10::Device CheckDevice(const BackendCliOptions& o, const std::string& backend, bool meta,
+                        bool memory);
 
 // The backend of a run on `mesh`, checked: InputError("backend") for an unknown or unbuilt backend,
 // InputError("timeout") for a timeout that is not positive, InputError("inject-fault") for a

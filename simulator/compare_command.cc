@@ -256,6 +256,7 @@ int RunCompare(const Args& all_args) {
       "mpirun", po::value(&o.mpirun)->default_value(o.mpirun), "the MPI launcher");
   o.backend = "mpi";
   AddBackendOptions(desc, o);
+  AddDeviceOption(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout
@@ -277,6 +278,10 @@ int RunCompare(const Args& all_args) {
                               ExcerptText(model_args.empty() ? "" : model_args[0], 40), "'"));
     }
     RequireOptions(vm, {"np"});
+    if (o.device != "cpu") {
+      throw InputError("device", "compare -- model runs the model on the host; --device applies "
+                                 "to a redistribution");
+    }
     for (const char* option : {"mesh", "names", "shape", "from", "to", "planner"}) {
       if (vm.count(option) && !vm[option].defaulted()) {
         throw InputError(
@@ -311,6 +316,7 @@ int RunCompare(const Args& all_args) {
   meta.argv = "dtsim compare (simulated side)";
   RunCaseOptions sim_options;
   sim_options.trace_meta = meta;
+  sim_options.device = CheckDevice(o, o.backend, false, false);  // both sides on the GPU
   const Outcome sim = RunCase(c, MakeLocalCollectives(), sim_options);
   {
     auto lock = job.Lock();
@@ -334,6 +340,7 @@ int RunCompare(const Args& all_args) {
   argv.insert(argv.end(),
               {"--timeout", timeout, "--trace", (dir / "real.json").string(), "--json"});
   if (fault.active()) argv.insert(argv.end(), {"--inject-fault", fault.ToString()});
+  if (o.device != "cpu") argv.insert(argv.end(), {"--device", o.device});
   std::cout << "compare: " << c.src.ToString() << " -> " << ToString(c.to) << ", simulated vs "
             << o.np << " " << o.backend << " ranks"
             << (fault.active() ? " with the fault " + fault.ToString() + " injected" : "") << "\n"

@@ -147,7 +147,10 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
   std::optional<MemoryMeter> meter;
   if (options.memory) meter.emplace();
   DTensor source =
-      options.meta ? MakeMetaDTensor(c.src, collectives) : MakeArangeSource(c.src, collectives);
+      options.meta ? MakeMetaDTensor(c.src, collectives)
+      : options.device.is_cpu()
+          ? MakeArangeSource(c.src, collectives)
+          : MakeSourceFromGlobal(c.src, ArangeGlobal(c.src).to(options.device), collectives);
   std::optional<TraceRecorder> recorder;
   if (options.trace_meta) {
     TraceMeta meta = *options.trace_meta;
@@ -208,8 +211,10 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
   out.result_spec = result.spec();
   // The verdict: every rank's shard put back together (on rank 0 of a real run) against the
   // expected global tensor.
-  out.result = GatherShards(comm, result.to_local());
-  if (options.gather_source) out.source = GatherShards(comm, source.to_local());
+  // (On the host: the gather and the judge read the bytes.)
+  auto on_host = [](const at::Tensor& t) { return t.is_cpu() || t.is_meta() ? t : t.cpu(); };
+  out.result = GatherShards(comm, on_host(result.to_local()));
+  if (options.gather_source) out.source = GatherShards(comm, on_host(source.to_local()));
   int64_t ok = 0;
   if (options.meta) {
     // No values: the verdict is that every rank holds exactly its target layout's shape.
@@ -283,12 +288,13 @@ int RunRedistribute(const Args& args) {
       "ranks to list: auto (all up to 256 ranks, else a summary of shapes), all, summary, or e.g. "
       "0,5,8-15");
   AddBackendOptions(desc, o);
+  AddDeviceOption(desc, o);
   po::variables_map vm = ParseOptions(args, desc);
   if (vm.count("help")) {
     std::cout
         << "usage: dtsim redistribute --mesh 2x4 [--names dp,tp] --shape 5,10 --from \"S(0),R\" "
            "--to \"R,S(1)\" [--planner greedy|min-cost|graph] [--json] [--values] [--trace "
-           "out.json]\n"
+           "out.json] [--device cpu|cuda]\n"
            "       mpirun -np 8 dtsim redistribute --backend mpi <the same flags>   (real ranks)\n"
         << desc;
     return 0;
@@ -326,6 +332,7 @@ int RunRedistribute(const Args& args) {
   if (want_trace && o.backend == "local") CheckOutputPath(o.trace, "trace");
   if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
+  options.device = CheckDevice(o, comm->backend(), o.meta, o.memory);
   if (want_trace) {
     TraceMeta meta;
     meta.command = "redistribute";

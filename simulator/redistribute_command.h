@@ -34,6 +34,7 @@ struct RunCaseOptions {
       false;            // also gather the source's shards to the reporting rank (for --values)
   bool meta = false;    // metadata-only: meta tensors (shapes, no data; simulated backend only)
   bool memory = false;  // measure every rank's peak memory per step (simulated backend only)
+  c10::Device device = c10::kCPU;  // where every rank's shards lie (CheckDevice)
   CaseLimits limits;    // the simulation's bounds (CheckSimulationFits)
 };
 
@@ -57,7 +58,8 @@ struct Outcome {
 // against the global tensor, and the trace when asked for. Metadata-only (options.meta): the
 // source's shards are meta tensors of the layout's shapes (meta.h), the verdict checks every rank's
 // shape against the target layout, the trace has no hashes (meta.data false). InputError("meta" /
-// "memory") for those options on a real backend.
+// "memory") for those options on a real backend. On a GPU (options.device) the source's shards and
+// every collective's results lie there; the verdict and the trace read them on the host.
 Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
                 const RunCaseOptions& options);
 

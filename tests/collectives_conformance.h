@@ -11,6 +11,10 @@
 // g+1) * Base), never the backend's own output. The sweep covers world sizes 1 to 8, meshes (n),
 // (2,2), (2,3), (2,2,2) along every dim, and row counts 0, 1 and 5 (odd, uneven with respect to
 // most group sizes).
+//
+// Each case also runs with its inputs on a GPU where LibTorch has CUDA and a device is visible
+// (ConformanceDevices): every shard is a CUDA tensor, every result must be one on the same device,
+// with the same values (compared on the CPU). On a CPU-only LibTorch only the CPU cases exist.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,18 +39,28 @@ struct ConformanceParam {
   std::function<std::shared_ptr<Collectives>()> factory;
   std::vector<int64_t> mesh_shape;
   int64_t mesh_dim = 0;
+  at::Device device = at::kCPU;  // where every input shard lies
 };
 
 inline void PrintTo(const ConformanceParam& p, std::ostream* os) {
   *os << p.backend << " mesh (";
   for (size_t i = 0; i < p.mesh_shape.size(); ++i) *os << (i ? "," : "") << p.mesh_shape[i];
-  *os << ") dim " << p.mesh_dim;
+  *os << ") dim " << p.mesh_dim << " on " << p.device;
 }
 
 inline std::string ParamName(const ::testing::TestParamInfo<ConformanceParam>& info) {
   std::string name = info.param.backend + "_mesh";
   for (int64_t s : info.param.mesh_shape) name += "_" + std::to_string(s);
-  return name + "_dim" + std::to_string(info.param.mesh_dim);
+  name += "_dim" + std::to_string(info.param.mesh_dim);
+  return info.param.device.is_cpu() ? name : name + "_" + info.param.device.str().substr(0, 4);
+}
+
+// The devices the suite runs on here: the CPU, and the current GPU where LibTorch has CUDA and a
+// device is visible.
+inline std::vector<at::Device> ConformanceDevices() {
+  std::vector<at::Device> out = {at::kCPU};
+  if (at::hasCUDA()) out.emplace_back(at::kCUDA, 0);
+  return out;
 }
 
 // Every mesh of the sweep along every dim.
@@ -62,8 +76,10 @@ inline std::vector<ConformanceParam> ConformanceParams(
     const int64_t size =
         std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
     if (world_size > 0 && size != world_size) continue;
-    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-      out.push_back({backend, factory, shape, d});
+    for (const at::Device& device : ConformanceDevices()) {
+      for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+        out.push_back({backend, factory, shape, d, device});
+      }
     }
   }
   return out;
@@ -90,9 +106,10 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
     return at::arange(rows * cols, dtype).reshape({rows, cols});
   }
   // The input built by the backend itself: a LocalTensor over every rank in simulation, fn(rank())
-  // on a real rank.
+  // on a real rank; every shard on the case's device.
   at::Tensor Input(const std::function<at::Tensor(int64_t)>& fn) const {
-    return backend_->FromRankFn(world_, fn);
+    const at::Device device = GetParam().device;
+    return backend_->FromRankFn(world_, [&](int64_t r) { return fn(r).to(device); });
   }
   // The group containing `rank` and its index in it.
   std::pair<const std::vector<int64_t>*, int64_t> GroupOf(int64_t rank) const {
@@ -113,7 +130,9 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
   void Expect(const at::Tensor& out, const std::function<at::Tensor(int64_t)>& want,
               const std::string& what) {
     for (int64_t r : backend_->HeldRanks(out)) {
-      at::Tensor got = backend_->Shard(out, r);
+      at::Tensor on_device = backend_->Shard(out, r);
+      EXPECT_EQ(on_device.device(), GetParam().device) << what << ", rank " << r;
+      at::Tensor got = on_device.cpu();
       at::Tensor w = want(r);
       EXPECT_TRUE(got.scalar_type() == w.scalar_type() && got.sizes() == w.sizes() &&
                   at::equal(got, w))

@@ -14,7 +14,7 @@
 namespace dtsim {
 
 std::string ShardHash(const at::Tensor& shard) {
-  at::Tensor c = shard.contiguous();
+  at::Tensor c = shard.is_cpu() ? shard.contiguous() : shard.to(at::kCPU).contiguous();
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   const std::string header =

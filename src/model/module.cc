@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <memory>
+#include <type_traits>
+
 #include "dtsim/layout/error.h"
 
 namespace dtsim {
@@ -25,6 +28,18 @@ class BackwardHookNode : public torch::autograd::Node {
   std::function<void(const at::Tensor&)> hook_;
 };
 
+// A new autograd node, owned the way this LibTorch owns them (Edge::function's type):
+// std::shared_ptr in torch 2.11, c10::intrusive_ptr in 2.13.
+template <typename T, typename... Args>
+auto MakeNode(Args&&... args) {
+  using Owner = decltype(torch::autograd::Edge::function);
+  if constexpr (std::is_same_v<Owner, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
+}
+
 }  // namespace
 
 at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook) {
@@ -32,7 +47,7 @@ at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void()> hook) {
 }
 
 at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void(const at::Tensor&)> hook) {
-  auto node = c10::make_intrusive<BackwardHookNode>(std::move(hook));
+  auto node = MakeNode<BackwardHookNode>(std::move(hook));
   node->set_next_edges({torch::autograd::impl::gradient_edge(t)});
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   at::Tensor alias(

@@ -310,12 +310,14 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // 1. Classify the arguments and find the rank set.
   const std::vector<int64_t>* ranks = nullptr;
   const std::shared_ptr<SimWorld>* world = nullptr;  // the first LocalTensor argument's
-  bool meta = false;                                 // the first LocalTensor argument's shards
+  bool meta = false;     // the first LocalTensor argument's shards are meta tensors
+  bool on_host = true;   // ... or tensors of the host (not a GPU's)
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
       ranks = &impl->ranks();
       world = &impl->world();
       meta = !impl->shards().empty() && impl->shards()[0].is_meta();
+      on_host = impl->shards().empty() || impl->shards()[0].is_cpu();
     } else if (*ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ",
                                              JoinInts(*ranks), " and ", JoinInts(impl->ranks())));
@@ -466,9 +468,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   };
   // Ranks in parallel (see "The ranks of one op on several threads" above) unless the op draws
   // random numbers, is a view, is not LibTorch's, works on meta tensors (shapes only: a few
-  // microseconds a rank, less than a parallel region costs), or writes to a copy-on-write replica.
-  bool parallel =
-      rng == nullptr && !info.view && info.aten && !meta && RanksMayRunInParallel(n_ranks);
+  // microseconds a rank, less than a parallel region costs) or on a GPU (the host only queues the
+  // kernels), or writes to a copy-on-write replica.
+  bool parallel = rng == nullptr && !info.view && info.aten && !meta && on_host &&
+                  RanksMayRunInParallel(n_ranks);
   if (parallel && !info.write_args.empty()) {
     parallel = WritesAreRankPrivate(info, kinds, *stack, base, n_args, n_ranks);
   }

@@ -199,7 +199,7 @@ at::Tensor ShareReplica(const at::Tensor& shard, const SimWorld* world) {
   if (shard.is_meta()) return at::empty_strided(shard.sizes(), shard.strides(), shard.options());
   const bool shareable =
       (world == nullptr || world->replica_sharing()) && shard.layout() == at::kStrided &&
-      shard.is_cpu() && shard.has_storage() && shard.numel() > 0 &&
+      (shard.is_cpu() || shard.is_cuda()) && shard.has_storage() && shard.numel() > 0 &&
       (c10::impl::cow::has_simple_data_ptr(*shard.storage().unsafeGetStorageImpl()) ||
        c10::impl::cow::is_cow_data_ptr(shard.storage().data_ptr()));
   if (!shareable) return shard.clone(at::MemoryFormat::Preserve);

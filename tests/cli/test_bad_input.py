@@ -527,6 +527,17 @@ BAD_INPUTS = [
         ["'wrong-offset:1' needs a real backend"]),
     Row("redistribute-batch-with-fault", ["redistribute", "--batch", "-", "--inject-fault", "wrong-offset:1"], "batch",
         ["--inject-fault cannot be given with --batch"]),
+    # --device (issue 34): a name other than cpu/cuda; cuda where LibTorch has no CUDA (this table runs on CI's CPU
+    # build: on a CUDA build with a GPU that row does not apply); cuda with --batch, and on compare's model form.
+    Row("redistribute-device-unknown", [*R, "--device", "gpu"], "device", ["must be cpu or cuda", "'gpu'"]),
+    Row("redistribute-device-cuda-without-cuda", [*R, "--device", "cuda"], "device",
+        ["cuda: this dtsim's LibTorch has no CUDA"]),
+    Row("redistribute-batch-with-device", ["redistribute", "--batch", "-", "--device", "cuda"], "batch",
+        ["--device cannot be given with --batch"]),
+    Row("compare-device-unknown", ["compare", "--np", "2", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to",
+                                   "R", "--device", "tpu"], "device", ["must be cpu or cuda", "'tpu'"]),
+    Row("compare-model-device", ["compare", "--np", "2", "--device", "cuda", "--", "model", "--mesh", "2"], "device",
+        ["--device applies to a redistribution"]),
     Row("distribute-unknown-backend", ["distribute", "--mesh", "2", "--shape", "4", "--step", "0:S(0)", "--backend",
                                        "gloo"], "backend", ["unknown backend 'gloo'"]),
     Row("compare-np-mismatch", ["compare", "--np", "3", "--mesh", "2", "--shape", "4", "--from", "S(0)", "--to", "R"],

@@ -3,10 +3,10 @@
 // broadcast over MPI) and carries the agreement check. Library dtsim_backend_nccl, built where the
 // CUDA toolkit and NCCL (the nvidia-nccl-cu13 wheel) are found (DTSIM_WITH_NCCL).
 //
-// dtsim links the CPU build of LibTorch, so a rank's local data stays a CPU tensor: each collective
-// stages it to a device buffer (cudaMemcpy), runs the NCCL call on the rank's stream, and copies
-// the result back. That keeps one build for every machine and the same DTensor code path; the
-// copies cost PCIe time that a CUDA LibTorch build would not pay (docs/real-backends.md).
+// A rank's data is handed to NCCL where it lies when it is a CUDA tensor on the rank's GPU (a
+// LibTorch built with CUDA, `--device cuda`: device-resident); a CPU tensor (the project venv's
+// CPU LibTorch) is staged to a device buffer (cudaMemcpy) on the rank's stream and the result is
+// copied back. Either way the same DTensor code path runs (docs/real-backends.md).
 // Reductions follow the MPI backend's rule: NCCL's own op where its result cannot depend on the
 // order (min, max; integer sum and product; float32/float64 sum and avg on exact inputs), else the
 // group's inputs are gathered and reduced in group-rank order with the simulation's ReduceInOrder.

@@ -16,7 +16,8 @@
 namespace dtsim {
 
 // The hash of one tensor's values: "xxh3:" + 16 hex digits over its dtype name, shape and
-// contiguous bytes.
+// contiguous bytes (a GPU tensor's bytes are copied to the host first: the same values hash the
+// same wherever they lie).
 std::string ShardHash(const at::Tensor& shard);
 
 // The state of every rank `local` holds (every rank in simulation; this process's rank on a real

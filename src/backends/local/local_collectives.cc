@@ -264,8 +264,16 @@ at::Tensor ReduceInOrder(const std::vector<at::Tensor>& xs, ReduceOp op) {
         break;
     }
   }
-  if (op == ReduceOp::kAvg) acc.div_(static_cast<double>(xs.size()));
+  if (op == ReduceOp::kAvg) DivideByCount(acc, static_cast<int64_t>(xs.size()));
   return acc;
+}
+
+void DivideByCount(at::Tensor& sum, int64_t n) {
+  if (sum.is_cpu() || sum.is_meta()) {
+    sum.div_(static_cast<double>(n));
+  } else {
+    sum.div_(at::scalar_tensor(static_cast<double>(n), sum.options().dtype(at::kDouble)));
+  }
 }
 
 std::unique_ptr<Collectives> MakeLocalCollectives(int64_t world_size) {

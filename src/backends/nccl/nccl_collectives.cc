@@ -1,8 +1,9 @@
 // NcclCollectives (see include/dtsim/backends/nccl_collectives.h). The front
 // (src/tensor/collectives.cc) has validated the call and accounts the bytes; the group agreed on
-// the call over MPI (mpi_world.h); this file stages the data to the GPU, runs NCCL on the group's
-// communicator (created once per group: the group's first rank makes the unique id and broadcasts
-// it over MPI), and copies the result back.
+// the call over MPI (mpi_world.h); this file runs NCCL on the group's communicator (created once
+// per group: the group's first rank makes the unique id and broadcasts it over MPI). A CUDA tensor
+// is handed to NCCL where it lies (device-resident); a CPU tensor is staged through the rank's
+// device buffers and copied back.
 #include "dtsim/backends/nccl_collectives.h"
 
 #include <ATen/ATen.h>
@@ -114,13 +115,13 @@ class NcclCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = input.sizes().vec();
     shape[dim] = chunk;
     at::Tensor out = at::empty(shape, input.options());
-    void* d_in = Stage(send, 0);
-    void* d_out = Buffer(1, Bytes(out));
+    void* d_in = Source(send, 0);
+    void* d_out = Target(out);
     NcclCheck(ncclReduceScatter(d_in, d_out, out.numel(), *NativeType(input.scalar_type()),
                                 *NativeOp(input.scalar_type(), op), Comm(call), stream_),
               "ncclReduceScatter");
-    Unstage(d_out, out);
-    if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
+    Finish(d_out, out);
+    if (op == ReduceOp::kAvg) DivideByCount(out, n);
     return out;
   }
 
@@ -129,12 +130,12 @@ class NcclCollectives : public MpiLaunchedCollectives {
     if (n == 0) return input.clone();
     if (Ordered(input, op)) return ReduceInOrder(GatherStacked(input, call).unbind(0), op);
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    void* d = Stage(out, 0);
+    void* d = Source(out, 0);
     NcclCheck(ncclAllReduce(d, d, out.numel(), *NativeType(out.scalar_type()),
                             *NativeOp(out.scalar_type(), op), Comm(call), stream_),
               "ncclAllReduce");
-    Unstage(d, out);
-    if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
+    Finish(d, out);
+    if (op == ReduceOp::kAvg) DivideByCount(out, n);
     return out;
   }
 
@@ -148,14 +149,14 @@ class NcclCollectives : public MpiLaunchedCollectives {
       return root ? ReduceInOrder(stacked.unbind(0), op) : input.clone();
     }
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    void* d = Stage(out, 0);
+    void* d = Source(out, 0);
     NcclCheck(
         ncclReduce(d, d, out.numel(), *NativeType(out.scalar_type()),
                    *NativeOp(out.scalar_type(), op), static_cast<int>(dst), Comm(call), stream_),
         "ncclReduce");
+    Finish(d, out);
     if (!root) return input.clone();
-    Unstage(d, out);
-    if (op == ReduceOp::kAvg) out.div_(static_cast<double>(n));
+    if (op == ReduceOp::kAvg) DivideByCount(out, n);
     return out;
   }
 
@@ -203,11 +204,11 @@ class NcclCollectives : public MpiLaunchedCollectives {
   at::Tensor DoBroadcast(const at::Tensor& input, const CallInfo& call, int64_t src) override {
     if (GroupSize(call) == 0) return input.clone();
     at::Tensor out = input.clone(at::MemoryFormat::Contiguous);
-    void* d = Stage(out, 0);
+    void* d = Source(out, 0);
     NcclCheck(
         ncclBroadcast(d, d, Bytes(out), ncclUint8, static_cast<int>(src), Comm(call), stream_),
         "ncclBroadcast");
-    Unstage(d, out);
+    Finish(d, out);
     return out;
   }
 
@@ -270,8 +271,8 @@ class NcclCollectives : public MpiLaunchedCollectives {
     }
     if (!sends.empty())
       MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
-    void* d_in = Stage(x, 0);
-    void* d_out = out.defined() ? Buffer(1, Bytes(out)) : nullptr;
+    void* d_in = Source(x, 0);
+    void* d_out = out.defined() ? Target(out) : nullptr;
     NcclCheck(ncclGroupStart(), "ncclGroupStart");
     for (const auto& [src, dst] : pairs) {
       if (src == rank())
@@ -286,7 +287,7 @@ class NcclCollectives : public MpiLaunchedCollectives {
       CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       return input.clone();
     }
-    Unstage(d_out, out);
+    Finish(d_out, out);
     return out;
   }
 
@@ -343,7 +344,7 @@ class NcclCollectives : public MpiLaunchedCollectives {
     }
     return d;
   }
-  // Waits for the stream and copies `device` into `host` (contiguous).
+  // Copies `device` into `host` (contiguous) and waits for the stream.
   void Unstage(const void* device, at::Tensor& host) {
     if (Bytes(host) > 0) {
       CudaCheck(
@@ -352,6 +353,35 @@ class NcclCollectives : public MpiLaunchedCollectives {
     }
     CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  // Where NCCL reads `x` (contiguous): its own memory when it lies on this rank's GPU, else device
+  // buffer `slot` holding a copy. The rank's stream is a blocking stream, ordered after the work
+  // LibTorch queued on the legacy default stream, so a CUDA tensor's producer has finished.
+  // An empty tensor reads from the (never null) device buffer, as on the host path.
+  void* Source(const at::Tensor& x, int slot) {
+    if (!x.is_cuda() || Bytes(x) == 0) return Stage(x, slot);
+    CheckOnRankDevice(x);
+    return x.data_ptr();
+  }
+  // Where NCCL writes `out` (contiguous): its own memory on the GPU, else device buffer 1.
+  void* Target(at::Tensor& out) {
+    if (!out.is_cuda() || Bytes(out) == 0) return Buffer(1, Bytes(out));
+    CheckOnRankDevice(out);
+    return out.data_ptr();
+  }
+  // After the call: a host `out` gets its bytes back from `device`; either way the call has ended.
+  void Finish(const void* device, at::Tensor& out) {
+    if (out.is_cuda() || Bytes(out) == 0) {
+      CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    } else {
+      Unstage(device, out);
+    }
+  }
+  void CheckOnRankDevice(const at::Tensor& t) {
+    if (t.device().index() != device_) {
+      Fail(StrCat("rank ", rank(), " uses GPU ", device_, " but a tensor of this collective is on ",
+                  t.device().str()));
+    }
+  }
 
   // Every group member's input, stacked [n, ...shape] (ncclAllGather of bytes).
   at::Tensor GatherStacked(const at::Tensor& input, const CallInfo& call) {
@@ -359,11 +389,11 @@ class NcclCollectives : public MpiLaunchedCollectives {
     std::vector<int64_t> shape = x.sizes().vec();
     shape.insert(shape.begin(), GroupSize(call));
     at::Tensor out = at::empty(shape, x.options());
-    void* d_in = Stage(x, 0);
-    void* d_out = Buffer(1, Bytes(out));
+    void* d_in = Source(x, 0);
+    void* d_out = Target(out);
     NcclCheck(ncclAllGather(d_in, d_out, Bytes(x), ncclUint8, Comm(call), stream_),
               "ncclAllGather");
-    Unstage(d_out, out);
+    Finish(d_out, out);
     return out;
   }
 
@@ -373,8 +403,9 @@ class NcclCollectives : public MpiLaunchedCollectives {
                 const std::vector<int64_t>& recv_bytes, const CallInfo& call) {
     const std::vector<int64_t>& group = *MpiWorld::GroupOf(call);
     ncclComm_t comm = Comm(call);
-    char* d_send = static_cast<char*>(Stage(send.contiguous(), 0));
-    char* d_recv = static_cast<char*>(Buffer(1, Bytes(recv)));
+    const at::Tensor send_bytes_of = send.contiguous();
+    char* d_send = static_cast<char*>(Source(send_bytes_of, 0));
+    char* d_recv = static_cast<char*>(Target(recv));
     NcclCheck(ncclGroupStart(), "ncclGroupStart");
     int64_t s = 0, r = 0;
     for (size_t j = 0; j < group.size(); ++j) {
@@ -391,7 +422,7 @@ class NcclCollectives : public MpiLaunchedCollectives {
     }
     NcclCheck(ncclGroupEnd(), "ncclGroupEnd");
     if (r > 0) {
-      Unstage(d_recv, recv);
+      Finish(d_recv, recv);
     } else {
       CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `recv` is not written
     }

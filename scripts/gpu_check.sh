@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Issue 34's checks on a GPU machine, in one command (docs/real-backends.md, "On a GPU"): run there, in the repository
+# root, with the build that scripts/gpu_build.sh packed here into build-gpu/carry (the device tool: carry
+# ["build-gpu/carry"], command `scripts/gpu_check.sh`). Prints every check's outcome, the benchmark lines, and a closing
+# "gpu_check: N passed, M failed" line; exits 1 when a check failed. Checks:
+#   env           the GPU, its driver, torch (must be the version build-gpu was built against), NCCL
+#   nccl_suite    the collectives conformance suite on the NCCL backend at world 1 (NCCL refuses two ranks on one
+#                 GPU): every collective through NCCL on a communicator of one, with host-staged (CPU) and
+#                 device-resident (CUDA) shards
+#   nccl_pytest   tests/backends/test_nccl.py: redistributions of 1-rank meshes through NCCL, traces equal to the
+#                 simulation's
+#   compare_*     `dtsim compare --backend nccl --np 1` on redistributions of every placement kind and several dtypes,
+#                 shards on the CPU and on the GPU: "agree"
+#   fault_*       each --inject-fault kind on `compare --np 1`: NCCL must end as the MPI backend does (exit code and
+#                 verdict; no signal), the MPI backend being the one CI checks against the documented behaviour
+#   sim_suite     the conformance suite on the simulated world with every shard on the GPU (worlds 1-8)
+#   sim_gpu_*     `dtsim redistribute --device cuda` against the CPU simulation: both verdicts OK and the traces
+#                 (every rank's shard hash after every step) equal
+#   bench         bench gpu_simulated_all_gather (d2d copy time / dtsim's all_gather time, 8 ranks x 256 MiB) and
+#                 dtsim's GPU redistribute against upstream LocalTensorMode on the same GPU
+# DTSIM_GPU_PY names the Python whose torch to use (default python3); DTSIM_GPU_QUICK=1 skips the benchmarks.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CARRY="${DTSIM_GPU_CARRY:-$ROOT/build-gpu/carry}"
+PY="${DTSIM_GPU_PY:-python3}"
+[ -f "$CARRY/env.sh" ] || { echo "gpu_check: no $CARRY/env.sh: run scripts/gpu_build.sh first and carry build-gpu/carry" >&2; exit 2; }
+# shellcheck source=/dev/null
+source "$CARRY/env.sh"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+failures=()
+pass() { passed=$((passed + 1)); echo "check $1: PASS${2:+ — $2}"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "check $1: FAIL${2:+ — $2}"; }
+# run NAME SECONDS CMD...: runs CMD with a time limit, its output in $work/NAME.out; returns its exit code.
+run() {
+  local name="$1" limit="$2"
+  shift 2
+  timeout --kill-after=10 "$limit" "$@" >"$work/$name.out" 2>&1
+}
+show() { sed 's/^/    /' "$work/$1.out" | tail -n "${2:-15}"; }
+# The failures of a GoogleTest run: each failed expectation with its message, then the summary.
+show_failures() { grep -E -A4 '(Failure|error:)' "$work/$1.out" | head -n 60 | sed 's/^/    /'; show "$1" 8; }
+section() { echo; echo "== $*"; }
+
+section "env"
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+echo "build: $(tr '\n' ' ' <"$CARRY/BUILD_INFO")"
+"$PY" - >"$work/env.out" 2>&1 <<'PY'
+import torch
+print(f"torch {torch.__version__}, cuda {torch.version.cuda}, available {torch.cuda.is_available()}, "
+      f"devices {torch.cuda.device_count()}, nccl {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+      f"device 0: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'}")
+PY
+cat "$work/env.out"
+built_torch="$(sed -n 's/^torch //p' "$CARRY/BUILD_INFO")"
+if grep -q "^torch $built_torch, .*available True" "$work/env.out"; then
+  pass env "torch $built_torch with a GPU"
+else
+  fail env "the build needs torch $built_torch with a visible GPU"
+  echo "gpu_check: $passed passed, $failed failed"
+  exit 1
+fi
+
+section "NCCL backend, world 1"
+run nccl_list 60 dtsim_nccl_tests --gtest_list_tests
+device_cases="$(grep -c '_cuda' "$work/nccl_list.out")"
+if run nccl_suite 600 mpirun --oversubscribe --bind-to none -np 1 dtsim_nccl_tests --gtest_color=no; then
+  pass nccl_suite "$(grep -o '\[  PASSED  \] [0-9]* tests' "$work/nccl_suite.out" | tail -1 | tr -d '[]' | xargs),"\
+" $device_cases of them with device-resident shards"
+else
+  fail nccl_suite
+  show_failures nccl_suite
+fi
+if DTSIM_BIN="$CARRY/bin/dtsim" run nccl_pytest 600 "$PY" -m pytest -q -p no:cacheprovider \
+    "$ROOT/tests/backends/test_nccl.py" && grep -q "3 passed" "$work/nccl_pytest.out"; then
+  pass nccl_pytest "$(tail -1 "$work/nccl_pytest.out")"
+else
+  fail nccl_pytest
+  show nccl_pytest 30
+fi
+compare_cases=(
+  "1|5,3|S(0)|R|float32"
+  "1|7,4|P(sum)|S(1)|float64"
+  "1|6|P(max)|R|int64"
+  "1|9,2|P(avg)|R|float32"
+  "1x1|4,6|S(0),S(1)|S(1),R|bfloat16"
+  "1x1x1|3,5,2|R,P(sum),S(2)|S(0),R,R|int32"
+)
+for device in cpu cuda; do
+  i=0
+  for c in "${compare_cases[@]}"; do
+    IFS='|' read -r mesh shape from to dtype <<<"$c"
+    name="compare_${device}_$i"
+    i=$((i + 1))
+    if run "$name" 300 dtsim compare --backend nccl --np 1 --mesh "$mesh" --shape "$shape" --from "$from" \
+        --to "$to" --dtype "$dtype" --device "$device" --timeout 30 && grep -q "^agree" "$work/$name.out"; then
+      pass "$name" "$mesh $shape $dtype [$from] -> [$to]: $(grep '^agree' "$work/$name.out")"
+    else
+      fail "$name" "$mesh $shape $dtype [$from] -> [$to]"
+      show "$name"
+    fi
+  done
+done
+# A model on one NCCL rank (host-staged shards; loss parallelism's all_reduce on the tp dim of 1 still runs).
+if run compare_model 300 dtsim compare --backend nccl --np 1 --timeout 30 -- model --mesh 1 --backward \
+    --loss-parallel --dim 64 --heads 4 --layers 1 --vocab 100 --seq 16 --batch 2 &&
+    grep -q "^agree" "$work/compare_model.out"; then
+  pass compare_model "model --mesh 1 --backward --loss-parallel: $(grep '^agree' "$work/compare_model.out")"
+else
+  fail compare_model
+  show compare_model
+fi
+# Each fault on NCCL ends as on MPI (same exit code, same verdict lines but for the backend's name).
+for f in "wrong-offset:0|1x1|4,6|S(0),S(1)|R,R" "wrong-op:0|1|6,2|P(sum)|R" "drop-rank:0|1|6,2|S(0)|R" \
+         "stall-rank:0:2|1|6,2|S(0)|R"; do
+  IFS='|' read -r fault mesh shape from to <<<"$f"
+  name="fault_${fault%%:*}"
+  codes=""
+  for backend in mpi nccl; do
+    run "${name}_$backend" 120 dtsim compare --backend "$backend" --np 1 --mesh "$mesh" --shape "$shape" \
+      --from "$from" --to "$to" --inject-fault "$fault" --timeout 5
+    codes+="$? "
+    grep -v "^compare:" "$work/${name}_$backend.out" | sed "s/\\b$backend\\b/BACKEND/g" >"$work/${name}_$backend.norm"
+  done
+  read -r mpi_code nccl_code <<<"$codes"
+  if [ "$mpi_code" = "$nccl_code" ] && [ "$nccl_code" -lt 128 ] && cmp -s "$work/${name}_mpi.norm" "$work/${name}_nccl.norm"; then
+    pass "$name" "$fault: exit $nccl_code on both, $(head -1 "$work/${name}_nccl.norm")"
+  else
+    fail "$name" "$fault: mpi exit $mpi_code, nccl exit $nccl_code"
+    show "${name}_mpi"
+    show "${name}_nccl"
+  fi
+done
+
+section "the simulated world on the GPU"
+if run sim_suite 900 dtsim_core_tests --gtest_filter='Local/CollectivesConformance.*' --gtest_color=no; then
+  pass sim_suite "$(grep -o '\[  PASSED  \] [0-9]* tests' "$work/sim_suite.out" | tail -1 | tr -d '[]' | xargs),"\
+" $(grep -c '^\[       OK \] .*_cuda' "$work/sim_suite.out") of them with every shard on the GPU"
+else
+  fail sim_suite
+  show_failures sim_suite
+fi
+sim_cases=(
+  "2x4|5,10|S(0),R|R,S(1)|float32"
+  "2x4|16,16|S(0),S(1)|S(1),S(0)|float32"
+  "2x4|16,16|P(sum),S(0)|R,R|float32"
+  "2x4|16,16|P(avg),R|S(1),R|float64"
+  "4x2|13,7|S(0),S(0)|S(1),S(1)|int64"
+  "8|64,33|P(max)|S(1)|int32"
+  "8|100|S(0)|R|bfloat16"
+  "2x2x2|6,10,4|S(0),P(sum),S(2)|R,S(1),R|float16"
+  "2x2x2|9,9|_S(0,2),S(0),R|R,R,S(1)|float32"
+  "3x2|11,5|P(min),S(1)|R,R|int64"
+  "8|1024,1024|S(0)|S(1)|float32"
+  "2x4|512,256|P(sum),P(sum)|S(0),R|float32"
+)
+i=0
+for c in "${sim_cases[@]}"; do
+  IFS='|' read -r mesh shape from to dtype <<<"$c"
+  name="sim_gpu_$i"
+  i=$((i + 1))
+  args=(redistribute --mesh "$mesh" --shape "$shape" --from "$from" --to "$to" --dtype "$dtype")
+  run "${name}_cpu" 300 dtsim "${args[@]}" --trace "$work/$name.cpu.json"
+  run "${name}_gpu" 300 dtsim "${args[@]}" --device cuda --trace "$work/$name.gpu.json"
+  if grep -q "^verdict: OK" "$work/${name}_cpu.out" && grep -q "^verdict: OK" "$work/${name}_gpu.out" &&
+      run "${name}_diff" 60 dtsim trace-diff "$work/$name.cpu.json" "$work/$name.gpu.json"; then
+    pass "$name" "$mesh $shape $dtype [$from] -> [$to]: $(head -1 "$work/${name}_diff.out")"
+  else
+    fail "$name" "$mesh $shape $dtype [$from] -> [$to]"
+    show "${name}_gpu"
+    [ -f "$work/${name}_diff.out" ] && show "${name}_diff"
+  fi
+done
+
+if [ "${DTSIM_GPU_QUICK:-0}" != 1 ]; then
+  section "benchmarks"
+  if run bench_all_gather 600 dtsim_gpu_bench all_gather --ranks 8 --mib 256 --rounds 5; then
+    cat "$work/bench_all_gather.out"
+  else
+    fail bench_all_gather
+    show bench_all_gather
+  fi
+  if run bench_dtsim 600 dtsim_gpu_bench redistribute --ranks 8 --mib 64 --rounds 5 &&
+      run bench_upstream 600 "$PY" "$ROOT/bench/upstream_redistribute_bench.py" --gpu 8 64; then
+    echo "dtsim on the GPU (best us per call):    $(tail -1 "$work/bench_dtsim.out")"
+    echo "upstream LocalTensorMode on the GPU:    $(tail -1 "$work/bench_upstream.out")"
+    "$PY" - "$work/bench_dtsim.out" "$work/bench_upstream.out" <<'PY'
+import json, sys
+dtsim, upstream = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:])
+for case in dtsim:
+    print(f"bench {case}_vs_upstream ratio {upstream[case] / dtsim[case]:.2f}")
+PY
+  else
+    fail bench_redistribute
+    show bench_dtsim
+    show bench_upstream
+  fi
+fi
+
+echo
+[ "$failed" -gt 0 ] && echo "failed: ${failures[*]}"
+echo "gpu_check: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
