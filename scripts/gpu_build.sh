@@ -9,6 +9,8 @@
 #   root/      the libraries of this Debian that the GPU machine lacks (Boost.PO, xxHash, stb, OpenMPI and its plugins)
 #              and OpenMPI's mpirun/orted, relocated with OPAL_PREFIX
 #   env.sh     finds the GPU machine's torch, CUDA and NCCL libraries (its python3) and puts carry/bin on the PATH
+#   python/    the dtsim package (a copy) with dtsim._C built here for this machine's Python against that torch;
+#              static/ and include/ hold what scripts/gpu_check.sh needs to build dtsim._C there for its Python
 # The libraries of torch, CUDA and NCCL are not carried: the GPU machine's own are used (hence the same torch version).
 # A smoke run here (the CPU: no GPU visible) checks that the packed binaries load and simulate.
 # Then: the device tool's run with carry ["build-gpu/carry"] and the command `scripts/gpu_check.sh`.
@@ -18,7 +20,8 @@ GPU_TORCH="${DTSIM_GPU_TORCH:-2.11.0}"
 GPU_PY="${DTSIM_GPU_PY:-$DTSIM_ROOT/.venv-gpu/bin/python}"
 GPU_BUILD="${DTSIM_GPU_BUILD:-$DTSIM_ROOT/build-gpu}"
 CARRY="$GPU_BUILD/carry"
-TARGETS=(dtsim dtsim_core_tests dtsim_nccl_tests dtsim_gpu_bench)
+TARGETS=(dtsim dtsim_core_tests dtsim_nccl_tests dtsim_gpu_bench dtsim_python)
+PY_LIBS=(core trace backend_local tensor layout)  # dtsim._C's static libraries, in link order
 
 # 1. The GPU machine's torch, here (with its CUDA libraries from PyPI, so the binaries also load on this machine).
 if ! "$GPU_PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$GPU_TORCH')" 2>/dev/null; then
@@ -30,7 +33,7 @@ if ! "$GPU_PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] !
 fi
 site="$("$GPU_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 
-# 2. Configure and build (NCCL and MPI required; no viewer, no Python extension: the GPU machine's Python differs).
+# 2. Configure and build (NCCL and MPI required; no viewer; dtsim._C beside the build, not in python/dtsim/).
 if [ ! -f "$GPU_BUILD/build.ninja" ]; then
   log "configuring $GPU_BUILD against torch $GPU_TORCH (CUDA)"
   cmake -S "$DTSIM_ROOT" -B "$GPU_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -38,7 +41,7 @@ if [ ! -f "$GPU_BUILD/build.ninja" ]; then
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DPython3_EXECUTABLE="$GPU_PY" \
     -DCUDA_TOOLKIT_ROOT_DIR="$CUDA_HOME" -DCUDA_NVRTC_LIB="$site/nvidia/cu13/lib/libnvrtc.so.13" \
     -DDTSIM_NCCL_ROOT="$site/nvidia/nccl" -DDTSIM_WITH_NCCL=ON -DDTSIM_WITH_MPI=ON \
-    -DDTSIM_BUILD_VIEWER=OFF -DDTSIM_BUILD_PYTHON=OFF >/dev/null
+    -DDTSIM_BUILD_VIEWER=OFF -DDTSIM_BUILD_PYTHON=ON -DDTSIM_PYTHON_OUTPUT_DIR="$GPU_BUILD/python/dtsim" >/dev/null
 fi
 log "building ${TARGETS[*]} in $GPU_BUILD"
 cmake --build "$GPU_BUILD" -j "${DTSIM_JOBS:-2}" --target "${TARGETS[@]}"
@@ -47,8 +50,15 @@ cmake --build "$GPU_BUILD" -j "${DTSIM_JOBS:-2}" --target "${TARGETS[@]}"
 log "packing $CARRY"
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/libexec" "$CARRY/root/usr/lib/x86_64-linux-gnu" "$CARRY/root/usr/bin" \
-  "$CARRY/root/usr/share"
+  "$CARRY/root/usr/share" "$CARRY/python" "$CARRY/static" "$CARRY/include"
 libdir="$CARRY/root/usr/lib/x86_64-linux-gnu"
+# The Python package: its sources (no bytecode) and the module built here.
+(cd "$DTSIM_ROOT/python" && find dtsim -name '*.py' -o -name '*.pyi' -o -name py.typed) |
+  while read -r f; do mkdir -p "$CARRY/python/$(dirname "$f")"; cp "$DTSIM_ROOT/python/$f" "$CARRY/python/$f"; done
+cp "$GPU_BUILD"/python/dtsim/_C.*.so "$CARRY/python/dtsim/"
+for l in "${PY_LIBS[@]}"; do cp "$GPU_BUILD/libdtsim_$l.a" "$CARRY/static/"; done
+printf '%s\n' "${PY_LIBS[@]}" >"$CARRY/static/ORDER"
+cp -r /usr/include/nlohmann "$CARRY/include/"
 for t in dtsim tests/dtsim_core_tests tests/dtsim_nccl_tests bench/dtsim_gpu_bench; do
   strip -o "$CARRY/libexec/$(basename "$t")" "$GPU_BUILD/$t"
 done

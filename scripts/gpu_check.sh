@@ -16,6 +16,10 @@
 #   sim_suite     the conformance suite on the simulated world with every shard on the GPU (worlds 1-8)
 #   sim_gpu_*     `dtsim redistribute --device cuda` against the CPU simulation: both verdicts OK and the traces
 #                 (every rank's shard hash after every step) equal
+#   module        dtsim._C built here for this machine's Python and torch (from the packed static libraries; in the
+#                 background while the checks above run)
+#   recorder      dtsim.record around an upstream DTensor program on NCCL ranks under torchrun
+#                 (tests/python/recorded_nccl_program.py, world 1), and `dtsim replay` of the recording: equal
 #   bench         bench gpu_simulated_all_gather (d2d copy time / dtsim's all_gather time, 8 ranks x 256 MiB) and
 #                 dtsim's GPU redistribute against upstream LocalTensorMode on the same GPU
 # DTSIM_GPU_PY names the Python whose torch to use (default python3); DTSIM_GPU_QUICK=1 skips the benchmarks.
@@ -64,6 +68,20 @@ else
   echo "gpu_check: $passed passed, $failed failed"
   exit 1
 fi
+
+# dtsim._C for this machine's Python and torch, built in the background (one compile, about a minute).
+ext="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+pyinc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+torchdir="$("$PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')"
+static=()
+while read -r l; do static+=("$CARRY/static/libdtsim_$l.a"); done <"$CARRY/static/ORDER"
+run module 900 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -DUSE_C10D_GLOO -DUSE_C10D_NCCL \
+  -DUSE_DISTRIBUTED -DUSE_RPC -DUSE_TENSORPIPE -I"$ROOT/include" -I"$CARRY/include" -isystem "$pyinc" \
+  -isystem "$torchdir/include" -isystem "$torchdir/include/torch/csrc/api/include" "$ROOT/python/src/module.cc" \
+  -o "$work/_C$ext" -Wl,--no-as-needed -lstdc++ -Wl,--start-group "${static[@]}" -Wl,--end-group \
+  -L"$torchdir/lib" -ltorch_python -ltorch -ltorch_cpu -lc10 "$CARRY/root/usr/lib/x86_64-linux-gnu/libxxhash.so.0" \
+  -Wl,-rpath,"$torchdir/lib" -Wl,-rpath,"$CARRY/root/usr/lib/x86_64-linux-gnu" &
+module_job=$!
 
 section "NCCL backend, world 1"
 run nccl_list 60 dtsim_nccl_tests --gtest_list_tests
@@ -175,6 +193,26 @@ for c in "${sim_cases[@]}"; do
     [ -f "$work/${name}_diff.out" ] && show "${name}_diff"
   fi
 done
+
+section "the recorder on an NCCL rank"
+if wait "$module_job"; then
+  pass module "dtsim._C$ext built for $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+  cp "$work/_C$ext" "$CARRY/python/dtsim/"
+  if PYTHONPATH="$CARRY/python" run record 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 \
+        "$ROOT/tests/python/recorded_nccl_program.py" "$work/rec.json" &&
+      run replay 120 dtsim replay "$work/rec.json" &&
+      grep -q "^verdict: the recorded run equals dtsim's simulation" "$work/replay.out"; then
+    pass recorder "$(grep '^verdict' "$work/replay.out")"
+    show replay 14
+  else
+    fail recorder
+    show record
+    [ -f "$work/replay.out" ] && show replay 30
+  fi
+else
+  fail module
+  show module 30
+fi
 
 if [ "${DTSIM_GPU_QUICK:-0}" != 1 ]; then
   section "benchmarks"

@@ -23,7 +23,7 @@ later hash could not be checked). A pending result whose buffer was written arou
 in-place op on the `.elem` of the AsyncCollectiveTensor after a wait the hook did not see) is recorded with its hash
 unavailable and the reason, and `dtsim replay` reports that rank as not checked.
 
-Hook points (upstream 2.13): `redistribute_local_tensor` (where every redistribution runs; its `is_explicit` flag
+Hook points (upstream 2.11 and 2.13): `redistribute_local_tensor` (where every redistribution runs; its `is_explicit` flag
 tells DTensor.redistribute apart), `OpDispatcher.redistribute_local_args` (the op of an implicit one),
 `DTensor.full_tensor`, and the dispatcher ops of c10d's functional collectives (`torch.ops._c10d_functional.*`,
 `torch.ops._dtensor.shard_dim_alltoall`), where every DTensor collective passes. Another torch version is refused
@@ -47,7 +47,7 @@ import torch
 
 from . import _C
 
-SUPPORTED_TORCH = ("2.13",)
+SUPPORTED_TORCH = ("2.11", "2.13")
 FORMAT = "dtsim-recording"
 VERSION = 1
 # How the last block's async results were hashed (_Recorder.stats): {"deferred", "at_wait", "at_end", "at_bound",
@@ -315,7 +315,10 @@ class _Recorder:
             op_info = getattr(recorder.local, "op_info", None)
             record: Dict[str, Any] = {"src": _spec_json(current_spec), "dst": _spec_json(target_spec),
                                       "op": None, "arg": None}
-            if explicit:
+            if explicit and torch._C._current_autograd_node() is not None:
+                # Redistribute's backward (torch 2.11 calls it explicit; 2.13 does not, and goes to the last branch).
+                record["call"] = "backward"
+            elif explicit:
                 record["call"] = getattr(recorder.local, "call", None) or "redistribute"
             elif op_info is not None:
                 info, schema = op_info
@@ -494,16 +497,19 @@ class _Recorder:
             parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
             self._write(parts, "torch-local", world, argv)
             return
-        # Three collectives on the default group: every rank's two sizes (its pickled rows, its kept bytes), then one
-        # uint8 buffer per rank holding both (gathered to rank 0 as a tensor, padded to the longest), then rank 0's
-        # verdict. Rank 0 keeps its own rows and bytes as they are.
+        # Two collectives on the default group: every rank's two sizes (its pickled rows, its kept bytes), then one
+        # uint8 buffer per rank holding both (gathered to rank 0 as a tensor, padded to the longest; on the rank's GPU
+        # where the group is NCCL's), then rank 0's verdict through the store. Rank 0 keeps its own rows and bytes as
+        # they are.
         world, rank = dist.get_world_size(), dist.get_rank()
         sizes = [int(b.numel()) for b in self.data]
         rows = b"" if rank == 0 else \
             pickle.dumps({"records": self.records, "sizes": sizes, "complete": self.data_complete},
                          protocol=pickle.HIGHEST_PROTOCOL)
-        lengths = [torch.empty(2, dtype=torch.int64) for _ in range(world)]
-        dist.all_gather(lengths, torch.tensor([len(rows), 0 if rank == 0 else sum(sizes)], dtype=torch.int64))
+        device = _collective_device(dist)
+        lengths = [torch.empty(2, dtype=torch.int64, device=device) for _ in range(world)]
+        dist.all_gather(lengths, torch.tensor([len(rows), 0 if rank == 0 else sum(sizes)], dtype=torch.int64,
+                                              device=device))
         lengths_list = [(int(x[0]), int(x[1])) for x in lengths]
         longest = max(1, max(a + b for a, b in lengths_list))
         flat = torch.empty(longest, dtype=torch.uint8)
@@ -511,9 +517,13 @@ class _Recorder:
             flat[:len(rows)].copy_(torch.frombuffer(bytearray(rows), dtype=torch.uint8))
             if self.data:
                 torch.cat(self.data, out=flat[len(rows):len(rows) + sum(sizes)])
-        bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)] if rank == 0 else None
+        flat = flat.to(device)
+        bufs = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)] if rank == 0 else None
         dist.gather(flat, bufs, dst=0)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         _wait_until_gloo_let_go([flat] + (bufs or []))
+        bufs = [b.cpu() for b in bufs] if bufs is not None else None
         # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks that raced
         # ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and all raise if it failed.
         # The verdict goes through the process group's store, not a collective: a Gloo collective's work object is
@@ -627,6 +637,15 @@ def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[
                     "input_bytes": [per_rank[r]["input_bytes"] for r in ranks],
                     "output_bytes": [per_rank[r]["output_bytes"] for r in ranks]})
     return out
+
+
+def _collective_device(dist: Any) -> torch.device:
+    """Where the default group's collectives take their tensors: the CPU, unless its backend serves GPUs alone
+    (NCCL), then this rank's current GPU."""
+    backend = str(dist.get_backend())
+    if "gloo" in backend or "mpi" in backend or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None:

@@ -361,3 +361,22 @@ def test_a_recording_with_an_unavailable_hash_exports_and_opens(async_recorded, 
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert json.load(open(dump))["redistribution"] == 9
+
+
+def test_the_gpu_machines_program_on_gloo_ranks_replays_as_equal(tmp_path):
+    """tests/python/recorded_nccl_program.py, the program scripts/gpu_check.sh records on NCCL ranks, run here on 2
+    Gloo ranks (DTSIM_RECORD_DEVICE=cpu): every redistribution it makes is recorded (explicit, full_tensor, the MLP's
+    implicit one and autograd's) and replays as equal, so the GPU check's program stays runnable between GPU loans."""
+    out = tmp_path / "rec.json"
+    program = os.path.join(HERE, "recorded_nccl_program.py")
+    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc_per_node", "2", program, str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, DTSIM_RECORD_DEVICE="cpu"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    calls = [r["call"] for r in json.load(open(out))["redistributions"]]
+    # Five in the program, the sixth RowwiseParallel's output (Partial -> Replicate, upstream's explicit call).
+    assert calls.count("redistribute") == 6 and calls.count("full_tensor") == 1, calls
+    assert "implicit" in calls and "backward" in calls, calls
+    r = replay(out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verdict: the recorded run equals dtsim's simulation (10 redistributions)" in r.stdout
