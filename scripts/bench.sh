@@ -39,6 +39,8 @@
 #                                      (target >= 4; dtsim's own growth / (source shards + one global copy) in the note)
 #   bench redistribute_large_S0_to_R_nocache ratio <x> upstream's time / dtsim's without the caching allocator
 #                                      (target >= 5)
+# Issue 34 (a GPU): bench gpu_simulated_all_gather and gpu_*_vs_upstream are printed by scripts/gpu_check.sh on a GPU
+#   machine, not here (docs/performance.md, "The simulated world on a GPU").
 # dtsim-vs-direct and dtsim-vs-memcpy are paired measurements (alternating batches, best batch of each), which keeps
 # the ratios stable on a shared machine. Uses the project venv (.venv); set DTSIM_PY for another torch 2.13 Python.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"

@@ -13,6 +13,9 @@
 #                 shards on the CPU and on the GPU: "agree"
 #   fault_*       each --inject-fault kind on `compare --np 1`: NCCL must end as the MPI backend does (exit code and
 #                 verdict; no signal), the MPI backend being the one CI checks against the documented behaviour
+#   multi_*       with N > 1 GPUs only (one rank per GPU, not yet run: docs/real-backends.md): the suite at world N,
+#                 compare on a 1-D and a 2-D mesh of N ranks on both devices, and each fault on NCCL as on MPI (they
+#                 strike there)
 #   sim_suite     the conformance suite on the simulated world with every shard on the GPU (worlds 1-8)
 #   sim_gpu_*     `dtsim redistribute --device cuda` against the CPU simulation: both verdicts OK and the traces
 #                 (every rank's shard hash after every step) equal
@@ -153,6 +156,52 @@ for f in "wrong-offset:0|1x1|4,6|S(0),S(1)|R,R" "wrong-op:0|1|6,2|P(sum)|R" "dro
     show "${name}_nccl"
   fi
 done
+
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
+if [ "$gpus" -gt 1 ]; then
+  section "NCCL backend, world $gpus (one rank per GPU)"
+  if run multi_suite 900 mpirun --oversubscribe --bind-to none -np "$gpus" dtsim_nccl_tests --gtest_color=no; then
+    pass multi_suite "$(grep -o '\[  PASSED  \] [0-9]* tests' "$work/multi_suite.out" | tail -1 | tr -d '[]' | xargs)"
+  else
+    fail multi_suite
+    show_failures multi_suite
+  fi
+  meshes=("$gpus")
+  [ $((gpus % 2)) -eq 0 ] && meshes+=("2x$((gpus / 2))")
+  for mesh in "${meshes[@]}"; do
+    case "$mesh" in *x*) from="S(0),P(sum)" to="R,S(1)" ;; *) from="S(0)" to="S(1)" ;; esac
+    for device in cpu cuda; do
+      name="multi_compare_${mesh}_$device"
+      if run "$name" 300 dtsim compare --backend nccl --np "$gpus" --mesh "$mesh" --shape "$((gpus * 3)),$((gpus * 2 + 1))" \
+          --from "$from" --to "$to" --device "$device" --timeout 30 && grep -q "^agree" "$work/$name.out"; then
+        pass "$name" "$(grep '^agree' "$work/$name.out")"
+      else
+        fail "$name"
+        show "$name"
+      fi
+    done
+  done
+  for f in "wrong-offset:1|S(0)|R" "wrong-op:1|P(sum)|R" "drop-rank:1|S(0)|R" "stall-rank:1:60|S(0)|R"; do
+    IFS='|' read -r fault from to <<<"$f"
+    name="multi_fault_${fault%%:*}"
+    codes=""
+    for backend in mpi nccl; do
+      run "${name}_$backend" 120 dtsim compare --backend "$backend" --np "$gpus" --mesh "$gpus" \
+        --shape "$((gpus * 2)),3" --from "$from" --to "$to" --inject-fault "$fault" --timeout 5
+      codes+="$? "
+      grep -v "^compare:" "$work/${name}_$backend.out" | sed -E "s/\b$backend\b/BACKEND/g; s/[0-9.]+ (ms|us)//g" \
+        >"$work/${name}_$backend.norm"
+    done
+    read -r mpi_code nccl_code <<<"$codes"
+    if [ "$mpi_code" = "$nccl_code" ] && [ "$nccl_code" -lt 128 ] && [ "$nccl_code" != 0 ]; then
+      pass "$name" "$fault: exit $nccl_code on both, $(head -1 "$work/${name}_nccl.norm")"
+    else
+      fail "$name" "$fault: mpi exit $mpi_code, nccl exit $nccl_code"
+      show "${name}_mpi"
+      show "${name}_nccl"
+    fi
+  done
+fi
 
 section "the simulated world on the GPU"
 if run sim_suite 900 dtsim_core_tests --gtest_filter='Local/CollectivesConformance.*' --gtest_color=no; then
