@@ -22,7 +22,8 @@ PYTHON = sys.executable
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
 
-# script (examples/python/run/, or tests/run/scripts/ for p2p_ring.py) -> world size (the docstrings say so too)
+# script (examples/python/run/, or tests/run/scripts/ for p2p_ring.py and implicit_init_tp.py) -> world size (the
+# docstrings say so too)
 BOTH_WAYS = {
     "tp_mlp.py": 4,
     "tp_sp.py": 4,
@@ -33,6 +34,8 @@ BOTH_WAYS = {
     "moe_all_to_all.py": 4,
     "rank_branches.py": 4,
     "p2p_ring.py": 4,
+    "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
+                               # reference to init_process_group, which dtsim run replaces too)
 }
 
 

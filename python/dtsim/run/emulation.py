@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 from typing import Any, Callable, Dict, Optional
@@ -253,7 +254,13 @@ def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[]
                              group_name=group_name, **options, **kwargs)
 
     _shared_store = store
-    c10d.init_process_group = init_process_group
+    # Every module that imported the function by name gets the rank's one too: init_device_mesh calls
+    # device_mesh.py's own reference when no default group exists yet (upstream's tutorials rely on it).
+    importlib.import_module("torch.distributed.device_mesh")  # imported before the scan, so it is among them
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("torch") and \
+                getattr(module, "init_process_group", None) is original_init:
+            module.init_process_group = init_process_group
     dist.init_process_group = init_process_group
     _install_cuda(_RankDevices(local_rank_of, local_world_size))
     _install_mesh_on_cpu()
