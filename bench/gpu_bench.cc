@@ -125,8 +125,8 @@ int Redistribute(const Options& o) {
   const int64_t cols = 4096;
   const int64_t rows_per_rank = o.mib * (1 << 20) / (4 * cols);
   const dtsim::DeviceMesh mesh = dtsim::DeviceMesh::Create({o.ranks});
-  const dtsim::DTensorSpec spec = dtsim::DTensorSpec::Create(
-      mesh, dtsim::ParsePlacements("S(0)"), {o.ranks * rows_per_rank, cols});
+  const dtsim::DTensorSpec spec = dtsim::DTensorSpec::Create(mesh, dtsim::ParsePlacements("S(0)"),
+                                                             {o.ranks * rows_per_rank, cols});
   dtsim::DTensor source =
       dtsim::MakeSourceFromGlobal(spec, dtsim::ArangeGlobal(spec).to(at::kCUDA), nullptr);
   std::printf("{");

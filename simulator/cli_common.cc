@@ -2,7 +2,6 @@
 #include "cli_common.h"
 
 #include <ATen/Context.h>
-
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,7 +67,8 @@ c10::Device CheckDevice(const BackendCliOptions& o, const std::string& backend, 
                         bool memory) {
   if (o.device == "cpu") return c10::Device(c10::kCPU);
   if (o.device != "cuda") {
-    throw InputError("device", StrCat("must be cpu or cuda, got '", ExcerptText(o.device, 40), "'"));
+    throw InputError("device",
+                     StrCat("must be cpu or cuda, got '", ExcerptText(o.device, 40), "'"));
   }
   if (!at::hasCUDA()) {
     throw InputError("device",

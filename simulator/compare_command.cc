@@ -279,8 +279,9 @@ int RunCompare(const Args& all_args) {
     }
     RequireOptions(vm, {"np"});
     if (o.device != "cpu") {
-      throw InputError("device", "compare -- model runs the model on the host; --device applies "
-                                 "to a redistribution");
+      throw InputError("device",
+                       "compare -- model runs the model on the host; --device applies "
+                       "to a redistribution");
     }
     for (const char* option : {"mesh", "names", "shape", "from", "to", "planner"}) {
       if (vm.count(option) && !vm[option].defaulted()) {

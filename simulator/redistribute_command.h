@@ -35,7 +35,7 @@ struct RunCaseOptions {
   bool meta = false;    // metadata-only: meta tensors (shapes, no data; simulated backend only)
   bool memory = false;  // measure every rank's peak memory per step (simulated backend only)
   c10::Device device = c10::kCPU;  // where every rank's shards lie (CheckDevice)
-  CaseLimits limits;    // the simulation's bounds (CheckSimulationFits)
+  CaseLimits limits;               // the simulation's bounds (CheckSimulationFits)
 };
 
 // What a run gives; the tensors and the trace are on the reporting rank (rank 0 of a real run)

@@ -310,8 +310,8 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // 1. Classify the arguments and find the rank set.
   const std::vector<int64_t>* ranks = nullptr;
   const std::shared_ptr<SimWorld>* world = nullptr;  // the first LocalTensor argument's
-  bool meta = false;     // the first LocalTensor argument's shards are meta tensors
-  bool on_host = true;   // ... or tensors of the host (not a GPU's)
+  bool meta = false;    // the first LocalTensor argument's shards are meta tensors
+  bool on_host = true;  // ... or tensors of the host (not a GPU's)
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
       ranks = &impl->ranks();

@@ -21,9 +21,9 @@ std::unique_ptr<Collectives> MakeLocalCollectives(int64_t world_size = 0);
 // bitwise equal.
 at::Tensor ReduceInOrder(const std::vector<at::Tensor>& xs, ReduceOp op);
 
-// avg's last step, in place: `sum` divided by the count `n`, the quotient correctly rounded on every
-// device (a GPU turns a division by a host scalar into a multiplication by its reciprocal, which can
-// differ in the last bit; there the divisor is a tensor on the device).
+// avg's last step, in place: `sum` divided by the count `n`, the quotient correctly rounded on
+// every device (a GPU turns a division by a host scalar into a multiplication by its reciprocal,
+// which can differ in the last bit; there the divisor is a tensor on the device).
 void DivideByCount(at::Tensor& sum, int64_t n);
 
 }  // namespace dtsim

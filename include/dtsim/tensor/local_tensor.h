@@ -105,7 +105,8 @@ c10::SymInt MakeLocalInt(const std::vector<int64_t>& ranks, std::vector<int64_t>
 // once, not 8 times. Meta tensors (metadata-only runs) get a new meta tensor of the same sizes and
 // strides. A real copy where storage cannot be shared: sharing switched off in `world`
 // (SimWorld::SetReplicaSharing; null: on), a tensor on neither the CPU nor a CUDA device, or an
-// allocator whose data pointers carry a context. A MemoryMeter charges the replica in full to CurrentRankScope().
+// allocator whose data pointers carry a context. A MemoryMeter charges the replica in full to
+// CurrentRankScope().
 at::Tensor ShareReplica(const at::Tensor& shard, const SimWorld* world = nullptr);
 // True while `shard`'s storage is copy-on-write: a replica (or the tensor it was made from) that
 // has not been written since. (The last holder of a shared buffer stays copy-on-write until it
