@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "dtsim/backends/backends.h"
+#include "dtsim/core/real_run.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
@@ -210,6 +211,25 @@ void RefuseOptionsWithBatch(const po::variables_map& vm,
 
 void CheckOutputPath(const std::string& path, const std::string& field) {
   CheckOutputFile(path, field);
+}
+
+void CheckOnReportingRank(Collectives* backend, const std::string& field,
+                          const std::function<void()>& check) {
+  if (backend == nullptr || backend->simulated()) {
+    check();
+    return;
+  }
+  std::optional<InputError> refused;
+  if (IsReportingRank(*backend)) {
+    try {
+      check();
+    } catch (const InputError& e) {
+      refused = e;
+    }
+  }
+  if (BroadcastFromRankZero(*backend, refused ? 1 : 0) == 0) return;
+  if (refused) throw *refused;
+  throw InputError(field, "refused by rank 0, which reports why");  // printed by rank 0 alone
 }
 
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {

@@ -80,7 +80,8 @@ int RunModel(const Args& args) {
   const bool reporting = !o.backend || IsReportingRank(*o.backend);
   if (o.trace) {
     if (trace_path.empty()) throw InputError("trace", "give a file name");
-    if (reporting) CheckOutputFile(trace_path, "trace");  // before the run, not after
+    // Before the run, not after; on real ranks rank 0 checks and every rank hears the answer.
+    CheckOnReportingRank(o.backend.get(), "trace", [&] { CheckOutputFile(trace_path, "trace"); });
   }
   model::ModelReport report = model::RunModel(o);
   if (o.fault.active() && !report.fault_struck && reporting) {

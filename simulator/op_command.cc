@@ -639,10 +639,12 @@ json RunOpLine(const json& j, const CaseLimits& limits, const std::shared_ptr<Co
     c.backend = backend;
   }
   const bool reporting = !backend || IsReportingRank(*backend);
-  if (c.trace_path && limits.write_files && reporting) {
-    RunFiles files;  // a line's trace is never the batch file itself
-    if (batch_path != "-") files.Input(batch_path, "batch");
-    files.Output(*c.trace_path, "trace");
+  if (c.trace_path && limits.write_files) {
+    CheckOnReportingRank(backend.get(), "trace", [&] {  // every rank skips a refused line
+      RunFiles files;  // a line's trace is never the batch file itself
+      files.Input(batch_path, "batch");
+      files.Output(*c.trace_path, "trace");
+    });
   }
   OpOutcome out = RunOpCase(c, nullptr);
   if (out.trace && c.trace_path && limits.write_files) {
@@ -737,8 +739,8 @@ int RunOp(const Args& args) {
   const bool want_trace = vm.count("trace") > 0;
   if (want_trace) {
     if (trace.empty()) throw InputError("trace", "the output path is empty");
-    // Checked before the run (on real ranks rank 0 alone writes).
-    if (!c.backend || IsReportingRank(*c.backend)) CheckOutputPath(trace, "trace");
+    // Checked before the run (on real ranks rank 0 alone writes; every rank hears the answer).
+    CheckOnReportingRank(c.backend.get(), "trace", [&] { CheckOutputPath(trace, "trace"); });
     TraceMeta tm;
     tm.command = "op";
     tm.argv = "dtsim op";

@@ -99,10 +99,12 @@ nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits,
   std::optional<std::string> trace_path;
   if (j.contains("trace")) {
     trace_path = JsonReader(j["trace"], "trace").AsString();
-    if (limits.write_files && (!real || IsReportingRank(*real))) {
-      RunFiles files;  // a line's trace is never the batch file itself
-      if (batch_path != "-") files.Input(batch_path, "batch");
-      files.Output(*trace_path, "trace");
+    if (limits.write_files) {
+      CheckOnReportingRank(real.get(), "trace", [&] {  // every rank skips a refused line
+        RunFiles files;  // a line's trace is never the batch file itself
+        files.Input(batch_path, "batch");
+        files.Output(*trace_path, "trace");
+      });
     }
   }
   std::shared_ptr<Collectives> comm = real ? real : MakeLocalCollectives();
@@ -329,9 +331,9 @@ int RunRedistribute(const Args& args) {
   const bool want_trace = vm.count("trace") > 0;
   // Checked before the run (on the simulated world; on real ranks rank 0 alone writes and reports a
   // failed write).
-  if (want_trace && o.backend == "local") CheckOutputPath(o.trace, "trace");
   if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
+  if (want_trace) CheckOnReportingRank(comm.get(), "trace", [&] { CheckOutputPath(o.trace, "trace"); });
   options.device = CheckDevice(o, comm->backend(), o.meta, o.memory);
   if (want_trace) {
     TraceMeta meta;

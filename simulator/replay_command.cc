@@ -496,8 +496,13 @@ int RunReplay(const Args& args) {
   const auto first_bad =
       std::find_if(outcomes.begin(), outcomes.end(), [](const Outcome& o) { return !o.equal(); });
   const bool equal = first_bad == outcomes.end();
-  // 0: every shard checked and equal; 1: a difference; 3: none found, but some shards unchecked.
-  const int verdict = !equal ? 1 : unchecked_shards > 0 ? 3 : 0;
+  int64_t shards_checked = 0;
+  for (const Outcome& o : outcomes) shards_checked += o.shards_checked;
+  // Not one shard recomputed (every redistribution past the data cap: max_data_bytes=0): layouts,
+  // collectives and bytes were compared, values never; that is no verdict of "equal".
+  const bool nothing_checked = without_data > 0 && shards_checked == 0;
+  // 0: every shard checked and equal; 1: a difference; 3: none found, but shards unchecked.
+  const int verdict = !equal ? 1 : unchecked_shards > 0 || nothing_checked ? 3 : 0;
   if (json) {
     nlohmann::json out = {{"format", "dtsim-replay"},
                           {"version", 1},
@@ -505,7 +510,8 @@ int RunReplay(const Args& args) {
                           {"backend", rec.backend},
                           {"torch_version", rec.torch_version},
                           {"world_size", rec.world_size},
-                          {"equal", equal && unchecked_shards == 0},
+                          {"equal", equal && unchecked_shards == 0 && !nothing_checked},
+                          {"shards_checked", shards_checked},
                           {"unchecked_shards", unchecked_shards},
                           {"redistributions_without_data", without_data},
                           {"note", data_note},
@@ -568,6 +574,12 @@ int RunReplay(const Args& args) {
               << " not checked (the recorder could not hash "
               << (unchecked_shards == 1 ? "it" : "them")
               << "; above): the recorded run is not shown equal to dtsim's simulation\n";
+    return verdict;
+  }
+  if (equal && nothing_checked) {
+    std::cout << "verdict: no shard was checked (the recording holds no shard data: every "
+                 "redistribution is past the recorder's data cap); layouts, collectives and bytes "
+                 "are equal, but the recorded run is not shown equal to dtsim's simulation\n";
     return verdict;
   }
   if (equal) {

@@ -214,7 +214,19 @@ void CheckOutputFile(const std::string& path, const std::string& field) {
 }
 
 void RunFiles::Input(const std::string& path, const std::string& field) {
+  struct stat st;
+  if (path == "-") {
+    // Only a regular file can be replaced; a terminal or pipe on standard input is no file to keep.
+    if (::fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
+      entries_.push_back({"/dev/stdin", StrCat(field, " (standard input)"), false});
+    }
+    return;
+  }
   entries_.push_back({path, field, false});
+  const std::string sidecar = path + ".data";
+  if (::stat(sidecar.c_str(), &st) == 0) {
+    entries_.push_back({sidecar, StrCat(field, " (its data sidecar)"), false});
+  }
 }
 
 void RunFiles::Output(const std::string& path, const std::string& field) {

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -221,3 +222,42 @@ def test_compare_model_agrees_and_locates_a_fault(tmp_path):
                      bad.stdout), bad.stdout
     missed = run("compare", "--np", "4", "--inject-fault", "wrong-offset:1@100000", "--", *model)
     assert missed.returncode == 5 and "not struck: the fault wrong-offset:1@100000" in missed.stdout, missed.stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["redistribute", *CASE],
+    ["op", "mm", "--mesh", "2x2", "--arg", "8x6:S(1),R", "--arg", "6x4:S(0),S(1)"],
+    ["model", "--mesh", "4", "--dim", "32", "--heads", "4", "--layers", "1", "--vocab", "64", "--seq", "8",
+     "--batch", "2"],
+])
+@pytest.mark.parametrize("path", ["missing-folder/t.json", "/dev/zero"])
+def test_an_output_rank_0_refuses_ends_every_rank_at_once(command, path, tmp_path):
+    """Rank 0 alone writes the trace; it refuses the path before the run and every rank hears it at once: exit 2 with
+    rank 0's error in a few seconds, whatever --timeout says (before, the other ranks waited at the first collective
+    for the whole timeout, then the run ended as stuck, exit 4)."""
+    np = 4 if command[0] != "redistribute" else 8
+    start = time.monotonic()
+    cmd = [MPIRUN, str(np), DTSIM, *command, "--backend", "mpi", "--timeout", "120", "--trace", path]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    took = time.monotonic() - start
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "dtsim: error: trace: " in out.stderr and out.stderr.count("dtsim: error:") == 1, out.stderr[-2000:]
+    assert took < 60, took
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_batch_line_rank_0_refuses_is_skipped_by_every_rank(tmp_path):
+    """--batch on real ranks: a line whose trace rank 0 refuses is answered as an error and every rank goes on to the
+    next line together (no rank runs the refused line's collectives alone)."""
+    line = {"mesh": [4], "shape": [8], "from": "S(0)", "to": "R"}
+    batch = tmp_path / "cases.jsonl"
+    batch.write_text(json.dumps(dict(line, trace="missing-folder/t.json")) + "\n" +
+                     json.dumps(dict(line, trace="cases.jsonl")) + "\n" + json.dumps(dict(line, trace="ok.json")) + "\n")
+    start = time.monotonic()
+    out = subprocess.run([MPIRUN, "4", DTSIM, "redistribute", "--backend", "mpi", "--timeout", "120", "--batch",
+                          str(batch)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert time.monotonic() - start < 60
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert out.returncode == 1 and len(answers) == 3, out.stdout + out.stderr[-2000:]
+    assert answers[0]["field"] == "trace" and answers[1]["field"] == "trace", answers
+    assert answers[2]["ok"] and (tmp_path / "ok.json").exists()

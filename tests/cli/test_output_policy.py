@@ -100,6 +100,56 @@ def test_a_batch_line_never_writes_its_trace_over_the_batch_file(tmp_path, comma
     assert digest(batch) == before and no_temporaries(tmp_path) == []
 
 
+@pytest.mark.parametrize("command", ["redistribute", "op"])
+def test_a_batch_line_never_writes_its_trace_over_standard_input(tmp_path, command):
+    """`--batch - < cases.jsonl`: standard input is the batch file, so a line's trace may not be it, by any name:
+    /dev/stdin, /proc/self/fd/0, its own path, a symlink to it. A pipe on standard input is no file to protect."""
+    if command == "redistribute":
+        line = {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}
+    else:
+        line = {"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}
+    batch = tmp_path / "cases.jsonl"
+    os.symlink("cases.jsonl", tmp_path / "alias.jsonl")
+    spellings = ["/dev/stdin", "/proc/self/fd/0", "cases.jsonl", "alias.jsonl", str(batch)]
+    lines = [dict(line, trace=spelling) for spelling in spellings] + [dict(line, trace="ok.json")]
+    batch.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    before = digest(batch)
+    with open(batch) as f:
+        out = subprocess.run([DTSIM, command, "--batch", "-"], cwd=tmp_path, stdin=f, capture_output=True,
+                             text=True, timeout=120)
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert out.returncode == 1 and len(answers) == len(lines), out.stdout + out.stderr
+    for spelling, answer in zip(spellings, answers):
+        assert answer["field"] == "trace" and "is the same file as the input of batch (standard input)" in \
+            answer["error"], (spelling, answer)
+    assert "error" not in answers[-1] and (tmp_path / "ok.json").exists()
+    assert digest(batch) == before and no_temporaries(tmp_path) == []
+    # Through a pipe the lines run (a trace to a new file is written; nothing on standard input to replace).
+    out = run(command, "--batch", "-", cwd=tmp_path, stdin=json.dumps(dict(line, trace="piped.json")) + "\n")
+    assert out.returncode == 0 and (tmp_path / "piped.json").exists(), out.stdout + out.stderr
+
+
+def test_a_recordings_sidecar_is_an_input_too(trace, tmp_path):
+    """`<input>.data` beside an input (a recording's data sidecar, which replay reads) is never an output of export or
+    the viewer, however spelled."""
+    sidecar = tmp_path / "t.json.data"
+    sidecar.write_bytes(b"\x00\x01recorded shards")
+    os.symlink("t.json.data", tmp_path / "side.link")
+    before = digest(sidecar)
+    for spelling in ["t.json.data", "./t.json.data", "sub/../t.json.data", str(sidecar), "side.link",
+                     "/proc/self/cwd/t.json.data"]:
+        out = run("export", "--format", "perfetto", "t.json", spelling, cwd=tmp_path)
+        assert out.returncode == 2 and "is the same file as the input of file (its data sidecar)" in out.stderr, \
+            (spelling, out.stderr)
+        if VIEWER:
+            for option in ("--screenshot", "--dump-records"):
+                args = [option, spelling] if option == "--screenshot" else ["--screenshot", "s.png", option, spelling]
+                v = subprocess.run([VIEWER, "t.json", *args], cwd=tmp_path, capture_output=True, text=True,
+                                   timeout=120)
+                assert v.returncode == 2 and "(its data sidecar)" in v.stderr, (option, spelling, v.stderr)
+    assert digest(sidecar) == before and no_temporaries(tmp_path) == []
+
+
 def test_viewer_outputs_are_not_its_inputs(trace, tmp_path):
     if not VIEWER:
         pytest.skip("dtsim-viewer is not built")

@@ -165,6 +165,21 @@ def test_past_the_data_cap_replay_checks_layouts_and_says_so(tmp_path):
     assert r.returncode == 0 and f"{without} redistributions past the recorder's data cap" in r.stdout, r.stdout
 
 
+def test_a_replay_that_checked_no_shard_is_not_equal(tmp_path):
+    """max_data_bytes=0 keeps no shard: replay compares layouts, collectives and bytes, recomputes no value, and says
+    so (exit 3, "no shard was checked"), never "equals"."""
+    out = tmp_path / "empty.json"
+    proc = subprocess.run([sys.executable, PROGRAM, str(out), "--local"], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, DTSIM_RECORD_CAP="0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(r["data"] is None for r in json.load(open(out))["redistributions"])
+    r = replay(out)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "verdict: no shard was checked" in r.stdout and "equals dtsim's simulation" not in r.stdout, r.stdout
+    js = json.loads(replay(out, "--json").stdout)
+    assert js["equal"] is False and js["shards_checked"] == 0
+
+
 def test_tampered_recordings_are_caught(recorded, tmp_path):
     for name in ("run.json", "run.json.data"):
         shutil.copy(recorded / name, tmp_path / name)

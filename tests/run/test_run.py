@@ -203,11 +203,27 @@ def test_keyboard_interrupt_ends_every_rank():
     proc = subprocess.Popen([DTSIM, "run", "--nproc-per-node", "3", os.path.join(SCRIPTS, "endless.py")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
     assert proc.stdout.readline() == "rank 1 loops\n"  # the ranks run: rank 1 is in its loop
+    # Every process of the run (the launcher and whatever it started), to check afterwards that none outlived it.
+    family = [proc.pid]
+    for pid in family:
+        listed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+        family += [int(x) for x in listed.split()]
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted (Ctrl-C)" in err and "endless.py:11" in err, err
-    assert not os.path.exists(f"/proc/{proc.pid}")
+
+    def running(pid):  # a zombie waiting for its (new) parent to reap it runs no more
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in family[1:]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in family[1:] if running(pid)], family
 
 
 def test_exit_codes_of_bad_input():

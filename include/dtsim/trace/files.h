@@ -15,6 +15,9 @@
 //    created, the link itself stays a link.
 //  * A regular or new file is written atomically: a temporary file beside it, then a rename, so a
 //    reader never sees half a file and a failed write leaves the old one (and no temporary).
+//  * The inputs include what is read with them: standard input ("-") when it is a regular file
+//    (`--batch - < cases.jsonl`: "/dev/stdin", "/proc/self/fd/0" and "cases.jsonl" are all it),
+//    and a recording's data sidecar (`<input>.data`, read by replay, export and the viewer).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,9 @@ namespace dtsim {
 // The files one run reads and writes, checked as they are named (before any work).
 class RunFiles {
  public:
-  // An input the run reads (a missing one is recorded by name only: reading it reports the error).
+  // An input the run reads (a missing one is recorded by name only: reading it reports the error);
+  // "-" is standard input. Its companions (above) are recorded with it, named "<field> (standard
+  // input)" and "<field> (its data sidecar)".
   void Input(const std::string& path, const std::string& field);
   // Checks `path` as an output of the run — the identity rule above against every input and output
   // named so far, the special-file rule, a folder that exists and is writable — and records it.
