@@ -333,7 +333,8 @@ int RunRedistribute(const Args& args) {
   // failed write).
   if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
-  if (want_trace) CheckOnReportingRank(comm.get(), "trace", [&] { CheckOutputPath(o.trace, "trace"); });
+  if (want_trace)
+    CheckOnReportingRank(comm.get(), "trace", [&] { CheckOutputPath(o.trace, "trace"); });
   options.device = CheckDevice(o, comm->backend(), o.meta, o.memory);
   if (want_trace) {
     TraceMeta meta;
