@@ -213,8 +213,21 @@ void CheckOutputPath(const std::string& path, const std::string& field) {
   CheckOutputFile(path, field);
 }
 
-void CheckOnReportingRank(Collectives* backend, const std::string& field,
-                          const std::function<void()>& check) {
+void CheckOnReportingRank(Collectives* backend, const std::function<void()>& check) {
+  if (backend == nullptr || backend->simulated()) {
+    check();
+    return;
+  }
+  if (!IsReportingRank(*backend)) return;
+  try {
+    check();
+  } catch (const InputError& e) {
+    backend->EndJob(e.what(), 2);
+  }
+}
+
+void CheckLineOnReportingRank(Collectives* backend, const std::string& field,
+                              const std::function<void()>& check) {
   if (backend == nullptr || backend->simulated()) {
     check();
     return;
@@ -229,7 +242,7 @@ void CheckOnReportingRank(Collectives* backend, const std::string& field,
   }
   if (BroadcastFromRankZero(*backend, refused ? 1 : 0) == 0) return;
   if (refused) throw *refused;
-  throw InputError(field, "refused by rank 0, which reports why");  // printed by rank 0 alone
+  throw InputError(field, "refused by rank 0, which reports why");  // answered by rank 0 alone
 }
 
 std::vector<int64_t> IntsFromJson(const nlohmann::json& value, const std::string& field) {

@@ -115,13 +115,16 @@ void RefuseOptionsWithBatch(const boost::program_options::variables_map& vm,
 // directory), so a run is not wasted on an output that cannot be saved. Commands with inputs and
 // several outputs use RunFiles (files.h), which also refuses an output that is an input.
 void CheckOutputPath(const std::string& path, const std::string& field);
-// Runs `check` (which throws InputError) where the run's outputs are written: in this process for a
-// simulation (`backend` null or simulated), on rank 0 alone for real ranks, and then tells every
-// rank the answer (one broadcast), so an output that rank 0 refuses ends every rank now with rank
-// 0's error (exit 2), not at the run's first collective after --timeout. Every rank of a real run
-// must call it at the same point. `field` names the refusal on the ranks that only hear of it.
-void CheckOnReportingRank(Collectives* backend, const std::string& field,
-                          const std::function<void()>& check);
+// Runs `check` (which throws InputError) where the run's outputs are written, before the run: in
+// this process for a simulation (`backend` null or simulated: the InputError propagates); on rank 0
+// alone for real ranks, where a refusal ends the whole job at once with rank 0's error and exit 2
+// (Collectives::EndJob), not at the run's first collective after --timeout.
+void CheckOnReportingRank(Collectives* backend, const std::function<void()>& check);
+// The same for one --batch line, which must not end the job: rank 0 checks, every rank hears the
+// answer (one broadcast), and on a refusal every rank throws InputError(field) (rank 0 with its
+// reason), so all skip the line together. Every rank of a real run calls it at the same point.
+void CheckLineOnReportingRank(Collectives* backend, const std::string& field,
+                              const std::function<void()>& check);
 
 // Bounds on what one case may cost. The command line uses the defaults; the fuzz targets
 // (tests/fuzz/) smaller ones.

@@ -81,7 +81,7 @@ int RunModel(const Args& args) {
   if (o.trace) {
     if (trace_path.empty()) throw InputError("trace", "give a file name");
     // Before the run, not after; on real ranks rank 0 checks and every rank hears the answer.
-    CheckOnReportingRank(o.backend.get(), "trace", [&] { CheckOutputFile(trace_path, "trace"); });
+    CheckOnReportingRank(o.backend.get(), [&] { CheckOutputFile(trace_path, "trace"); });
   }
   model::ModelReport report = model::RunModel(o);
   if (o.fault.active() && !report.fault_struck && reporting) {

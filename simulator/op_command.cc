@@ -640,7 +640,7 @@ json RunOpLine(const json& j, const CaseLimits& limits, const std::shared_ptr<Co
   }
   const bool reporting = !backend || IsReportingRank(*backend);
   if (c.trace_path && limits.write_files) {
-    CheckOnReportingRank(backend.get(), "trace", [&] {  // every rank skips a refused line
+    CheckLineOnReportingRank(backend.get(), "trace", [&] {  // every rank skips a refused line
       RunFiles files;  // a line's trace is never the batch file itself
       files.Input(batch_path, "batch");
       files.Output(*c.trace_path, "trace");
@@ -740,7 +740,7 @@ int RunOp(const Args& args) {
   if (want_trace) {
     if (trace.empty()) throw InputError("trace", "the output path is empty");
     // Checked before the run (on real ranks rank 0 alone writes; every rank hears the answer).
-    CheckOnReportingRank(c.backend.get(), "trace", [&] { CheckOutputPath(trace, "trace"); });
+    CheckOnReportingRank(c.backend.get(), [&] { CheckOutputPath(trace, "trace"); });
     TraceMeta tm;
     tm.command = "op";
     tm.argv = "dtsim op";

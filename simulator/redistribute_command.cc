@@ -100,7 +100,7 @@ nlohmann::json BatchLine(const nlohmann::json& j, const CaseLimits& limits,
   if (j.contains("trace")) {
     trace_path = JsonReader(j["trace"], "trace").AsString();
     if (limits.write_files) {
-      CheckOnReportingRank(real.get(), "trace", [&] {  // every rank skips a refused line
+      CheckLineOnReportingRank(real.get(), "trace", [&] {  // every rank skips a refused line
         RunFiles files;  // a line's trace is never the batch file itself
         files.Input(batch_path, "batch");
         files.Output(*trace_path, "trace");
@@ -333,8 +333,7 @@ int RunRedistribute(const Args& args) {
   // failed write).
   if (want_trace && o.trace.empty()) throw InputError("trace", "the output path is empty");
   std::shared_ptr<Collectives> comm = MakeBackend(o, src.mesh(), &options.fault);
-  if (want_trace)
-    CheckOnReportingRank(comm.get(), "trace", [&] { CheckOutputPath(o.trace, "trace"); });
+  if (want_trace) CheckOnReportingRank(comm.get(), [&] { CheckOutputPath(o.trace, "trace"); });
   options.device = CheckDevice(o, comm->backend(), o.meta, o.memory);
   if (want_trace) {
     TraceMeta meta;

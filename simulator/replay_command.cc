@@ -498,8 +498,8 @@ int RunReplay(const Args& args) {
   const bool equal = first_bad == outcomes.end();
   int64_t shards_checked = 0;
   for (const Outcome& o : outcomes) shards_checked += o.shards_checked;
-  // Not one shard recomputed (every redistribution past the data cap: max_data_bytes=0): layouts,
-  // collectives and bytes were compared, values never; that is no verdict of "equal".
+  // Not one shard recomputed (no data file, or max_data_bytes=0): layouts, collectives and bytes
+  // were compared, values never; that is no verdict of "equal".
   const bool nothing_checked = without_data > 0 && shards_checked == 0;
   // 0: every shard checked and equal; 1: a difference; 3: none found, but shards unchecked.
   const int verdict = !equal ? 1 : unchecked_shards > 0 || nothing_checked ? 3 : 0;
@@ -577,9 +577,9 @@ int RunReplay(const Args& args) {
     return verdict;
   }
   if (equal && nothing_checked) {
-    std::cout << "verdict: no shard was checked (the recording holds no shard data: every "
-                 "redistribution is past the recorder's data cap); layouts, collectives and bytes "
-                 "are equal, but the recorded run is not shown equal to dtsim's simulation\n";
+    std::cout << "verdict: no shard was checked (no shard data: the note above says why); "
+                 "layouts, collectives and bytes are equal, but the recorded run is not shown "
+                 "equal to dtsim's simulation\n";
     return verdict;
   }
   if (equal) {

@@ -202,7 +202,9 @@ def test_tampered_recordings_are_caught(recorded, tmp_path):
     # no data file: layouts, collectives and bytes only, said so
     os.unlink(tmp_path / "run.json.data")
     out = replay(tmp_path / "run.json")
-    assert out.returncode == 0 and "is missing: shards are not recomputed" in out.stdout
+    # No shard checked: not "equal" (exit 3), and the output says why.
+    assert out.returncode == 3 and "is missing: shards are not recomputed" in out.stdout, out.stdout
+    assert "verdict: no shard was checked" in out.stdout
     # a collective the simulation does not run
     doc["redistributions"][k]["ranks_after"][1]["hash"] = json.load(open(recorded / "run.json"))[
         "redistributions"][k]["ranks_after"][1]["hash"]
