@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <set>
 
 #include "dtsim/backends/backends.h"
 #include "dtsim/core/real_run.h"
@@ -201,6 +202,13 @@ void RefuseOptionsWithBatch(const po::variables_map& vm,
   for (const auto& [name, value] : vm) {
     if (name == "batch" || value.defaulted()) continue;
     if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
+    // Options of one run that no batch line carries: say so, instead of pointing at a key.
+    static const std::set<std::string> kOneRunOnly = {"inject-fault", "device"};
+    if (kOneRunOnly.count(name)) {
+      throw InputError("batch", StrCat("--", name,
+                                       " cannot be given with --batch: it applies to one run; run "
+                                       "that case alone, without --batch"));
+    }
     throw InputError("batch",
                      StrCat("--", name,
                             " cannot be given with --batch (every line of the batch gives its own "

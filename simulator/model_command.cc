@@ -56,11 +56,11 @@ int RunModel(const Args& args) {
   AddBackendOptions(desc, b);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
+    vm = ParseOptions(args, desc);  // a stray argument is refused, as in every command
   } catch (const po::error& e) {
     throw InputError("options", e.what());
   }
+  CheckTimeout(b.timeout);  // on every backend, as redistribute checks it
   if (vm.count("help")) {
     std::cout
         << "usage: dtsim model --mesh 4 --names tp [--dim 256 --heads 8 --layers 2 --vocab "

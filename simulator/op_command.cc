@@ -707,9 +707,14 @@ int RunOp(const Args& args) {
     return 0;
   }
   if (list) {
+    if (!op.empty()) {
+      throw InputError("list", StrCat("lists every registered op, so it takes none (got the op '",
+                                      ExcerptText(op, 40), "'): give --list alone"));
+    }
     for (const std::string& name : ops::RegisteredOps()) std::cout << name << "\n";
     return 0;
   }
+  CheckTimeout(o.timeout);  // on every backend, as redistribute checks it
   if (vm.count("batch")) {
     // One backend for every line; on real ranks each line's mesh must match the world.
     RefuseOptionsWithBatch(vm, {"backend", "timeout"});

@@ -870,6 +870,8 @@ TEST(ViewerBadInputTest, BadOptions) {
                    "dtsim-viewer: error: input: event 1 'wheel 1,1 0': '0' must be a number");
   ExpectInputError(Golden(kUneven) + " --goto 8", "dtsim-viewer: error: goto: rank 8 is not in");
   ExpectInputError(Golden(kUneven) + " --goto dp=1", "dtsim-viewer: error: goto: 'dp=1' gives no");
+  ExpectInputError(Golden(kUneven) + " --redistribution -1",
+                   "dtsim-viewer: error: redistribution: -1 must be 0 or more");
 }
 
 TEST(ViewerBadInputTest, BadModelTracesAndOptions) {
