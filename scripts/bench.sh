@@ -46,11 +46,13 @@
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 configure_and_build --target dtsim_bench dtsim_redistribute_bench dtsim_scale_bench dtsim_op_bench dtsim_model_bench \
   dtsim >&2
-if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_mpi_bench:'; then
+if [ -f "$DTSIM_BUILD/build.ninja" ] && ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep '^dtsim_mpi_bench:' >/dev/null; then
   configure_and_build --target dtsim_mpi_bench >&2
 fi
+# (grep without -q: under pipefail a grep -q that stops reading fails ninja with SIGPIPE, and the test with it; the
+# Python lines were silently left out that way.)
 have_python=0  # the Python extension (not in builds configured with DTSIM_BUILD_PYTHON=OFF)
-if ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep -q '^dtsim_python:'; then
+if ninja -C "$DTSIM_BUILD" -t targets all 2>/dev/null | grep '^dtsim_python:' >/dev/null; then
   configure_and_build --target dtsim_python >&2
   have_python=1
 fi
