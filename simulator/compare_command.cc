@@ -160,9 +160,10 @@ int RunCompareModel(const CompareOptions& o, const Args& model_args) {
   }
   // Refused before anything is launched (the real run would refuse it only after the simulation).
   if (std::find(model_args.begin(), model_args.end(), "--meta") != model_args.end()) {
-    throw InputError("meta",
-                     "real ranks hold values, so a --meta model (shapes only) has nothing to compare "
-                     "with them: run dtsim model --meta alone");
+    throw InputError(
+        "meta",
+        "real ranks hold values, so a --meta model (shapes only) has nothing to compare "
+        "with them: run dtsim model --meta alone");
   }
   const FaultSpec fault = CheckRealRunOptions(o);
   RealJob job(o.keep.empty() ? std::nullopt : std::optional<std::string>(o.keep));

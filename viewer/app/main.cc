@@ -425,8 +425,8 @@ int Run(int argc, char** argv) {
                          std::to_string(o.traces.size()) + ")");
   }
   if (vm.count("redistribution") && o.redistribution < 0) {
-    throw InputError("redistribution", StrCat(o.redistribution,
-                                              " must be 0 or more (0 = the first recorded one)"));
+    throw InputError("redistribution",
+                     StrCat(o.redistribution, " must be 0 or more (0 = the first recorded one)"));
   }
   if (!o.dump_records.empty() && o.screenshot.empty())
     throw InputError("dump-records", "needs --screenshot");
