@@ -78,12 +78,16 @@ def test_two_outputs_of_one_run_may_not_be_the_same_file(tmp_path):
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
+def batch_line(command):
+    """One valid --batch line of `command` (redistribute or op)."""
+    if command == "redistribute":
+        return {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}
+    return {"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}
+
+
 @pytest.mark.parametrize("command", ["redistribute", "op"])
 def test_a_batch_line_never_writes_its_trace_over_the_batch_file(tmp_path, command):
-    if command == "redistribute":
-        line = {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}
-    else:
-        line = {"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}
+    line = batch_line(command)
     batch = tmp_path / "cases.jsonl"
     os.symlink("cases.jsonl", tmp_path / "alias.jsonl")
     lines = [dict(line, trace=spelling) for spelling in ["cases.jsonl", "./cases.jsonl", "alias.jsonl",
@@ -104,10 +108,7 @@ def test_a_batch_line_never_writes_its_trace_over_the_batch_file(tmp_path, comma
 def test_a_batch_line_never_writes_its_trace_over_standard_input(tmp_path, command):
     """`--batch - < cases.jsonl`: standard input is the batch file, so a line's trace may not be it, by any name:
     /dev/stdin, /proc/self/fd/0, its own path, a symlink to it. A pipe on standard input is no file to protect."""
-    if command == "redistribute":
-        line = {"mesh": [2], "shape": [4], "from": "S(0)", "to": "R"}
-    else:
-        line = {"mesh": [2], "op": "neg", "args": [{"shape": [4], "placements": "S(0)"}]}
+    line = batch_line(command)
     batch = tmp_path / "cases.jsonl"
     os.symlink("cases.jsonl", tmp_path / "alias.jsonl")
     spellings = ["/dev/stdin", "/proc/self/fd/0", "cases.jsonl", "alias.jsonl", str(batch)]
