@@ -126,6 +126,12 @@ def load_trace(path: str, /) -> Any:
     """A trace or op trace read (bounded) and validated, as JSON-like Python values."""
     ...
 
+def estimate_collective_us(kind: str, group_size: int, message_bytes: int, /) -> Optional[float]:
+    """The planner's alpha-beta estimate (microseconds) of one collective of `kind` ("all_gather", "reduce_scatter",
+    "all_reduce", "all_to_all") over `group_size` ranks whose largest message is `message_bytes`; None for kinds
+    the cost model does not estimate."""
+    ...
+
 def shard_hash(tensor: torch.Tensor, /) -> str:
     """"xxh3:" + 16 hex digits over dtype, shape and bytes: the hash traces record."""
     ...

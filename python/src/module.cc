@@ -20,11 +20,13 @@
 #include "dtsim/core/dtensor.h"
 #include "dtsim/core/redistribute.h"
 #include "dtsim/core/trace_recorder.h"
+#include "dtsim/layout/collective_kind.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/layout_report.h"
 #include "dtsim/layout/mesh.h"
 #include "dtsim/layout/placement.h"
 #include "dtsim/layout/plan.h"
+#include "dtsim/layout/planner.h"
 #include "dtsim/layout/rank_selection.h"
 #include "dtsim/layout/spec.h"
 #include "dtsim/tensor/aten_dtype.h"
@@ -246,6 +248,23 @@ PYBIND11_MODULE(_C, m) {
     });
     return ToPython(json);
   });
+  // The planner's alpha-beta estimate of one collective (CostModel::EstimateUs with its defaults),
+  // in microseconds; None for a kind the cost model does not estimate. ValueError for an unknown
+  // kind, a group size below 1 or negative bytes.
+  m.def("estimate_collective_us",
+        [](const std::string& kind, int64_t group_size,
+           int64_t message_bytes) -> std::optional<double> {
+          std::optional<CollectiveKind> k = FindCollectiveKind(kind);
+          if (!k) throw InputError("kind", "'" + kind + "' is not a collective kind");
+          if (group_size < 1)
+            throw InputError("group_size", std::to_string(group_size) + " is below 1");
+          if (message_bytes < 0)
+            throw InputError("message_bytes", std::to_string(message_bytes) + " is negative");
+          if (*k != CollectiveKind::kAllGather && *k != CollectiveKind::kReduceScatter &&
+              *k != CollectiveKind::kAllReduce && *k != CollectiveKind::kAllToAll)
+            return std::nullopt;
+          return CostModel().EstimateUs(*k, group_size, message_bytes);
+        });
   m.def("shard_hash", [](const at::Tensor& t) { return ShardHash(t); });
   m.def("dtype_name",
         [](const at::Tensor& t) { return ToString(FromScalarType(t.scalar_type())); });

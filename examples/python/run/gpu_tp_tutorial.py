@@ -1,5 +1,5 @@
 """Tensor-parallel MLP tutorial written for GPUs (NCCL, one GPU per rank). Same model, seed, data and steps as
-tp_mlp.py, so its `step`/`param` lines equal tp_mlp.py's; it also prints peak GPU memory as `mem <bytes>`.
+tp_mlp.py, so its `step`/`param` lines equal tp_mlp.py's; it also prints peak GPU memory as `mem <bytes>` (dtsim run's meter).
 
     torchrun --standalone --nproc_per_node 4 gpu_tp_tutorial.py
     dtsim run --nproc-per-node 4 gpu_tp_tutorial.py

@@ -163,21 +163,38 @@ def _does_nothing() -> Callable[..., None]:
     return no_op
 
 
-_warned: set = set()
+def _install_memory(namespace, tracker, rank_of: Callable[[], Optional[int]]) -> None:
+    """torch.cuda's (and torch.accelerator's) memory statistics answer from the rank's meter (modules.py): the bytes of
+    the tensors the rank's program holds. Nothing is cached, so reserved equals allocated."""
+
+    def current(*args, **kwargs) -> int:
+        rank = rank_of()
+        return 0 if rank is None else tracker.allocated(rank)
+
+    def peak(*args, **kwargs) -> int:
+        rank = rank_of()
+        return 0 if rank is None else tracker.max_allocated(rank)
+
+    def reset(*args, **kwargs) -> None:
+        rank = rank_of()
+        if rank is not None:
+            tracker.reset_peak(rank)
+
+    def stats(*args, **kwargs) -> Dict[str, int]:
+        now, most = current(), peak()
+        return {"allocated_bytes.all.current": now, "allocated_bytes.all.peak": most,
+                "reserved_bytes.all.current": now, "reserved_bytes.all.peak": most,
+                "active_bytes.all.current": now, "active_bytes.all.peak": most}
+
+    for name, function in (("memory_allocated", current), ("max_memory_allocated", peak),
+                           ("memory_reserved", current), ("max_memory_reserved", peak),
+                           ("reset_peak_memory_stats", reset), ("reset_max_memory_allocated", reset),
+                           ("reset_accumulated_memory_stats", _does_nothing()), ("memory_stats", stats)):
+        if namespace is not None:
+            setattr(namespace, name, function)
 
 
-def _not_measured(name: str) -> Callable[..., int]:
-    def stat(*args, **kwargs) -> int:
-        if name not in _warned:
-            _warned.add(name)
-            print(f"dtsim run: torch.cuda.{name}() is not measured in the simulated world; it returns 0",
-                  file=sys.__stderr__)
-        return 0
-
-    return stat
-
-
-def _install_cuda(devices: _RankDevices) -> None:
+def _install_cuda(devices: _RankDevices, tracker, rank_of: Callable[[], Optional[int]]) -> None:
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.device_count = lambda: devices.count
@@ -199,10 +216,8 @@ def _install_cuda(devices: _RankDevices) -> None:
     cuda.default_stream = lambda *a, **k: _NoOpStream()
     cuda.set_stream = _does_nothing()
     cuda.device = _NoOpStream
-    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
-        setattr(cuda, name, _not_measured(name))
-    cuda.reset_peak_memory_stats = _does_nothing()
-    cuda.reset_max_memory_allocated = _does_nothing()
+    _install_memory(cuda, tracker, rank_of)
+    _install_memory(getattr(cuda, "memory", None), tracker, rank_of)
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None:
         accelerator.is_available = lambda: True
@@ -215,6 +230,11 @@ def _install_cuda(devices: _RankDevices) -> None:
         accelerator.synchronize = _does_nothing()
         accelerator.current_stream = lambda *a, **k: _NoOpStream()
         accelerator.set_stream = _does_nothing()
+        _install_memory(getattr(accelerator, "memory", None), tracker, rank_of)
+        for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                     "reset_peak_memory_stats", "memory_stats"):
+            if hasattr(accelerator, name):
+                setattr(accelerator, name, getattr(cuda, name))
 
 
 def _install_mesh_on_cpu() -> None:
@@ -231,7 +251,7 @@ def _install_mesh_on_cpu() -> None:
 
 
 def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[], int], local_world_size: int,
-            store) -> None:
+            store, tracker) -> None:
     """Makes torch.distributed and torch.cuda serve the simulated ranks; called once, before the ranks start."""
     c10d._world = _RankWorlds()
     torch._C._distributed_c10d._set_thread_isolation_mode(True)
@@ -262,7 +282,12 @@ def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[]
                 getattr(module, "init_process_group", None) is original_init:
             module.init_process_group = init_process_group
     dist.init_process_group = init_process_group
-    _install_cuda(_RankDevices(local_rank_of, local_world_size))
+    _install_cuda(_RankDevices(local_rank_of, local_world_size), tracker, rank_of)
+    from . import modules
+
+    modules.install_resize_hook(tracker)
+    if tracker.modules:
+        modules.install_module_hooks(tracker)
     _install_mesh_on_cpu()
     from . import strategies
 

@@ -232,7 +232,7 @@ def _run_rank(scheduler, rank: int, program: _Program, mode_factory) -> None:
         return
     code, error = 0, None
     try:
-        with (mode_factory() if os.environ.get("DTSIM_NO_MODE") is None else contextlib.nullcontext()):
+        with (mode_factory(rank) if os.environ.get("DTSIM_NO_MODE") is None else contextlib.nullcontext()):
             exec(program.code, scheduler.ranks[rank].context.main_module.__dict__)
     except RunAborted:
         return
@@ -283,6 +283,7 @@ def main(argv: Sequence[str]) -> int:
     import torch.distributed as dist
 
     from . import emulation
+    from .modules import MemoryMeter, Tracker
     from .process_group import World
     from .scheduler import RankContext, Scheduler
 
@@ -296,12 +297,20 @@ def main(argv: Sequence[str]) -> int:
     os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
-    if args.report or args.report_json is not None:
+    reporting = args.report or args.report_json is not None
+    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting)
+    if reporting:
         from .report import Report
 
-        world.report = Report(world_size)
+        world.report = Report(world_size, world.tracker)
     emulation.install(world, scheduler.current_rank, lambda: scheduler.current_rank() % nproc, nproc,
-                      dist.HashStore())
+                      dist.HashStore(), world.tracker)
+
+    @contextlib.contextmanager
+    def rank_modes(rank: int):
+        """What each rank's program runs under: GPU devices on the CPU, and the rank's memory meter."""
+        with emulation.CpuForGpu(), MemoryMeter(world.tracker, rank):
+            yield
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout = _RankOutput(real_out, scheduler.current_rank, args.rank_prefix, shown)
     sys.stderr = _RankOutput(real_err, scheduler.current_rank, args.rank_prefix, shown)
@@ -309,7 +318,7 @@ def main(argv: Sequence[str]) -> int:
     threads = []
     for rank in range(world_size):
         t = threading.Thread(target=_run_rank, name=f"dtsim-rank{rank}", daemon=True,
-                             args=(scheduler, rank, program, emulation.CpuForGpu))
+                             args=(scheduler, rank, program, rank_modes))
         scheduler.ranks[rank].thread = t
         threads.append(t)
     for t in threads:

@@ -84,6 +84,8 @@ class _Arrival:
         self.signature = signature
         self.payload = payload
         self.describe = describe
+        self.sent_bytes = 0  # what this rank sends into the collective (--report)
+        self.module_keys: List = []  # the modules the rank issued it in (--report)
 
 
 class _Operation(Waitable):
@@ -163,6 +165,7 @@ class World:
         self._channels: Dict[Tuple[str, Tuple[int, ...]], GroupChannel] = {}
         self.collective_count = 0
         self.report = None  # a report.Report under --report / --report-json
+        self.tracker = None  # the ranks' memory and modules (modules.Tracker)
 
     def channel(self, name: str, ranks: List[int]) -> GroupChannel:
         key = (name, tuple(ranks))
@@ -238,7 +241,9 @@ class SimProcessGroup(dist.ProcessGroup):
                     channel.name, channel.desc, channel.ranks)
         describe = f"{kind} {_describe_signature(signature)}".rstrip()
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
-        arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent) if op.report_row is not None else 0
+        if op.report_row is not None:
+            arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent)
+            arrival.module_keys = self._world.tracker.collective_keys(channel.ranks[self._group_rank])
         for other in op.arrivals.values():
             if other.signature != arrival.signature:
                 self._mismatch(op, other, arrival)
@@ -246,16 +251,23 @@ class SimProcessGroup(dist.ProcessGroup):
         op.arrivals[self._group_rank] = arrival
         if len(op.arrivals) == self._group_size:
             payloads = [op.arrivals[r].payload for r in range(self._group_size)]
+            tracker = self._world.tracker
             try:
+                if tracker is not None:
+                    tracker.paused = True  # the backend's temporaries are not the program's memory
                 compute(payloads)
             except Mismatch as e:
                 self._world.scheduler.abort(
                     f"collective #{seq} of group {channel.label()}: {e}\n" + self._where(op), 4)
                 raise RunAborted(str(e))
+            finally:
+                if tracker is not None:
+                    tracker.paused = False
             op.done = True
             del channel.operations[seq]
             if op.report_row is not None:
-                op.report_row["bytes_per_rank"] += max(a.sent_bytes for a in op.arrivals.values())
+                self._world.report.completed(op.report_row, kind, [
+                    (channel.ranks[r], a.module_keys, a.sent_bytes) for r, a in sorted(op.arrivals.items())])
             self._world.collective_count += 1
             return
         self._world.scheduler.wait(op)
