@@ -187,7 +187,21 @@ BAD = [
     (lambda m: Partial("mean"), "Partial.reduce_op"),
     (lambda m: dtsim.load_trace("/nonexistent/t.json"), "trace"),
     (lambda m: dtsim.shard_hash(3), "tensor"),
+    (lambda m: dtsim._C.estimate_collective_us("all_gatherx", 4, 16), "kind: 'all_gatherx'"),
+    (lambda m: dtsim._C.estimate_collective_us("all_gather", 0, 16), "group_size: 0"),
+    (lambda m: dtsim._C.estimate_collective_us("all_gather", 4, -1), "message_bytes: -1"),
 ]
+
+
+def test_collective_estimate_is_the_planners_closed_form():
+    """planner.h's alpha-beta model: 6.6 us + hops x 0.6 us + bytes x bus factor / 87.7 GiB/s."""
+    gib = float(1 << 30)
+    assert dtsim._C.estimate_collective_us("all_gather", 4, 1 << 20) == pytest.approx(
+        6.6 + 3 * 0.6 + (1 << 20) * 3 / 4 / (87.7 * gib) * 1e6)
+    assert dtsim._C.estimate_collective_us("all_reduce", 8, 4096) == pytest.approx(
+        6.6 + 14 * 0.6 + 4096 * 14 / 8 / (87.7 * gib) * 1e6)
+    assert dtsim._C.estimate_collective_us("all_reduce", 1, 4096) == 0  # no peer, no collective
+    assert dtsim._C.estimate_collective_us("broadcast", 4, 4096) is None  # not in the cost model
 
 
 @pytest.mark.parametrize("call,field", BAD, ids=[f"{i}-{f}" for i, (_, f) in enumerate(BAD)])
