@@ -12,6 +12,8 @@
   upstream's FSDP2 does not run under LocalTensorMode in torch 2.13 (docs/model.md). Also measured: the step of the
   same program as ONE rank under dtsim run (full-size weights): every simulated rank runs upstream's Python DTensor
   dispatch for its own ops, where LocalTensorMode runs it once for all ranks.
+- run_meta_1024: 60 s over the wall time of `dtsim run --meta --nproc-per-node 1024` on
+  examples/python/run/tp_fsdp_sizes.py --steps 1 (TP + FSDP2 + AdamW on a 256 x 4 mesh, metadata only), one run.
 """
 import json
 import os
@@ -22,6 +24,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SCRIPT = os.path.join(ROOT, "examples", "python", "run", "tp_fsdp_adamw.py")
+META_SCRIPT = os.path.join(ROOT, "examples", "python", "run", "tp_fsdp_sizes.py")
 DIM, HIDDEN, BATCH, WARMUP, STEPS = 256, 1024, 64, 3, 20
 
 
@@ -100,7 +103,9 @@ def main():
         one_ms.append(json.loads(out.strip().splitlines()[-1])["step_ms"])
         _, out = timed([sys.executable, __file__, "--step", "local"], env)
         local_ms.append(float(out.strip().splitlines()[-1]))
+    meta_s, _ = timed([dtsim, "run", "--meta", "--nproc-per-node", "1024", META_SCRIPT, "--steps", "1"], env)
     result = {
+        "meta_1024_s": meta_s, "run_meta_1024": 60.0 / meta_s,
         "torchrun_s": statistics.median(real_s), "dtsim_run_s": statistics.median(sim_s),
         "run_vs_torchrun": statistics.median(real_s) / statistics.median(sim_s),
         "localtensor_step_ms": statistics.median(local_ms), "dtsim_run_step_ms": statistics.median(sim_ms),

@@ -16,6 +16,7 @@
 #                                      then to_local(); median batch of each (target >= 30)
 #   bench run_vs_torchrun ratio <x>    real torchrun + Gloo wall time / dtsim run's, a 5-step TP+FSDP2 script (issue 31)
 #   bench run_vs_localtensor ratio <x> upstream LocalTensorMode step time / dtsim run's, a TP MLP (bench/run_bench.py)
+#   bench run_meta_1024 ratio <x>      60 s / the wall time of a TP + FSDP2 step at 1,024 metadata-only ranks
 #   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
 #                                      time per iteration without / with dtsim.record around it (target >= 0.8)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
@@ -192,6 +193,9 @@ if os.path.exists(os.path.join(out, "run.json")):
           f"{rn['localtensor_step_ms']:.1f} ms over dtsim run {rn['dtsim_run_step_ms']:.1f} ms per step of a TP MLP "
           f"256-1024-256 on 4 ranks, medians; target >= 5; the same program as one rank alone, full-size weights: "
           f"{rn['one_rank_step_ms']:.1f} ms)")
+    print(f"bench run_meta_1024 ratio {rn['run_meta_1024']:.2f}   (60 s over dtsim run --meta at 1,024 ranks "
+          f"{rn['meta_1024_s']:.1f} s: examples/python/run/tp_fsdp_sizes.py --steps 1, TP + FSDP2 + AdamW on a 256 x 4 "
+          f"mesh; target >= 1)")
 model = load("model.json")
 up_model = json.load(open(os.path.join(out, "model_upstream.json")))
 side = model["BM_ModelSimulatedVsUnsharded"]  # alternating steps, the median of each

@@ -268,7 +268,7 @@ def test_option_fuzz_never_escapes_the_error_policy(capsys, monkeypatch):
 
     options = ["--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--standalone", "--rank-prefix",
                "--local-ranks-filter", "--timeout", "-m", "--master-port", "--rdzv-backend", "--no-python", "--",
-               "--help-not", "-x", "--timeout=", "--nnodes=1:1"]
+               "--help-not", "-x", "--timeout=", "--nnodes=1:1", "--meta", "--report"]
     values = ["0", "1", "-1", "4", "1:2", "2:2", "abc_dtsim_fuzz", "", "1e9", "nan", "inf", "0.0001", "86401", "gpu", "cpu",
               "\u00a0", "0,1", "1,,2", "99999999999999999999"]
     rng = random.Random(31)
@@ -368,3 +368,77 @@ def test_report_tree_attributes_collectives_to_modules(tmp_path):
     assert all(m["collectives"] == [] for (name, p), m in modules.items() if p == "backward" and name != "Global")
     assert all(None not in m["peak_bytes"] for m in modules.values()), modules
     assert "dtsim run report per module" in out.stderr and "    MLP.fc2" in out.stderr
+
+
+SIZES = os.path.join(EXAMPLES, "tp_fsdp_sizes.py")
+# tp_fsdp_sizes.py's parameters: per block up [2048, 512] + [2048] colwise, down [512, 2048] rowwise + [512]
+# (replicated over tp); every parameter fully_shard-ed over dp.
+
+
+def shard_floats(dp, tp, layers=2):
+    return layers * (2 * 2048 * 512 // (dp * tp) + 2048 // (dp * tp) + 512 // dp)
+
+
+def memory_lines(stdout):
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^memory rank (\d+ \w+(?: \d+)?) (\d+)", stdout, re.M)}
+
+
+def test_meta_run_equals_the_data_run_but_for_values(tmp_path):
+    """TP + FSDP2 + AdamW on 4 ranks, metadata-only and with values: the same collectives (group, kind, cause, line,
+    calls, bytes) but distribute_tensor's scatters, which upstream skips for meta tensors; each rank's memory after
+    sharding is its parameter shards (closed form) plus the mesh's rank tensor, and within 1% of the data run's."""
+    import json
+
+    reports = {}
+    outs = {}
+    for mode in ("data", "meta"):
+        path = tmp_path / f"{mode}.json"
+        argv = [DTSIM, "run", "--nproc-per-node", "4", "--report-json", str(path)] + (["--meta"] if mode == "meta"
+                                                                                      else [])
+        out = run(argv + [SIZES, "--tp", "2"])
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "done" in out.stdout.splitlines(), out.stdout
+        reports[mode] = json.loads(path.read_text())
+        outs[mode] = out.stdout
+
+    def rows(report, skip_distribute):
+        keep = [(r["group"], r["kind"], r["cause"], r["site"], r["count"], r["bytes_per_rank"]) for r in report["rows"]
+                if not (skip_distribute and r["kind"].split(" ")[0] in ("scatter", "broadcast"))]
+        return sorted(keep)
+
+    assert rows(reports["meta"], False) == rows(reports["data"], True)
+    assert reports["meta"]["collectives"] == 2 * (2 * 6 + 2 * 3)  # per step: 2 dp groups x (4 AG + 2 RS), 2 tp x 3 AR
+    meta, data = memory_lines(outs["meta"]), memory_lines(outs["data"])
+    assert sorted(meta) == sorted(data) and len(meta) == 4 * 3, meta
+    for rank in range(4):
+        assert meta[f"{rank} sharded"] == 4 * shard_floats(2, 2) + 4 * 4, meta
+    for key, value in meta.items():
+        assert abs(value - data[key]) <= 0.01 * data[key], (key, value, data[key])
+
+
+def test_meta_run_at_1024_ranks(tmp_path):
+    """The same script on 1,024 metadata-only ranks (dp 256 x tp 4), one step: exit 0, rank 0's and rank 1023's
+    memory after sharding in closed form, and every collective of the step: 4 dp groups x (4 all-gathers of 2052
+    floats per rank + 2 reduce-scatters) and 256 tp groups x 3 all-reduces."""
+    import json
+
+    path = tmp_path / "r.json"
+    out = run([DTSIM, "run", "--meta", "--nproc-per-node", "1024", "--report-json", str(path), SIZES, "--steps", "1"],
+              timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    memory = memory_lines(out.stdout)
+    assert memory["0 sharded"] == memory["1023 sharded"] == 4 * shard_floats(256, 4) + 4 * 1024, memory
+    report = json.loads(path.read_text())
+    assert report["collectives"] == 4 * 6 + 256 * 3
+    gathers = [r for r in report["rows"] if r["kind"] == "all_gather_into_tensor"]
+    assert sum(r["count"] for r in gathers) == 4 * 4 and {r["cause"] for r in gathers} == {"FSDP2"}
+    assert all(r["bytes_per_rank"] == r["count"] * 4 * shard_floats(256, 4) // 2 for r in gathers), gathers
+
+
+def test_meta_run_refuses_to_read_values_naming_the_line():
+    """tp_mlp.py prints loss.item(): metadata-only, the rank fails there (exit 1) with dtsim's message and its line."""
+    out = run([DTSIM, "run", "--meta", "--nproc-per-node", "4", os.path.join(EXAMPLES, "tp_mlp.py")])
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "dtsim run --meta: Tensor.item() needs the tensor's values" in out.stderr
+    assert re.search(r"tp_mlp\.py\", line \d+, in main", out.stderr), out.stderr[-3000:]
+    assert "dtsim run: error: rank 0 (local rank 0) failed with exit code 1" in out.stderr

@@ -1,7 +1,7 @@
 """`dtsim run`: a torchrun script, unchanged, as N simulated ranks in this one process.
 
     dtsim run [--nproc-per-node N] [--nnodes M] [--standalone] [--rank-prefix] [--local-ranks-filter R]
-              [--timeout S] (SCRIPT | -m MODULE) [ARGS...]
+              [--timeout S] [--report] [--report-json FILE] [--meta] (SCRIPT | -m MODULE) [ARGS...]
 
 Exit status: 0 when every rank's program ended normally; 1 when a rank raised or exited non-zero (as torchrun, which
 exits 1 for any failed worker; the rank's own code is in the summary); 2 for bad input (options, a missing script or
@@ -72,6 +72,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="after the run, print every collective by group, kind, cause and program line (stderr)")
     p.add_argument("--report-json", dest="report_json", default=None, metavar="FILE",
                    help="write that report as JSON (written atomically, also when the run fails)")
+    p.add_argument("--meta", action="store_true",
+                   help="metadata-only: every tensor on the meta device (shapes, collectives, per-rank memory; no "
+                        "values), for large rank counts")
     p.add_argument("-m", "--module", dest="module", action="store_true", help="run a module, as python -m")
     p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script", help="the training script (or module with -m)")
@@ -292,7 +295,8 @@ def main(argv: Sequence[str]) -> int:
     sys.path.insert(0, program.path_entry)
     argv0 = [program.path] + list(args.args)
     sys.argv[:] = argv0
-    contexts = [RankContext(_rank_env(r, nproc, nnodes, master_addr, master_port), program.new_main(), list(argv0))
+    contexts = [RankContext(dict(_rank_env(r, nproc, nnodes, master_addr, master_port),
+                                 **({"DTSIM_RUN_META": "1"} if args.meta else {})), program.new_main(), list(argv0))
                 for r in range(world_size)]
     os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
     scheduler = Scheduler(contexts, os.environ)
@@ -305,11 +309,15 @@ def main(argv: Sequence[str]) -> int:
         world.report = Report(world_size, world.tracker)
     emulation.install(world, scheduler.current_rank, lambda: scheduler.current_rank() % nproc, nproc,
                       dist.HashStore(), world.tracker)
+    from . import meta
+
+    if args.meta:
+        meta.install()
 
     @contextlib.contextmanager
     def rank_modes(rank: int):
         """What each rank's program runs under: GPU devices on the CPU, and the rank's memory meter."""
-        with emulation.CpuForGpu(), MemoryMeter(world.tracker, rank):
+        with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), MemoryMeter(world.tracker, rank):
             yield
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout = _RankOutput(real_out, scheduler.current_rank, args.rank_prefix, shown)

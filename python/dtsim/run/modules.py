@@ -120,7 +120,7 @@ class Tracker:
         size = storage.nbytes()
         if entry is None:
             self._storages[key] = [rank, size]
-            weakref.finalize(storage, self._freed, key)
+            weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
             self._add(rank, size)
         elif entry[1] != size:
             self._add(entry[0], size - entry[1])
@@ -135,7 +135,7 @@ class Tracker:
             if rank is None or self.paused:
                 return
             entry = self._storages[key] = [rank, 0]
-            weakref.finalize(storage, self._freed, key)
+            weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
         size = storage.nbytes()
         self._add(entry[0], size - entry[1])
         entry[1] = size

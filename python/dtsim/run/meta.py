@@ -1,0 +1,209 @@
+"""`dtsim run --meta`: the program on meta tensors, for shapes, collectives and per-rank memory at large rank counts.
+
+Every tensor the program makes lives on the meta device (MetaForAll below), so ops compute shapes, dtypes and sizes
+and no values. What still runs as in a data run: every rank's Python code, the process groups, every collective
+(checked against its peers and counted in the report: the simulated backend meets meta tensors as it meets others),
+DTensor's sharding propagation, FSDP2 and the memory meter (a meta tensor counts its size).
+
+Two things upstream does differently on meta tensors are made to run as on data:
+- c10d's functional collectives (DTensor's redistributions, the parallel styles) have meta kernels that return an
+  empty result without calling the process group: install() replaces them by kernels that call the group, so these
+  collectives are met, checked and counted as in a data run;
+- FSDP2 refuses meta parameters at its lazy init (a real job must materialize them): the check is switched off.
+What cannot run: anything that reads values — `.item()`, `.tolist()`, `bool(tensor)`, Python control flow on them,
+printing a tensor's values (raised with dtsim's message); `distribute_tensor` of a meta tensor skips its scatter from
+the source rank, as upstream does.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+
+from .emulation import _backward_under, _is_backward, _is_gpu
+
+
+def _is_meta(device) -> bool:
+    return (isinstance(device, torch.device) and device.type == "meta") or device == "meta"
+
+
+def _is_device(value) -> bool:
+    return isinstance(value, (str, torch.device, int)) and not isinstance(value, bool)
+
+
+# Constructors whose values come from their data (a list, an array): without a device or on the CPU they stay on the
+# CPU, so values the program gives (an optimizer's step count) can still be read.
+_DATA_CONSTRUCTORS = frozenset({"tensor", "as_tensor", "asarray", "scalar_tensor"})
+# Methods that hand a tensor's values to Python: refused on a meta tensor with dtsim's message.
+_VALUE_READERS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy",
+                            "__array__"})
+# Modules whose tensors carry values the program needs back (c10d's object collectives pickle into byte tensors; a
+# device mesh's rank tensor): their devices are the CPU's even in a metadata-only run.
+_HOST_MODULES = frozenset({"torch.distributed.distributed_c10d", "torch.distributed.device_mesh",
+                           "torch.distributed._mesh_layout"})
+
+
+# Torch's own function modes between the program and this one (`with torch.device(...)` blocks): the call's origin is
+# the frame above them.
+_PASS_THROUGH = frozenset({"torch.utils._device", "torch.overrides"})
+
+
+def _from_host_module() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") in _PASS_THROUGH:
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__") in _HOST_MODULES
+
+
+class MetaForAll(TorchFunctionMode):
+    """`dtsim run --meta`: every tensor the program makes lives on the meta device (shapes, dtypes and sizes; no
+    values). Factories without a device or with any device, `.to(<a GPU>)`, `.cuda()` give meta tensors; `.to("cpu")`
+    and `.cpu()` of a meta tensor keep it meta. Constructors from data (`torch.tensor([...])`) without a device or on
+    the CPU, a device mesh's rank tensor and c10d's object collectives stay on the CPU with their values. Reading a meta tensor's values (`.item()`,
+    `.tolist()`, `bool()`, ...) raises a RuntimeError that says so."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.utils._device import _device_constructors
+
+        self._factories = _device_constructors()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if _is_backward(func, args):
+            return _backward_under(self, args, kwargs)
+        if name in _VALUE_READERS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            raise RuntimeError(f"dtsim run --meta: Tensor.{name}() needs the tensor's values, which a metadata-only "
+                               "run does not compute (docs/run.md, \"--meta\")")
+        if name == "to" and args and isinstance(args[0], torch.Tensor):
+            positional = len(args) > 1 and _is_device(args[1])
+            target = args[1] if positional else kwargs.get("device")
+            if target is not None and not _is_meta(target) and (_is_gpu(target) or isinstance(target, int)
+                                                                   or args[0].is_meta):
+                if positional:
+                    args = (args[0], "meta") + tuple(args[2:])
+                else:
+                    kwargs = dict(kwargs, device="meta")
+            return func(*args, **kwargs)
+        if name in ("cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
+            return args[0] if args[0].is_meta or name == "cpu" else args[0].to("meta")
+        device = kwargs.get("device")
+        if device is not None:
+            if not _is_meta(device) and not (name in _DATA_CONSTRUCTORS and not _is_gpu(device)):
+                kwargs = dict(kwargs, device="cpu" if _from_host_module() else "meta")
+        elif func in self._factories and name not in _DATA_CONSTRUCTORS and not _from_host_module():
+            kwargs = dict(kwargs, device="meta")
+        return func(*args, **kwargs)
+
+
+def _group(name):
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name)
+
+
+def _op(name: str):
+    return getattr(dist.ReduceOp, name.upper())
+
+
+def _gathered_shape(t: torch.Tensor, n: int):
+    return (t.shape[0] * n,) + tuple(t.shape[1:])
+
+
+def _scattered_shape(t: torch.Tensor, n: int):
+    return (t.shape[0] // n,) + tuple(t.shape[1:])
+
+
+def _all_reduce(input, reduce_op, group_name):
+    out = input.clone()
+    dist.all_reduce(out, op=_op(reduce_op), group=_group(group_name))
+    return out
+
+
+def _all_reduce_(input, reduce_op, group_name):
+    dist.all_reduce(input, op=_op(reduce_op), group=_group(group_name))
+    return input
+
+
+def _all_reduce_coalesced(inputs, reduce_op, group_name):
+    return [_all_reduce(t, reduce_op, group_name) for t in inputs]
+
+
+def _all_gather_into_tensor(input, group_size, group_name):
+    out = input.new_empty(_gathered_shape(input, group_size))
+    dist.all_gather_into_tensor(out, input.contiguous(), group=_group(group_name))
+    return out
+
+
+def _all_gather_into_tensor_out(input, group_size, group_name, *, out):
+    dist.all_gather_into_tensor(out, input.contiguous(), group=_group(group_name))
+    return out
+
+
+def _all_gather_into_tensor_coalesced(inputs, group_size, group_name):
+    return [_all_gather_into_tensor(t, group_size, group_name) for t in inputs]
+
+
+def _reduce_scatter_tensor(input, reduce_op, group_size, group_name):
+    out = input.new_empty(_scattered_shape(input, group_size))
+    dist.reduce_scatter_tensor(out, input.contiguous(), op=_op(reduce_op), group=_group(group_name))
+    return out
+
+
+def _reduce_scatter_tensor_coalesced(inputs, reduce_op, group_size, group_name):
+    return [_reduce_scatter_tensor(t, reduce_op, group_size, group_name) for t in inputs]
+
+
+def _all_to_all_single(input, output_split_sizes, input_split_sizes, group_name):
+    rows = sum(output_split_sizes) if output_split_sizes else input.shape[0]
+    out = input.new_empty((rows,) + tuple(input.shape[1:]))
+    dist.all_to_all_single(out, input.contiguous(), list(output_split_sizes) or None, list(input_split_sizes) or None,
+                           group=_group(group_name))
+    return out
+
+
+def _broadcast(input, src, group_name):
+    out = input.clone()
+    dist.broadcast(out, group_src=src, group=_group(group_name))
+    return out
+
+
+def _broadcast_(input, src, group_name):
+    dist.broadcast(input, group_src=src, group=_group(group_name))
+    return input
+
+
+# c10d's functional collectives, by op name: the kernel that calls the group (the coalesced forms as one collective
+# per tensor).
+_FUNCTIONAL_KERNELS = {
+    "all_reduce": _all_reduce,
+    "all_reduce_": _all_reduce_,
+    "all_reduce_coalesced": _all_reduce_coalesced,
+    "all_gather_into_tensor": _all_gather_into_tensor,
+    "all_gather_into_tensor_out": _all_gather_into_tensor_out,
+    "all_gather_into_tensor_coalesced": _all_gather_into_tensor_coalesced,
+    "reduce_scatter_tensor": _reduce_scatter_tensor,
+    "reduce_scatter_tensor_coalesced": _reduce_scatter_tensor_coalesced,
+    "all_to_all_single": _all_to_all_single,
+    "broadcast": _broadcast,
+    "broadcast_": _broadcast_,
+}
+_libraries = []  # the registrations live as long as the process
+
+
+def install() -> None:
+    """Called once before the ranks start, for --meta only."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    FSDPParamGroup._validate_no_meta_params = lambda self: None
+    library = torch.library.Library("_c10d_functional", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+        for name, kernel in _FUNCTIONAL_KERNELS.items():
+            library.impl(name, kernel, "Meta")
+    _libraries.append(library)
