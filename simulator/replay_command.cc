@@ -14,9 +14,10 @@
 // rank's input and output buffer bytes) with dtsim's plan; and, where the recording kept the
 // source shards (its sidecar data file), every rank's result hash with dtsim's result computed
 // from those shards. Upstream on a CPU process group (Gloo) has no all_to_all and runs S(i) ->
-// S(j) as an all_gather then a local chunk: for torch-gloo recordings dtsim's all_to_all is
-// expected as that all_gather. Under upstream's LocalTensorMode every rank's group is the fake
-// group of rank 0, so groups are checked to be among dtsim's there, not equal.
+// S(j) as an all_gather then a local chunk: for torch-gloo recordings (and dtsim-run ones, whose
+// device meshes are CPU meshes) dtsim's all_to_all is expected as that all_gather. Under upstream's
+// LocalTensorMode every rank's group is the fake group of rank 0, so groups are checked to be among
+// dtsim's there, not equal.
 #include <ATen/ATen.h>
 #include <sys/stat.h>
 
@@ -453,7 +454,8 @@ int RunReplay(const Args& args) {
     }
     return data_size ? RecordingFromJson(doc, data_size) : probe;
   });
-  const bool gloo = rec.backend == "torch-gloo";
+  // dtsim run's simulated ranks hold CPU device meshes: upstream takes its CPU path there too.
+  const bool gloo = rec.backend == "torch-gloo" || rec.backend == "dtsim-run";
   const bool groups_exact = rec.backend != "torch-local";
   std::vector<Outcome> outcomes;
   int64_t without_data = 0;

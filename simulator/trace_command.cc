@@ -2,8 +2,8 @@
 // builds).
 //
 //   dtsim trace-diff A.json B.json [--limit 20]
-// Both traces of a redistribution (dtsim-trace), of an op (dtsim-op-trace) or of a model
-// (dtsim-model-trace).
+// Both traces of a redistribution (dtsim-trace), of an op (dtsim-op-trace), of a model
+// (dtsim-model-trace), or two recordings (dtsim-recording: dtsim.record, dtsim run --trace).
 // Prints "traces agree" (exit 0) or the differences in run order, the first being where the runs
 // part (exit 1). Unreadable or invalid traces are input errors (exit 2).
 #include <boost/program_options.hpp>
@@ -14,6 +14,7 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
+#include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
 #include "file_arguments.h"
@@ -64,6 +65,23 @@ int RunTraceDiff(const Args& args) {
       return 0;
     }
     std::cout << "model traces differ; first at " << diffs[0].where << ":\n";
+    for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+    return 1;
+  }
+  if (ta.format == kRecordingFormat || tb.format == kRecordingFormat) {
+    const nlohmann::json ja = ParseTraceText(ta);
+    const nlohmann::json jb = ParseTraceText(tb);
+    const Recording a = WithFileName(files[0], [&] { return RecordingFromJson(ja); });
+    const Recording b = WithFileName(files[1], [&] { return RecordingFromJson(jb); });
+    const std::vector<TraceDifference> diffs = DiffRecordings(a, b, static_cast<size_t>(limit));
+    if (diffs.empty()) {
+      std::cout << "recordings agree: " << a.redistributions.size() << " redistribution"
+                << (a.redistributions.size() == 1 ? "" : "s")
+                << ", every collective and every rank's shard equal (hashes compared where both "
+                   "recordings have them)\n";
+      return 0;
+    }
+    std::cout << "recordings differ; first at " << diffs[0].where << ":\n";
     for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
     return 1;
   }

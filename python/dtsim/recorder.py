@@ -69,7 +69,6 @@ _COLLECTIVE_OPS = {
 # Async results held by reference until the program waits for them (or the block ends), in bytes: past it the oldest
 # are waited for and hashed at once (the program holds most of them anyway; this bounds what only the recorder holds).
 _MAX_PENDING_BYTES = 64 << 20
-_FINISH_ROUNDS = itertools.count()  # the store key of each record block's verdict (tail of Recorder.finish)
 _PENDING = "pending"  # stands for states and data not hashed yet (replaced before the block's rows are gathered)
 # The argument holding the group name, per op (position in the op's schema).
 _GROUP_ARG = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_reduce": 2, "all_to_all_single": 3,
@@ -206,9 +205,18 @@ class _OpProxy:
     def __init__(self, packet: Any, on_call: Any):
         self._packet = packet
         self._on_call = on_call
+        self._inside = threading.local()
 
     def __call__(self, *args, **kwargs):
-        out = self._packet(*args, **kwargs)
+        # A torch function mode (dtsim run's) hands the op back to the namespace's attribute, this proxy: the inner
+        # call is the same call, recorded once, by the outer one.
+        if getattr(self._inside, "depth", 0):
+            return self._packet(*args, **kwargs)
+        self._inside.depth = 1
+        try:
+            out = self._packet(*args, **kwargs)
+        finally:
+            self._inside.depth = 0
         self._on_call(args, kwargs, out)
         return out
 
@@ -226,134 +234,40 @@ class _Recorder:
         self.data_bytes = 0
         self.data_complete = True
         self.local = threading.local()
-        self.patches: List[tuple] = []
         self.rank = 0  # this process's rank on a real process group (LocalTensors name their own ranks)
         self.groups: Dict[Any, Optional[List[int]]] = {}  # group name -> its ranks (None: not resolvable)
         self.pending: List[_Pending] = []  # async results not hashed yet, oldest first
         self.pending_bytes = 0
         self.pending_lock = threading.Lock()
         self.data_lock = threading.Lock()  # the wait hook may keep bytes from another thread (autograd's)
-        self.wait_op: Any = None  # upstream's wait_tensor, unhooked
+        self.wait_op: Any = torch.ops._c10d_functional.wait_tensor  # upstream's, unhooked (the hooks wrap the
+        # namespace's attribute: _OpProxy calls the op it was given)
+        if isinstance(self.wait_op, _OpProxy):
+            self.wait_op = self.wait_op._packet
         # How the async results were hashed (tests and the bench read them): when the program waited, when the
         # block ended, past the pending bound, or not at all (the buffer was written around the hooks).
         self.stats = {"deferred": 0, "at_wait": 0, "at_end": 0, "at_bound": 0, "unavailable": 0}
         self.t0 = time.perf_counter()  # start_us counts from here (each rank's own clock)
 
     # ---- hooks ----
-    def _patch(self, owner: Any, name: str, value: Any) -> None:
-        self.patches.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
-        setattr(owner, name, value)
-
     def install(self) -> None:
         import torch.distributed as dist
-        import torch.distributed.tensor._api as api
-        import torch.distributed.tensor._dispatch as dispatch
-        import torch.distributed.tensor._redistribute as redistribute
-        self.rank = dist.get_rank() if dist.is_initialized() else 0
-        original = redistribute.redistribute_local_tensor
-        wrapped = self._wrap_redistribute(original)
-        for module in (redistribute, dispatch, api):
-            if getattr(module, "redistribute_local_tensor", None) is original:
-                self._patch(module, "redistribute_local_tensor", wrapped)
-        args_original = dispatch.OpDispatcher.redistribute_local_args
-        recorder = self
-
-        def redistribute_local_args(op_info, suggested_input_schema, *args, **kwargs):
-            recorder.local.op_info = (op_info, suggested_input_schema)
-            try:
-                return args_original(op_info, suggested_input_schema, *args, **kwargs)
-            finally:
-                recorder.local.op_info = None
-
-        self._patch(dispatch.OpDispatcher, "redistribute_local_args", staticmethod(redistribute_local_args))
-        full_original = api.DTensor.full_tensor
-
-        def full_tensor(dt, *args, **kwargs):
-            recorder.local.call = "full_tensor"
-            try:
-                return full_original(dt, *args, **kwargs)
-            finally:
-                recorder.local.call = None
-
-        self._patch(api.DTensor, "full_tensor", full_tensor)
-        for (namespace, name), kind in _COLLECTIVE_OPS.items():
-            ns = getattr(torch.ops, namespace)
-            try:
-                op = getattr(ns, name)
-            except (AttributeError, RuntimeError):
-                continue  # not in this build (the version check guards the ones that matter)
-            self._patch(ns, name, self._wrap_collective(op, kind, name))
-        # The program's waits for async results: a pending result is hashed as soon as its collective is waited for,
-        # before the program can touch its bytes.
-        self.wait_op = torch.ops._c10d_functional.wait_tensor
-        self._patch(torch.ops._c10d_functional, "wait_tensor",
-                    _OpProxy(self.wait_op, lambda args, kwargs, out: self._on_wait(args[0] if args else out)))
+        # Before init_process_group (a block opened first, as dtsim run --trace opens it), the launcher's RANK.
+        self.rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+        with _HOOKS_LOCK:
+            key = _recorder_key()
+            if key in _ACTIVE:
+                raise RuntimeError("dtsim.record: a record block is already open on this rank; blocks do not nest")
+            if not _ACTIVE:
+                _install_hooks()
+            _ACTIVE[key] = self
 
     def uninstall(self) -> None:
-        for owner, name, value in reversed(self.patches):
-            setattr(owner, name, value)
-        self.patches.clear()
-
-    def _wrap_collective(self, op: Any, kind: str, name: str) -> Any:
-        recorder = self
-
-        def on_call(args, kwargs, out):
-            current = getattr(recorder.local, "collectives", None)
-            if current is not None:
-                group = args[_GROUP_ARG[name]] if len(args) > _GROUP_ARG[name] else kwargs.get("group_name")
-                current.append({"op": kind, "input": args[0], "output": out, "group_name": group})
-
-        return _OpProxy(op, on_call)
-
-    def _wrap_redistribute(self, original: Any) -> Any:
-        recorder = self
-
-        def redistribute_local_tensor(local_tensor, current_spec, target_spec, *args, **kwargs):
-            if getattr(recorder.local, "collectives", None) is not None:  # nested: the outer one records
-                return original(local_tensor, current_spec, target_spec, *args, **kwargs)
-            explicit = bool(kwargs.get("is_explicit", False))
-            op_info = getattr(recorder.local, "op_info", None)
-            record: Dict[str, Any] = {"src": _spec_json(current_spec), "dst": _spec_json(target_spec),
-                                      "op": None, "arg": None}
-            if explicit and torch._C._current_autograd_node() is not None:
-                # Redistribute's backward (torch 2.11 calls it explicit; 2.13 does not, and goes to the last branch).
-                record["call"] = "backward"
-            elif explicit:
-                record["call"] = getattr(recorder.local, "call", None) or "redistribute"
-            elif op_info is not None:
-                info, schema = op_info
-                record["call"] = "implicit"
-                op = info.schema.op if info.schema is not None else schema.op
-                record["op"] = str(op.name()) if hasattr(op, "name") else str(op)
-                record["arg"] = next((i for i, a in enumerate(info.flat_args_schema) if a is current_spec), None)
-            else:
-                record["call"] = "backward"
-            recorder._observe(record, "ranks_before", "data", local_tensor)
-            recorder.local.collectives = []
-            start = time.perf_counter()
-            try:
-                out = original(local_tensor, current_spec, target_spec, *args, **kwargs)
-            finally:
-                seen, recorder.local.collectives = recorder.local.collectives, None
-            elapsed_us = (time.perf_counter() - start) * 1e6  # until upstream returned (an async result's
-            # collective may still run: its wait is the program's)
-            keep_after = _reduces_partial(current_spec, target_spec)
-            if out is local_tensor and record["ranks_before"] is not _PENDING:
-                # nothing to do on any mesh dim: the same tensor, hashed a moment ago, no program code since
-                record["ranks_after"] = [dict(s) for s in record["ranks_before"]]
-                record["data_after"] = record["data"] if keep_after else None
-            else:
-                recorder._observe(record, "ranks_after", "data_after" if keep_after else None, out)
-            if not keep_after:
-                record["data_after"] = None  # the result is exact: replay compares hashes, needs no values
-            record["collectives"] = [recorder._collective_rows(c) for c in seen]
-            ranks = [str(r) for r in sorted(_shapes(out, recorder.rank))]
-            record["time_us"] = {r: elapsed_us for r in ranks}
-            record["start_us"] = {r: (start - recorder.t0) * 1e6 for r in ranks}
-            recorder.records.append(record)
-            return out
-
-        return redistribute_local_tensor
+        with _HOOKS_LOCK:
+            if _ACTIVE.get(_recorder_key()) is self:
+                del _ACTIVE[_recorder_key()]
+            if not _ACTIVE:
+                _uninstall_hooks()
 
     # ---- hashing, now or when the program waits ----
     def _observe(self, record: Dict[str, Any], states_key: str, data_key: Optional[str], t: torch.Tensor) -> None:
@@ -493,6 +407,8 @@ class _Recorder:
         last_stats = dict(self.stats)
         real = dist.is_initialized() and dist.get_backend() != "fake" and local_tensor_mode() is None
         if not real:
+            if _per_thread() and os.environ.get("RANK", "0") != "0":
+                return  # dtsim run without a process group: rank 0 writes what it recorded
             world = dist.get_world_size() if dist.is_initialized() else 1
             parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
             self._write(parts, "torch-local", world, argv)
@@ -543,16 +459,24 @@ class _Recorder:
                         at += n
                     part["data"] = cuts
                     parts.append(part)
-                self._write(parts, f"torch-{dist.get_backend()}", world, argv)
+                self._write(parts, "dtsim-run" if _per_thread() else f"torch-{dist.get_backend()}", world, argv)
             except Exception as e:  # noqa: BLE001  re-raised on every rank below
                 error = f"{type(e).__name__}: {e}"
-        store = dist.distributed_c10d._get_default_store()
-        key = f"dtsim.record/{next(_FINISH_ROUNDS)}/verdict"  # every rank counts the same blocks (SPMD)
-        if rank == 0:
-            store.set(key, "ok" if error is None else "error " + error)
+        if _per_thread():
+            # dtsim run: no Gloo thread to outlive the program, and a rank that blocked in the store would hold the
+            # simulated world's one turn: the verdict is a collective.
+            verdict = [error]
+            dist.broadcast_object_list(verdict, src=0)
+            error = verdict[0]
         else:
-            verdict = store.get(key).decode("utf-8", "replace")
-            error = None if verdict == "ok" else verdict.removeprefix("error ")
+            store = dist.distributed_c10d._get_default_store()
+            rounds = _FINISH_ROUNDS_BY_RANK.setdefault(rank, itertools.count())
+            key = f"dtsim.record/{next(rounds)}/verdict"  # every rank counts the same blocks (SPMD)
+            if rank == 0:
+                store.set(key, "ok" if error is None else "error " + error)
+            else:
+                verdict = store.get(key).decode("utf-8", "replace")
+                error = None if verdict == "ok" else verdict.removeprefix("error ")
         if error is not None:
             raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {error}")
 
@@ -610,6 +534,159 @@ class _Recorder:
                "redistributions": out_records}
         _write_atomically(data_path, [b.numpy() for b in blobs]) if blobs else None
         _write_atomically(self.path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
+
+
+def _wrap_collective(op: Any, kind: str, name: str) -> Any:
+    def on_call(args, kwargs, out):
+        recorder = _current()
+        current = getattr(recorder.local, "collectives", None) if recorder is not None else None
+        if current is not None:
+            group = args[_GROUP_ARG[name]] if len(args) > _GROUP_ARG[name] else kwargs.get("group_name")
+            current.append({"op": kind, "input": args[0], "output": out, "group_name": group})
+
+    return _OpProxy(op, on_call)
+
+def _wrap_redistribute(original: Any) -> Any:
+    def redistribute_local_tensor(local_tensor, current_spec, target_spec, *args, **kwargs):
+        recorder = _current()
+        if recorder is None or getattr(recorder.local, "collectives", None) is not None:  # nested: the outer one
+            # records
+            return original(local_tensor, current_spec, target_spec, *args, **kwargs)
+        explicit = bool(kwargs.get("is_explicit", False))
+        op_info = getattr(recorder.local, "op_info", None)
+        record: Dict[str, Any] = {"src": _spec_json(current_spec), "dst": _spec_json(target_spec),
+                                  "op": None, "arg": None}
+        if explicit and torch._C._current_autograd_node() is not None:
+            # Redistribute's backward (torch 2.11 calls it explicit; 2.13 does not, and goes to the last branch).
+            record["call"] = "backward"
+        elif explicit:
+            record["call"] = getattr(recorder.local, "call", None) or "redistribute"
+        elif op_info is not None:
+            info, schema = op_info
+            record["call"] = "implicit"
+            op = info.schema.op if info.schema is not None else schema.op
+            record["op"] = str(op.name()) if hasattr(op, "name") else str(op)
+            record["arg"] = next((i for i, a in enumerate(info.flat_args_schema) if a is current_spec), None)
+        else:
+            record["call"] = "backward"
+        recorder._observe(record, "ranks_before", "data", local_tensor)
+        recorder.local.collectives = []
+        start = time.perf_counter()
+        try:
+            out = original(local_tensor, current_spec, target_spec, *args, **kwargs)
+        finally:
+            seen, recorder.local.collectives = recorder.local.collectives, None
+        elapsed_us = (time.perf_counter() - start) * 1e6  # until upstream returned (an async result's
+        # collective may still run: its wait is the program's)
+        keep_after = _reduces_partial(current_spec, target_spec)
+        if out is local_tensor and record["ranks_before"] is not _PENDING:
+            # nothing to do on any mesh dim: the same tensor, hashed a moment ago, no program code since
+            record["ranks_after"] = [dict(s) for s in record["ranks_before"]]
+            record["data_after"] = record["data"] if keep_after else None
+        else:
+            recorder._observe(record, "ranks_after", "data_after" if keep_after else None, out)
+        if not keep_after:
+            record["data_after"] = None  # the result is exact: replay compares hashes, needs no values
+        record["collectives"] = [recorder._collective_rows(c) for c in seen]
+        ranks = [str(r) for r in sorted(_shapes(out, recorder.rank))]
+        record["time_us"] = {r: elapsed_us for r in ranks}
+        record["start_us"] = {r: (start - recorder.t0) * 1e6 for r in ranks}
+        recorder.records.append(record)
+        return out
+
+    return redistribute_local_tensor
+
+
+# The recorders of the open record blocks, and the hooks they share (installed with the first, removed with the last).
+# On a real rank one block is open per process, and every thread of it (autograd's too) records into it; under
+# `dtsim run` every simulated rank is a thread of one process with a block of its own, found by its thread.
+_HOOKS_LOCK = threading.Lock()
+_ACTIVE: Dict[Any, "_Recorder"] = {}
+_PATCHES: List[tuple] = []
+_FINISH_ROUNDS_BY_RANK: Dict[int, Any] = {}  # each rank counts its own blocks (the verdict's store key)
+
+
+def _per_thread() -> bool:
+    return os.environ.get("DTSIM_RUN") == "1"
+
+
+def _recorder_key() -> Any:
+    return threading.get_ident() if _per_thread() else None
+
+
+def _current() -> Optional["_Recorder"]:
+    return _ACTIVE.get(_recorder_key())
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    _PATCHES.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+    setattr(owner, name, value)
+
+
+def _uninstall_hooks() -> None:
+    for owner, name, value in reversed(_PATCHES):
+        setattr(owner, name, value)
+    _PATCHES.clear()
+
+
+def _install_hooks() -> None:
+    """Hooks the points every DTensor redistribution and collective passes (the module docstring); each hook records
+    into the current recorder (_current), or does nothing where none is open."""
+    import torch.distributed.tensor._api as api
+    import torch.distributed.tensor._dispatch as dispatch
+    import torch.distributed.tensor._redistribute as redistribute
+    try:
+        original = redistribute.redistribute_local_tensor
+        wrapped = _wrap_redistribute(original)
+        for module in (redistribute, dispatch, api):
+            if getattr(module, "redistribute_local_tensor", None) is original:
+                _patch(module, "redistribute_local_tensor", wrapped)
+        args_original = dispatch.OpDispatcher.redistribute_local_args
+
+        def redistribute_local_args(op_info, suggested_input_schema, *args, **kwargs):
+            recorder = _current()
+            if recorder is None:
+                return args_original(op_info, suggested_input_schema, *args, **kwargs)
+            recorder.local.op_info = (op_info, suggested_input_schema)
+            try:
+                return args_original(op_info, suggested_input_schema, *args, **kwargs)
+            finally:
+                recorder.local.op_info = None
+
+        _patch(dispatch.OpDispatcher, "redistribute_local_args", staticmethod(redistribute_local_args))
+        full_original = api.DTensor.full_tensor
+
+        def full_tensor(dt, *args, **kwargs):
+            recorder = _current()
+            if recorder is None:
+                return full_original(dt, *args, **kwargs)
+            recorder.local.call = "full_tensor"
+            try:
+                return full_original(dt, *args, **kwargs)
+            finally:
+                recorder.local.call = None
+
+        _patch(api.DTensor, "full_tensor", full_tensor)
+        for (namespace, name), kind in _COLLECTIVE_OPS.items():
+            ns = getattr(torch.ops, namespace)
+            try:
+                op = getattr(ns, name)
+            except (AttributeError, RuntimeError):
+                continue  # not in this build (the version check guards the ones that matter)
+            _patch(ns, name, _wrap_collective(op, kind, name))
+        # The program's waits for async results: a pending result is hashed as soon as its collective is waited for,
+        # before the program can touch its bytes.
+        wait_op = torch.ops._c10d_functional.wait_tensor
+
+        def on_wait(args, kwargs, out):
+            recorder = _current()
+            if recorder is not None:
+                recorder._on_wait(args[0] if args else out)
+
+        _patch(torch.ops._c10d_functional, "wait_tensor", _OpProxy(wait_op, on_wait))
+    except BaseException:
+        _uninstall_hooks()  # a failure halfway restores what was patched
+        raise
 
 
 def _merge_collectives(rows: List[Dict[str, Any]], src: Dict[str, Any]) -> List[Dict[str, Any]]:

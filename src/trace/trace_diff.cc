@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/layout/placement.h"
 
 namespace dtsim {
 namespace {
@@ -207,6 +208,90 @@ std::vector<int64_t> RanksThatDiffer(const std::vector<TraceDifference>& diffs) 
   std::set<int64_t> ranks;
   for (const auto& d : diffs) ranks.insert(d.ranks.begin(), d.ranks.end());
   return {ranks.begin(), ranks.end()};
+}
+
+}  // namespace dtsim
+
+namespace dtsim {
+namespace {
+
+std::string RedistributionLabel(const RecordedRedistribution& r) {
+  std::string call = r.call;
+  if (!r.op.empty()) call += StrCat(" ", r.op, r.arg ? StrCat(" arg ", *r.arg) : "");
+  return StrCat("redistribution ", r.index + 1, " (", call, ": ", ToString(r.src.placements()),
+                " -> ", ToString(r.dst.placements()), ")");
+}
+
+}  // namespace
+
+std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording& b, size_t limit) {
+  Differ d(limit);
+  using Phase = TraceDifference::Phase;
+  d.At(Phase::kInitial, -1, -1, "recording");
+  if (a.world_size != b.world_size)
+    d.Add(StrCat("world_size ", a.world_size, " vs ", b.world_size));
+  const size_t n = std::min(a.redistributions.size(), b.redistributions.size());
+  for (size_t i = 0; i < n && !d.full(); ++i) {
+    const RecordedRedistribution& x = a.redistributions[i];
+    const RecordedRedistribution& y = b.redistributions[i];
+    const std::string label = RedistributionLabel(x);
+    const int64_t step = static_cast<int64_t>(i);
+    d.At(Phase::kStep, step, -1, label);
+    if (x.call != y.call || x.op != y.op || x.arg != y.arg)
+      d.Add(StrCat("call differs: ", RedistributionLabel(x), " vs ", RedistributionLabel(y)));
+    if (x.src.ToString() != y.src.ToString())
+      d.Add(StrCat("source differs: ", x.src.ToString(), " vs ", y.src.ToString()));
+    if (x.dst.ToString() != y.dst.ToString())
+      d.Add(StrCat("target differs: ", x.dst.ToString(), " vs ", y.dst.ToString()));
+    if (x.submesh_dims != y.submesh_dims) d.Add("submesh dims differ");
+    d.At(Phase::kStep, step, -1, label + ", before");
+    d.States(x.ranks_before, y.ranks_before);
+    d.At(Phase::kStep, step, -1, label);
+    if (x.collectives.size() != y.collectives.size()) {
+      d.Add(StrCat(x.collectives.size(), " collective", x.collectives.size() == 1 ? "" : "s",
+                   " vs ", y.collectives.size()));
+    }
+    for (size_t j = 0; j < std::min(x.collectives.size(), y.collectives.size()); ++j) {
+      const RecordedCollective& cx = x.collectives[j];
+      const RecordedCollective& cy = y.collectives[j];
+      d.At(Phase::kStep, step, static_cast<int64_t>(j),
+           StrCat(label, ", collective ", j + 1, " (", ToString(cx.kind), ")"));
+      if (cx.kind != cy.kind)
+        d.Add(StrCat("op \"", ToString(cx.kind), "\" vs \"", ToString(cy.kind), "\""));
+      if (cx.groups != cy.groups) {
+        d.Add(StrCat("groups differ: ", Differ::GroupsText(cx.groups), " vs ",
+                     Differ::GroupsText(cy.groups)));
+      }
+      d.RankSets(cx.ranks, cy.ranks, "collective rows");
+      auto rows = [](const RecordedCollective& c, auto get) {
+        std::map<int64_t, std::string> m;
+        for (size_t k = 0; k < c.ranks.size(); ++k) m[c.ranks[k]] = get(c, k);
+        return m;
+      };
+      auto in = [](const RecordedCollective& c, size_t k) { return ShapeText(c.input_shapes[k]); };
+      auto out = [](const RecordedCollective& c, size_t k) {
+        return ShapeText(c.output_shapes[k]);
+      };
+      auto in_bytes = [](const RecordedCollective& c, size_t k) {
+        return std::to_string(c.input_bytes[k]);
+      };
+      auto out_bytes = [](const RecordedCollective& c, size_t k) {
+        return std::to_string(c.output_bytes[k]);
+      };
+      d.PerRank("input shape", rows(cx, in), rows(cy, in));
+      d.PerRank("output shape", rows(cx, out), rows(cy, out));
+      d.PerRank("input_bytes", rows(cx, in_bytes), rows(cy, in_bytes));
+      d.PerRank("output_bytes", rows(cx, out_bytes), rows(cy, out_bytes));
+    }
+    d.At(Phase::kStep, step, -1, label + ", after");
+    d.States(x.ranks_after, y.ranks_after);
+  }
+  if (a.redistributions.size() != b.redistributions.size()) {
+    d.At(Phase::kFinal, -1, -1, "end");
+    d.Add(StrCat(a.redistributions.size(), " redistributions vs ", b.redistributions.size(),
+                 ": the runs part after redistribution ", n));
+  }
+  return d.take();
 }
 
 }  // namespace dtsim

@@ -442,3 +442,61 @@ def test_meta_run_refuses_to_read_values_naming_the_line():
     assert "dtsim run --meta: Tensor.item() needs the tensor's values" in out.stderr
     assert re.search(r"tp_mlp\.py\", line \d+, in main", out.stderr), out.stderr[-3000:]
     assert "dtsim run: error: rank 0 (local rank 0) failed with exit code 1" in out.stderr
+
+
+RECORDED = os.path.join(ROOT, "tests", "python", "recorded_program.py")
+
+
+def test_trace_of_the_simulated_run_diffs_against_real_torchrun(tmp_path):
+    """tests/python/recorded_program.py records itself (dtsim.record) under real torchrun + Gloo and under dtsim run:
+    trace-diff finds the two recordings equal in every call, spec, collective, shape and byte, and in every shard
+    hash but the results of float sums (Gloo's ring adds in another order than dtsim's ascending ranks); replay finds
+    the simulated one equal to dtsim's simulation. A rank corrupted in the simulated run (DTSIM_CORRUPT_RANK=2) is
+    named at its redistribution."""
+    real, sim, bad = (str(tmp_path / f) for f in ("real.json", "sim.json", "bad.json"))
+    out = run(TORCHRUN + ["--standalone", "--nproc_per_node", "4", RECORDED, real])
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run([DTSIM, "run", "--nproc-per-node", "4", RECORDED, sim])
+    assert out.returncode == 0, out.stderr[-3000:]
+    diff = run([DTSIM, "trace-diff", real, sim, "--limit", "100"])
+    assert diff.returncode == 1, diff.stdout
+    lines = diff.stdout.splitlines()[1:]
+    assert lines and all("[P(sum)] -> " in line and ", after: hash differs on ranks" in line for line in lines), lines
+    replay = run([DTSIM, "replay", sim])
+    assert replay.returncode == 0 and "equals dtsim's simulation (13 redistributions)" in replay.stdout, replay.stdout
+    corrupt_env = dict(ENV, DTSIM_CORRUPT_RANK="2")
+    out = subprocess.run([DTSIM, "run", "--nproc-per-node", "4", RECORDED, bad], capture_output=True, text=True,
+                         env=corrupt_env, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    diff = run([DTSIM, "trace-diff", sim, bad])
+    assert diff.returncode == 1
+    first = diff.stdout.splitlines()[0]
+    assert first == ("recordings differ; first at redistribution 5 (redistribute: [S(0)] -> [S(1)]), after:"), first
+    assert "hash differs on rank 2 (" in diff.stdout.splitlines()[1], diff.stdout
+
+
+def test_run_trace_records_an_unmodified_script(tmp_path):
+    """--trace on tp_sp.py (no dtsim in it): a recording of every rank's DTensor redistributions that replay
+    finds equal to dtsim's simulation and export turns into Perfetto; the recording's own gather shows in the report
+    under its own cause; bad --trace paths are refused before any rank runs."""
+    import json
+
+    trace, report = str(tmp_path / "t.json"), str(tmp_path / "r.json")
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", trace, "--report-json", report,
+               os.path.join(EXAMPLES, "tp_sp.py")])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"recording written to {trace}" in out.stderr
+    doc = json.loads(open(trace).read())
+    assert doc["meta"]["backend"] == "dtsim-run" and doc["meta"]["world_size"] == 4
+    assert len(doc["redistributions"]) > 10
+    replay = run([DTSIM, "replay", trace])
+    assert replay.returncode == 0 and "equals dtsim's simulation" in replay.stdout, replay.stdout[-3000:]
+    exported = run([DTSIM, "export", "--format", "perfetto", trace, str(tmp_path / "p.json")])
+    assert exported.returncode == 0, exported.stderr
+    causes = {r["cause"] for r in json.loads(open(report).read())["rows"]}
+    assert "dtsim run --trace (gathering the recording to rank 0)" in causes, causes
+    script = os.path.join(SCRIPTS, "counted.py")
+    for bad, says in ((str(tmp_path / "no" / "t.json"), "trace: cannot write"), (script, "is the program being run"),
+                      (report, "also --report-json's file")):
+        out = run([DTSIM, "run", "--trace", bad, "--report-json", report, script])
+        assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)

@@ -67,7 +67,8 @@ struct RecordedRedistribution {
 };
 
 struct Recording {
-  std::string backend;  // "torch-gloo", "torch-nccl", "torch-local" (upstream's LocalTensorMode)
+  std::string backend;  // "torch-gloo", "torch-nccl", "torch-local" (upstream's LocalTensorMode),
+                        // "dtsim-run" (dtsim run --trace)
   std::string torch_version;
   int64_t world_size = 0;
   std::string argv;

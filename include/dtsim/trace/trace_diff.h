@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 
 namespace dtsim {
@@ -33,6 +34,16 @@ struct TraceDifference {
 // together. Returns at most `limit` differences, in run order: the first one is where the runs
 // part.
 std::vector<TraceDifference> DiffTraces(const Trace& a, const Trace& b, size_t limit = 20);
+
+// Compares two recordings (dtsim.record, or `dtsim run --trace`) redistribution by redistribution:
+// the call (redistribute, full_tensor, implicit with its op and argument, backward), the source
+// and target specs, every rank's local shape and hash before and after, and each collective (op,
+// groups, ranks, shapes, bytes). Meta, times and data files are not compared; hashes only where
+// both recordings have them (a rank the recorder could not hash, or a metadata-only run, has none).
+// `where` names the redistribution ("redistribution 3 (implicit aten::mm arg 1: [S(0)] -> [R]),
+// after"); the first difference is where the runs part.
+std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording& b,
+                                            size_t limit = 20);
 
 // The ranks named by any difference, ascending (the viewer highlights them).
 std::vector<int64_t> RanksThatDiffer(const std::vector<TraceDifference>& diffs);

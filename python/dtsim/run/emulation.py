@@ -284,6 +284,21 @@ def _install_mesh_on_cpu() -> None:
     DeviceMesh.__init__ = __init__
 
 
+def before_destroy(hook: Callable[[Any], None]) -> None:
+    """`hook(group)` runs before every `destroy_process_group(group)` of the program (every module's reference)."""
+    original = c10d.destroy_process_group
+
+    def destroy_process_group(group=None):
+        hook(group)
+        return original(group)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("torch") and \
+                getattr(module, "destroy_process_group", None) is original:
+            module.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
+
+
 def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[], int], local_world_size: int,
             store, tracker) -> None:
     """Makes torch.distributed and torch.cuda serve the simulated ranks; called once, before the ranks start."""

@@ -72,6 +72,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="after the run, print every collective by group, kind, cause and program line (stderr)")
     p.add_argument("--report-json", dest="report_json", default=None, metavar="FILE",
                    help="write that report as JSON (written atomically, also when the run fails)")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="write a dtsim recording of the run (every DTensor redistribution with its collectives and "
+                        "every rank's shard hashes, source shards in FILE.data): dtsim replay, trace-diff, export "
+                        "and the viewer read it")
     p.add_argument("--meta", action="store_true",
                    help="metadata-only: every tensor on the meta device (shapes, collectives, per-rank memory; no "
                         "values), for large rank counts")
@@ -199,18 +203,47 @@ class _RankOutput(io.TextIOBase):
         self._real.flush()
 
 
-def _check_output(path: str, script: str) -> None:
-    """--report-json FILE: refused before any rank runs when it cannot be written or would replace the program."""
+def _check_output(path: str, script: str, field: str = "report-json") -> None:
+    """An output file (--report-json, --trace and its .data): refused before any rank runs when it cannot be written
+    or would replace the program."""
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if not path or os.path.isdir(path):
-        raise BadInput("report-json", f"'{path}' is a directory, not a file")
+        raise BadInput(field, f"'{path}' is a directory, not a file")
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise BadInput("report-json", f"cannot write '{path}': its folder does not exist or is not writable")
+        raise BadInput(field, f"cannot write '{path}': its folder does not exist or is not writable")
     if os.path.exists(path):
         if not os.path.isfile(path):
-            raise BadInput("report-json", f"'{path}' is not a regular file")
+            raise BadInput(field, f"'{path}' is not a regular file")
         if script and os.path.exists(script) and os.path.samefile(path, script):
-            raise BadInput("report-json", f"'{path}' is the program being run; give another file")
+            raise BadInput(field, f"'{path}' is the program being run; give another file")
+
+
+class _Tracing:
+    """--trace FILE: every rank's program runs inside a `dtsim.record(FILE)` block of its own (the recorder keeps one
+    per simulated rank's thread). The block ends where the rank destroys its default group, or where its program
+    ends: ending it is a collective (rank 0 gathers every rank's rows and writes the recording)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._open = {}
+
+    def open(self, rank: int) -> None:
+        from ..recorder import record
+
+        block = record(self.path)
+        block.__enter__()
+        self._open[rank] = block
+
+    def close(self, rank: Optional[int]) -> None:
+        block = self._open.pop(rank, None)
+        if block is not None:
+            block.__exit__(None, None, None)
+
+    def abandon(self, rank: int, error: BaseException) -> None:
+        block = self._open.pop(rank, None)
+        if block is not None:
+            with contextlib.suppress(BaseException):
+                block.__exit__(type(error), error, error.__traceback__)
 
 
 def _rank_env(rank: int, nproc: int, nnodes: int, master_addr: str, master_port: str) -> dict:
@@ -275,6 +308,12 @@ def main(argv: Sequence[str]) -> int:
         program = _Program(args.script, args.module)
         if args.report_json is not None:
             _check_output(args.report_json, program.path)
+        if args.trace is not None:
+            _check_output(args.trace, program.path, "trace")
+            _check_output(args.trace + ".data", program.path, "trace")
+            if args.report_json is not None and os.path.abspath(args.report_json) in (
+                    os.path.abspath(args.trace), os.path.abspath(args.trace + ".data")):
+                raise BadInput("trace", f"'{args.trace}' is also --report-json's file; give two files")
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -314,11 +353,32 @@ def main(argv: Sequence[str]) -> int:
     if args.meta:
         meta.install()
 
+    tracing = _Tracing(args.trace) if args.trace is not None else None
+    if tracing is not None:
+        emulation.before_destroy(lambda group: tracing.close(scheduler.current_rank())
+                                 if group is None or group is dist.GroupMember.WORLD else None)
+
     @contextlib.contextmanager
     def rank_modes(rank: int):
-        """What each rank's program runs under: GPU devices on the CPU, and the rank's memory meter."""
+        """What each rank's program runs under: GPU devices on the CPU (or meta), the rank's memory meter, and with
+        --trace its record block."""
         with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), MemoryMeter(world.tracker, rank):
-            yield
+            if tracing is None:
+                yield
+                return
+            tracing.open(rank)
+            try:
+                yield
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    tracing.abandon(rank, e)
+                else:
+                    tracing.close(rank)
+                raise
+            except BaseException as e:
+                tracing.abandon(rank, e)
+                raise
+            tracing.close(rank)
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout = _RankOutput(real_out, scheduler.current_rank, args.rank_prefix, shown)
     sys.stderr = _RankOutput(real_err, scheduler.current_rank, args.rank_prefix, shown)
@@ -364,8 +424,8 @@ def main(argv: Sequence[str]) -> int:
     sys.stdout, sys.stderr = real_out, real_err
     real_out.flush()
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
-          "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)",
-          file=real_err)
+          "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"
+          + (f"; recording written to {args.trace}" if args.trace is not None else ""), file=real_err)
     # The program's exit handlers run, as at a normal exit; the interpreter's teardown of torch (a second or more)
     # is skipped: nothing is left to flush or remove once the handlers ran.
     atexit._run_exitfuncs()

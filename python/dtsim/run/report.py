@@ -10,6 +10,7 @@ A collective's cause is read from the Python stack of the rank that called it fi
 | torch/distributed/tensor/                          | DTensor (redistribute, full_tensor, a style)    |
 | torch/autograd/ and no torch.distributed frame     | issued from C++ during backward (DDP's reducer) |
 | none of these                                      | direct call (c10d or functional collective)     |
+| dtsim/recorder.py (first)                          | dtsim run --trace gathering its recording       |
 
 The site is the innermost frame of the program's own code (not torch's, not dtsim's). Bytes are what one rank sends
 into the collective (its input tensors; for a rooted one such as scatter, the root's), the most of any rank of the
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-_INTERNAL = ("/torch/", "/dtsim/run/", "/threading.py", "/contextlib.py", "<frozen ")
+_INTERNAL = ("/torch/", "/dtsim/run/", "/dtsim/recorder.py", "/threading.py", "/contextlib.py", "<frozen ")
 
 
 def _cause_and_site(frame) -> Tuple[str, str]:
@@ -37,7 +38,9 @@ def _cause_and_site(frame) -> Tuple[str, str]:
             site = f"{os.path.relpath(name) if not name.startswith('..') else name}:{frame.f_lineno}"
         frame = frame.f_back
     joined = "\n".join(files)
-    if "/torch/distributed/fsdp/" in joined:
+    if "/dtsim/recorder.py" in joined:
+        cause = "dtsim run --trace (gathering the recording to rank 0)"
+    elif "/torch/distributed/fsdp/" in joined:
         cause = "FSDP2"
     elif "/torch/nn/parallel/distributed.py" in joined:
         cause = "DDP"
