@@ -666,6 +666,18 @@ BAD_INPUTS = [
         ["cannot write 'no/r.json'"], files={"s.py": "print(1)\n"}),
     Row("run-report-json-is-the-script", ["run", "--report-json", "s.py", "s.py"], "report-json",
         ["'s.py' is the program being run"], files={"s.py": "print(1)\n"}),
+    Row("run-trace-no-folder", ["run", "--trace", "no/t.json", "s.py"], "trace", ["cannot write 'no/t.json'"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-trace-is-the-script", ["run", "--trace", "s.py", "s.py"], "trace", ["'s.py' is the program being run"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-trace-is-a-folder", ["run", "--trace", ".", "s.py"], "trace", ["'.' is a directory"],
+        files={"s.py": "print(1)\n"}),
+    Row("run-trace-is-the-report", ["run", "--trace", "r.json", "--report-json", "r.json", "s.py"], "trace",
+        ["also --report-json's file"], files={"s.py": "print(1)\n"}),
+    Row("trace-diff-recording-vs-trace", ["trace-diff", "r.json", "t.json"], "recording",
+        ["expected \"dtsim-recording\""],
+        files={"r.json": '{"format": "dtsim-recording", "version": 1, "meta": {"backend": "dtsim-run", '
+                         '"world_size": 1}, "redistributions": []}', "t.json": trace_text()}),
 ]
 
 # --batch: each row's lines are answered one JSON object per non-blank line; `bad` maps the index (among non-blank
