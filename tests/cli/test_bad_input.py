@@ -670,6 +670,8 @@ BAD_INPUTS = [
         files={"s.py": "print(1)\n"}),
     Row("run-trace-is-the-script", ["run", "--trace", "s.py", "s.py"], "trace", ["'s.py' is the program being run"],
         files={"s.py": "print(1)\n"}),
+    Row("run-trace-with-meta", ["run", "--meta", "--trace", "t.json", "s.py"], "trace", ["metadata-only run"],
+        files={"s.py": "print(1)\n"}),
     Row("run-trace-is-a-folder", ["run", "--trace", ".", "s.py"], "trace", ["'.' is a directory"],
         files={"s.py": "print(1)\n"}),
     Row("run-trace-is-the-report", ["run", "--trace", "r.json", "--report-json", "r.json", "s.py"], "trace",

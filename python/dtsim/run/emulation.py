@@ -228,6 +228,22 @@ def _install_memory(namespace, tracker, rank_of: Callable[[], Optional[int]]) ->
             setattr(namespace, name, function)
 
 
+def _cannot_emulate(name: str, why: str) -> Callable[..., Any]:
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"dtsim run: {name} cannot run on the simulated devices: {why} (docs/run.md, \"GPU scripts "
+                           "on a CPU machine\")")
+
+    return refuse
+
+
+class _NoCudaGraph:
+    """torch.cuda.CUDAGraph: refused where it is made."""
+
+    def __init__(self, *args, **kwargs):
+        _cannot_emulate("torch.cuda.CUDAGraph", "a CUDA graph replays captured GPU kernels, and the simulated ranks' "
+                        "tensors live on the CPU")()
+
+
 def _install_cuda(devices: _RankDevices, tracker, rank_of: Callable[[], Optional[int]]) -> None:
     cuda = torch.cuda
     cuda.is_available = lambda: True
@@ -250,6 +266,11 @@ def _install_cuda(devices: _RankDevices, tracker, rank_of: Callable[[], Optional
     cuda.default_stream = lambda *a, **k: _NoOpStream()
     cuda.set_stream = _does_nothing()
     cuda.device = _NoOpStream
+    cuda.CUDAGraph = _NoCudaGraph
+    cuda.graph = _cannot_emulate("torch.cuda.graph", "it captures GPU kernels into a CUDA graph, and the simulated "
+                                 "ranks' tensors live on the CPU")
+    cuda.make_graphed_callables = _cannot_emulate("torch.cuda.make_graphed_callables", "it captures GPU kernels into "
+                                                  "CUDA graphs, and the simulated ranks' tensors live on the CPU")
     _install_memory(cuda, tracker, rank_of)
     _install_memory(getattr(cuda, "memory", None), tracker, rank_of)
     accelerator = getattr(torch, "accelerator", None)

@@ -309,6 +309,9 @@ def main(argv: Sequence[str]) -> int:
         if args.report_json is not None:
             _check_output(args.report_json, program.path)
         if args.trace is not None:
+            if args.meta:
+                raise BadInput("trace", "a metadata-only run (--meta) has no shard values to hash or keep; trace a "
+                               "run with values, or use --report-json for the collectives of a --meta run")
             _check_output(args.trace, program.path, "trace")
             _check_output(args.trace + ".data", program.path, "trace")
             if args.report_json is not None and os.path.abspath(args.report_json) in (
