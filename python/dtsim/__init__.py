@@ -66,9 +66,24 @@ def _simulate(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 def _no_grad_arg(tensor: torch.Tensor, field: str) -> None:
+    _strided_arg(tensor, field)
     if tensor.requires_grad:
         raise ValueError(f"{field}: the tensor requires grad, and dtsim's Python API has no autograd; "
                          "pass tensor.detach()")
+
+
+def _strided_arg(tensor: torch.Tensor, field: str) -> None:
+    """A shard is a plain strided tensor with storage: nested, sparse and fake tensors are refused by name."""
+    if tensor.is_nested:
+        raise ValueError(f"{field}: a nested tensor has no single shape to shard; pass a strided tensor")
+    if tensor.layout != torch.strided:
+        raise ValueError(f"{field}: {str(tensor.layout).replace('torch.', '')} tensors are not supported; pass a "
+                         "strided tensor (tensor.to_dense())")
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(tensor):
+        raise ValueError(f"{field}: a FakeTensor has no values; pass a real tensor, or use the meta device for "
+                         "shapes only")
 
 
 # ---- placements -------------------------------------------------------------------------------
@@ -460,6 +475,8 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements:
     `placements` defaults to Replicate on every mesh dim."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    if src_data_rank is not None and (isinstance(src_data_rank, bool) or not isinstance(src_data_rank, int)):
+        raise ValueError(f"src_data_rank: expected an int (a mesh coordinate) or None, got {src_data_rank!r}")
     mesh = _mesh_arg(device_mesh)
     if placements is None:
         placements = [Replicate()] * mesh.ndim
@@ -548,6 +565,11 @@ class Plan:
     __slots__ = ("_json", "_explain")
 
     def __init__(self, json: Dict[str, Any], explain: Optional[str] = None) -> None:
+        if not isinstance(json, dict):
+            raise ValueError(f"plan: expected the JSON object of `dtsim plan --json` (a dict), got "
+                             f"{type(json).__name__}")
+        if explain is None:
+            explain = _simulate(_C.explain_plan, json)  # validates it as ExecutePlan reads it (ValueError)
         self._json = json
         self._explain = explain
 
@@ -745,6 +767,7 @@ def shard_hash(tensor: torch.Tensor) -> str:
     """The hash traces record for a shard: "xxh3:" + 16 hex digits over dtype, shape and bytes."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    _strided_arg(tensor, "tensor")
     return _simulate(_C.shard_hash, tensor)
 
 

@@ -762,7 +762,11 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
     """Records every DTensor redistribution run inside the block into `path` (rank 0 writes it; source shard values
     go to `<path>.data` up to `max_data_bytes` in all). See the module docstring."""
     _check_torch_version()
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path: expected a str or os.PathLike naming the recording, got {type(path).__name__}")
     path = os.fspath(path)
+    if isinstance(path, bytes):
+        raise ValueError("path: expected a str or os.PathLike of str, got a path of bytes")
     if not path:
         raise ValueError("path: empty")
     if isinstance(max_data_bytes, bool) or not isinstance(max_data_bytes, int) or max_data_bytes < 0:

@@ -159,6 +159,14 @@ def test_shard_hash_is_the_trace_hash():
     assert dtsim.shard_hash(x[0:3].double()) != hashes[0]  # the dtype is hashed too
 
 
+def _fake_distribute(mesh):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.ones(4)
+    return dtsim.distribute_tensor(fake, mesh, "R,R")
+
+
 BAD = [
     (lambda m: dtsim.init_device_mesh("cuda", (2,)), "device_type"),
     (lambda m: dtsim.init_device_mesh("cpu", (0, 2)), "mesh"),
@@ -187,6 +195,16 @@ BAD = [
     (lambda m: Partial("mean"), "Partial.reduce_op"),
     (lambda m: dtsim.load_trace("/nonexistent/t.json"), "trace"),
     (lambda m: dtsim.shard_hash(3), "tensor"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "S(0),R", src_data_rank="a"), "src_data_rank: expected"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "S(0),R", src_data_rank=True), "src_data_rank: expected"),
+    (lambda m: dtsim.distribute_tensor(torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), m, "R,R"),
+     "tensor: a nested tensor"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4).to_sparse(), m, "R,R"), "tensor: sparse_coo tensors"),
+    (lambda m: dtsim.shard_hash(torch.ones(2).to_sparse()), "tensor: sparse_coo tensors"),
+    (lambda m: _fake_distribute(m), "tensor: a FakeTensor"),
+    (lambda m: dtsim.Plan(None), "plan: expected the JSON object"),
+    (lambda m: dtsim.Plan({"foo": 1}), "plan"),
+    (lambda m: dtsim.record(b"/tmp/dtsim_bytes.json").__enter__(), "path: expected a str"),
     (lambda m: dtsim._C.estimate_collective_us("all_gatherx", 4, 16), "kind: 'all_gatherx'"),
     (lambda m: dtsim._C.estimate_collective_us("all_gather", 0, 16), "group_size: 0"),
     (lambda m: dtsim._C.estimate_collective_us("all_gather", 4, -1), "message_bytes: -1"),
