@@ -730,8 +730,8 @@ def layout(src: Union[DTensor, DeviceMesh], placements: Optional[PlacementsLike]
 class Trace:
     """A dtsim trace read and validated as `trace-diff` reads it (docs/trace-format.md). Attributes
     follow its JSON: format, meta, initial, steps, final, ok (or op, strategy, redistributions for
-    an op trace; model, mesh, events for a model trace); `trace["key"]` and to_json() give the JSON
-    itself."""
+    an op trace; model, mesh, events for a model trace; meta, redistributions for a recording);
+    `trace["key"]` and to_json() give the JSON itself."""
 
     __slots__ = ("_json",)
 

@@ -33,6 +33,7 @@
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
+#include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 
 namespace py = pybind11;
@@ -239,6 +240,8 @@ PYBIND11_MODULE(_C, m) {
     WithFileName(path, [&] {
       if (IsOpTrace(json)) {
         OpTraceFromJson(json);
+      } else if (IsRecording(json)) {
+        RecordingFromJson(json);
       } else if (IsModelTrace(json)) {
         ModelTraceFromJson(json);
       } else {

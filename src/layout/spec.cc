@@ -3,6 +3,7 @@
 #include "dtsim/layout/spec.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "dtsim/layout/checked_math.h"
 #include "dtsim/layout/error.h"
@@ -197,6 +198,13 @@ DTensorSpec DTensorSpec::Create(DeviceMesh mesh, Placements placements, std::vec
   for (int64_t d : shape) elements *= static_cast<long double>(d);
   if (elements > static_cast<long double>(kMaxTensorElements)) {
     throw InputError("shape", StrCat(IntListToString(shape), " has more than 2^62 elements"));
+  }
+  // A tensor's bytes must fit ATen's storage size (int64): 2^62 four-byte elements do not.
+  if (elements * static_cast<long double>(ItemSize(dtype)) >
+      static_cast<long double>(std::numeric_limits<int64_t>::max())) {
+    throw InputError("shape", StrCat(IntListToString(shape), " ", dtsim::ToString(dtype),
+                                     " is more than 2^63 - 1 bytes, the most a tensor's storage "
+                                     "holds"));
   }
   for (Placement& p : placements) p = p.Normalized(static_cast<int64_t>(shape.size()));
   for (const Placement& p : placements) {

@@ -244,3 +244,28 @@ def test_full_tensor_of_disagreeing_replicas_is_a_value_error(mesh):
     dt.to_local()[5].add_(1)
     with pytest.raises(ValueError, match="full_tensor: rank 5 disagrees with rank 0"):
         dt.full_tensor()
+
+
+def test_load_trace_reads_recordings(tmp_path):
+    """A recording (`dtsim run --trace` of tests/run/scripts/counted.py: distribute_tensor then full_tensor) loads
+    as the CLI reads it; an impossible one (world_size 0) is a ValueError naming the field."""
+    import json
+    import subprocess
+
+    dtsim_bin = os.environ.get("DTSIM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "dtsim"))
+    path = tmp_path / "run.json"
+    script = os.path.join(os.path.dirname(__file__), "..", "run", "scripts", "counted.py")
+    out = subprocess.run([dtsim_bin, "run", "--nproc-per-node", "4", "--trace", str(path), script],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rec = dtsim.load_trace(path)
+    assert rec.format == "dtsim-recording" and rec.meta["backend"] == "dtsim-run"
+    assert [(r["call"], r["src"]["placements"], r["dst"]["placements"]) for r in rec.redistributions] == [
+        ("full_tensor", "[S(0)]", "[R]")]
+    doc = json.loads(path.read_text())
+    doc["meta"]["world_size"] = 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as e:
+        dtsim.load_trace(bad)
+    assert "world_size" in str(e.value), str(e.value)
