@@ -350,8 +350,9 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     // sharded embedding masks the indices outside each rank's rows, as upstream's _MaskPartial
     // does): bad input, as on a replicated weight.
     std::string what = e.what_without_backtrace();
-    throw InputError("op", StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n')),
-                                  " (the op on the global tensors, which the verdict compares with)"));
+    throw InputError("op",
+                     StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n')),
+                            " (the op on the global tensors, which the verdict compares with)"));
   }
   // An op may return without reaching the DTensor kernel (contiguous of a contiguous tensor returns
   // it): no strategy, no redistribution; the outputs are still reported and checked.

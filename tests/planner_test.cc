@@ -415,8 +415,9 @@ TEST(PlanJsonTest, StepFieldsAndTotals) {
 }
 
 TEST(PlanBytesTest, OverflowIsRefusedNotNegative) {
-  // 2^61 float64 elements over 2 ranks: each gathered buffer would hold 2^64 bytes (issue 10: printed
-  // negative bytes). The spec refuses the tensor itself: its storage would not fit int64 bytes.
+  // 2^61 float64 elements over 2 ranks: each gathered buffer would hold 2^64 bytes (issue 10:
+  // printed negative bytes). The spec refuses the tensor itself: its storage would not fit int64
+  // bytes.
   try {
     PlanRedistribute(Spec({2}, "S(0)", {int64_t{1} << 61}, DType::kFloat64), ParsePlacements("R"),
                      PlannerKind::kGreedy);

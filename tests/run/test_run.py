@@ -120,9 +120,14 @@ def test_gpu_script_runs_unedited_and_matches_the_cpu_run():
                os.path.join(EXAMPLES, "gpu_tp_tutorial.py")])
     assert sim.returncode == 0, sim.stderr[-3000:]
     assert_same_values(real, compared_lines(sim.stdout), "gpu_tp_tutorial.py")
+    # Unmetered (no --memory): 0, and a notice that says so.
+    assert re.search(r"^mem 0$", sim.stdout, re.M) and "pass --memory to count" in sim.stderr, sim.stderr[-2000:]
+    metered = run([DTSIM, "run", "--nproc_per_node", "4", "--memory", os.path.join(EXAMPLES, "gpu_tp_tutorial.py")])
+    assert metered.returncode == 0, metered.stderr[-3000:]
+    assert compared_lines(metered.stdout) == compared_lines(sim.stdout)
     # The meter's peak holds at least what the script provably holds at once: the full model (1072 floats), x and
     # target (128 floats each) and rank 0's parameter shards (280 floats), while parallelize_module builds them.
-    peak = int(re.search(r"^mem (\d+)$", sim.stdout, re.M).group(1))
+    peak = int(re.search(r"^mem (\d+)$", metered.stdout, re.M).group(1))
     assert peak >= 4 * (1072 + 2 * 128 + 280), peak
 
 
@@ -277,7 +282,7 @@ def test_option_fuzz_never_escapes_the_error_policy(capsys, monkeypatch):
 
     options = ["--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--standalone", "--rank-prefix",
                "--local-ranks-filter", "--timeout", "-m", "--master-port", "--rdzv-backend", "--no-python", "--",
-               "--help-not", "-x", "--timeout=", "--nnodes=1:1", "--meta", "--report"]
+               "--help-not", "-x", "--timeout=", "--nnodes=1:1", "--meta", "--report", "--memory"]
     values = ["0", "1", "-1", "4", "1:2", "2:2", "abc_dtsim_fuzz", "", "1e9", "nan", "inf", "0.0001", "86401", "gpu", "cpu",
               "\u00a0", "0,1", "1,,2", "99999999999999999999"]
     rng = random.Random(31)

@@ -109,45 +109,13 @@ def _is_gpu(device) -> bool:
     return False
 
 
-def _is_backward(func, args) -> bool:
-    """Tensor.backward(...) or torch.autograd.backward(...)."""
-    return getattr(func, "__name__", "") == "backward" and bool(args) and (
-        isinstance(args[0], torch.Tensor) or func is torch.autograd.backward)
-
-
-def _backward_under(mode: TorchFunctionMode, args, kwargs):
-    """A backward pass with `mode` on. Torch takes a mode off while it handles a call, but the hooks a backward pass
-    runs (FSDP2's unshard and reduce-scatter, the program's own) make tensors too: so the pass is started here, from
-    the engine, as torch.autograd.backward starts it, under the mode."""
-    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
-    from torch.autograd.graph import _engine_run_backward
-
-    if isinstance(args[0], torch.Tensor):  # Tensor.backward(gradient, retain_graph, create_graph, inputs)
-        bound = dict(zip(("gradient", "retain_graph", "create_graph", "inputs"), args[1:]), **kwargs)
-        bound["grad_tensors"] = bound.pop("gradient", None)
-        tensors = (args[0],)
-    else:  # torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
-        bound = dict(zip(("grad_tensors", "retain_graph", "create_graph", "grad_variables", "inputs"), args[1:]),
-                     **kwargs)
-        tensors = (args[0],) if isinstance(args[0], torch.Tensor) else tuple(args[0])
-    inputs = bound.get("inputs")
-    inputs = () if inputs is None else (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-    create_graph = bool(bound.get("create_graph", False))
-    retain_graph = bound.get("retain_graph")
-    with mode:
-        grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(bound.get("grad_tensors"), len(tensors)),
-                            is_grads_batched=False)
-        _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph, create_graph,
-                             inputs, allow_unreachable=True, accumulate_grad=True)
-
-
 class CpuForGpu(TorchFunctionMode):
-    """Rewrites a GPU device to the CPU in every torch call that names one (factories, `.to`, `.cuda()`)."""
+    """Rewrites a GPU device to the CPU in every torch call that names one (factories, `.to`, `.cuda()`). A backward
+    pass runs outside it (torch takes a mode off while it handles `backward`; putting it back costs every backward
+    op a Python call): a backward hook of the program that makes a tensor on "cuda" fails there (docs/run.md)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _is_backward(func, args):
-            return _backward_under(self, args, kwargs)
         device = kwargs.get("device")
         if device is not None and _is_gpu(device):
             kwargs = dict(kwargs, device="cpu")
@@ -197,17 +165,30 @@ def _does_nothing() -> Callable[..., None]:
     return no_op
 
 
+_warned: set = set()
+
+
 def _install_memory(namespace, tracker, rank_of: Callable[[], Optional[int]]) -> None:
     """torch.cuda's (and torch.accelerator's) memory statistics answer from the rank's meter (modules.py): the bytes of
-    the tensors the rank's program holds. Nothing is cached, so reserved equals allocated."""
+    the tensors the rank's program holds. Nothing is cached, so reserved equals allocated. Without the meter (no
+    --memory, --report, --report-json or --meta) they answer 0, and say so once."""
+
+    def unmetered() -> bool:
+        if tracker.metered:
+            return False
+        if "memory" not in _warned:
+            _warned.add("memory")
+            print("dtsim run: torch.cuda's memory statistics are not measured in this run (they return 0); pass "
+                  "--memory to count every rank's tensors", file=sys.__stderr__)
+        return True
 
     def current(*args, **kwargs) -> int:
         rank = rank_of()
-        return 0 if rank is None else tracker.allocated(rank)
+        return 0 if rank is None or unmetered() else tracker.allocated(rank)
 
     def peak(*args, **kwargs) -> int:
         rank = rank_of()
-        return 0 if rank is None else tracker.max_allocated(rank)
+        return 0 if rank is None or unmetered() else tracker.max_allocated(rank)
 
     def reset(*args, **kwargs) -> None:
         rank = rank_of()
@@ -355,7 +336,8 @@ def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[]
     _install_cuda(_RankDevices(local_rank_of, local_world_size), tracker, rank_of)
     from . import modules
 
-    modules.install_resize_hook(tracker)
+    if tracker.metered:
+        modules.install_resize_hook(tracker)
     if tracker.modules:
         modules.install_module_hooks(tracker)
     _install_mesh_on_cpu()

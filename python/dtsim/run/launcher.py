@@ -1,7 +1,8 @@
 """`dtsim run`: a torchrun script, unchanged, as N simulated ranks in this one process.
 
     dtsim run [--nproc-per-node N] [--nnodes M] [--standalone] [--rank-prefix] [--local-ranks-filter R]
-              [--timeout S] [--report] [--report-json FILE] [--meta] (SCRIPT | -m MODULE) [ARGS...]
+              [--timeout S] [--report] [--report-json FILE] [--trace FILE] [--memory] [--meta]
+              (SCRIPT | -m MODULE) [ARGS...]
 
 Exit status: 0 when every rank's program ended normally; 1 when a rank raised or exited non-zero (as torchrun, which
 exits 1 for any failed worker; the rank's own code is in the summary); 2 for bad input (options, a missing script or
@@ -76,6 +77,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="write a dtsim recording of the run (every DTensor redistribution with its collectives and "
                         "every rank's shard hashes, source shards in FILE.data): dtsim replay, trace-diff, export "
                         "and the viewer read it")
+    p.add_argument("--memory", action="store_true",
+                   help="count every rank's tensor memory: torch.cuda's memory statistics answer from it (on with "
+                        "--report, --report-json and --meta)")
     p.add_argument("--meta", action="store_true",
                    help="metadata-only: every tensor on the meta device (shapes, collectives, per-rank memory; no "
                         "values), for large rank counts")
@@ -344,7 +348,8 @@ def main(argv: Sequence[str]) -> int:
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
     reporting = args.report or args.report_json is not None
-    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting)
+    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting,
+                            metered=args.memory or reporting or args.meta)
     if reporting:
         from .report import Report
 
@@ -365,7 +370,8 @@ def main(argv: Sequence[str]) -> int:
     def rank_modes(rank: int):
         """What each rank's program runs under: GPU devices on the CPU (or meta), the rank's memory meter, and with
         --trace its record block."""
-        with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), MemoryMeter(world.tracker, rank):
+        with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), \
+                (MemoryMeter(world.tracker, rank) if world.tracker.metered else contextlib.nullcontext()):
             if tracing is None:
                 yield
                 return

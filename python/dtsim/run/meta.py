@@ -24,7 +24,39 @@ import torch
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
-from .emulation import _backward_under, _is_backward, _is_gpu
+from .emulation import _is_gpu
+
+
+def _is_backward(func, args) -> bool:
+    """Tensor.backward(...) or torch.autograd.backward(...)."""
+    return getattr(func, "__name__", "") == "backward" and bool(args) and (
+        isinstance(args[0], torch.Tensor) or func is torch.autograd.backward)
+
+
+def _backward_under(mode: TorchFunctionMode, args, kwargs):
+    """A backward pass with `mode` on. Torch takes a mode off while it handles a call, but the hooks a backward pass
+    runs (FSDP2's unshard and reduce-scatter, the program's own) make tensors too: so the pass is started here, from
+    the engine, as torch.autograd.backward starts it, under the mode."""
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    if isinstance(args[0], torch.Tensor):  # Tensor.backward(gradient, retain_graph, create_graph, inputs)
+        bound = dict(zip(("gradient", "retain_graph", "create_graph", "inputs"), args[1:]), **kwargs)
+        bound["grad_tensors"] = bound.pop("gradient", None)
+        tensors = (args[0],)
+    else:  # torch.autograd.backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
+        bound = dict(zip(("grad_tensors", "retain_graph", "create_graph", "grad_variables", "inputs"), args[1:]),
+                     **kwargs)
+        tensors = (args[0],) if isinstance(args[0], torch.Tensor) else tuple(args[0])
+    inputs = bound.get("inputs")
+    inputs = () if inputs is None else (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    create_graph = bool(bound.get("create_graph", False))
+    retain_graph = bound.get("retain_graph")
+    with mode:
+        grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(bound.get("grad_tensors"), len(tensors)),
+                            is_grads_batched=False)
+        _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph, create_graph,
+                             inputs, allow_unreachable=True, accumulate_grad=True)
 
 
 def _is_meta(device) -> bool:

@@ -78,8 +78,9 @@ class ModuleStats:
 class Tracker:
     """Every rank's memory count and running modules, for one run."""
 
-    def __init__(self, world_size: int, rank_of: Callable[[], Optional[int]], modules: bool):
+    def __init__(self, world_size: int, rank_of: Callable[[], Optional[int]], modules: bool, metered: bool = True):
         self.world_size = world_size
+        self.metered = metered  # the ranks run under their MemoryMeter (--memory, --report, --report-json, --meta)
         self._rank_of = rank_of
         self._ranks = [_Rank() for _ in range(world_size)]
         # storage (its C++ address) -> [owning rank, counted bytes]; an entry leaves when the storage is freed.
