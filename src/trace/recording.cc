@@ -14,6 +14,7 @@ namespace {
 constexpr const char* kField = "recording";
 constexpr size_t kMaxRedistributions = size_t{1} << 24;
 constexpr size_t kMaxCollectives = 4096;
+constexpr size_t kMaxRunCollectives = size_t{1} << 24;  // a recording's run-wide "collectives"
 
 std::vector<std::string> SubmeshDims(const JsonReader& spec) {
   return spec.Has("submesh") ? spec.At("submesh").AsStrings() : std::vector<std::string>{};
@@ -78,7 +79,7 @@ std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankSta
   return out;
 }
 
-RecordedCollective CollectiveFromJson(const JsonReader& r, const DTensorSpec& spec) {
+RecordedCollective CollectiveFromJson(const JsonReader& r, const DeviceMesh& mesh) {
   r.ExpectObject();
   RecordedCollective c;
   const std::string& op = r.String("op");
@@ -89,15 +90,15 @@ RecordedCollective CollectiveFromJson(const JsonReader& r, const DTensorSpec& sp
   c.groups = r.At("groups").AsIntLists(0, max_rank);
   for (size_t g = 0; g < c.groups.size(); ++g) {
     for (int64_t rank : c.groups[g]) {
-      if (!spec.mesh().FindCoordinate(rank)) {
-        r.At("groups").At(g).Fail(StrCat("rank ", rank, " is not in ", spec.mesh().ToString()));
+      if (!mesh.FindCoordinate(rank)) {
+        r.At("groups").At(g).Fail(StrCat("rank ", rank, " is not in ", mesh.ToString()));
       }
     }
   }
   c.ranks = r.Ints("ranks", 0, max_rank);
   for (size_t i = 0; i < c.ranks.size(); ++i) {
-    if (!spec.mesh().FindCoordinate(c.ranks[i]))
-      r.At("ranks").Fail(StrCat("rank ", c.ranks[i], " is not in ", spec.mesh().ToString()));
+    if (!mesh.FindCoordinate(c.ranks[i]))
+      r.At("ranks").Fail(StrCat("rank ", c.ranks[i], " is not in ", mesh.ToString()));
     if (i > 0 && c.ranks[i] <= c.ranks[i - 1])
       r.At("ranks").Fail("ranks must be listed once each, ascending");
   }
@@ -122,6 +123,23 @@ RecordedCollective CollectiveFromJson(const JsonReader& r, const DTensorSpec& sp
   c.output_shapes = per_rank_shapes("output_shapes");
   c.input_bytes = per_rank_ints("input_bytes");
   c.output_bytes = per_rank_ints("output_bytes");
+  auto per_rank_hashes = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!r.Has(key)) return out;
+    const JsonReader list = r.At(key);
+    const size_t m = list.ArraySize();
+    if (m != n) list.Fail(StrCat("has ", m, " entries for ", n, " ranks"));
+    for (size_t i = 0; i < m; ++i) {
+      out.push_back(list.At(i).AsString());
+      if (!IsShardHash(out.back())) {
+        list.At(i).Fail(
+            StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(list.At(i).json())));
+      }
+    }
+    return out;
+  };
+  c.input_hashes = per_rank_hashes("input_hashes");
+  c.output_hashes = per_rank_hashes("output_hashes");
   return c;
 }
 
@@ -238,7 +256,8 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), out.ranks_before);
   const JsonReader cs = r.At("collectives");
   const size_t nc = cs.ArraySize(kMaxCollectives);
-  for (size_t i = 0; i < nc; ++i) out.collectives.push_back(CollectiveFromJson(cs.At(i), src_root));
+  for (size_t i = 0; i < nc; ++i)
+    out.collectives.push_back(CollectiveFromJson(cs.At(i), src_root.mesh()));
   out.data = DataFromJson(r, "data", out.ranks_before, out.src.dtype(), data_file_bytes);
   if (r.Has("data_after")) {
     out.data_after =
@@ -288,6 +307,14 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
         out.data_file.empty()) {
       list.At(i).At("data").Fail("refers to a data file, but meta.data_file names none");
     }
+  }
+  if (r.Has("collectives")) {
+    // The run's collectives: ranks of the world (0 to world_size - 1).
+    const DeviceMesh world = DeviceMesh::Create({out.world_size});
+    const JsonReader cs = r.At("collectives");
+    const size_t nc = cs.ArraySize(kMaxRunCollectives);
+    out.collectives.emplace();
+    for (size_t i = 0; i < nc; ++i) out.collectives->push_back(CollectiveFromJson(cs.At(i), world));
   }
   return out;
 }

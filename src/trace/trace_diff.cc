@@ -215,6 +215,43 @@ std::vector<int64_t> RanksThatDiffer(const std::vector<TraceDifference>& diffs) 
 namespace dtsim {
 namespace {
 
+// One recorded collective against another: op, groups, ranks, per-rank shapes and bytes, and the
+// per-rank hashes where both have them.
+void CompareRecorded(Differ& d, const RecordedCollective& cx, const RecordedCollective& cy) {
+  if (cx.kind != cy.kind)
+    d.Add(StrCat("op \"", ToString(cx.kind), "\" vs \"", ToString(cy.kind), "\""));
+  if (cx.groups != cy.groups) {
+    d.Add(StrCat("groups differ: ", Differ::GroupsText(cx.groups), " vs ",
+                 Differ::GroupsText(cy.groups)));
+  }
+  d.RankSets(cx.ranks, cy.ranks, "collective rows");
+  auto rows = [](const RecordedCollective& c, auto get) {
+    std::map<int64_t, std::string> m;
+    for (size_t k = 0; k < c.ranks.size(); ++k) m[c.ranks[k]] = get(c, k);
+    return m;
+  };
+  auto in = [](const RecordedCollective& c, size_t k) { return ShapeText(c.input_shapes[k]); };
+  auto out = [](const RecordedCollective& c, size_t k) { return ShapeText(c.output_shapes[k]); };
+  auto in_bytes = [](const RecordedCollective& c, size_t k) {
+    return std::to_string(c.input_bytes[k]);
+  };
+  auto out_bytes = [](const RecordedCollective& c, size_t k) {
+    return std::to_string(c.output_bytes[k]);
+  };
+  d.PerRank("input shape", rows(cx, in), rows(cy, in));
+  d.PerRank("output shape", rows(cx, out), rows(cy, out));
+  d.PerRank("input_bytes", rows(cx, in_bytes), rows(cy, in_bytes));
+  d.PerRank("output_bytes", rows(cx, out_bytes), rows(cy, out_bytes));
+  if (!cx.input_hashes.empty() && !cy.input_hashes.empty()) {
+    auto hash_in = [](const RecordedCollective& c, size_t k) { return c.input_hashes[k]; };
+    d.PerRank("input hash", rows(cx, hash_in), rows(cy, hash_in));
+  }
+  if (!cx.output_hashes.empty() && !cy.output_hashes.empty()) {
+    auto hash_out = [](const RecordedCollective& c, size_t k) { return c.output_hashes[k]; };
+    d.PerRank("output hash", rows(cx, hash_out), rows(cy, hash_out));
+  }
+}
+
 std::string RedistributionLabel(const RecordedRedistribution& r) {
   std::string call = r.call;
   if (!r.op.empty()) call += StrCat(" ", r.op, r.arg ? StrCat(" arg ", *r.arg) : "");
@@ -252,36 +289,9 @@ std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording&
                    " vs ", y.collectives.size()));
     }
     for (size_t j = 0; j < std::min(x.collectives.size(), y.collectives.size()); ++j) {
-      const RecordedCollective& cx = x.collectives[j];
-      const RecordedCollective& cy = y.collectives[j];
       d.At(Phase::kStep, step, static_cast<int64_t>(j),
-           StrCat(label, ", collective ", j + 1, " (", ToString(cx.kind), ")"));
-      if (cx.kind != cy.kind)
-        d.Add(StrCat("op \"", ToString(cx.kind), "\" vs \"", ToString(cy.kind), "\""));
-      if (cx.groups != cy.groups) {
-        d.Add(StrCat("groups differ: ", Differ::GroupsText(cx.groups), " vs ",
-                     Differ::GroupsText(cy.groups)));
-      }
-      d.RankSets(cx.ranks, cy.ranks, "collective rows");
-      auto rows = [](const RecordedCollective& c, auto get) {
-        std::map<int64_t, std::string> m;
-        for (size_t k = 0; k < c.ranks.size(); ++k) m[c.ranks[k]] = get(c, k);
-        return m;
-      };
-      auto in = [](const RecordedCollective& c, size_t k) { return ShapeText(c.input_shapes[k]); };
-      auto out = [](const RecordedCollective& c, size_t k) {
-        return ShapeText(c.output_shapes[k]);
-      };
-      auto in_bytes = [](const RecordedCollective& c, size_t k) {
-        return std::to_string(c.input_bytes[k]);
-      };
-      auto out_bytes = [](const RecordedCollective& c, size_t k) {
-        return std::to_string(c.output_bytes[k]);
-      };
-      d.PerRank("input shape", rows(cx, in), rows(cy, in));
-      d.PerRank("output shape", rows(cx, out), rows(cy, out));
-      d.PerRank("input_bytes", rows(cx, in_bytes), rows(cy, in_bytes));
-      d.PerRank("output_bytes", rows(cx, out_bytes), rows(cy, out_bytes));
+           StrCat(label, ", collective ", j + 1, " (", ToString(x.collectives[j].kind), ")"));
+      CompareRecorded(d, x.collectives[j], y.collectives[j]);
     }
     d.At(Phase::kStep, step, -1, label + ", after");
     d.States(x.ranks_after, y.ranks_after);
@@ -290,6 +300,22 @@ std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording&
     d.At(Phase::kFinal, -1, -1, "end");
     d.Add(StrCat(a.redistributions.size(), " redistributions vs ", b.redistributions.size(),
                  ": the runs part after redistribution ", n));
+  }
+  if (a.collectives && b.collectives) {
+    // The run's collectives (both recordings have them: dtsim run --trace), in completion order.
+    const std::vector<RecordedCollective>& ca = *a.collectives;
+    const std::vector<RecordedCollective>& cb = *b.collectives;
+    const size_t m = std::min(ca.size(), cb.size());
+    for (size_t j = 0; j < m && !d.full(); ++j) {
+      d.At(Phase::kFinal, -1, static_cast<int64_t>(j),
+           StrCat("run collective ", j + 1, " (", ToString(ca[j].kind), " over ",
+                  Differ::GroupsText(ca[j].groups), ")"));
+      CompareRecorded(d, ca[j], cb[j]);
+    }
+    if (ca.size() != cb.size()) {
+      d.At(Phase::kFinal, -1, -1, "run collectives");
+      d.Add(StrCat(ca.size(), " collectives vs ", cb.size()));
+    }
   }
   return d.take();
 }

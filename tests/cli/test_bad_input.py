@@ -684,6 +684,19 @@ BAD_INPUTS = [
         files={"s.py": "print(1)\n"}),
     Row("run-trace-is-the-report", ["run", "--trace", "r.json", "--report-json", "r.json", "s.py"], "trace",
         ["also --report-json's file"], files={"s.py": "print(1)\n"}),
+    Row("trace-diff-recording-bad-run-collective-hash", ["trace-diff", "r.json", "r.json"], "recording",
+        ["collectives[0].output_hashes[1]", "expected \"xxh3:\" and 16 hex digits"],
+        files={"r.json": '{"format": "dtsim-recording", "version": 1, "meta": {"backend": "dtsim-run", '
+                         '"world_size": 2}, "redistributions": [], "collectives": [{"op": "all_reduce", "groups": '
+                         '[[0, 1]], "ranks": [0, 1], "input_shapes": [[2], [2]], "output_shapes": [[2], [2]], '
+                         '"input_bytes": [8, 8], "output_bytes": [8, 8], "input_hashes": ["xxh3:0123456789abcdef", '
+                         '"xxh3:0123456789abcdef"], "output_hashes": ["xxh3:0123456789abcdef", "xxh3:nothex"]}]}'}),
+    Row("trace-diff-recording-run-collective-rank-outside", ["trace-diff", "r.json", "r.json"], "recording",
+        ["collectives[0].ranks", "rank 5 is not in"],
+        files={"r.json": '{"format": "dtsim-recording", "version": 1, "meta": {"backend": "dtsim-run", '
+                         '"world_size": 2}, "redistributions": [], "collectives": [{"op": "barrier", "groups": '
+                         '[[0, 1]], "ranks": [0, 5], "input_shapes": [[0], [0]], "output_shapes": [[0], [0]], '
+                         '"input_bytes": [0, 0], "output_bytes": [0, 0]}]}'}),
     Row("trace-diff-recording-vs-trace", ["trace-diff", "r.json", "t.json"], "recording",
         ["expected \"dtsim-recording\""],
         files={"r.json": '{"format": "dtsim-recording", "version": 1, "meta": {"backend": "dtsim-run", '

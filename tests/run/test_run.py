@@ -533,3 +533,44 @@ def test_cuda_graphs_are_refused_at_their_line():
     assert out.returncode == 1, out.stderr[-3000:]
     assert "dtsim run: torch.cuda.CUDAGraph cannot run on the simulated devices" in out.stderr
     assert re.search(r"cuda_graph\.py\", line 7, in <module>", out.stderr), out.stderr[-3000:]
+
+
+def test_run_trace_holds_every_collective_with_hashes(tmp_path):
+    """--trace on tp_fsdp_adamw.py: the recording's run-wide "collectives" hold FSDP2's all-gathers and
+    reduce-scatters (5 steps per dp group) and every other collective of the program (the report's, less the
+    recording's own gather), each member's input and output hashed; every all_reduce and all_gather leaves its
+    members with equal bytes (equal output hashes). Two runs agree in trace-diff; a flipped output hash is named."""
+    import collections
+    import json
+
+    trace, report = str(tmp_path / "t.json"), str(tmp_path / "r.json")
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", trace, "--report-json", report,
+               os.path.join(EXAMPLES, "tp_fsdp_adamw.py")])
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(open(trace).read())
+    rows = json.loads(open(report).read())["rows"]
+    own = sum(r["count"] for r in rows if r["cause"].startswith("dtsim run --trace"))
+    assert own > 0 and len(doc["collectives"]) == sum(r["count"] for r in rows) - own
+    kinds = collections.Counter((c["op"], tuple(c["groups"][0])) for c in doc["collectives"])
+    for group in ((0, 2), (1, 3)):
+        assert kinds[("reduce_scatter", group)] == 5 and kinds[("all_gather", group)] >= 5, kinds
+    for c in doc["collectives"]:
+        assert len(c["input_hashes"]) == len(c["output_hashes"]) == len(c["ranks"]) == len(c["groups"][0])
+        if c["op"] in ("all_reduce", "all_gather"):
+            assert len(set(c["output_hashes"])) == 1, c
+    again = str(tmp_path / "again.json")
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", again, os.path.join(EXAMPLES, "tp_fsdp_adamw.py")])
+    assert out.returncode == 0, out.stderr[-3000:]
+    diff = run([DTSIM, "trace-diff", trace, again])
+    assert diff.returncode == 0 and diff.stdout.startswith("recordings agree"), diff.stdout
+    k = next(i for i, c in enumerate(doc["collectives"]) if c["op"] == "reduce_scatter")
+    doc["collectives"][k]["output_hashes"][1] = "xxh3:0000000000000000"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    for data in ("t.json.data",):
+        os.symlink(os.path.join(tmp_path, data), tmp_path / "bad.json.data")
+    diff = run([DTSIM, "trace-diff", again, str(bad)])
+    assert diff.returncode == 1, diff.stdout
+    rank = doc["collectives"][k]["ranks"][1]
+    assert f"run collective {k + 1} (reduce_scatter over " in diff.stdout
+    assert f"output hash differs on rank {rank} (" in diff.stdout, diff.stdout

@@ -33,6 +33,11 @@ struct RecordedCollective {
   std::vector<std::vector<int64_t>> output_shapes;
   std::vector<int64_t> input_bytes;
   std::vector<int64_t> output_bytes;
+  // Each rank's input before and output after the collective ("xxh3:<16 hex>"), per `ranks`; empty
+  // when not recorded (the collectives of a redistribution; dtsim run --trace records them for
+  // the run's collectives).
+  std::vector<std::string> input_hashes;
+  std::vector<std::string> output_hashes;
 };
 
 // Where one rank's source shard lies in the sidecar file.
@@ -75,6 +80,11 @@ struct Recording {
   std::string data_file;  // "" when no redistribution kept its data
   bool data_complete = true;
   std::vector<RecordedRedistribution> redistributions;
+  // Every collective of the run in the order each group completed it (c10d, functional, FSDP2,
+  // DDP and direct calls alike; point-to-point excluded), with its group and every member's input
+  // and output hash: "collectives" in the file, which `dtsim run --trace` writes (dtsim.record on
+  // real ranks does not: nullopt).
+  std::optional<std::vector<RecordedCollective>> collectives;
 };
 
 // True when `json` says it is a recording (its "format"); the rest is RecordingFromJson's job.

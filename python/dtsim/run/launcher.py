@@ -363,6 +363,7 @@ def main(argv: Sequence[str]) -> int:
 
     tracing = _Tracing(args.trace) if args.trace is not None else None
     if tracing is not None:
+        world.collective_log = []
         emulation.before_destroy(lambda group: tracing.close(scheduler.current_rank())
                                  if group is None or group is dist.GroupMember.WORLD else None)
 
@@ -431,6 +432,8 @@ def main(argv: Sequence[str]) -> int:
     for t in threads:
         t.join()
     sys.stdout, sys.stderr = real_out, real_err
+    if tracing is not None:
+        _add_run_collectives(args.trace, world.collective_log, real_err)
     real_out.flush()
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"
@@ -439,6 +442,22 @@ def main(argv: Sequence[str]) -> int:
     # is skipped: nothing is left to flush or remove once the handlers ran.
     atexit._run_exitfuncs()
     _finish(real_out, real_err, None, EXIT_OK)
+
+
+def _add_run_collectives(path: str, log, real_err) -> None:
+    """Adds every collective of the run ("collectives": c10d, functional, FSDP2, DDP, direct; with each rank's input
+    and output hash) to the recording rank 0 wrote."""
+    import json
+
+    from ..recorder import _write_atomically
+
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        doc["collectives"] = log
+        _write_atomically(path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
+    except (OSError, ValueError) as e:
+        real_err.write(f"dtsim run: error: trace: cannot add the run's collectives to '{path}': {e}\n")
 
 
 def _write_report(report, args, real_err, complete: bool) -> None:

@@ -85,6 +85,9 @@ class _Arrival:
         self.payload = payload
         self.describe = describe
         self.sent_bytes = 0  # what this rank sends into the collective (--report)
+        self.before = None  # --trace: (shape, bytes, hash) of what it sends, taken when it arrives
+        self.received: List = []  # --trace: the tensors its result is written to
+        self.internal = False  # --trace: the recording's own gather (not logged)
         self.module_keys: List = []  # the modules the rank issued it in (--report)
 
 
@@ -166,6 +169,19 @@ class World:
         self.collective_count = 0
         self.report = None  # a report.Report under --report / --report-json
         self.tracker = None  # the ranks' memory and modules (modules.Tracker)
+        self.collective_log: Optional[List[Dict]] = None  # --trace: every collective, as recordings list them
+
+    def log_collective(self, kind: str, channel: "GroupChannel", arrivals: List["_Arrival"]) -> None:
+        """A completed collective, in the recording's "collectives" form: its group, and each member's input (hashed
+        when it arrived) and output (hashed now)."""
+        after = [_digest(a.received) for a in arrivals]
+        order = sorted(range(len(arrivals)), key=lambda i: channel.ranks[i])
+        self.collective_log.append({
+            "op": _RECORDED_KINDS.get(kind, kind), "groups": [sorted(channel.ranks)],
+            "ranks": [channel.ranks[i] for i in order],
+            "input_shapes": [arrivals[i].before[0] for i in order], "output_shapes": [after[i][0] for i in order],
+            "input_bytes": [arrivals[i].before[1] for i in order], "output_bytes": [after[i][1] for i in order],
+            "input_hashes": [arrivals[i].before[2] for i in order], "output_hashes": [after[i][2] for i in order]})
 
     def channel(self, name: str, ranks: List[int]) -> GroupChannel:
         key = (name, tuple(ranks))
@@ -177,6 +193,37 @@ class World:
         ranks = list(backend_options.global_ranks_in_group) or list(range(self.world_size))
         channel = self.channel(str(backend_options.group_id), ranks)
         return SimProcessGroup(self, channel, backend_options.group_rank, backend_options.group_size)
+
+
+# The simulated backend's collectives by dtsim's collective kinds (the trace format's vocabulary).
+_RECORDED_KINDS = {"all_gather_into_tensor": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+                   "reduce_scatter_tensor": "reduce_scatter"}
+
+
+def _from_recorder() -> bool:
+    """True when dtsim.record's finish issues the collective (--trace gathering its recording), not the program (its
+    redistributions run inside the recorder's hooks: those are the program's)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "finish" and code.co_filename.endswith(("dtsim/recorder.py", "dtsim\\recorder.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _digest(tensors) -> Tuple[List[int], int, str]:
+    """(shape, bytes, hash) of what one rank hands to or gets from a collective: its tensor, or the bytes of its
+    tensors one after another (flattened) when it has several."""
+    from .. import _C
+
+    tensors = [t for t in tensors if t is not None]
+    if len(tensors) == 1:
+        t = tensors[0].detach()
+        return list(t.shape), t.numel() * t.element_size(), _C.shard_hash(t)
+    flat = torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]) if tensors \
+        else torch.empty(0, dtype=torch.uint8)
+    return [flat.numel()], flat.numel(), _C.shard_hash(flat)
 
 
 def _ranges(ranks: Sequence[int]) -> str:
@@ -224,9 +271,11 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ---- the meeting point ---------------------------------------------------------------------------------------
 
-    def _meet(self, kind: str, signature: Tuple, payload, compute: Callable[[List], None], sent=()) -> None:
+    def _meet(self, kind: str, signature: Tuple, payload, compute: Callable[[List], None], sent=(),
+              received=()) -> None:
         """Arrives at this rank's next collective on the group; returns when every member's result is written.
-        `sent`: the tensors this rank sends into it (the report's bytes)."""
+        `sent`: the tensors this rank sends into it (the report's bytes); `received`: the tensors its result is
+        written to (with --trace, both are hashed: before and after)."""
         channel = self._channel
         if channel.desc is None:
             channel.desc = self.group_desc
@@ -241,6 +290,10 @@ class SimProcessGroup(dist.ProcessGroup):
                     channel.name, channel.desc, channel.ranks)
         describe = f"{kind} {_describe_signature(signature)}".rstrip()
         arrival = _Arrival(self._group_rank, (kind,) + signature, payload, describe)
+        if self._world.collective_log is not None:
+            arrival.before = _digest(sent)
+            arrival.received = list(received)
+            arrival.internal = _from_recorder()
         if op.report_row is not None:
             arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent)
             arrival.module_keys = self._world.tracker.collective_keys(channel.ranks[self._group_rank])
@@ -265,6 +318,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     tracker.paused = False
             op.done = True
             del channel.operations[seq]
+            if self._world.collective_log is not None and not any(a.internal for a in op.arrivals.values()):
+                self._world.log_collective(kind, channel, [op.arrivals[r] for r in range(self._group_size)])
             if op.report_row is not None:
                 self._world.report.completed(op.report_row, kind, [
                     (channel.ranks[r], a.module_keys, a.sent_bytes) for r, a in sorted(op.arrivals.items())])
@@ -309,7 +364,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 for p in payloads:
                     p[i].copy_(result)
 
-        self._meet("all_reduce", (op_name, _meta(tensors)), list(tensors), compute, sent=tensors)
+        self._meet("all_reduce", (op_name, _meta(tensors)), list(tensors), compute, sent=tensors, received=tensors)
         return _done(list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -328,7 +383,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     if r != root:
                         p[i].copy_(payloads[root][i])
 
-        self._meet("broadcast", (f"root {root}", _meta(tensors)), list(tensors), compute, sent=tensors)
+        self._meet("broadcast", (f"root {root}", _meta(tensors)), list(tensors), compute, sent=tensors,
+                   received=tensors)
         return _done(list(tensors))
 
     def reduce(self, tensors, opts):
@@ -338,7 +394,8 @@ class SimProcessGroup(dist.ProcessGroup):
             for i in range(len(tensors)):
                 payloads[root][i].copy_(_reduce([p[i] for p in payloads], op_name))
 
-        self._meet("reduce", (f"root {root}", op_name, _meta(tensors)), list(tensors), compute, sent=tensors)
+        self._meet("reduce", (f"root {root}", op_name, _meta(tensors)), list(tensors), compute, sent=tensors,
+                   received=tensors)
         return _done(list(tensors))
 
     def allgather(self, output_lists, input_tensors, opts=None):
@@ -349,7 +406,7 @@ class SimProcessGroup(dist.ProcessGroup):
                         _copy_checked(outs[i][r], ins[i], f"all_gather output {r}")
 
         self._meet("all_gather", (_meta(input_tensors),), (output_lists, input_tensors), compute,
-                   sent=input_tensors)
+                   sent=input_tensors, received=[t for outs in output_lists for t in outs])
         return _done(output_lists)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -362,7 +419,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 _copy_checked(out, gathered.view(out.shape) if gathered.numel() == out.numel() else gathered,
                               "all_gather_into_tensor output")
 
-        self._meet("all_gather_into_tensor", (_meta([input]),), (output, input), compute, sent=[input])
+        self._meet("all_gather_into_tensor", (_meta([input]),), (output, input), compute, sent=[input],
+                   received=[output])
         return _done([output])
 
     _allgather_base = all_gather_single
@@ -376,7 +434,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                   else gathered, "all_gather_into_tensor output")
 
         self._meet("all_gather_into_tensor_coalesced", (_meta(inputs),), (list(outputs), list(inputs)), compute,
-                   sent=inputs)
+                   sent=inputs, received=outputs)
         return _done(list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -390,7 +448,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     _copy_checked(outs[i], _reduce([p[1][i][r] for p in payloads], op_name), "reduce_scatter output")
 
         self._meet("reduce_scatter", (op_name, _meta(outputs)), (list(outputs), input_lists), compute,
-                   sent=[t for ts in input_lists for t in ts])
+                   sent=[t for ts in input_lists for t in ts], received=outputs)
         return _done(list(outputs))
 
     def reduce_scatter_single(self, output, input, opts=None):
@@ -404,7 +462,8 @@ class SimProcessGroup(dist.ProcessGroup):
             for r, (out, _) in enumerate(payloads):
                 _copy_checked(out, _reduce([c[r] for c in chunks], op_name), "reduce_scatter_tensor output")
 
-        self._meet("reduce_scatter_tensor", (op_name, _meta([input])), (output, input), compute, sent=[input])
+        self._meet("reduce_scatter_tensor", (op_name, _meta([input])), (output, input), compute, sent=[input],
+                   received=[output])
         return _done([output])
 
     _reduce_scatter_base = reduce_scatter_single
@@ -445,7 +504,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
         self._meet("all_to_all_single", (str(input.dtype).replace("torch.", ""),),
                    (output, input, list(output_split_sizes or []), list(input_split_sizes or [])), compute,
-                   sent=[input])
+                   sent=[input], received=[output])
         return _done([output])
 
     alltoall_base = all_to_all_single
@@ -457,7 +516,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     _copy_checked(outs[s], ins[r], f"all_to_all output {s}")
 
         self._meet("all_to_all", (len(input_tensors),), (list(output_tensors), list(input_tensors)), compute,
-                   sent=input_tensors)
+                   sent=input_tensors, received=output_tensors)
         return _done(list(output_tensors))
 
     def gather(self, output_lists, input_tensors, opts):
@@ -470,7 +529,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     _copy_checked(outs[i][r], ins[i], f"gather output {r}")
 
         self._meet("gather", (f"root {root}", _meta(input_tensors)), (output_lists, input_tensors), compute,
-                   sent=input_tensors)
+                   sent=input_tensors, received=[t for outs in output_lists for t in outs])
         return _done(output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
@@ -483,7 +542,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     _copy_checked(outs[i], ins[i][r], f"scatter input {r}")
 
         self._meet("scatter", (f"root {root}", _meta(output_tensors)), (list(output_tensors), input_lists), compute,
-                   sent=[t for ts in input_lists for t in ts])
+                   sent=[t for ts in input_lists for t in ts], received=output_tensors)
         return _done(list(output_tensors))
 
     # ---- point to point ------------------------------------------------------------------------------------------

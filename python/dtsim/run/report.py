@@ -10,7 +10,7 @@ A collective's cause is read from the Python stack of the rank that called it fi
 | torch/distributed/tensor/                          | DTensor (redistribute, full_tensor, a style)    |
 | torch/autograd/ and no torch.distributed frame     | issued from C++ during backward (DDP's reducer) |
 | none of these                                      | direct call (c10d or functional collective)     |
-| dtsim/recorder.py (first)                          | dtsim run --trace gathering its recording       |
+| dtsim/recorder.py's finish (first)                 | dtsim run --trace gathering its recording       |
 
 The site is the innermost frame of the program's own code (not torch's, not dtsim's). Bytes are what one rank sends
 into the collective (its input tensors; for a rooted one such as scatter, the root's), the most of any rank of the
@@ -31,14 +31,16 @@ _INTERNAL = ("/torch/", "/dtsim/run/", "/dtsim/recorder.py", "/threading.py", "/
 def _cause_and_site(frame) -> Tuple[str, str]:
     files: List[str] = []
     site = "?"
+    gathering = False  # dtsim.record's finish (--trace gathering its recording to rank 0)
     while frame is not None:
         name = frame.f_code.co_filename
         files.append(name)
+        gathering = gathering or (frame.f_code.co_name == "finish" and name.endswith("/dtsim/recorder.py"))
         if site == "?" and not any(part in name for part in _INTERNAL):
             site = f"{os.path.relpath(name) if not name.startswith('..') else name}:{frame.f_lineno}"
         frame = frame.f_back
     joined = "\n".join(files)
-    if "/dtsim/recorder.py" in joined:
+    if gathering:
         cause = "dtsim run --trace (gathering the recording to rank 0)"
     elif "/torch/distributed/fsdp/" in joined:
         cause = "FSDP2"
