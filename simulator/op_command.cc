@@ -120,9 +120,16 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
       return ops::AsTensor(MakeMetaDTensor(spec, coll));
     }
     const at::Tensor global = OpArgGlobal(spec, static_cast<int64_t>(tensors.size()));
-    DTensor dt = MakeSourceFromGlobal(spec, global, coll);
-    tensors.push_back({spec, ExpectedGlobalOf(spec, global)});
-    return ops::AsTensor(dt);
+    try {
+      DTensor dt = MakeSourceFromGlobal(spec, global, coll);
+      tensors.push_back({spec, ExpectedGlobalOf(spec, global)});
+      return ops::AsTensor(dt);
+    } catch (const InputError& e) {
+      // A placement the spec accepts but the tensor's making refuses (Partial reduce ops that may
+      // not mix): named under the argument, as the spec's own refusals are.
+      if (e.field() != "placements") throw;
+      throw InputError(field, StrCat("tensor argument '", arg.name(), "': ", e.what()));
+    }
   };
   const c10::TypeKind kind = type->kind();
   if (j.is_null()) {
@@ -617,10 +624,8 @@ OpCase CaseFromJson(const json& j, const CaseLimits& limits) {
 json ArgFromText(const std::string& text, size_t index) {
   const size_t colon = text.find(':');
   if (colon != std::string::npos && text.find('{') == std::string::npos) {
-    std::string shape = text.substr(0, colon);
-    for (char& ch : shape) {
-      if (ch == 'x') ch = ',';
-    }
+    // ParseIntList reads "8x16" and "8,16" alike, and quotes the text as typed in its errors.
+    const std::string shape = text.substr(0, colon);
     return {{"shape",
              shape.empty() ? std::vector<int64_t>{} : ParseIntList(shape, StrCat("arg ", index))},
             {"placements", text.substr(colon + 1)}};

@@ -169,7 +169,8 @@ std::optional<std::vector<RecordedData>> DataFromJson(const JsonReader& r, const
                                  " has ", numel * ItemSize(dtype)));
     }
     if (data_file_bytes && x.offset > *data_file_bytes - x.nbytes) {
-      e.Fail(StrCat("bytes ", x.offset, "..", x.offset + x.nbytes,
+      // No end offset is computed: offset + nbytes may not fit int64 (an offset near 2^63).
+      e.Fail(StrCat(x.nbytes, " bytes from offset ", x.offset,
                     " lie beyond the end of the data file (", *data_file_bytes, " bytes)"));
     }
     data.push_back(x);

@@ -223,6 +223,8 @@ def test_tampered_recordings_are_caught(recorded, tmp_path):
     (lambda d: d["redistributions"][0]["src"].update(placements="[S(5)]"), "S(5)"),
     (lambda d: d["redistributions"][0]["ranks_before"][0].update(rank=9), "rank 9 is not in"),
     (lambda d: d["redistributions"][0]["data"][0].update(offset=1 << 40), "beyond the end of the data file"),
+    (lambda d: d["redistributions"][0]["data"][0].update(offset=(1 << 63) - 1),
+     "from offset 9223372036854775807 lie beyond the end of the data file"),
     (lambda d: d["meta"].update(data_file="../etc/passwd"), "data_file"),
     (lambda d: d["redistributions"][0].update(time_us={"0": -1}), "time"),
     (lambda d: d["redistributions"][0]["ranks_after"][0].update(unavailable="gone"),
