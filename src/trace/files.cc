@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -285,6 +286,9 @@ std::string ReadInputFile(const std::string& path, const std::string& field, int
   // file, and copy it at each step). A stream is shrunk to what it sent below.
   if (!stream) text.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
+  // A file that reports "regular" but blocks (procfs's /proc/kmsg: size 0, no data, EAGAIN on this
+  // non-blocking descriptor) is waited for as a pipe is, up to kInputStallSeconds without data.
+  auto stalled_since = std::chrono::steady_clock::now();
   while (true) {
     if (stream) {
       struct pollfd pfd = {fd, POLLIN, 0};
@@ -297,9 +301,20 @@ std::string ReadInputFile(const std::string& path, const std::string& field, int
     }
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        if (std::chrono::steady_clock::now() - stalled_since >
+            std::chrono::seconds(kInputStallSeconds)) {
+          throw InputError(field, StrCat(name, " sent nothing for ", kInputStallSeconds,
+                                         " s (a file that blocks, such as /proc/kmsg?)"));
+        }
+        struct pollfd pfd = {fd, POLLIN, 0};
+        ::poll(&pfd, 1, 100);  // waits where the file can say when data comes; else a short pause
+        continue;
+      }
       throw InputError(field, StrCat("cannot read ", name, ": ", std::strerror(errno)));
     }
+    stalled_since = std::chrono::steady_clock::now();
     if (n == 0) break;
     if (static_cast<int64_t>(text.size()) + n > max_bytes) {
       throw InputError(

@@ -913,3 +913,15 @@ def test_invisible_characters_are_never_echoed_raw(tmp_path, char, where):
     assert message.startswith(f"dtsim: error: {where}: "), message
     assert char not in message, message
     assert f"\\u{ord(char):04x}" in message and f"U+{ord(char):04X}" in message, message
+
+
+def test_a_file_that_blocks_is_refused_in_bounded_time():
+    """/proc/kmsg says "regular file, size 0" and blocks: it is refused (exit 2) after the input stall bound (30 s),
+    not waited for forever; where the kernel refuses to open it, or it holds unread messages (not a recording), that
+    is the refusal."""
+    import time
+
+    start = time.monotonic()
+    out = subprocess.run([DTSIM, "replay", "/proc/kmsg"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("dtsim: error: recording: "), out.stderr
+    assert time.monotonic() - start < 60  # "sent nothing for 30 s" (or the kernel's refusal, or what it held)
