@@ -17,6 +17,7 @@
 #include <new>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "dtsim/backends/backends.h"
 #include "dtsim/core/real_run.h"
@@ -319,17 +320,18 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
 
 namespace {
 
-// A number from a file such as /proc/meminfo ("MemAvailable:" in kB) or a cgroup file; nullopt if
-// absent.
+// A number from a "Key: value" file such as /proc/meminfo ("MemAvailable:" in kB) or
+// /proc/self/status, line by line (lines whose value is not a number, as status's "Name:", are
+// skipped, not the end of the file); nullopt if absent.
 std::optional<int64_t> ReadKeyedNumber(const char* path, const std::string& wanted_key,
                                        int64_t scale) {
   std::ifstream in(path);
-  std::string key;
-  int64_t value = 0;
-  std::string rest;
-  while (in >> key >> value) {
-    std::getline(in, rest);
-    if (key == wanted_key) return value * scale;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t value = 0;
+    if (fields >> key && key == wanted_key && fields >> value) return value * scale;
   }
   return std::nullopt;
 }
