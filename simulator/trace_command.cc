@@ -77,8 +77,15 @@ int RunTraceDiff(const Args& args) {
     if (diffs.empty()) {
       std::cout << "recordings agree: " << a.redistributions.size() << " redistribution"
                 << (a.redistributions.size() == 1 ? "" : "s")
-                << ", every collective and every rank's shard equal (hashes compared where both "
-                   "recordings have them)\n";
+                << ", their collectives and every rank's shard equal (hashes compared where both "
+                   "recordings have them)";
+      if (a.collectives && b.collectives) {
+        std::cout << "; the run's " << a.collectives->size() << " collectives equal";
+      } else if (a.collectives || b.collectives) {
+        std::cout << "; the run's collectives not compared: only the "
+                  << (a.collectives ? "first" : "second") << " recording lists them";
+      }
+      std::cout << "\n";
       return 0;
     }
     std::cout << "recordings differ; first at " << diffs[0].where << ":\n";

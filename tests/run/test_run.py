@@ -563,6 +563,14 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     diff = run([DTSIM, "trace-diff", trace, again])
     assert diff.returncode == 0 and diff.stdout.startswith("recordings agree"), diff.stdout
+    assert f"the run's {len(doc['collectives'])} collectives equal" in diff.stdout, diff.stdout
+    without = dict(doc)
+    del without["collectives"]
+    (tmp_path / "without.json").write_text(json.dumps(without))
+    os.symlink(os.path.join(tmp_path, "t.json.data"), tmp_path / "without.json.data")
+    diff = run([DTSIM, "trace-diff", trace, str(tmp_path / "without.json")])
+    assert diff.returncode == 0 and "the run's collectives not compared: only the first recording lists them" in \
+        diff.stdout, diff.stdout
     k = next(i for i, c in enumerate(doc["collectives"]) if c["op"] == "reduce_scatter")
     doc["collectives"][k]["output_hashes"][1] = "xxh3:0000000000000000"
     bad = tmp_path / "bad.json"
