@@ -191,7 +191,7 @@ if os.path.exists(os.path.join(out, "run.json")):
           f"4 ranks, 5 TP + FSDP2 AdamW steps, median of {rn['rounds']} alternating runs; target >= 2)")
     print(f"bench run_vs_localtensor ratio {rn['run_vs_localtensor']:.2f}   (upstream LocalTensorMode "
           f"{rn['localtensor_step_ms']:.1f} ms over dtsim run {rn['dtsim_run_step_ms']:.1f} ms per step of a TP MLP "
-          f"256-1024-256 on 4 ranks, medians; target >= 5; the same program as one rank alone, full-size weights: "
+          f"256-1024-256 on 4 ranks, medians; target >= 5, bounded near 2 while every rank runs its own program: docs/performance.md; the same program as one rank alone, full-size weights: "
           f"{rn['one_rank_step_ms']:.1f} ms)")
     print(f"bench run_meta_1024 ratio {rn['run_meta_1024']:.2f}   (60 s over dtsim run --meta at 1,024 ranks "
           f"{rn['meta_1024_s']:.1f} s: examples/python/run/tp_fsdp_sizes.py --steps 1, TP + FSDP2 + AdamW on a 256 x 4 "

@@ -35,6 +35,8 @@ BOTH_WAYS = {
     "rank_branches.py": 4,
     "p2p_ring.py": 4,
     "optimizers.py": 4,  # SGD/AdamW foreach, Adam fused, the default backend, torch.accelerator (tests/run/scripts/)
+    "uneven_views.py": 4,  # ops whose propagation reads the rank, and op outputs redistributed per rank: what the
+                           # propagation cache that the ranks share (python/dtsim/run/propagation.py) must keep exact
     "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
                                # reference to init_process_group, which dtsim run replaces too)
 }

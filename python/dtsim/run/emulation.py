@@ -341,6 +341,7 @@ def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[]
     if tracker.modules:
         modules.install_module_hooks(tracker)
     _install_mesh_on_cpu()
-    from . import strategies
+    from . import propagation, strategies
 
     strategies.install()
+    propagation.install()

@@ -73,6 +73,8 @@ _DATA_CONSTRUCTORS = frozenset({"tensor", "as_tensor", "asarray", "scalar_tensor
 # Methods that hand a tensor's values to Python: refused on a meta tensor with dtsim's message.
 _VALUE_READERS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy",
                             "__array__"})
+# The calls __torch_function__ below looks at by name (besides any call with a device and the factories).
+_SPECIAL_NAMES = _VALUE_READERS | {"backward", "to", "cuda", "cpu"}
 # Modules whose tensors carry values the program needs back (c10d's object collectives pickle into byte tensors; a
 # device mesh's rank tensor): their devices are the CPU's even in a metadata-only run.
 _HOST_MODULES = frozenset({"torch.distributed.distributed_c10d", "torch.distributed.device_mesh",
@@ -107,6 +109,8 @@ class MetaForAll(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name not in _SPECIAL_NAMES and "device" not in kwargs and func not in self._factories:
+            return func(*args, **kwargs)  # most calls: nothing below applies to them
         if _is_backward(func, args):
             return _backward_under(self, args, kwargs)
         if name in _VALUE_READERS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
