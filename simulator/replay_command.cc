@@ -506,18 +506,24 @@ int RunReplay(const Args& args) {
   // 0: every shard checked and equal; 1: a difference; 3: none found, but shards unchecked.
   const int verdict = !equal ? 1 : unchecked_shards > 0 || nothing_checked ? 3 : 0;
   if (json) {
-    nlohmann::json out = {{"format", "dtsim-replay"},
-                          {"version", 1},
-                          {"recording", path},
-                          {"backend", rec.backend},
-                          {"torch_version", rec.torch_version},
-                          {"world_size", rec.world_size},
-                          {"equal", equal && unchecked_shards == 0 && !nothing_checked},
-                          {"shards_checked", shards_checked},
-                          {"unchecked_shards", unchecked_shards},
-                          {"redistributions_without_data", without_data},
-                          {"note", data_note},
-                          {"redistributions", nlohmann::json::array()}};
+    nlohmann::json out = {
+        {"format", "dtsim-replay"},
+        {"version", 1},
+        {"recording", path},
+        {"backend", rec.backend},
+        {"torch_version", rec.torch_version},
+        {"world_size", rec.world_size},
+        {"equal", equal && unchecked_shards == 0 && !nothing_checked},
+        {"shards_checked", shards_checked},
+        {"unchecked_shards", unchecked_shards},
+        {"redistributions_without_data", without_data},
+        // the run's collectives outside redistributions: null when the
+        // recording lists none; replay never checks them
+        {"run_collectives",
+         rec.collectives ? nlohmann::json(rec.collectives->size()) : nlohmann::json(nullptr)},
+        {"run_collectives_checked", false},
+        {"note", data_note},
+        {"redistributions", nlohmann::json::array()}};
     for (const Outcome& o : outcomes) out["redistributions"].push_back(ToJson(o));
     std::cout << SafeDump(out) << "\n";
     return verdict;
@@ -585,8 +591,17 @@ int RunReplay(const Args& args) {
     return verdict;
   }
   if (equal) {
-    std::cout << "verdict: the recorded run equals dtsim's simulation (" << outcomes.size()
-              << " redistribution" << (outcomes.size() == 1 ? "" : "s") << ")\n";
+    // Replay recomputes redistributions only: the verdict names what else the run did and that it
+    // was not checked here.
+    std::cout << "verdict: the recorded run's redistributions equal dtsim's simulation ("
+              << outcomes.size() << " redistribution" << (outcomes.size() == 1 ? "" : "s") << "); "
+              << (rec.collectives
+                      ? StrCat("the run's ", rec.collectives->size(),
+                               " collectives (FSDP2, DDP, c10d calls alike) are not checked by "
+                               "replay: dtsim trace-diff compares them with another run's")
+                      : std::string("collectives outside redistributions (FSDP2, DDP, direct c10d "
+                                    "calls) are not in the recording, so not checked"))
+              << "\n";
     return 0;
   }
   const Outcome& bad = *first_bad;

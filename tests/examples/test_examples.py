@@ -147,7 +147,7 @@ def test_record_torchrun_example_replays(tmp_path, bug):
     assert run.returncode == 0, "\n".join(l for l in run.stderr.splitlines() if "alltoall" not in l)[-8000:]
     replay = subprocess.run([DTSIM, "replay", str(out)], capture_output=True, text=True, timeout=300)
     if not bug:
-        assert replay.returncode == 0 and "equals dtsim's simulation" in replay.stdout, replay.stdout
+        assert replay.returncode == 0 and "redistributions equal dtsim's simulation" in replay.stdout, replay.stdout
         return
     assert replay.returncode == 1, replay.stdout
     line = next(l for l in replay.stdout.splitlines() if "[9, 10]" in l and "[S(0)] -> [S(1)]" in l)
