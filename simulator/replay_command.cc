@@ -39,6 +39,7 @@
 #include "dtsim/core/trace_recorder.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/planner.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/trace/files.h"
@@ -140,7 +141,11 @@ std::vector<Expected> ExpectedCollectives(const RecordedRedistribution& r, bool 
   }
   std::vector<Expected> out;
   for (const DTensorSpec& spec : instances) {
-    const Plan plan = PlanFor(spec, WithoutNewPartials(spec.placements(), r.dst.placements()));
+    // Upstream's plan (its default selection), which the real run ran: the collectives to expect.
+    // It may be one dtsim's executor runs in another order (a _StridedShard gathered before the
+    // mesh dims it nests in); the shards are recomputed with the plan dtsim runs, to the same end.
+    const Plan plan = PlanRedistribute(
+        spec, WithoutNewPartials(spec.placements(), r.dst.placements()), PlannerKind::kGreedy);
     const DeviceMesh& mesh = spec.mesh();
     size_t k = 0;
     for (const PlanStep& step : plan.steps) {

@@ -545,7 +545,8 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     """--trace on tp_fsdp_adamw.py: the recording's run-wide "collectives" hold FSDP2's all-gathers and
     reduce-scatters (5 steps per dp group) and every other collective of the program (the report's, less the
     recording's own gather), each member's input and output hashed; every all_reduce and all_gather leaves its
-    members with equal bytes (equal output hashes). Two runs agree in trace-diff; a flipped output hash is named."""
+    members with equal bytes (equal output hashes); replay finds its redistributions equal to dtsim's simulation. Two runs
+    agree in trace-diff; a flipped output hash is named."""
     import collections
     import json
 
@@ -564,6 +565,10 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
         assert len(c["input_hashes"]) == len(c["output_hashes"]) == len(c["ranks"]) == len(c["groups"][0])
         if c["op"] in ("all_reduce", "all_gather"):
             assert len(set(c["output_hashes"])) == 1, c
+    # Replay expects upstream's collectives, also where FSDP2 + TP's _StridedShard parameters are gathered
+    # (full_tensor of [_S(0,2), S(0)]: upstream gathers dp before tp, an order dtsim's executor runs the other way).
+    replay = run([DTSIM, "replay", trace])
+    assert replay.returncode == 0 and "[_S(0,2), S(0)] -> [R, R]  equal" in replay.stdout, replay.stdout[-3000:]
     again = str(tmp_path / "again.json")
     out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", again, os.path.join(EXAMPLES, "tp_fsdp_adamw.py")])
     assert out.returncode == 0, out.stderr[-3000:]
