@@ -682,6 +682,8 @@ BAD_INPUTS = [
     Row("redistribute-meta-storage-overflow", ["redistribute", "--mesh", "4", "--shape", "2305843009213693952",
                                                "--from", "S(0)", "--to", "R", "--meta"], "shape",
         ["more than 2^63 - 1 bytes"]),
+    Row("run-check-ops-with-meta", ["run", "--meta", "--check-ops", "s.py"], "check-ops", ["metadata-only run"],
+        files={"s.py": "print(1)\n"}),
     Row("run-trace-with-meta", ["run", "--meta", "--trace", "t.json", "s.py"], "trace", ["metadata-only run"],
         files={"s.py": "print(1)\n"}),
     Row("run-trace-is-a-folder", ["run", "--trace", ".", "s.py"], "trace", ["'.' is a directory"],

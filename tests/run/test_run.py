@@ -284,7 +284,7 @@ def test_option_fuzz_never_escapes_the_error_policy(capsys, monkeypatch):
 
     options = ["--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--standalone", "--rank-prefix",
                "--local-ranks-filter", "--timeout", "-m", "--master-port", "--rdzv-backend", "--no-python", "--",
-               "--help-not", "-x", "--timeout=", "--nnodes=1:1", "--meta", "--report", "--memory"]
+               "--help-not", "-x", "--timeout=", "--nnodes=1:1", "--meta", "--report", "--memory", "--check-ops"]
     values = ["0", "1", "-1", "4", "1:2", "2:2", "abc_dtsim_fuzz", "", "1e9", "nan", "inf", "0.0001", "86401", "gpu", "cpu",
               "\u00a0", "0,1", "1,,2", "99999999999999999999"]
     rng = random.Random(31)
@@ -593,3 +593,52 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     rank = doc["collectives"][k]["ranks"][1]
     assert f"run collective {k + 1} (reduce_scatter over " in diff.stdout
     assert f"output hash differs on rank {rank} (" in diff.stdout, diff.stdout
+
+
+CHECKED_CLEAN = ["tp_mlp.py", "tp_sp.py", "tp_fsdp_adamw.py", "loss_parallel.py", "sharding_bugs.py"]
+
+
+@pytest.mark.parametrize("script", CHECKED_CLEAN)
+def test_check_ops_finds_clean_programs_clean(script):
+    """--check-ops on correct programs: every DTensor op's sharded result equals the same op on the global tensors
+    (upstream's TP, SP, FSDP2 + TP with AdamW, loss parallelism, and sharding_bugs.py without a planted bug), and the
+    program prints what it prints without the check."""
+    path = script_path(script)
+    plain = run([DTSIM, "run", "--nproc-per-node", "4", path])
+    checked = run([DTSIM, "run", "--check-ops", "--nproc-per-node", "4", path])
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    count = int(re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", checked.stderr).group(1))
+    assert count > 0 and "  no divergence" in checked.stderr, checked.stderr[-3000:]
+    assert compared_lines(checked.stdout) == compared_lines(plain.stdout)
+
+
+@pytest.mark.parametrize("plant,says", [
+    # a custom op whose registered strategy keeps Shard(0) while the op reads global row indices
+    ("wrong_strategy", ["DTensor op #1 on the mesh of ranks 0, 1, 2, 3, dtsim_planted.row_scale.default in Block "
+                        "(forward), at ", "sharding_bugs.py:68 in forward: result 0 ([S(0)], from arguments [S(0)]) "
+                        "differs from the unsharded op on ranks 1, 2, 3"]),
+    # Shard(0) -> Partial(avg): right on the 8 even rows (checked clean before), wrong on 6 rows over 4 ranks
+    ("uneven_mean", ["dtsim_planted.row_mean.default in Global (forward), at ", "sharding_bugs.py:97 in main: "
+                     "result 0 ([P(avg)], from arguments [S(0)]) differs from the unsharded op"]),
+    # a local_map function numbering each shard's rows from 0
+    ("local_map_offset", ["local_map(_number_rows) in Block (forward), at ", "sharding_bugs.py:69 in forward: "
+                          "result 0 ([S(0)], from arguments [R]) differs from the unsharded op on ranks 1, 2, 3"]),
+    # rank 1 writes its replica in place: the next op's argument is a replica that differs on rank 1
+    ("replica_write", ["aten.mul.Tensor in Global (forward), at ", "sharding_bugs.py:103 in main: argument 0 ([R]) "
+                       "is a replica that differs on rank 1 from its replicas on ranks 0, 2, 3"]),
+])
+def test_check_ops_locates_planted_bugs(plant, says):
+    """Each planted bug of tests/run/scripts/sharding_bugs.py is reported by --check-ops as the first divergence, at
+    its op, module and pass, ranks and line, and the run exits 5; the same program runs silently without the check."""
+    env = dict(ENV, DTSIM_PLANT=plant)
+    path = script_path("sharding_bugs.py")
+    out = subprocess.run([DTSIM, "run", "--check-ops", "--nproc-per-node", "4", path], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=ROOT)
+    assert out.returncode == 5, out.stderr[-3000:]
+    first = next(line for line in out.stderr.splitlines() if line.startswith("  FIRST DIVERGENCE: "))
+    for part in says:
+        assert part in first, (part, first)
+    assert "dtsim run: error: --check-ops: a DTensor op diverged from the unsharded op" in out.stderr
+    silent = subprocess.run([DTSIM, "run", "--nproc-per-node", "4", path], capture_output=True, text=True, env=env,
+                            timeout=300, cwd=ROOT)
+    assert silent.returncode == 0 and compared_lines(silent.stdout)[-1:] == ["done"], silent.stderr[-3000:]

@@ -25,7 +25,7 @@ import traceback
 import types
 from typing import List, Optional, Sequence
 
-EXIT_OK, EXIT_RANK_FAILED, EXIT_BAD_INPUT, EXIT_HANG, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
+EXIT_OK, EXIT_RANK_FAILED, EXIT_BAD_INPUT, EXIT_HANG, EXIT_OP_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 4, 5, 130
 MAX_RANKS = 4096
 
 
@@ -83,6 +83,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--meta", action="store_true",
                    help="metadata-only: every tensor on the meta device (shapes, collectives, per-rank memory; no "
                         "values), for large rank counts")
+    p.add_argument("--check-ops", "--check_ops", dest="check_ops", action="store_true",
+                   help="check every DTensor op against the same op on the global tensors (replicas equal, results "
+                        "equal within float rounding); the first divergence is reported with its op, module, ranks "
+                        "and line, and the run exits 5")
     p.add_argument("-m", "--module", dest="module", action="store_true", help="run a module, as python -m")
     p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script", help="the training script (or module with -m)")
@@ -312,6 +316,9 @@ def main(argv: Sequence[str]) -> int:
         program = _Program(args.script, args.module)
         if args.report_json is not None:
             _check_output(args.report_json, program.path)
+        if args.check_ops and args.meta:
+            raise BadInput("check-ops", "a metadata-only run (--meta) has no values to check; check ops on a run "
+                           "with values")
         if args.trace is not None:
             if args.meta:
                 raise BadInput("trace", "a metadata-only run (--meta) has no shard values to hash or keep; trace a "
@@ -348,7 +355,7 @@ def main(argv: Sequence[str]) -> int:
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
     reporting = args.report or args.report_json is not None
-    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting,
+    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting or args.check_ops,
                             metered=args.memory or reporting or args.meta)
     if reporting:
         from .report import Report
@@ -361,6 +368,16 @@ def main(argv: Sequence[str]) -> int:
     if args.meta:
         meta.install()
 
+    checker = None
+    if args.check_ops:
+        from .check_ops import OpChecker, OpCheckMode, install_local_map
+
+        def module_of(rank: int) -> str:
+            path, pass_ = world.tracker.collective_keys(rank)[-1]
+            return f"{path} ({pass_})"
+
+        checker = OpChecker(module_of)
+        install_local_map(checker, scheduler.current_rank)
     tracing = _Tracing(args.trace) if args.trace is not None else None
     if tracing is not None:
         world.collective_log = []
@@ -372,7 +389,8 @@ def main(argv: Sequence[str]) -> int:
         """What each rank's program runs under: GPU devices on the CPU (or meta), the rank's memory meter, and with
         --trace its record block."""
         with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), \
-                (MemoryMeter(world.tracker, rank) if world.tracker.metered else contextlib.nullcontext()):
+                (MemoryMeter(world.tracker, rank) if world.tracker.metered else contextlib.nullcontext()), \
+                (OpCheckMode(checker, rank) if checker is not None else contextlib.nullcontext()):
             if tracing is None:
                 yield
                 return
@@ -435,12 +453,19 @@ def main(argv: Sequence[str]) -> int:
     if tracing is not None:
         _add_run_collectives(args.trace, world.collective_log, real_err)
     real_out.flush()
+    diverged = False
+    if checker is not None:
+        text, diverged = checker.summary()
+        real_err.write(text + "\n")
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"
           + (f"; recording written to {args.trace}" if args.trace is not None else ""), file=real_err)
     # The program's exit handlers run, as at a normal exit; the interpreter's teardown of torch (a second or more)
     # is skipped: nothing is left to flush or remove once the handlers ran.
     atexit._run_exitfuncs()
+    if diverged:
+        _finish(real_out, real_err, "--check-ops: a DTensor op diverged from the unsharded op (above)",
+                EXIT_OP_DIVERGED)
     _finish(real_out, real_err, None, EXIT_OK)
 
 

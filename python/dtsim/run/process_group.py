@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -38,6 +39,13 @@ def _reduce_name(op) -> str:
             return name
     raise RuntimeError(f"dtsim run: reduce op {op} is not supported by the simulated backend "
                        "(supported: sum, avg, product, min, max, band, bor, bxor)")
+
+
+class _ReferenceFlag(threading.local):
+    active = False  # set while --check-ops computes an op on the global tensors (check_ops.py)
+
+
+_REFERENCE = _ReferenceFlag()
 
 
 def _reduce(tensors: Sequence[torch.Tensor], op_name: str) -> torch.Tensor:
@@ -276,6 +284,9 @@ class SimProcessGroup(dist.ProcessGroup):
         """Arrives at this rank's next collective on the group; returns when every member's result is written.
         `sent`: the tensors this rank sends into it (the report's bytes); `received`: the tensors its result is
         written to (with --trace, both are hashed: before and after)."""
+        if _REFERENCE.active:
+            raise RuntimeError(f"dtsim run --check-ops: the unsharded reference of an op called {kind}: a function that "
+                               "communicates has no single-tensor meaning")
         channel = self._channel
         if channel.desc is None:
             channel.desc = self.group_desc

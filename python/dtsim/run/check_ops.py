@@ -1,0 +1,485 @@
+"""`dtsim run --check-ops`: every DTensor op of the program against the same op on the global tensors.
+
+Each rank runs under `OpCheckMode`, a dispatch mode that sees every op whose arguments or results are DTensors
+before DTensor's own dispatch does. The mode lets the op run, then hands the checker what the rank saw: the op, every
+DTensor argument's placements and local tensor (as it was before the op), every DTensor result's, the module and pass
+the op ran in and the program's line. Ranks of a mesh run that mesh's DTensor ops in the same order, so the n-th op a
+rank runs on a mesh meets the n-th op of every other rank of that mesh; the rank that completes the set checks it:
+
+1. **Replicas agree.** Ranks whose coordinates differ only on Replicate mesh dims hold the same replica: their local
+   tensors must be equal, bit for bit, in every argument and result (a script that wrote one replica in place, a
+   gradient one rank did not reduce). The odd ranks out are named.
+2. **The sharded result is the unsharded one.** The global arguments are rebuilt from the ranks' local tensors (dtsim's
+   layouts, checked against upstream's: Shard, _StridedShard, Replicate, Partial), the op runs on them as a plain
+   tensor op, and every result's global tensor (rebuilt the same way; Partial sums as upstream reduces) must equal it:
+   integers and booleans exactly, floats within `rtol * max(1, max |expected|)` (float64 1e-9, float32 1e-4,
+   bfloat16 and float16 2e-2: a sharded op sums in another order than the unsharded one; NaN equals NaN). A result
+   that differs while its arguments agree is a sharding bug in that op: a wrong strategy, an uneven-shard reduction, a
+   custom op or `local_map` that computes on the wrong shard.
+   A `local_map` call is checked as one op: its function on the global tensors, run as the one rank of a world of one
+   (`dist.get_rank()` 0, `get_world_size()` 1, a mesh's local rank and coordinate 0, its size 1), against its global
+   results; a function that communicates is not checked.
+3. **Every rank ran the same op.** Ranks of one mesh that reach different ops, or a different number of them, are
+   reported.
+
+Not checked, and counted as such in the summary: random ops (their draws are per rank), ops whose results hold no
+values yet (`empty`, `new_empty`, ...; their layouts are checked), ops without a DTensor result, the backward ops that
+`loss_parallel()` fuses (its nll_loss_backward returns the gradient of log_softmax's input), and ops the unsharded
+tensors make raise. The first divergence is reported with the op,
+its placements, the strategy upstream chose (the argument placements it redistributed to), the module and pass, the
+ranks and the line; later ones are counted by op. A run that diverged exits with 5.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+EXIT_OP_DIVERGED = 5
+
+_RTOL = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 1e-4, torch.complex64: 1e-4,
+         torch.bfloat16: 2e-2, torch.float16: 2e-2}
+_SLOT = object()  # where a DTensor argument goes in an op's flattened arguments
+# Ops whose results have no defined values: only their layouts are compared.
+_UNINITIALIZED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided")
+
+
+def _is_random(func) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return func in DTensor._op_dispatcher._random_ops or torch.Tag.nondeterministic_seeded in func.tags
+
+
+def _fused_by_loss_parallel(func) -> bool:
+    """Inside `loss_parallel()`, upstream's handler for nll_loss_backward returns the gradient of log_softmax's input
+    (softmax minus the target), and the one for _log_softmax_backward_data passes it on: each alone is not the op."""
+    from torch.distributed.tensor import DTensor
+
+    handler = DTensor._op_dispatcher._custom_op_handlers.get(func)
+    return handler is not None and getattr(handler, "__module__", "") == "torch.distributed.tensor.parallel.loss" \
+        and "backward" in func.name()
+
+
+def _placement_text(p) -> str:
+    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+
+    if isinstance(p, _StridedShard):
+        return f"_S({p.dim},{p.split_factor})"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Replicate):
+        return "R"
+    if isinstance(p, Partial):
+        return f"P({p.reduce_op})"
+    raise ValueError(f"placement {p!r} is not one dtsim rebuilds")
+
+
+def _placements(placements) -> str:
+    return "[" + ", ".join(_placement_text(p) for p in placements) + "]"
+
+
+class _Tensor:
+    """One rank's view of a DTensor argument or result."""
+
+    __slots__ = ("placements", "shape", "dtype", "local")
+
+    def __init__(self, dt, local: torch.Tensor):
+        self.placements = tuple(dt.placements)
+        self.shape = tuple(dt.shape)
+        self.dtype = dt.dtype
+        self.local = local
+
+
+class _Arrival:
+    __slots__ = ("rank", "position", "op", "reference", "args", "results", "template", "module", "line", "strategy")
+
+    def __init__(self, rank, position, op, reference, args, results, template, module, line, strategy):
+        self.rank = rank
+        self.position = position  # the rank's index in the mesh's ranks (row-major)
+        self.op = op  # its name in reports: "aten.mm.default", "local_map(fn)"
+        self.reference = reference  # what computes the op on plain (global) tensors: (*args, **kwargs)
+        self.args = args  # List[_Tensor], in the order of the flattened arguments
+        self.results = results  # List[_Tensor]
+        self.template = template  # (flat arguments with DTensors as _SLOT, tree spec)
+        self.module = module
+        self.line = line
+        self.strategy = strategy
+
+
+class OpChecker:
+    """Shared by the ranks: collects each mesh's n-th op from every rank and checks it when the last one arrives."""
+
+    def __init__(self, module_of: Callable[[int], str]):
+        self.module_of = module_of
+        self.lock = threading.Lock()
+        self.pending: Dict[Tuple[Tuple[int, ...], Tuple[int, ...], int], Dict[int, _Arrival]] = {}
+        self.checked = 0
+        self.not_checked: "collections.Counter[str]" = collections.Counter()
+        self.first: Optional[str] = None
+        self.diverged: "collections.Counter[str]" = collections.Counter()
+        self.modes: Dict[int, "OpCheckMode"] = {}
+
+    # ---- arrivals ----------------------------------------------------------------------------------------------
+    def arrive(self, key, mesh_shape: Tuple[int, ...], arrival: _Arrival) -> None:
+        ranks, _ = key[0], key[1]
+        with self.lock:
+            group = self.pending.setdefault(key, {})
+            group[arrival.position] = arrival
+            if len(group) < len(ranks):
+                return
+            del self.pending[key]
+        self._check(key, mesh_shape, [group[p] for p in range(len(ranks))])
+
+    def skip(self, reason: str) -> None:
+        with self.lock:
+            self.not_checked[reason] += 1
+
+    # ---- checks ------------------------------------------------------------------------------------------------
+    def _diverge(self, op: str, text: str) -> None:
+        with self.lock:
+            self.diverged[op] += 1
+            if self.first is None:
+                self.first = text
+
+    def _where(self, a: _Arrival, ranks, n: int) -> str:
+        return f"DTensor op #{n} on the mesh of ranks {_ranks(ranks)}, {a.op} in {a.module}, at {a.line}"
+
+    def _check(self, key, mesh_shape, arrivals: List[_Arrival]) -> None:
+        ranks, n = key[0], key[2]
+        first = arrivals[0]
+        ops = {a.op for a in arrivals}
+        if len(ops) > 1:
+            listing = "; ".join(f"rank {a.rank}: {a.op} at {a.line}" for a in arrivals)
+            self._diverge(first.op, f"ranks {_ranks(ranks)} ran different DTensor ops as their op #{n} on mesh "
+                                    f"{list(mesh_shape)}: {listing}")
+            return
+        where = self._where(first, ranks, n)
+        for kind, index in (("argument", "args"), ("result", "results")):
+            for k in range(len(getattr(first, index))):
+                odd = _odd_replicas([getattr(a, index)[k] for a in arrivals], mesh_shape)
+                if odd is not None:
+                    held, others = odd
+                    self._diverge(first.op, f"{where}: {kind} {k} ({_placements(getattr(first, index)[k].placements)}) "
+                                            f"is a replica that differs on rank{'s' if len(held) > 1 else ''} "
+                                            f"{_ranks([ranks[p] for p in held])} from its replicas on ranks "
+                                            f"{_ranks([ranks[p] for p in others])}")
+                    return
+        if not first.results:
+            self.skip("no DTensor result")
+            return
+        try:
+            expected = self._unsharded(first, mesh_shape, arrivals)
+        except Exception as e:  # the op refuses the global tensors: counted as not checked, never as equal
+            self.skip(f"the unsharded op raised {type(e).__name__}")
+            return
+        uninitialized = isinstance(first.reference, torch._ops.OpOverload) and \
+            first.reference._schema.name.split("::")[-1] in _UNINITIALIZED
+        for k, (got_parts, want) in enumerate(zip(zip(*[a.results for a in arrivals]), expected)):
+            got = _rebuild(list(got_parts), mesh_shape)
+            spec = got_parts[0]
+            if tuple(got.shape) != tuple(want.shape):
+                self._diverge(first.op, f"{where}: result {k} {_placements(spec.placements)} has global shape "
+                                        f"{list(got.shape)}, the unsharded op gives {list(want.shape)}"
+                                        + self._strategy(first))
+                return
+            if uninitialized:
+                continue
+            bad = _differs(got, want)
+            if bad is not None:
+                args = ", ".join(_placements(t.placements) for t in first.args)
+                wrong = _wrong_ranks(list(got_parts), want, mesh_shape)
+                on = f" on rank{'s' if len(wrong) > 1 else ''} {_ranks([ranks[p] for p in wrong])}" if wrong else ""
+                self._diverge(first.op, f"{where}: result {k} ({_placements(spec.placements)}, from arguments "
+                                        f"{args}) differs from the unsharded op{on}: {bad}" + self._strategy(first))
+                return
+        with self.lock:
+            if uninitialized:
+                self.not_checked["uninitialized values (layout checked)"] += 1
+            else:
+                self.checked += 1
+
+    def _strategy(self, a: _Arrival) -> str:
+        return f"; upstream's strategy redistributed the arguments to {a.strategy}" if a.strategy else \
+            "; upstream ran it on the arguments as placed"
+
+    def _unsharded(self, first: _Arrival, mesh_shape, arrivals: List[_Arrival]) -> List[torch.Tensor]:
+        flat, spec = first.template
+        globals_ = [_rebuild([a.args[k] for a in arrivals], mesh_shape) for k in range(len(first.args))]
+        it = iter(globals_)
+        flat = [next(it) if item is _SLOT else item for item in flat]
+        args, kwargs = tree_unflatten(flat, spec)
+        from .process_group import _REFERENCE
+
+        _REFERENCE.active = True
+        try:
+            with _disable_current_modes(), torch.no_grad():
+                out = first.reference(*args, **kwargs)
+        finally:
+            _REFERENCE.active = False
+        leaves, _ = tree_flatten(out)
+        return [t for t in leaves if isinstance(t, torch.Tensor)][:len(first.results)]
+
+    # ---- the end -----------------------------------------------------------------------------------------------
+    def summary(self) -> Tuple[str, bool]:
+        with self.lock:
+            lines = [f"dtsim run --check-ops: {self.checked} DTensor op{'s' if self.checked != 1 else ''} checked "
+                     "against the unsharded op (replicas equal, global result equal)"]
+            skipped = sum(self.not_checked.values())
+            if skipped:
+                lines.append(f"  not checked: {skipped} (" + ", ".join(
+                    f"{reason}: {count}" for reason, count in sorted(self.not_checked.items()) if count) + ")")
+            if self.pending:
+                waiting = sum(len(v) for v in self.pending.values())
+                self.diverged["(unmatched)"] += len(self.pending)
+                lines.append(f"  {len(self.pending)} op{'s' if len(self.pending) != 1 else ''} reached by some ranks "
+                             f"of their mesh only ({waiting} arrivals): ranks ran different numbers of DTensor ops")
+                if self.first is None:
+                    key, group = next(iter(self.pending.items()))
+                    a = next(iter(group.values()))
+                    self.first = (f"DTensor op #{key[2]} on mesh ranks {_ranks(key[0])}, {a.op} in {a.module} at "
+                                  f"{a.line}, was reached by rank{'s' if len(group) > 1 else ''} "
+                                  f"{_ranks(sorted(x.rank for x in group.values()))} only")
+            if self.first is None:
+                lines.append("  no divergence" if self.checked or skipped else "  no DTensor op ran")
+                return "\n".join(lines), False
+            lines.append(f"  FIRST DIVERGENCE: {self.first}")
+            total = sum(self.diverged.values())
+            lines.append(f"  {total} divergent op{'s' if total != 1 else ''} in all: " + ", ".join(
+                f"{op} x{count}" for op, count in self.diverged.most_common()))
+            return "\n".join(lines), True
+
+
+def _ranks(ranks) -> str:
+    ranks = list(ranks)
+    return ", ".join(str(r) for r in ranks) if len(ranks) <= 8 else f"{ranks[0]}-{ranks[-1]} ({len(ranks)} ranks)"
+
+
+def _coordinates(position: int, mesh_shape) -> List[int]:
+    coords = []
+    for size in reversed(mesh_shape):
+        coords.append(position % size)
+        position //= size
+    return list(reversed(coords))
+
+
+def _odd_replicas(parts: List[_Tensor], mesh_shape) -> Optional[Tuple[List[int], List[int]]]:
+    """The positions whose local tensor differs from the majority of its replica set (ranks equal on every
+    non-Replicate mesh dim), and that set's others; None when every replica set agrees."""
+    from torch.distributed.tensor.placement_types import Replicate
+
+    replicate = [isinstance(p, Replicate) for p in parts[0].placements]
+    if not any(replicate):
+        return None
+    sets: Dict[Tuple[int, ...], List[int]] = collections.defaultdict(list)
+    for position in range(len(parts)):
+        coords = _coordinates(position, mesh_shape)
+        sets[tuple(c for c, r in zip(coords, replicate) if not r)].append(position)
+    for members in sets.values():
+        groups: List[List[int]] = []
+        for p in members:
+            for g in groups:
+                if _same(parts[g[0]].local, parts[p].local):
+                    g.append(p)
+                    break
+            else:
+                groups.append([p])
+        if len(groups) > 1:
+            groups.sort(key=len, reverse=True)
+            odd = [p for g in groups[1:] for p in g]
+            return sorted(odd), sorted(groups[0])
+    return None
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(a, b) or torch.equal(torch.isnan(a), torch.isnan(b)) and
+                    torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+    return bool(torch.equal(a, b))
+
+
+_MESHES: Dict[Tuple[int, ...], Any] = {}  # dtsim meshes by shape: the positions of a mesh's ranks, row-major
+
+
+def _rebuild(parts: List[_Tensor], mesh_shape) -> torch.Tensor:
+    """The global tensor the ranks' local tensors make up, by dtsim's layouts (Partial reduced)."""
+    import dtsim
+
+    first = parts[0]
+    mesh = _MESHES.get(tuple(mesh_shape))
+    if mesh is None:
+        mesh = _MESHES[tuple(mesh_shape)] = dtsim.init_device_mesh("cpu", tuple(mesh_shape))
+    locals_ = {position: part.local.contiguous() for position, part in enumerate(parts)}
+    with _disable_current_modes():
+        dt = dtsim.DTensor.from_local(locals_, mesh, _placements(first.placements)[1:-1], shape=first.shape)
+        return dt.full_tensor()
+
+
+def _wrong_ranks(parts: List[_Tensor], want: torch.Tensor, mesh_shape) -> List[int]:
+    """The positions whose local result differs from their piece of the unsharded result (none named for a Partial
+    result: its pieces are not the ranks' own)."""
+    import dtsim
+    from torch.distributed.tensor.placement_types import Partial
+
+    if any(isinstance(p, Partial) for p in parts[0].placements):
+        return []
+    with _disable_current_modes():
+        pieces = dtsim.distribute_tensor(want.contiguous(), _MESHES[tuple(mesh_shape)],
+                                         _placements(parts[0].placements)[1:-1], src_data_rank=None).to_local()
+    return [p for p, (part, piece) in enumerate(zip(parts, pieces))
+            if part.local.shape != piece.shape or _differs(part.local, piece) is not None]
+
+
+def _differs(got: torch.Tensor, want: torch.Tensor) -> Optional[str]:
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype}, the unsharded op gives {want.dtype}"
+    if not (got.is_floating_point() or got.is_complex()):
+        wrong = (got != want)
+        if not bool(wrong.any()):
+            return None
+        index = tuple(int(i) for i in wrong.nonzero()[0])
+        return (f"{int(wrong.sum())} of {got.numel()} elements differ; first at {list(index)}: "
+                f"{got[index].item()} vs {want[index].item()}")
+    rtol = _RTOL.get(got.dtype, 1e-4)
+    scale = max(1.0, float(want.abs().nan_to_num(0.0, 0.0, 0.0).max())) if want.numel() else 1.0
+    diff = (got.double() - want.double()).abs()
+    nan_mismatch = torch.isnan(got) != torch.isnan(want)
+    wrong = (diff.nan_to_num(0.0) > rtol * scale) | nan_mismatch
+    if not bool(wrong.any()):
+        return None
+    index = tuple(int(i) for i in wrong.nonzero()[0])
+    nans = int(nan_mismatch.sum())
+    return (f"{int(wrong.sum())} of {got.numel()} elements beyond {rtol:g} x {scale:.4g}"
+            + (f" ({nans} NaN where the other is not)" if nans else "") + "; max |diff| "
+            f"{float(diff.nan_to_num(0.0).max()):.6g}; first at {list(index)}: {got[index].item():.8g} vs "
+            f"{want[index].item():.8g}")
+
+
+class OpCheckMode(TorchDispatchMode):
+    """One rank's op checks: every op with DTensor arguments or results goes to the shared `OpChecker`."""
+
+    def __init__(self, checker: OpChecker, rank: int):
+        super().__init__()
+        self.checker = checker
+        self.rank = rank
+        checker.modes[rank] = self
+        self.seq: Dict[Tuple, int] = {}
+        self.meshes: Dict[Any, Tuple[Tuple[int, ...], Tuple[int, ...], int]] = {}
+
+    def _mesh(self, mesh):
+        known = self.meshes.get(mesh)
+        if known is None:
+            ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
+            known = (ranks, tuple(mesh.mesh.shape), ranks.index(self.rank))
+            self.meshes[mesh] = known
+        return known
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        kwargs = kwargs or {}
+        flat, spec = tree_flatten((args, kwargs))
+        dtensors = [x for x in flat if isinstance(x, DTensor)]
+        if not dtensors:
+            return func(*args, **kwargs)
+        reason = "random" if _is_random(func) else \
+            "loss_parallel's fused backward" if _fused_by_loss_parallel(func) else None
+        if reason is not None:
+            if self._mesh(dtensors[0].device_mesh)[2] == 0:  # counted once per op, by the mesh's first rank
+                self.checker.skip(reason)
+            return func(*args, **kwargs)
+        strategy = _strategy(func, args, kwargs)
+        return self.record(str(func), func, flat, spec, dtensors, lambda: func(*args, **kwargs), strategy)
+
+    def record(self, name: str, reference, flat, spec, dtensors, run: Callable[[], Any], strategy=None):
+        """Runs `run` (the op on this rank) and hands the checker its arguments and results."""
+        from torch.distributed.tensor import DTensor
+
+        # Copies: the check runs when the mesh's last rank reaches the op, and this rank may write these tensors in
+        # place before then (this op, if in place; an optimizer step; a gradient accumulation).
+        inputs = [_Tensor(x, x._local_tensor.detach().clone()) for x in dtensors]
+        out = run()
+        results = [_Tensor(x, x._local_tensor.detach().clone()) for x in tree_flatten(out)[0]
+                   if isinstance(x, DTensor)]
+        ranks, mesh_shape, position = self._mesh(dtensors[0].device_mesh)
+        mesh_key = (ranks, mesh_shape)
+        n = self.seq.get(mesh_key, 0) + 1
+        self.seq[mesh_key] = n
+        template = ([_SLOT if isinstance(x, DTensor) else x for x in flat], spec)
+        from .scheduler import user_stack
+
+        stack = user_stack(sys._getframe(1), limit=1)
+        arrival = _Arrival(self.rank, position, name, reference, inputs, results, template,
+                           self.checker.module_of(self.rank), stack[0] if stack else "?", strategy)
+        self.checker.arrive((ranks, mesh_shape, n), mesh_shape, arrival)
+        return out
+
+
+def _strategy(func, args, kwargs) -> Optional[str]:
+    """The argument placements upstream's sharding propagation redistributes to before running the op locally, or
+    None when it runs the op on the arguments as placed."""
+    try:
+        from torch.distributed.tensor import DTensor
+
+        dispatcher = DTensor._op_dispatcher
+        info = dispatcher.unwrap_to_op_info(func, args, kwargs)
+        sharding = dispatcher.sharding_propagator.propagate_op_sharding(info.schema)
+        if not getattr(sharding, "needs_redistribute", False) or sharding.redistribute_schema is None:
+            return None
+        return ", ".join(_placements(s.placements) for s in sharding.redistribute_schema.args_spec)
+    except Exception:  # an op upstream handles outside propagation (custom handlers): nothing to name
+        return None
+
+
+def install_local_map(checker: OpChecker, rank_of: Callable[[], Optional[int]]) -> None:
+    """Checks every `local_map` call as one op: its function on the global tensors against the global results."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.experimental import _func_map
+
+    original = _func_map._local_map_wrapped
+
+    def wrapped(func, out_placements, in_placements, in_grad_placements, device_mesh, redistribute_inputs, *args,
+                **kwargs):
+        def call():
+            return original(func, out_placements, in_placements, in_grad_placements, device_mesh, redistribute_inputs,
+                            *args, **kwargs)
+
+        rank = rank_of()
+        mode = checker.modes.get(rank) if rank is not None else None
+        flat, spec = tree_flatten((args, kwargs))
+        dtensors = [x for x in flat if isinstance(x, DTensor)]
+        if mode is None or not dtensors:
+            return call()
+        name = f"local_map({getattr(func, '__qualname__', type(func).__name__)})"
+        return mode.record(name, func, flat, spec, dtensors, call)
+
+    _func_map._local_map_wrapped = wrapped
+    _answer_as_one_rank()
+
+
+def _answer_as_one_rank() -> None:
+    """While a reference runs, the program's rank queries answer as the one rank of a world of one: a local_map
+    function that offsets by its rank or mesh coordinate then computes the unsharded result."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from .process_group import _REFERENCE
+
+    def as_one(original, value):
+        def query(*args, **kwargs):
+            return value(*args, **kwargs) if _REFERENCE.active else original(*args, **kwargs)
+
+        return query
+
+    for name, value in (("get_rank", lambda *a, **k: 0), ("get_world_size", lambda *a, **k: 1)):
+        setattr(dist, name, as_one(getattr(dist, name), value))
+    DeviceMesh.get_local_rank = as_one(DeviceMesh.get_local_rank, lambda self, *a, **k: 0)
+    DeviceMesh.get_coordinate = as_one(DeviceMesh.get_coordinate, lambda self: [0] * self.ndim)
+    DeviceMesh.size = as_one(DeviceMesh.size, lambda self, mesh_dim=None: 1)
