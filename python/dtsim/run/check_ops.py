@@ -206,8 +206,10 @@ class OpChecker:
                 self.checked += 1
 
     def _strategy(self, a: _Arrival) -> str:
+        if not isinstance(a.reference, torch._ops.OpOverload):  # local_map: its own in_placements
+            return f"; local_map ran it on the arguments as {a.strategy}" if a.strategy else ""
         return f"; upstream's strategy redistributed the arguments to {a.strategy}" if a.strategy else \
-            "; upstream ran it on the arguments as placed"
+            "; upstream's strategy ran it on the arguments as placed"
 
     def _unsharded(self, first: _Arrival, mesh_shape, arrivals: List[_Arrival]) -> List[torch.Tensor]:
         flat, spec = first.template
@@ -459,7 +461,11 @@ def install_local_map(checker: OpChecker, rank_of: Callable[[], Optional[int]]) 
         if mode is None or not dtensors:
             return call()
         name = f"local_map({getattr(func, '__qualname__', type(func).__name__)})"
-        return mode.record(name, func, flat, spec, dtensors, call)
+        try:
+            placed = ", ".join(_placements(p) for p in in_placements if p is not None) if in_placements else None
+        except (TypeError, ValueError):
+            placed = None
+        return mode.record(name, func, flat, spec, dtensors, call, placed)
 
     _func_map._local_map_wrapped = wrapped
     _answer_as_one_rank()
