@@ -74,10 +74,13 @@ step "$DTSIM" export --format perfetto "$TRACE_DIR/uneven.json" "$TRACE_DIR/unev
 echo
 echo "== 9. Your own torchrun script, unchanged, on the simulated world: a TP + FSDP2 training script (AdamW, 2x2"
 echo "   mesh) launched as torchrun would, then a tensor-parallel tutorial written for GPUs (nccl, cuda) on this CPU"
-echo "   machine, and a script whose rank 3 all-reduces a tensor of another shape (docs/run.md)."
+echo "   machine, a script whose rank 3 all-reduces a tensor of another shape, and --check-ops locating a custom op"
+echo "   registered with a wrong sharding strategy (docs/run.md)."
 step "$DTSIM" run --nproc-per-node 4 "$DTSIM_ROOT/examples/python/run/tp_fsdp_adamw.py"
 step "$DTSIM" run --nproc_per_node 4 --standalone "$DTSIM_ROOT/examples/python/run/gpu_tp_tutorial.py"
 step "$DTSIM" run --nproc-per-node 4 "$DTSIM_ROOT/tests/run/scripts/bug_shape.py" || echo "(exit $?: the bug, found)"
+DTSIM_PLANT=wrong_strategy step "$DTSIM" run --check-ops --nproc-per-node 4 "$DTSIM_ROOT/tests/run/scripts/sharding_bugs.py" \
+  || echo "(exit $?: the op, found)"
 echo
 echo "Wrote $TRACE_DIR/{uneven,nested,layout}.png and uneven.perfetto.json (open it at https://ui.perfetto.dev)."
 echo "Open the viewer on a trace (a desktop session is needed; docs/viewer.md lists every control):"
