@@ -241,6 +241,54 @@ void CompareLayouts(Outcome& o) {
   }
 }
 
+// Consistency inside the recording: ranks whose coordinates differ only on Replicate mesh dims (of
+// the same (sub)mesh) hold one replica, so their recorded hashes must be equal, before and after.
+// Replaying from the recorded shards cannot see this (a replica written on one rank replays
+// "equal" from its own bytes). Partial mesh dims are not masked: partial values differ by design.
+// Ranks whose hash is unavailable (`skip`) are left out.
+void CompareReplicas(Outcome& o, const std::set<std::pair<bool, int64_t>>& skip) {
+  const RecordedRedistribution& r = *o.rec;
+  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
+    const bool before = pass == &r.ranks_before;
+    const DTensorSpec& spec = before ? r.src : r.dst;
+    bool any_replicate = false;
+    for (const Placement& p : spec.placements()) any_replicate |= p.is_replicate();
+    if (!any_replicate) continue;
+    // (the rank's (sub)mesh, its coordinate with Replicate dims masked) -> (hash -> ranks)
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>,
+             std::map<std::string, std::vector<int64_t>>>
+        sets;
+    for (const RankState& s : *pass) {
+      if (!s.hash || skip.count({before, s.rank})) continue;
+      const DeviceMesh mesh = SpecForRank(r, spec, s.rank).mesh();
+      std::vector<int64_t> coordinate = mesh.GetCoordinate(s.rank);
+      for (size_t m = 0; m < coordinate.size(); ++m) {
+        if (spec.placements()[m].is_replicate()) coordinate[m] = -1;
+      }
+      sets[{mesh.ranks(), coordinate}][*s.hash].push_back(s.rank);
+    }
+    for (const auto& [where, by_hash] : sets) {
+      if (by_hash.size() < 2) continue;
+      // The hash most ranks hold is the replica; the others are the odd ranks out.
+      const auto majority = std::max_element(
+          by_hash.begin(), by_hash.end(),
+          [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+      for (const auto& [hash, ranks] : by_hash) {
+        if (&hash == &majority->first) continue;
+        for (const int64_t rank : ranks) {
+          o.differing_ranks.push_back(rank);
+          o.problems.push_back(StrCat(
+              "replicas: rank ", rank, before ? " held " : " holds ", hash, " ",
+              before ? "before" : "after", ", where its replicas (", ToString(spec.placements()),
+              ": ranks ", IntListToString(majority->second), ") hold ", majority->first,
+              ": a Replicate shard that differs between ranks (written on one rank, or never "
+              "made equal)"));
+        }
+      }
+    }
+  }
+}
+
 // The shards a data section names, as tensors of `states`' shapes and `dtype`.
 std::vector<at::Tensor> ShardsOf(const std::vector<RankState>& states,
                                  const std::vector<RecordedData>& entries, DType dtype,
@@ -491,6 +539,11 @@ int RunReplay(const Args& args) {
       unchecked_shards += static_cast<int64_t>(o.unchecked_ranks.size());
     }
     CompareLayouts(o);
+    std::set<std::pair<bool, int64_t>> hashless;
+    if (const auto it = unavailable.find(i); it != unavailable.end()) {
+      for (const Unavailable& u : it->second) hashless.insert({u.before, u.rank});
+    }
+    CompareReplicas(o, hashless);
     o.expected = ExpectedCollectives(r, gloo);
     CompareCollectives(o, groups_exact);
     if (r.data && data_size && !source_gone) {

@@ -642,3 +642,23 @@ def test_check_ops_locates_planted_bugs(plant, says):
     silent = subprocess.run([DTSIM, "run", "--nproc-per-node", "4", path], capture_output=True, text=True, env=env,
                             timeout=300, cwd=ROOT)
     assert silent.returncode == 0 and compared_lines(silent.stdout)[-1:] == ["done"], silent.stderr[-3000:]
+
+
+def test_replay_names_a_replica_written_on_one_rank(tmp_path):
+    """A recording whose rank 2 wrote its Replicate shard in place (tests/run/scripts/replica_written.py): replaying
+    from the recorded shards alone would pass, so replay compares the replicas' recorded hashes and names rank 2;
+    the clean recording replays equal."""
+    path = script_path("replica_written.py")
+    clean, written = str(tmp_path / "clean.json"), str(tmp_path / "written.json")
+    out = run([DTSIM, "run", "--nproc-per-node", "4", path, clean])
+    assert out.returncode == 0, out.stderr[-3000:]
+    replay = run([DTSIM, "replay", clean])
+    assert replay.returncode == 0 and "redistributions equal dtsim's simulation" in replay.stdout, replay.stdout
+    out = subprocess.run([DTSIM, "run", "--nproc-per-node", "4", path, written], capture_output=True, text=True,
+                         env=dict(ENV, DTSIM_WRITE_RANK="2"), timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    replay = run([DTSIM, "replay", written])
+    assert replay.returncode == 1, replay.stdout
+    assert "replicas: rank 2 held xxh3:" in replay.stdout and "where its replicas ([R]: ranks [0, 1, 3]) hold" in \
+        replay.stdout, replay.stdout
+    assert "first at redistribution #0 (redistribute), rank 2" in replay.stdout, replay.stdout
