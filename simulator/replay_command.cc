@@ -289,6 +289,67 @@ void CompareReplicas(Outcome& o, const std::set<std::pair<bool, int64_t>>& skip)
   }
 }
 
+// The run's collectives (a `dtsim run --trace` recording lists them): the members of an all_reduce,
+// all_gather or broadcast end with equal outputs, so their recorded output hashes must be equal.
+// The other kinds give each member its own output; their values are not checkable from hashes.
+struct RunCheck {
+  int64_t checked = 0;
+  int64_t unchecked = 0;
+  std::vector<std::string> problems;
+  int64_t first_index = -1;  // 1-based, the first collective with a problem
+  std::vector<int64_t> first_ranks;
+};
+
+RunCheck CheckRunCollectives(const std::vector<RecordedCollective>& collectives) {
+  RunCheck out;
+  for (size_t k = 0; k < collectives.size(); ++k) {
+    const RecordedCollective& c = collectives[k];
+    const bool equal_outputs = c.kind == CollectiveKind::kAllReduce ||
+                               c.kind == CollectiveKind::kAllGather ||
+                               c.kind == CollectiveKind::kBroadcast;
+    if (!equal_outputs || c.output_hashes.size() != c.ranks.size() || c.ranks.empty()) {
+      ++out.unchecked;
+      continue;
+    }
+    ++out.checked;
+    std::map<std::string, std::vector<int64_t>> by_hash;
+    for (size_t i = 0; i < c.ranks.size(); ++i) by_hash[c.output_hashes[i]].push_back(c.ranks[i]);
+    if (by_hash.size() < 2) continue;
+    const auto majority = std::max_element(
+        by_hash.begin(), by_hash.end(),
+        [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    const size_t tied = std::count_if(by_hash.begin(), by_hash.end(), [&](const auto& e) {
+      return e.second.size() == majority->second.size();
+    });
+    if (tied > 1) {  // no majority (two members, or an even split): every member is named
+      std::string listing;
+      for (size_t i = 0; i < c.ranks.size(); ++i)
+        listing += StrCat(i ? ", " : "", "rank ", c.ranks[i], " ", c.output_hashes[i]);
+      if (out.first_index < 0) {
+        out.first_index = static_cast<int64_t>(k) + 1;
+        out.first_ranks = c.ranks;
+      }
+      out.problems.push_back(StrCat("run collective ", k + 1, " (", ToString(c.kind),
+                                    " over ranks ", IntListToString(c.ranks),
+                                    "): its members' outputs differ, with no majority: ", listing));
+      continue;
+    }
+    for (const auto& [hash, ranks] : by_hash) {
+      if (&hash == &majority->first) continue;
+      for (const int64_t rank : ranks) {
+        if (out.first_index < 0) out.first_index = static_cast<int64_t>(k) + 1;
+        if (out.first_index == static_cast<int64_t>(k) + 1) out.first_ranks.push_back(rank);
+        out.problems.push_back(StrCat("run collective ", k + 1, " (", ToString(c.kind),
+                                      " over ranks ", IntListToString(c.ranks), "): rank ", rank,
+                                      "'s output ", hash, " differs from its peers' ",
+                                      majority->first, " (ranks ",
+                                      IntListToString(majority->second), ")"));
+      }
+    }
+  }
+  return out;
+}
+
 // The shards a data section names, as tensors of `states`' shapes and `dtype`.
 std::vector<at::Tensor> ShardsOf(const std::vector<RankState>& states,
                                  const std::vector<RecordedData>& entries, DType dtype,
@@ -561,8 +622,12 @@ int RunReplay(const Args& args) {
   // Not one shard recomputed (no data file, or max_data_bytes=0): layouts, collectives and bytes
   // were compared, values never; that is no verdict of "equal".
   const bool nothing_checked = without_data > 0 && shards_checked == 0;
+  const RunCheck run = rec.collectives ? CheckRunCollectives(*rec.collectives) : RunCheck{};
+  const bool run_consistent = run.problems.empty();
   // 0: every shard checked and equal; 1: a difference; 3: none found, but shards unchecked.
-  const int verdict = !equal ? 1 : unchecked_shards > 0 || nothing_checked ? 3 : 0;
+  const int verdict = !equal || !run_consistent                 ? 1
+                      : unchecked_shards > 0 || nothing_checked ? 3
+                                                                : 0;
   if (json) {
     nlohmann::json out = {
         {"format", "dtsim-replay"},
@@ -571,15 +636,16 @@ int RunReplay(const Args& args) {
         {"backend", rec.backend},
         {"torch_version", rec.torch_version},
         {"world_size", rec.world_size},
-        {"equal", equal && unchecked_shards == 0 && !nothing_checked},
+        {"equal", equal && run_consistent && unchecked_shards == 0 && !nothing_checked},
         {"shards_checked", shards_checked},
         {"unchecked_shards", unchecked_shards},
         {"redistributions_without_data", without_data},
-        // the run's collectives outside redistributions: null when the
-        // recording lists none; replay never checks them
+        // the run's collectives outside redistributions: null when the recording lists none;
+        // those whose members must end equal (all_reduce, all_gather, broadcast) are checked
         {"run_collectives",
          rec.collectives ? nlohmann::json(rec.collectives->size()) : nlohmann::json(nullptr)},
-        {"run_collectives_checked", false},
+        {"run_collectives_checked", run.checked},
+        {"run_collective_problems", run.problems},
         {"note", data_note},
         {"redistributions", nlohmann::json::array()}};
     for (const Outcome& o : outcomes) out["redistributions"].push_back(ToJson(o));
@@ -634,6 +700,23 @@ int RunReplay(const Args& args) {
     for (const std::string& p : o.problems) std::cout << "    " << p << "\n";
     for (const std::string& u : o.unchecked) std::cout << "    not checked: " << u << "\n";
   }
+  if (rec.collectives) {
+    std::cout << "  run collectives: " << run.checked << " of " << rec.collectives->size()
+              << " checked (each all_reduce, all_gather and broadcast leaves its group equal), "
+              << run.unchecked << " not checkable from hashes (each member's own output)"
+              << (run_consistent ? "" : "; INCONSISTENT:") << "\n";
+    for (size_t i = 0; i < run.problems.size() && static_cast<int64_t>(i) < limit; ++i)
+      std::cout << "    " << run.problems[i] << "\n";
+  }
+  if (equal && !run_consistent) {
+    std::cout
+        << "verdict: the recorded run's collectives are inconsistent; first at run collective "
+        << run.first_index << ", rank" << (run.first_ranks.size() == 1 ? " " : "s ");
+    for (size_t i = 0; i < run.first_ranks.size(); ++i)
+      std::cout << (i ? ", " : "") << run.first_ranks[i];
+    std::cout << "\n";
+    return verdict;
+  }
   if (equal && unchecked_shards > 0) {
     std::cout << "verdict: no difference found, but " << unchecked_shards << " shard"
               << (unchecked_shards == 1 ? " was" : "s were")
@@ -654,9 +737,11 @@ int RunReplay(const Args& args) {
     std::cout << "verdict: the recorded run's redistributions equal dtsim's simulation ("
               << outcomes.size() << " redistribution" << (outcomes.size() == 1 ? "" : "s") << "); "
               << (rec.collectives
-                      ? StrCat("the run's ", rec.collectives->size(),
-                               " collectives (FSDP2, DDP, c10d calls alike) are not checked by "
-                               "replay: dtsim trace-diff compares them with another run's")
+                      ? StrCat("of the run's ", rec.collectives->size(),
+                               " collectives (FSDP2, DDP, c10d calls alike), ", run.checked,
+                               " leave their groups equal and ", run.unchecked,
+                               " are not checked by replay: dtsim trace-diff compares them with "
+                               "another run's")
                       : std::string("collectives outside redistributions (FSDP2, DDP, direct c10d "
                                     "calls) are not in the recording, so not checked"))
               << "\n";

@@ -521,8 +521,10 @@ def test_run_trace_records_an_unmodified_script(tmp_path):
     assert len(doc["redistributions"]) > 10
     replay = run([DTSIM, "replay", trace])
     assert replay.returncode == 0 and "redistributions equal dtsim's simulation" in replay.stdout, replay.stdout[-3000:]
-    # the run's own collectives, listed by --trace, are named as not checked by replay, never as equal
-    assert "collectives (FSDP2, DDP, c10d calls alike) are not checked by replay" in replay.stdout, replay.stdout
+    # the run's own collectives, listed by --trace: those whose groups must end equal are checked, the others named
+    # as not checked by replay, never as equal
+    assert re.search(r"of the run's (\d+) collectives \(FSDP2, DDP, c10d calls alike\), (\d+) leave their groups "
+                     r"equal and (\d+) are not checked by replay", replay.stdout), replay.stdout
     exported = run([DTSIM, "export", "--format", "perfetto", trace, str(tmp_path / "p.json")])
     assert exported.returncode == 0, exported.stderr
     causes = {r["cause"] for r in json.loads(open(report).read())["rows"]}
@@ -569,6 +571,22 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     # (full_tensor of [_S(0,2), S(0)]: upstream gathers dp before tp, an order dtsim's executor runs the other way).
     replay = run([DTSIM, "replay", trace])
     assert replay.returncode == 0 and "[_S(0,2), S(0)] -> [R, R]  equal" in replay.stdout, replay.stdout[-3000:]
+    equal_kinds = sum(c["op"] in ("all_reduce", "all_gather", "broadcast") for c in doc["collectives"])
+    assert f"run collectives: {equal_kinds} of {len(doc['collectives'])} checked" in replay.stdout, replay.stdout
+    # One member of an all_gather left with other bytes (a corrupted collective on one rank): replay names it.
+    k = next(i for i, c in enumerate(doc["collectives"]) if c["op"] == "all_gather")
+    flipped = json.loads(json.dumps(doc))
+    flipped["collectives"][k]["output_hashes"][1] = "xxh3:0000000000000000"
+    (tmp_path / "flipped.json").write_text(json.dumps(flipped))
+    os.symlink(os.path.join(tmp_path, "t.json.data"), tmp_path / "flipped.json.data")
+    replay = run([DTSIM, "replay", str(tmp_path / "flipped.json")])
+    members = doc["collectives"][k]["ranks"]  # two (a dp group): no majority, both are named
+    assert replay.returncode == 1, replay.stdout
+    assert f"run collective {k + 1} (all_gather over ranks {members}): its members' outputs differ, with no " \
+        f"majority: rank {members[0]} {doc['collectives'][k]['output_hashes'][0]}, rank {members[1]} " \
+        "xxh3:0000000000000000" in replay.stdout, replay.stdout
+    assert "verdict: the recorded run's collectives are inconsistent; first at run collective " \
+        f"{k + 1}, ranks {members[0]}, {members[1]}" in replay.stdout, replay.stdout
     again = str(tmp_path / "again.json")
     out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", again, os.path.join(EXAMPLES, "tp_fsdp_adamw.py")])
     assert out.returncode == 0, out.stderr[-3000:]
