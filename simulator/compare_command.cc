@@ -59,29 +59,14 @@ std::string SelfPath() {
   return p.string();
 }
 
-// True when `name` is an executable file (a name with a '/') or a program found in $PATH, as
-// posix_spawnp would find it.
-bool IsExecutableOnPath(const std::string& name) {
-  if (name.empty()) return false;
-  auto runnable = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
-  };
-  if (name.find('/') != std::string::npos) return runnable(name);
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (runnable(fs::path(dir.empty() ? "." : dir) / name)) return true;
-  }
-  return false;
-}
-
 // mpirun and its options for `o.np` ranks of this executable (the subcommand follows).
 std::vector<std::string> LauncherArgv(const CompareOptions& o) {
   std::vector<std::string> argv = {o.mpirun};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (const char* a : {"--oversubscribe", "--bind-to", "none", "-np"}) argv.push_back(a);
   argv.push_back(std::to_string(o.np));
+  // Each rank ends when mpirun does, even by SIGKILL (its parent-death signal).
+  for (const std::string& a : ParentDeathPrefix()) argv.push_back(a);
   argv.push_back(SelfPath());
   return argv;
 }

@@ -17,8 +17,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
@@ -70,6 +72,16 @@ std::vector<pid_t> ChildrenOfThisProcess() {
   return out;
 }
 
+// Whether `pid` is a live process: a zombie (dead, not yet reaped by a parent that no longer waits,
+// as a container's init may) counts as gone.
+bool ProcessAlive(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] != 'Z';
+}
+
 // OpenMPI's session folders: mpirun keeps its job's files in <base>/ompi.<host>.<uid>/pid.<its
 // pid> and removes them when it ends; killed with SIGKILL (after the 3 s grace, e.g. on a loaded
 // machine) it leaves them. <base> is where OpenMPI 4 puts them: orte_tmpdir_base, else TMPDIR,
@@ -97,8 +109,8 @@ std::set<fs::path> OpenMpiSessionDirs() {
   return out;
 }
 
-// Removes the session folders made since `before` whose mpirun is gone (a live one's are left
-// alone: it may be another job's), then each ompi.* folder left empty (rmdir fails on one in use).
+// Removes the session folders not in `before` whose mpirun is gone (a live one's are left alone: it
+// may be another job's), then each ompi.* folder left empty (rmdir fails on one in use).
 void RemoveStaleOpenMpiSessions(const std::set<fs::path>& before) {
   for (const fs::path& dir : OpenMpiSessionDirs()) {
     if (before.count(dir)) continue;
@@ -106,10 +118,28 @@ void RemoveStaleOpenMpiSessions(const std::set<fs::path>& before) {
     const std::string name = dir.filename().string();
     const long pid = std::strtol(name.c_str() + 4, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (ProcessAlive(static_cast<pid_t>(pid))) continue;
     std::error_code ec;
     fs::remove_all(dir, ec);
     rmdir(dir.parent_path().c_str());
+  }
+}
+
+// Removes the folders of earlier jobs under `tmp` whose process is gone
+// (dtsim-compare-<pid>-XXXXXX: a process killed by SIGKILL cannot clean up); a live or unknown
+// process's folder is left alone.
+void RemoveStaleJobDirs(const fs::path& tmp) {
+  std::error_code ec;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string prefix = "dtsim-compare-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* rest = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &rest, 10);
+    if (pid <= 0 || *rest != '-' || pid == getpid()) continue;
+    if (ProcessAlive(static_cast<pid_t>(pid))) continue;
+    std::error_code ec2;
+    if (fs::is_directory(it->path(), ec2)) fs::remove_all(it->path(), ec2);
   }
 }
 
@@ -123,6 +153,30 @@ std::string ReadHead(const fs::path& path, size_t limit) {
 }
 
 }  // namespace
+
+// True when `name` is an executable file (a name with a '/') or a program found in $PATH, as
+// posix_spawnp would find it.
+bool IsExecutableOnPath(const std::string& name) {
+  if (name.empty()) return false;
+  auto runnable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) return runnable(name);
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (runnable(fs::path(dir.empty() ? "." : dir) / name)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ParentDeathPrefix() {
+  for (const char* setpriv : {"/usr/bin/setpriv", "/bin/setpriv"}) {
+    if (access(setpriv, X_OK) == 0) return {setpriv, "--pdeathsig", "KILL", "--"};
+  }
+  return {};
+}
 
 std::string SignalName(int signal_number) {
   const char* abbrev = sigabbrev_np(signal_number);
@@ -189,7 +243,9 @@ void RealJob::MakeDir(const std::optional<std::string>& keep) {
     std::error_code ec;
     const fs::path tmp = fs::temp_directory_path(ec);
     if (ec) throw InputError("compare", StrCat("no temporary directory: ", ec.message()));
-    std::string templ = (tmp / "dtsim-compare-XXXXXX").string();
+    RemoveStaleJobDirs(tmp);
+    RemoveStaleOpenMpiSessions({});  // those of an mpirun killed with the job that made them
+    std::string templ = (tmp / StrCat("dtsim-compare-", getpid(), "-XXXXXX")).string();
     if (!mkdtemp(templ.data())) {
       throw InputError("compare",
                        StrCat("cannot make a temporary directory: ", std::strerror(errno)));
@@ -315,8 +371,13 @@ JobResult RealJob::Run(const std::vector<std::string>& argv, double limit_s) {
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
+    // Under setpriv's parent-death signal: the job ends with this process, even by SIGKILL. A
+    // program that cannot be found is started directly, so that posix_spawnp names it below.
+    std::vector<std::string> full =
+        IsExecutableOnPath(argv[0]) ? ParentDeathPrefix() : std::vector<std::string>{};
+    full.insert(full.end(), argv.begin(), argv.end());
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : full) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     pid_t pid = 0;
     const int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);

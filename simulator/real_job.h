@@ -36,6 +36,15 @@ inline constexpr size_t kMaxJobStderrBytes = size_t{1} << 20;
 // rank once, in the order reported.
 std::vector<std::string> RankFailuresFromLauncher(std::string_view stderr_text);
 
+// True when `name` is an executable file (a name with a '/') or a program found in $PATH, as
+// posix_spawnp would find it.
+bool IsExecutableOnPath(const std::string& name);
+
+// The words that make a command end when the process that starts it dies, even by SIGKILL:
+// util-linux's `setpriv --pdeathsig KILL --` (Linux's parent-death signal, kept across exec), or
+// nothing where setpriv is missing.
+std::vector<std::string> ParentDeathPrefix();
+
 // "SIGKILL" for 9; "signal 77" for a number without a name.
 std::string SignalName(int signal_number);
 
@@ -50,8 +59,10 @@ std::string SignalName(int signal_number);
 class RealJob {
  public:
   // `keep`: the folder to use and keep (--keep DIR, created if missing); nullopt: a new folder
-  // dtsim-compare-XXXXXX under the temporary directory ($TMPDIR), removed at the end. Throws
-  // InputError("keep"/"compare") when the folder cannot be made.
+  // dtsim-compare-<pid>-XXXXXX under the temporary directory ($TMPDIR), removed at the end; the
+  // folders of earlier jobs whose process died without cleaning up (SIGKILL) are removed first,
+  // with the OpenMPI session folders their mpirun left. Throws InputError("keep"/"compare") when
+  // the folder cannot be made.
   explicit RealJob(const std::optional<std::string>& keep);
   ~RealJob();
   RealJob(const RealJob&) = delete;
@@ -64,8 +75,9 @@ class RealJob {
   std::unique_lock<std::mutex> Lock() { return std::unique_lock<std::mutex>(mutex_); }
 
   // Runs `argv` (argv[0] looked up in PATH) in its own process group with stdout and stderr in
-  // dir()/real.stdout and dir()/real.stderr and stdin from /dev/null; ends it as above after
-  // `limit_s` seconds. Throws InputError("mpirun") when it cannot be started.
+  // dir()/real.stdout and dir()/real.stderr and stdin from /dev/null, under ParentDeathPrefix()
+  // (it ends if this process is killed); ends it as above after `limit_s` seconds. Throws
+  // InputError("mpirun") when it cannot be started.
   JobResult Run(const std::vector<std::string>& argv, double limit_s);
 
  private:

@@ -113,6 +113,37 @@ def test_a_killed_compare_leaves_no_process_and_no_folder(tmp_path, sig, when):
     assert os.listdir(tmpdir) == [], os.listdir(tmpdir)
 
 
+def test_a_compare_killed_by_sigkill_leaves_no_process_and_the_next_run_cleans_its_folders(tmp_path):
+    # SIGKILL cannot be handled: mpirun and the ranks end by their parent-death signal (setpriv --pdeathsig), and
+    # the folders the killed compare could not remove (its own, and the session folder of its mpirun) are removed
+    # by the next compare that uses the same temporary directory.
+    proc, tmpdir = start_stalled_compare(tmp_path)
+    try:
+        wait_for(lambda: len([p for p in processes_mentioning(str(tmpdir)) if rank_of(p) is not None]) == 4,
+                 90, "4 ranks")
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(tmpdir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(tmpdir)) == [], "processes left behind"
+    left = [name for name in os.listdir(tmpdir) if name.startswith("dtsim-compare-")]
+    assert len(left) == 1, os.listdir(tmpdir)  # what SIGKILL leaves
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    again = subprocess.run([DTSIM, "compare", *STALL_CASE, "--timeout", "60"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0, (again.stdout, again.stderr)
+    # No job folder, and no session folder of a dead mpirun (OpenMPI itself may keep its empty ompi.* folder).
+    assert [name for name in os.listdir(tmpdir) if not name.startswith("ompi.")] == [], os.listdir(tmpdir)
+    sessions = [os.path.join(top, entry) for top in os.listdir(tmpdir) if top.startswith("ompi.")
+                for entry in os.listdir(tmpdir / top)]
+    assert sessions == [], sessions
+
+
 def test_a_launcher_killed_after_the_grace_leaves_no_openmpi_session_folder(tmp_path):
     # mpirun keeps its job's files in $TMPDIR/ompi.<host>.<uid>/pid.<its pid> and removes them when it ends; one
     # that needs more than compare's 3 s grace after SIGTERM (a loaded machine) is killed and leaves them. This
