@@ -83,6 +83,22 @@ int RunModel(const Args& args) {
     // Before the run, not after; on real ranks rank 0 checks and every rank hears the answer.
     CheckOnReportingRank(o.backend.get(), [&] { CheckOutputFile(trace_path, "trace"); });
   }
+  if (!o.backend) {
+    // Every simulated rank holds every layer's modules, hooks and rows (kModelBytesPerRankLayer):
+    // refused up front when that exceeds the memory this process may still allocate.
+    model::ValidateModelRun(o);
+    const long double need = static_cast<long double>(o.mesh.size()) *
+                             static_cast<long double>(o.args.layers + 2) *
+                             model::kModelBytesPerRankLayer;
+    const std::optional<int64_t> available = AvailableMemory();
+    if (available && need > *available) {
+      throw InputError(
+          "layers", StrCat(o.args.layers, " transformer blocks on ", o.mesh.size(),
+                           " simulated ranks need about ", static_cast<int64_t>(need / (1 << 20)),
+                           " MiB (about 24 KiB per rank and layer), but ", *available / (1 << 20),
+                           " MiB are available: simulate fewer layers or ranks"));
+    }
+  }
   model::ModelReport report = model::RunModel(o);
   if (o.fault.active() && !report.fault_struck && reporting) {
     std::cerr << FaultMissedWarning(

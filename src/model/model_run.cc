@@ -517,6 +517,19 @@ void ValidateModelRun(const ModelRunOptions& o) {
                                  " ranks; dtsim model simulates at most " +
                                  std::to_string(kMaxModelRanks));
   }
+  if (!o.backend) {
+    const long double rank_layers =
+        static_cast<long double>(o.mesh.size()) * static_cast<long double>(o.args.layers + 2);
+    if (rank_layers > kMaxModelRankLayers) {
+      throw InputError(
+          "layers",
+          StrCat(o.args.layers, " transformer blocks on ", o.mesh.size(), " simulated ranks are ",
+                 static_cast<int64_t>(rank_layers),
+                 " rank-layers (ranks x (layers + 2)); one run simulates at most ",
+                 kMaxModelRankLayers,
+                 " (minutes of work): simulate fewer layers (the blocks repeat) or ranks"));
+    }
+  }
   const Size size = SizeOf(o);
   if (size.largest > kMaxModelTensorElements) {
     throw InputError("model", "a tensor of this model would hold more than 2^50 elements");

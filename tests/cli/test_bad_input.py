@@ -682,6 +682,10 @@ BAD_INPUTS = [
     Row("redistribute-meta-storage-overflow", ["redistribute", "--mesh", "4", "--shape", "2305843009213693952",
                                                "--from", "S(0)", "--to", "R", "--meta"], "shape",
         ["more than 2^63 - 1 bytes"]),
+    # the total work of a simulated model: ranks x (layers + 2), not each alone (both are within their own limits)
+    Row("model-rank-layers", ["model", "--meta", "--mesh", "2048x8", "--names", "dp,tp", "--plan", "fsdp+tp",
+                              "--layers", "256", "--heads", "8", "--batch", "2048"], "layers",
+        ["256 transformer blocks on 16384 simulated ranks are 4227072 rank-layers", "at most 524288"]),
     Row("run-check-ops-with-meta", ["run", "--meta", "--check-ops", "s.py"], "check-ops", ["metadata-only run"],
         files={"s.py": "print(1)\n"}),
     Row("run-trace-with-meta", ["run", "--meta", "--trace", "t.json", "s.py"], "trace", ["metadata-only run"],

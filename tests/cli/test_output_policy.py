@@ -304,3 +304,15 @@ def test_the_memory_estimate_respects_the_address_space_limit():
     m = re.search(r"^dtsim: error: shape: \[67108864\] float32 on 8 simulated ranks needs about (\d+) MiB, but (\d+) "
                   r"MiB are available", out.stderr)
     assert m and int(m.group(2)) < 1500 < int(m.group(1)), out.stderr
+
+
+def test_a_model_run_is_bounded_by_its_total_work_under_the_address_space_limit():
+    """`model --meta` holds every layer on every simulated rank: 2,048 ranks x 200 layers need about 9.5 GiB, which a
+    1.5 GB address space refuses up front (exit 2, field layers), instead of running for minutes and failing."""
+    out = subprocess.run(["bash", "-c", f'ulimit -v 1500000; "{DTSIM}" model --meta --mesh 256x8 --names dp,tp '
+                          '--plan fsdp+tp --layers 200 --dim 256 --heads 8 --seq 256 --batch 256'],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    m = re.search(r"^dtsim: error: layers: 200 transformer blocks on 2048 simulated ranks need about (\d+) MiB \(about "
+                  r"24 KiB per rank and layer\), but (\d+) MiB are available", out.stderr)
+    assert m and int(m.group(2)) < 1500 < int(m.group(1)), out.stderr

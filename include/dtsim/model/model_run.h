@@ -61,6 +61,13 @@ inline constexpr int64_t kMaxModelDataBytes = int64_t{8} << 30;
 // Transformer blocks: the largest Llama has 126; a metadata run's time grows faster than linearly
 // in layers (256 layers ~1.7 s, 1,024 layers ~31 s on one rank), and --layers 10^14 never ended.
 inline constexpr int64_t kMaxModelLayers = 256;
+// A simulated run's total work: every rank runs every layer, so time and memory grow with ranks x
+// (layers + 2) (the embedding and output count as one layer each). A metadata-only forward and
+// backward costs about 0.34 ms and 24 KiB per rank-layer on the 2-core reference machine (4,096
+// ranks x 16 layers: 22 s, 1.4 GB); the cap keeps one run within a few minutes. Real backends
+// simulate one rank per process and are not bound by it.
+inline constexpr int64_t kMaxModelRankLayers = int64_t{1} << 19;
+inline constexpr int64_t kModelBytesPerRankLayer = int64_t{24} << 10;
 
 // The plan names `dtsim model --plan` accepts, and a check of an options set (InputError naming the
 // field: plan, mesh, names, ...).
