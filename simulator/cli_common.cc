@@ -370,8 +370,15 @@ std::optional<int64_t> AvailableMemory() {
   return out;
 }
 
+long double SimulationBytes(const DTensorSpec& spec, int64_t world_size, bool meta) {
+  const long double overhead = static_cast<long double>(world_size) * kBytesPerSimulatedRank;
+  const long double data =
+      meta ? 0 : static_cast<long double>(spec.numel()) * ItemSize(spec.dtype()) * (world_size + 2);
+  return overhead + data;
+}
+
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta,
-                         const CaseLimits& limits) {
+                         const CaseLimits& limits, long double already) {
   // The mesh caps the rank count at kMaxMeshRanks (the fuzz targets ask for fewer); what remains is
   // memory: every rank's tensor headers and tables, and in a data run its tensors (every rank may
   // hold a whole copy: a Partial source or a local split of replicas gives each rank its own; a
@@ -387,9 +394,11 @@ void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta,
   const long double overhead = static_cast<long double>(world_size) * kBytesPerSimulatedRank;
   const long double data =
       meta ? 0 : static_cast<long double>(spec.numel()) * ItemSize(spec.dtype()) * (world_size + 2);
-  if (overhead + data <= *available) return;
-  const std::string estimate = StrCat("about ", static_cast<int64_t>((overhead + data) / (1 << 20)),
-                                      " MiB, but ", *available / (1 << 20), " MiB are available");
+  if (already + overhead + data <= *available) return;
+  const std::string estimate =
+      StrCat("about ", static_cast<int64_t>((already + overhead + data) / (1 << 20)), " MiB",
+             already > 0 ? " with the tensors before it" : "", ", but ", *available / (1 << 20),
+             " MiB are available");
   if (data >= overhead) {
     throw InputError("shape", StrCat(IntListToString(spec.shape()), " ", ToString(spec.dtype()),
                                      " on ", world_size, " simulated ranks needs ", estimate,

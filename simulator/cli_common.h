@@ -160,8 +160,12 @@ DTensorSpec SourceSpec(DeviceMesh mesh, Placements from, std::vector<int64_t> sh
 // plus, in a data run (`meta` false), numel * itemsize * (ranks + 2) bytes (every rank may hold a
 // whole replica, and a step holds its input and output). InputError("shape") when the data
 // dominates, InputError("mesh") otherwise.
+// `already`: the estimate of what the same run holds besides (an op's earlier tensor arguments,
+// SimulationBytes of each), so that a run is bounded by its total, not by each tensor alone.
 void CheckSimulationFits(const DTensorSpec& spec, int64_t world_size, bool meta = false,
-                         const CaseLimits& limits = CaseLimits());
+                         const CaseLimits& limits = CaseLimits(), long double already = 0);
+// That estimate for one tensor.
+long double SimulationBytes(const DTensorSpec& spec, int64_t world_size, bool meta);
 // Refuses (InputError(field)) placements that would cut one rank's shard into more than
 // kMaxBlocksPerRank separate blocks (the product over tensor dims of the index ranges a rank owns;
 // a _S(d,k) gives up to min(k, size of d) ranges): running and checking a redistribution works

@@ -111,8 +111,10 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
     }
     const DTensorSpec& spec = *made;
     // Every tensor argument is simulated on every rank, and the check computes the op on the global
-    // tensors too.
-    CheckSimulationFits(spec, mesh.size(), meta, limits);
+    // tensors too: the arguments together must fit, not each alone.
+    long double already = 0;
+    for (const auto& earlier : tensors) already += SimulationBytes(earlier.spec, mesh.size(), meta);
+    CheckSimulationFits(spec, mesh.size(), meta, limits, already);
     if (meta) {
       tensors.push_back(
           {spec, at::empty(spec.shape(),
@@ -278,6 +280,10 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
   std::vector<TensorArg> tensors;
   torch::jit::Stack stack;
   const auto& schema_args = schema.arguments();
+  // The memory the arguments may use together, read once before any is made (each argument's
+  // check adds the earlier ones' estimates; reading it again would count them twice).
+  CaseLimits limits = c.limits;
+  if (!limits.max_simulation_bytes) limits.max_simulation_bytes = AvailableMemory();
   if (c.args.size() > schema_args.size()) {
     throw InputError("args", StrCat(c.args.size(), " arguments for ", schema, " which takes ",
                                     schema_args.size()));
@@ -285,7 +291,7 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
   for (size_t i = 0; i < schema_args.size(); ++i) {
     if (i < c.args.size()) {
       stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, coll, tensors, c.meta,
-                               c.limits, StrCat("args[", i, "]")));
+                               limits, StrCat("args[", i, "]")));
     } else if (schema_args[i].default_value()) {
       stack.push_back(*schema_args[i].default_value());
     } else {

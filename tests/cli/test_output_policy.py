@@ -316,3 +316,15 @@ def test_a_model_run_is_bounded_by_its_total_work_under_the_address_space_limit(
     m = re.search(r"^dtsim: error: layers: 200 transformer blocks on 2048 simulated ranks need about (\d+) MiB \(about "
                   r"24 KiB per rank and layer\), but (\d+) MiB are available", out.stderr)
     assert m and int(m.group(2)) < 1500 < int(m.group(1)), out.stderr
+
+
+def test_an_op_is_bounded_by_its_arguments_together():
+    """`op` estimates its tensor arguments together: two float32 [2^26] arguments on 8 ranks need about 2.5 GiB each,
+    which a 4.5 GB address space holds one at a time but not both; the second is refused up front (exit 2, naming
+    the total with the tensors before it), where each alone passed before."""
+    out = subprocess.run(["bash", "-c", f'ulimit -v 4500000; "{DTSIM}" op add.Tensor --mesh 8 '
+                          '--arg "67108864:S(0)" --arg "67108864:S(0)"'], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    m = re.search(r"^dtsim: error: shape: \[67108864\] float32 on 8 simulated ranks needs about (\d+) MiB with the "
+                  r"tensors before it, but (\d+) MiB are available", out.stderr, re.M)
+    assert m and int(m.group(1)) // 2 < int(m.group(2)) < int(m.group(1)), out.stderr
