@@ -50,6 +50,16 @@ __all__ = [
 ]
 
 _REDUCE_OPS = ("sum", "avg", "min", "max", "product", "band", "bor", "bxor")
+def _planner_arg(planner: Any) -> str:
+    """A planner name; the simulation itself names an unknown one (ValueError "planner: unknown planner ...")."""
+    if not isinstance(planner, str):
+        raise ValueError(f"planner: expected a planner name (greedy, min-cost or graph), got {planner!r}")
+    return planner
+
+
+def __dir__() -> List[str]:
+    """The public names (`__all__`), not the modules and typing names the package imports for itself."""
+    return sorted(__all__)
 
 
 _T = TypeVar("_T")
@@ -336,7 +346,19 @@ class DeviceMesh:
         names = [mesh_dim_names] if isinstance(mesh_dim_names, str) else mesh_dim_names
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
             raise ValueError(f"mesh_dim_names: expected a dim name or a tuple of them, got {mesh_dim_names!r}")
+        own = self.mesh_dim_names or ()
+        positions = [own.index(n) for n in names if n in own]
+        if len(positions) == len(names) and positions != sorted(positions):
+            # upstream's KeyError: "Mesh dim indices should be in ascending order."
+            raise ValueError(f"mesh_dim_names: {tuple(names)} are not in the mesh's order {tuple(own)}: a submesh "
+                             "keeps its dims in order, as upstream's does")
         return DeviceMesh(self.device_type, None, _impl=self._impl.submesh(list(names)))
+
+    def __reduce__(self):
+        root = self._impl.root
+        if root != self._impl:  # a submesh: its root, then the same slice
+            return (_rebuild_submesh, (DeviceMesh(self.device_type, None, _impl=root), self.mesh_dim_names))
+        return (_rebuild_mesh, (self.device_type, self.mesh.tolist(), self.mesh_dim_names))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and self._impl == other._impl
@@ -367,10 +389,31 @@ def _mesh_arg(mesh: Any, field: str = "device_mesh") -> DeviceMesh:
 # ---- DTensor ----------------------------------------------------------------------------------
 
 
+def _rebuild_mesh(device_type: str, ranks: Any, mesh_dim_names: Optional[Sequence[str]]) -> "DeviceMesh":
+    return DeviceMesh(device_type, ranks, mesh_dim_names=mesh_dim_names)
+
+
+def _rebuild_submesh(root: "DeviceMesh", mesh_dim_names: Sequence[str]) -> "DeviceMesh":
+    return root[tuple(mesh_dim_names)]
+
+
+def _rebuild_dtensor(shards: List[torch.Tensor], mesh: "DeviceMesh", placements: str, shape: List[int],
+                     stride: List[int]) -> "DTensor":
+    return DTensor.from_local(shards, mesh, placements, shape=shape, stride=stride)
+
+
 class DTensor:
-    """A simulated DTensor: a spec (mesh, placements, global shape, dtype) and every rank's shard."""
+    """A simulated DTensor: a spec (mesh, placements, global shape, dtype) and every rank's shard.
+
+    Pickling and deepcopy keep the mesh, placements, global shape and stride, and copy every rank's shard, as
+    upstream's DTensor pickles its local tensor.
+    """
 
     __slots__ = ("_impl", "_mesh")
+
+    def __reduce__(self):
+        shards = [t.detach().clone() for t in self.to_local()]
+        return (_rebuild_dtensor, (shards, self._mesh, self._impl.placements, list(self.shape), list(self.stride())))
 
     def __init__(self, impl: _C.DTensor, mesh: DeviceMesh) -> None:
         self._impl = impl
@@ -424,9 +467,10 @@ class DTensor:
                 raise ValueError("plan: give either placements or plan, not both")
             if not isinstance(plan, Plan):
                 raise ValueError(f"plan: expected a dtsim.Plan, got {type(plan).__name__}")
+            plan._check_groups(self._mesh)
             return DTensor(_simulate(_C.execute_plan, self._impl, plan.to_json()), self._mesh)
         text = _placements_text(placements)
-        return DTensor(_simulate(self._impl.redistribute, text, planner), self._mesh)
+        return DTensor(_simulate(self._impl.redistribute, text, _planner_arg(planner)), self._mesh)
 
     def full_tensor(self) -> torch.Tensor:
         """The global tensor (redistribute to all-Replicate; every rank's copy must agree)."""
@@ -553,21 +597,34 @@ class PlanStep:
     def to_json(self) -> Dict[str, Any]:
         return self._json
 
-    def __repr__(self) -> str:
-        return (f"PlanStep({self.mesh_dim_name}: {self._json['from']} -> {self._json['to']}, "
-                f"{self.collective})")
-
-
 class Plan:
     """A redistribution plan as data: `steps`, `explain()`, `to_json()` (the JSON of `dtsim plan
     --json`). Run it with DTensor.redistribute(plan=...); an edited plan is checked before it runs."""
 
     __slots__ = ("_json", "_explain")
 
+    _REQUIRED = ("plan", "from", "to", "mesh", "shape", "dtype")
+    _OPTIONAL = ("note", "num_collectives", "planner", "runs_left_to_right", "total_est_us")
+
     def __init__(self, json: Dict[str, Any], explain: Optional[str] = None) -> None:
         if not isinstance(json, dict):
             raise ValueError(f"plan: expected the JSON object of `dtsim plan --json` (a dict), got "
                              f"{type(json).__name__}")
+        for key in json:
+            if key not in self._REQUIRED + self._OPTIONAL:
+                raise ValueError(f"plan: unknown key {key!r} (the JSON of `dtsim plan --json` has "
+                                 f"{', '.join(self._REQUIRED + self._OPTIONAL)})")
+        for key in self._REQUIRED:
+            if key not in json:
+                raise ValueError(f"plan: missing key {key!r} (the JSON of `dtsim plan --json` has "
+                                 f"{', '.join(self._REQUIRED)} and more)")
+        estimates = [("total_est_us", json.get("total_est_us"))] + [
+            (f"plan[{i}].est_us", step.get("est_us")) for i, step in enumerate(json["plan"])
+            if isinstance(json["plan"], list) and isinstance(step, dict)]
+        for field, value in estimates:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value >= 0):
+                raise ValueError(f"{field}: an estimate in microseconds is a number >= 0, got {value!r}")
         if explain is None:
             explain = _simulate(_C.explain_plan, json)  # validates it as ExecutePlan reads it (ValueError)
         self._json = json
@@ -617,6 +674,24 @@ class Plan:
     def to_json(self) -> Dict[str, Any]:
         return self._json
 
+    def _check_groups(self, mesh: "DeviceMesh") -> None:
+        """Every communicating step's groups must be its mesh dim's groups on `mesh` (the executor runs a mesh dim's
+        groups; a plan edited to other groups would not run as printed)."""
+        ranks = mesh.mesh
+        for i, step in enumerate(self._json["plan"]):
+            groups, dim = step.get("groups"), step.get("mesh_dim")
+            if not groups or not isinstance(dim, int) or not 0 <= dim < ranks.dim():
+                continue
+            expected = sorted(sorted(g) for g in ranks.movedim(dim, -1).reshape(-1, ranks.shape[dim]).tolist())
+            given = sorted(sorted(g) for g in groups) if all(isinstance(g, list) for g in groups) else groups
+            if given != expected:
+                raise ValueError(f"plan[{i}].groups: {groups} are not the groups of mesh dim {dim} of {mesh!r} "
+                                 f"({expected}): a step runs over its mesh dim's groups")
+
+    def __repr__(self) -> str:
+        return (f"PlanStep({self.mesh_dim_name}: {self._json['from']} -> {self._json['to']}, "
+                f"{self.collective})")
+
     def __len__(self) -> int:
         return len(self._json["plan"])
 
@@ -624,9 +699,10 @@ class Plan:
         return iter(self.steps)
 
     def __repr__(self) -> str:
-        n, c = len(self), self.num_collectives
+        n = len(self)
+        c = self._json.get("num_collectives", "?")
         return (f"Plan({self._json['from']} -> {self._json['to']}, {n} step{'s' * (n != 1)}, "
-                f"{c} collective{'s' * (c != 1)}, planner={self.planner})")
+                f"{c} collective{'s' * (c != 1)}, planner={self._json.get('planner', '?')})")
 
 
 def plan(src: Union[DTensor, PlacementsLike], placements: PlacementsLike, *,
@@ -644,7 +720,7 @@ def plan(src: Union[DTensor, PlacementsLike], placements: PlacementsLike, *,
             raise ValueError("shape: required when src is placements, not a DTensor")
         mesh, src_text = _mesh_arg(device_mesh), _placements_text(src, "src")
         shp, dt = _int_list(shape, "shape"), _dtype_name(dtype)
-    json, text = _C.plan(mesh._impl, src_text, target, shp, dt, planner)
+    json, text = _C.plan(mesh._impl, src_text, target, shp, dt, _planner_arg(planner))
     return Plan(json, text)
 
 

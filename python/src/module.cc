@@ -114,6 +114,22 @@ DTensor FromLocalShards(const std::vector<at::Tensor>& shards, const DeviceMesh&
                             std::move(stride));
 }
 
+// A shard written in place keeps its layout; one resized or transposed in place (resize_, t_)
+// no longer fits it, and no redistribution can run on it: refused before one starts, naming the
+// rank (InputError "shards").
+void CheckShardsIntact(const DTensor& d) {
+  if (!IsLocalTensor(d.to_local())) return;
+  try {
+    (void)DTensor::FromLocal(d.to_local(), d.mesh(), d.placements(), d.shape(), d.stride());
+  } catch (const InputError& e) {
+    throw InputError("shards", StrCat("a shard no longer fits the DTensor's layout ",
+                                      ToString(d.placements()), " of ", IntListToString(d.shape()),
+                                      ": it was changed in place after the DTensor was made "
+                                      "(resize_, t_, ...): ",
+                                      e.what()));
+  }
+}
+
 // Runs `fn`, renaming the command line's field names in its InputError to the Python argument
 // names ("to" is `placements`, "from" is `src`).
 template <typename F>
@@ -192,10 +208,12 @@ PYBIND11_MODULE(_C, m) {
              RedistributeOptions options;
              options.planner = ParsePlannerKind(planner);
              Placements dst = ParsePlacements(placements);
+             CheckShardsIntact(d);
              py::gil_scoped_release release;
              return PythonFields([&] { return d.Redistribute(d.mesh(), dst, options); });
            })
       .def("full_tensor", [](const DTensor& d) {
+        CheckShardsIntact(d);
         py::gil_scoped_release release;
         return d.FullTensor();
       });
@@ -223,6 +241,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("execute_plan", [](const DTensor& d, const py::handle& plan_json) {
     Plan plan = PlanFromJson(FromPython(plan_json, "plan"), "plan");
+    CheckShardsIntact(d);
     py::gil_scoped_release release;
     return ExecutePlan(d, plan);
   });

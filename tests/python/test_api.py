@@ -167,6 +167,24 @@ def _fake_distribute(mesh):
     return dtsim.distribute_tensor(fake, mesh, "R,R")
 
 
+def _edited_plan(mesh, key, value):
+    """A plan of [S(0), R] -> [R, R] edited: its total estimate, or its first step's groups, replaced."""
+    dt = dtsim.distribute_tensor(torch.arange(16.0).reshape(8, 2), mesh, "S(0),R")
+    edited = dtsim.plan(dt, "R,R").to_json()
+    if key == "groups":
+        edited["plan"][0]["groups"] = value
+        return dt.redistribute(plan=dtsim.Plan(edited))
+    edited[key] = value
+    return dtsim.Plan(edited)
+
+
+def _changed_in_place(mesh, change):
+    """Rank 1's shard resized or transposed in place, then redistributed."""
+    dt = dtsim.distribute_tensor(torch.arange(16.0).reshape(8, 2), mesh, "S(0),R")
+    change(dt.to_local()[1])
+    return dt.redistribute(mesh, "R,R")
+
+
 BAD = [
     (lambda m: dtsim.init_device_mesh("cuda", (2,)), "device_type"),
     (lambda m: dtsim.init_device_mesh("cpu", (0, 2)), "mesh"),
@@ -203,7 +221,17 @@ BAD = [
     (lambda m: dtsim.shard_hash(torch.ones(2).to_sparse()), "tensor: sparse_coo tensors"),
     (lambda m: _fake_distribute(m), "tensor: a FakeTensor"),
     (lambda m: dtsim.Plan(None), "plan: expected the JSON object"),
-    (lambda m: dtsim.Plan({"foo": 1}), "plan"),
+    (lambda m: dtsim.Plan({"foo": 1}), "plan: unknown key 'foo'"),
+    (lambda m: dtsim.Plan({"plan": []}), "plan: missing key 'from'"),
+    (lambda m: _edited_plan(m, "total_est_us", -1.0), "total_est_us: an estimate in microseconds is a number >= 0"),
+    (lambda m: _edited_plan(m, "groups", [[0, 5], [1, 4], [2, 7], [3, 6]]), "plan[0].groups: [[0, 5]"),
+    (lambda m: dtsim.plan("S(0),R", "R,R", device_mesh=m, shape=(4,), planner=None), "planner: expected a planner name"),
+    (lambda m: dtsim.distribute_tensor(torch.ones(4), m, "R,R").redistribute(m, "R,R", planner=3),
+     "planner: expected a planner name"),
+    (lambda m: m["tp", "dp"], "mesh_dim_names: ('tp', 'dp') are not in the mesh's order ('dp', 'tp')"),
+    (lambda m: _changed_in_place(m, lambda t: t.resize_(100)), "shards: a shard no longer fits"),
+    (lambda m: _changed_in_place(m, lambda t: t.resize_(0)), "shards: a shard no longer fits"),
+    (lambda m: _changed_in_place(m, lambda t: t.t_()), "shards: a shard no longer fits"),
     (lambda m: dtsim.record(b"/tmp/dtsim_bytes.json").__enter__(), "path: expected a str"),
     (lambda m: dtsim._C.estimate_collective_us("all_gatherx", 4, 16), "kind: 'all_gatherx'"),
     (lambda m: dtsim._C.estimate_collective_us("all_gather", 0, 16), "group_size: 0"),
@@ -269,3 +297,24 @@ def test_load_trace_reads_recordings(tmp_path):
     with pytest.raises(ValueError) as e:
         dtsim.load_trace(bad)
     assert "world_size" in str(e.value), str(e.value)
+
+
+def test_pickle_and_deepcopy_keep_every_shard(mesh):
+    """As upstream's DTensor and DeviceMesh pickle: a DTensor (also on a submesh) comes back with its mesh,
+    placements, shape and every rank's shard, as an independent copy; dir(dtsim) lists the public names only."""
+    import copy
+    import pickle
+
+    x = torch.arange(32.0).reshape(8, 4)
+    dt = dtsim.distribute_tensor(x, mesh, "S(0),S(1)")
+    back = pickle.loads(pickle.dumps(dt))
+    assert back.placements == dt.placements and back.device_mesh == mesh and torch.equal(back.full_tensor(), x)
+    copied = copy.deepcopy(dt)
+    copied.to_local()[0].add_(1)
+    assert torch.equal(dt.full_tensor(), x) and not torch.equal(copied.full_tensor(), x)
+    tp = mesh["tp"]
+    on_tp = dtsim.distribute_tensor(torch.arange(8.0), tp, "S(0)")
+    again = pickle.loads(pickle.dumps(on_tp))
+    assert again.device_mesh == tp and torch.equal(again.full_tensor(), torch.arange(8.0))
+    assert copy.deepcopy(mesh) == mesh
+    assert set(dir(dtsim)) == set(dtsim.__all__)
