@@ -232,7 +232,10 @@ PYBIND11_MODULE(_C, m) {
     Plan plan = PythonFields([&] {
       DTensorSpec spec =
           DTensorSpec::Create(mesh, ParsePlacements(src, "src"), shape, ParseDType(dtype));
-      return PlanFor(spec, ParsePlacements(dst), ParsePlannerKind(planner));
+      // The plan `dtsim plan` prints for the same case: upstream's (greedy, graph) or the search's,
+      // also where dtsim's executor would run another order (runs_left_to_right false: then
+      // DTensor.redistribute without plan= runs the executable plan to the same placements).
+      return PlanRedistribute(spec, ParsePlacements(dst), ParsePlannerKind(planner));
     });
     return py::make_tuple(ToPython(ToJson(plan)), Explain(plan));
   });
