@@ -380,10 +380,28 @@ def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
     return DeviceMesh(device_type, None, _impl=_C.DeviceMesh(shape, names, []))
 
 
+def _is_upstream(value: Any, kind: str) -> bool:
+    """An instance of upstream's torch.distributed class `kind` ("DeviceMesh", "DTensor"), by its module."""
+    return type(value).__name__ == kind and type(value).__module__.startswith("torch.distributed")
+
+
 def _mesh_arg(mesh: Any, field: str = "device_mesh") -> DeviceMesh:
+    if _is_upstream(mesh, "DeviceMesh"):
+        # Upstream's mesh as its ranks and dim names (a submesh: the group this process sees), simulated on the CPU.
+        return DeviceMesh("cpu", mesh.mesh.cpu().tolist(), mesh_dim_names=mesh.mesh_dim_names)
     if not isinstance(mesh, DeviceMesh):
-        raise ValueError(f"{field}: expected a dtsim.DeviceMesh, got {type(mesh).__name__}")
+        raise ValueError(f"{field}: expected a dtsim.DeviceMesh or torch's DeviceMesh, got {type(mesh).__name__}")
     return mesh
+
+
+def _upstream_spec(dt: Any) -> Tuple[DeviceMesh, str, List[int], str]:
+    """An upstream DTensor's mesh, placements, global shape and dtype."""
+    return (_mesh_arg(dt.device_mesh), _placements_text(tuple(dt.placements)), list(dt.shape),
+            _dtype_name(dt.dtype))
+
+
+def _upstream_local(dt: Any) -> Any:
+    return dt._local_tensor  # upstream's DTensor keeps its local shard here (a LocalTensor under LocalTensorMode)
 
 
 # ---- DTensor ----------------------------------------------------------------------------------
@@ -475,6 +493,23 @@ class DTensor:
     def full_tensor(self) -> torch.Tensor:
         """The global tensor (redistribute to all-Replicate; every rank's copy must agree)."""
         return _simulate(self._impl.full_tensor)
+
+    @staticmethod
+    def from_upstream(dtensor: Any) -> "DTensor":
+        """A dtsim DTensor of an upstream DTensor made under LocalTensorMode (its local tensor is a LocalTensor that
+        holds every rank's shard): the same mesh, placements, shape and stride, every rank's shard shared. A DTensor
+        of a real rank holds only its own shard: ValueError."""
+        if not _is_upstream(dtensor, "DTensor"):
+            raise ValueError(f"dtensor: expected torch's DTensor, got {type(dtensor).__name__}")
+        local = _upstream_local(dtensor)
+        shards = getattr(local, "_local_tensors", None)
+        if not isinstance(shards, dict):
+            raise ValueError("dtensor: its local tensor is one rank's shard (a real rank's DTensor); dtsim needs every "
+                             "rank's: make it under LocalTensorMode, or use dtsim.plan / dtsim.layout, which need "
+                             "only its spec")
+        mesh = _mesh_arg(dtensor.device_mesh)
+        return DTensor.from_local({int(r): t for r, t in shards.items()}, mesh, tuple(dtensor.placements),
+                                  shape=list(dtensor.shape), stride=list(dtensor.stride()))
 
     @staticmethod
     def from_local(local_tensor: Union[Sequence[torch.Tensor], Mapping[int, torch.Tensor]],
@@ -713,6 +748,8 @@ def plan(src: Union[DTensor, PlacementsLike], placements: PlacementsLike, *,
     target = _placements_text(placements)
     if isinstance(src, DTensor):
         mesh, src_text, shp, dt = src._mesh, src._impl.placements, list(src.shape), src._impl.dtype
+    elif _is_upstream(src, "DTensor"):
+        mesh, src_text, shp, dt = _upstream_spec(src)
     else:
         if device_mesh is None:
             raise ValueError("device_mesh: required when src is placements, not a DTensor")
@@ -787,10 +824,11 @@ def layout(src: Union[DTensor, DeviceMesh], placements: Optional[PlacementsLike]
     list such as "0,3,5-7", or a sequence of ranks [0, 3]."""
     if not isinstance(ranks, str):
         ranks = ",".join(str(r) for r in _int_list(ranks, "ranks"))
-    if isinstance(src, DTensor):
+    if isinstance(src, DTensor) or _is_upstream(src, "DTensor"):
         if placements is not None or shape is not None:
             raise ValueError("placements: a DTensor carries its own placements and shape")
-        mesh, text, shp, dt = src._mesh, src._impl.placements, list(src.shape), src._impl.dtype
+        mesh, text, shp, dt = (src._mesh, src._impl.placements, list(src.shape), src._impl.dtype) \
+            if isinstance(src, DTensor) else _upstream_spec(src)
     else:
         mesh = _mesh_arg(src, "device_mesh")
         if shape is None:
@@ -843,6 +881,12 @@ def shard_hash(tensor: torch.Tensor) -> str:
     """The hash traces record for a shard: "xxh3:" + 16 hex digits over dtype, shape and bytes."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor: expected a torch.Tensor, got {type(tensor).__name__}")
+    if _is_upstream(tensor, "DTensor"):  # its local shard (this rank's), as a recording hashes it
+        tensor = _upstream_local(tensor)
+    if type(tensor).__name__ == "LocalTensor":
+        raise ValueError("tensor: an upstream LocalTensor holds every rank's shard; hash each: "
+                         "{r: dtsim.shard_hash(t) for r, t in local._local_tensors.items()}, or "
+                         "dtsim.DTensor.from_upstream(dt).to_local()")
     _strided_arg(tensor, "tensor")
     return _simulate(_C.shard_hash, tensor)
 

@@ -128,3 +128,41 @@ def test_layout_matches_upstream():
             assert list(r.global_offset) == list(offset), (mesh_shape, shape, texts, r)
             checked += 1
     print(f"\n{NUM_LAYOUTS} layouts, {checked} rank layouts equal to upstream's")
+
+
+def test_upstream_types_are_accepted():
+    """An upstream DTensor made under LocalTensorMode (its local tensor a LocalTensor holding every rank's shard), its
+    DeviceMesh and placements, wherever dtsim takes its own: dtsim.plan and dtsim.layout read its spec,
+    DTensor.from_upstream takes every rank's shard (equal to upstream's, bit for bit), distribute_tensor takes
+    upstream's mesh and placements, shard_hash hashes a plain local shard and names the way for a LocalTensor."""
+    import pytest
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers the "fake" backend
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("fake", rank=0, world_size=4, store=dist.HashStore())
+    try:
+        x = torch.arange(30.0).reshape(6, 5)  # uneven over 2 on dim 1
+        with LocalTensorMode(4):
+            mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+            dt = distribute_tensor(x, mesh, [Shard(0), Shard(1)])
+            locals_ = {r: t.clone() for r, t in dt._local_tensor._local_tensors.items()}
+        ours = dtsim.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        same = dtsim.distribute_tensor(x, ours, "S(0),S(1)")
+        assert dtsim.plan(dt, [Replicate(), Shard(0)]).to_json() == dtsim.plan(same, "R,S(0)").to_json()
+        assert dtsim.layout(dt).to_json() == dtsim.layout(same).to_json()
+        mine = dtsim.DTensor.from_upstream(dt)
+        assert mine.device_mesh == ours and mine.placements == same.placements
+        for r, shard in enumerate(mine.to_local()):
+            assert torch.equal(shard, locals_[r]) and dtsim.shard_hash(shard) == dtsim.shard_hash(locals_[r])
+        assert torch.equal(mine.full_tensor(), x)
+        via_upstream = dtsim.distribute_tensor(x, mesh, [Shard(0), Replicate()])
+        assert [t.tolist() for t in via_upstream.to_local()] == \
+            [t.tolist() for t in dtsim.distribute_tensor(x, ours, "S(0),R").to_local()]
+        with pytest.raises(ValueError, match="an upstream LocalTensor holds every rank's shard"):
+            dtsim.shard_hash(dt)
+        with pytest.raises(ValueError, match="expected torch's DTensor"):
+            dtsim.DTensor.from_upstream(x)
+    finally:
+        dist.destroy_process_group()
