@@ -17,6 +17,8 @@
 #   bench run_vs_torchrun ratio <x>    real torchrun + Gloo wall time / dtsim run's, a 5-step TP+FSDP2 script (issue 31)
 #   bench run_vs_localtensor ratio <x> upstream LocalTensorMode step time / dtsim run's, a TP MLP (bench/run_bench.py)
 #   bench run_meta_1024 ratio <x>      60 s / the wall time of a TP + FSDP2 step at 1,024 metadata-only ranks
+#   bench recording_65536 ratio <x>   10 s / replay + Perfetto export of a 2^16-rank recording (issue 36,
+#                                      bench/recording_scale_bench.py; linear in ranks: groups written once)
 #   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
 #                                      time per iteration without / with dtsim.record around it (target >= 0.8)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
@@ -89,6 +91,8 @@ if [ "$have_python" = 1 ]; then
   # Issue 31: dtsim run against real torchrun and against upstream LocalTensorMode (bench/run_bench.py).
   "$DTSIM_PY" "$DTSIM_ROOT/bench/run_bench.py" "$DTSIM_BUILD/dtsim" > "$out/run.json"
 fi
+# Issue 36: replay and export of a 2^16-rank recording (bench/recording_scale_bench.py).
+"$DTSIM_PY" "$DTSIM_ROOT/bench/recording_scale_bench.py" "$DTSIM_BUILD/dtsim" > "$out/recording_scale.json"
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
   "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
@@ -184,6 +188,10 @@ if os.path.exists(os.path.join(out, "recorder.json")):
     print(f"bench recorder_overhead ratio {rb['ratio']:.2f}   (an upstream TP MLP step + explicit redistributions on 4 "
           f"Gloo ranks: {rb['plain_ms']:.1f} ms plain, {rb['recorded_ms']:.1f} ms under dtsim.record per iteration, "
           f"{rb['redistributions']} redistributions recorded per round, median of {rb['rounds']} rounds; target >= 0.8)")
+rs = json.load(open(os.path.join(out, "recording_scale.json")))
+print(f"bench recording_65536 ratio {rs['recording_65536']:.2f}   (10 s over replay {rs['replay_s']:.2f} s + export "
+      f"{rs['export_s']:.2f} s of a {rs['ranks']}-rank recording, {rs['recording_mib']:.0f} MiB; export "
+      f"{rs['export_mib']:.0f} MiB, peak RSS {rs['peak_mib']:.0f} MiB; target >= 1)")
 if os.path.exists(os.path.join(out, "run.json")):
     rn = json.load(open(os.path.join(out, "run.json")))
     print(f"bench run_vs_torchrun ratio {rn['run_vs_torchrun']:.2f}   (wall time of torchrun + Gloo "

@@ -260,12 +260,21 @@ void CompareReplicas(Outcome& o, const std::set<std::pair<bool, int64_t>>& skip)
         sets;
     for (const RankState& s : *pass) {
       if (!s.hash || skip.count({before, s.rank})) continue;
-      const DeviceMesh mesh = SpecForRank(r, spec, s.rank).mesh();
-      std::vector<int64_t> coordinate = mesh.GetCoordinate(s.rank);
+      // The rank's (sub)mesh, named by its smallest rank (a family's submeshes are disjoint); on a
+      // root mesh every rank shares it, and nothing per rank is copied (linear in ranks).
+      std::vector<int64_t> coordinate;
+      std::vector<int64_t> which;
+      if (r.submesh_dims.empty()) {
+        coordinate = spec.mesh().GetCoordinate(s.rank);
+      } else {
+        const DeviceMesh mesh = SpecForRank(r, spec, s.rank).mesh();
+        coordinate = mesh.GetCoordinate(s.rank);
+        which.push_back(*std::min_element(mesh.ranks().begin(), mesh.ranks().end()));
+      }
       for (size_t m = 0; m < coordinate.size(); ++m) {
         if (spec.placements()[m].is_replicate()) coordinate[m] = -1;
       }
-      sets[{mesh.ranks(), coordinate}][*s.hash].push_back(s.rank);
+      sets[{std::move(which), std::move(coordinate)}][*s.hash].push_back(s.rank);
     }
     for (const auto& [where, by_hash] : sets) {
       if (by_hash.size() < 2) continue;

@@ -328,3 +328,29 @@ def test_an_op_is_bounded_by_its_arguments_together():
     m = re.search(r"^dtsim: error: shape: \[67108864\] float32 on 8 simulated ranks needs about (\d+) MiB with the "
                   r"tensors before it, but (\d+) MiB are available", out.stderr, re.M)
     assert m and int(m.group(1)) // 2 < int(m.group(2)) < int(m.group(1)), out.stderr
+
+
+def test_a_recording_of_65536_ranks_replays_and_exports_linearly(tmp_path):
+    """A 2^16-rank recording (bench/recording_scale_bench.py's: one S(0) -> R all_gather over every rank) replays (exit
+    3: no shard data, said so) and exports to Perfetto with its group of 65,536 ranks written once, in
+    otherData.groups, and referred to by id in each rank's slice: the export stays linear in ranks (it held the group
+    in every slice: 82 MB at 4,096 ranks, out of memory at 32,768). Times are in `bench recording_65536`."""
+    import json
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    from recording_scale_bench import recording
+
+    n = 1 << 16
+    path, exported = tmp_path / "r.json", tmp_path / "p.json"
+    path.write_text(json.dumps(recording(n)))
+    replay = subprocess.run([DTSIM, "replay", str(path)], capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 3 and "verdict: no shard was checked" in replay.stdout, replay.stdout[-2000:]
+    out = subprocess.run([DTSIM, "export", "--format", "perfetto", str(path), str(exported)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert exported.stat().st_size < 1024 * n  # linear: about 600 bytes per rank
+    doc = json.loads(exported.read_text())
+    assert doc["otherData"]["groups"] == {"g0": list(range(n))}
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == n and all(s["args"]["collectives"][0]["group"] == f"g0 ({n} ranks)" for s in slices)

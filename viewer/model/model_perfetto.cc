@@ -322,6 +322,7 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
     std::sort(differing.begin(), differing.end());
     differing.erase(std::unique(differing.begin(), differing.end()), differing.end());
   }
+  PerfettoGroups groups;
   nlohmann::json events = nlohmann::json::array();
   nlohmann::json sources_json = nlohmann::json::array();
   for (size_t t = 0; t < sources.size(); ++t) {
@@ -351,6 +352,7 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
                             {"times",
                              "t_us of the trace (rank 0's clock) for every rank; "
                              "collectives inside an op est_us long (the cost model)"}});
+    std::map<std::pair<size_t, int64_t>, std::map<int64_t, nlohmann::json>> group_refs;
     for (int64_t rank : ranks) {
       const int64_t pid = base + rank + 1;
       const auto coordinate = mesh.FindCoordinate(rank);
@@ -384,16 +386,19 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
         }
         if (s.collective >= 0) {
           const ModelTraceCollective& c = trace.events[s.event].collectives[s.collective];
-          nlohmann::json group = nlohmann::json::array();
-          for (const auto& g : c.groups) {
-            if (std::find(g.begin(), g.end(), rank) != g.end()) {
-              group = g;
-              break;
+          // Each collective's rank -> group ref, made once (linear in ranks), not searched per
+          // rank.
+          auto [entry, added] = group_refs.try_emplace({s.event, s.collective});
+          if (added) {
+            for (const auto& g : c.groups) {
+              const nlohmann::json ref = groups.Ref(g);
+              for (int64_t r : g) entry->second[r] = ref;
             }
           }
+          const auto member = entry->second.find(rank);
           // A rank in none of the groups takes no part: no slice on its track.
-          if (!c.groups.empty() && group.empty()) continue;
-          args["group"] = std::move(group);
+          if (!c.groups.empty() && member == entry->second.end()) continue;
+          args["group"] = member == entry->second.end() ? nlohmann::json::array() : member->second;
         }
         events.push_back({{"ph", "X"},
                           {"name", s.name},
@@ -410,7 +415,8 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
           {"otherData",
            {{"generator", "dtsim export --format perfetto"},
             {"format", kModelTraceFormat},
-            {"traces", std::move(sources_json)}}}};
+            {"traces", std::move(sources_json)},
+            {"groups", groups.Table()}}}};
 }
 
 }  // namespace dtsim::viewer

@@ -23,7 +23,26 @@ std::string BackendLabel(const TraceMeta& meta) {
   return meta.backend == "local" ? "simulated (local)" : StrCat("real (", meta.backend, ")");
 }
 
+nlohmann::json PerfettoGroups::Ref(const std::vector<int64_t>& group) {
+  if (group.size() <= kInlineGroupRanks) return group;
+  return StrCat(Id(group), " (", group.size(), " ranks)");
+}
+
+std::string PerfettoGroups::Name(const std::vector<int64_t>& group) {
+  return group.size() <= kInlineGroupRanks ? IntListToString(group) : Id(group);
+}
+
+std::string PerfettoGroups::Id(const std::vector<int64_t>& group) {
+  auto [it, added] = ids_.try_emplace(group);
+  if (added) {
+    it->second = StrCat("g", ids_.size() - 1);
+    table_[it->second] = group;
+  }
+  return it->second;
+}
+
 nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
+  PerfettoGroups groups;
   nlohmann::json events = nlohmann::json::array();
   nlohmann::json sources_json = nlohmann::json::array();
   int64_t flow_id = 1;
@@ -136,8 +155,10 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
         const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
         const std::string op(ToString(c.kind));
         std::map<int64_t, size_t> group_of;
+        std::vector<nlohmann::json> group_refs;
         for (size_t g = 0; g < c.groups.size(); ++g) {
           for (int64_t r : c.groups[g]) group_of[r] = g;
+          group_refs.push_back(groups.Ref(c.groups[g]));
         }
         for (size_t i = 0; i < c.ranks.size(); ++i) {
           const int64_t rank = c.ranks[i];
@@ -147,7 +168,7 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
               {"step", s + 1},
               {"mesh_dim", mesh_dim},
               {"transition", transition},
-              {"group", g == group_of.end() ? std::vector<int64_t>{} : c.groups[g->second]},
+              {"group", g == group_of.end() ? nlohmann::json::array() : group_refs[g->second]},
               {"bytes_sent", c.bytes_sent[i]},
               {"bytes_received", c.bytes_received[i]},
               {"input_shape", c.input_shapes[i]},
@@ -171,7 +192,7 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
             if (slices[k].count(r)) members.push_back(r);
           }
           if (members.size() < 2) continue;
-          const std::string flow_name = StrCat(op, " group ", IntListToString(group));
+          const std::string flow_name = StrCat(op, " group ", groups.Name(group));
           for (size_t m = 0; m < members.size(); ++m) {
             const Slice& sl = slices[k].at(members[m]);
             const char* ph = m == 0 ? "s" : (m + 1 == members.size() ? "f" : "t");
@@ -193,10 +214,13 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
   }
   return {{"traceEvents", std::move(events)},
           {"otherData",
-           {{"generator", "dtsim export --format perfetto"}, {"traces", std::move(sources_json)}}}};
+           {{"generator", "dtsim export --format perfetto"},
+            {"traces", std::move(sources_json)},
+            {"groups", groups.Table()}}}};
 }
 
 nlohmann::json RecordingToPerfetto(const Recording& recording) {
+  PerfettoGroups groups;
   nlohmann::json events = nlohmann::json::array();
   auto ns = [](double us) {
     return static_cast<int64_t>(std::llround(std::min(1e15, std::max(0.0, us)) * 1000.0));
@@ -204,6 +228,26 @@ nlohmann::json RecordingToPerfetto(const Recording& recording) {
   auto us = [](int64_t t) { return static_cast<double>(t) / 1000.0; };
   std::map<int64_t, int64_t> next_free;  // rank -> first free nanosecond on its track
   for (const RecordedRedistribution& r : recording.redistributions) {
+    // Per collective: each rank's position in its lists and its group's ref, found once (linear
+    // in ranks) rather than by a search per rank.
+    struct Member {
+      size_t position;
+      const nlohmann::json* group;
+    };
+    std::vector<std::map<int64_t, Member>> members(r.collectives.size());
+    std::vector<std::vector<nlohmann::json>> refs(r.collectives.size());
+    for (size_t k = 0; k < r.collectives.size(); ++k) {
+      const RecordedCollective& c = r.collectives[k];
+      for (const auto& g : c.groups) refs[k].push_back(groups.Ref(g));
+      std::map<int64_t, size_t> group_of;
+      for (size_t g = 0; g < c.groups.size(); ++g) {
+        for (int64_t rank : c.groups[g]) group_of[rank] = g;
+      }
+      for (size_t i = 0; i < c.ranks.size(); ++i) {
+        const auto g = group_of.find(c.ranks[i]);
+        members[k][c.ranks[i]] = {i, g == group_of.end() ? nullptr : &refs[k][g->second]};
+      }
+    }
     for (size_t i = 0; i < r.ranks_before.size(); ++i) {
       const int64_t rank = r.ranks_before[i].rank;
       if (!next_free.count(rank)) {
@@ -229,18 +273,16 @@ nlohmann::json RecordingToPerfetto(const Recording& recording) {
       const int64_t dur = std::max<int64_t>(1, ns(r.time_us[i]));
       next_free[rank] = start + dur + 1;
       nlohmann::json collectives = nlohmann::json::array();
-      for (const RecordedCollective& c : r.collectives) {
-        const auto at = std::find(c.ranks.begin(), c.ranks.end(), rank);
-        if (at == c.ranks.end()) continue;
-        const size_t k = static_cast<size_t>(at - c.ranks.begin());
-        nlohmann::json group = nullptr;
-        for (const auto& g : c.groups) {
-          if (std::find(g.begin(), g.end(), rank) != g.end()) group = g;
-        }
-        collectives.push_back({{"op", ToString(c.kind)},
-                               {"group", group},
-                               {"input_bytes", c.input_bytes[k]},
-                               {"output_bytes", c.output_bytes[k]}});
+      for (size_t j = 0; j < r.collectives.size(); ++j) {
+        const RecordedCollective& c = r.collectives[j];
+        const auto at = members[j].find(rank);
+        if (at == members[j].end()) continue;
+        const size_t k = at->second.position;
+        collectives.push_back(
+            {{"op", ToString(c.kind)},
+             {"group", at->second.group ? *at->second.group : nlohmann::json(nullptr)},
+             {"input_bytes", c.input_bytes[k]},
+             {"output_bytes", c.output_bytes[k]}});
       }
       const std::string what = r.call == "implicit" ? r.op : r.call;
       events.push_back({{"ph", "X"},
@@ -271,7 +313,8 @@ nlohmann::json RecordingToPerfetto(const Recording& recording) {
             {"recording",
              {{"backend", recording.backend},
               {"torch_version", recording.torch_version},
-              {"argv", recording.argv}}}}}};
+              {"argv", recording.argv}}},
+            {"groups", groups.Table()}}}};
 }
 
 }  // namespace dtsim::viewer

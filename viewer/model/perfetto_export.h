@@ -9,7 +9,8 @@
 //   mesh_dim,
 //     transition, collective, placements_after, est_us); on "collectives", one slice per collective
 //     the rank took part in, named by the op ("all_gather"), with args: step, mesh_dim, transition,
-//     group, bytes_sent, bytes_received, input_shape, output_shape, time_us, time_source;
+//     group (PerfettoGroups: its ranks, or an id into otherData.groups), bytes_sent,
+//     bytes_received, input_shape, output_shape, time_us, time_source;
 //   * times in microseconds, kept on a whole-nanosecond grid (written with at most 3 decimals, so
 //   readers convert
 //     them exactly); consecutive slices of one track are 1 ns apart. Simulated runs: the plan
@@ -28,6 +29,7 @@
 // link them.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -56,6 +58,27 @@ inline constexpr int64_t kPerfettoPidStride = 10'000'000;
 // dtype, from, to, and the collectives this rank took part in (op, group, input and output bytes).
 // Recordings without start times lay the redistributions end to end.
 nlohmann::json RecordingToPerfetto(const Recording& recording);
+
+// Groups in exported events. A group of at most kInlineGroupRanks ranks is written in place (its
+// ranks); a larger one once, in otherData.groups under an id, and referred to as "g3 (4096
+// ranks)". Without the table a group of every rank, written in each rank's slice, made an export
+// quadratic in ranks.
+class PerfettoGroups {
+ public:
+  // What a slice's "group" arg holds for `group` (call once per group and collective, not per rank:
+  // looking a group up costs its length).
+  nlohmann::json Ref(const std::vector<int64_t>& group);
+  // The group in a flow's name: "[0, 4]", or its id.
+  std::string Name(const std::vector<int64_t>& group);
+  // {"g0": [ranks...], ...}: every group written by id.
+  const nlohmann::json& Table() const { return table_; }
+
+ private:
+  std::string Id(const std::vector<int64_t>& group);
+  std::map<std::vector<int64_t>, std::string> ids_;
+  nlohmann::json table_ = nlohmann::json::object();
+};
+inline constexpr size_t kInlineGroupRanks = 16;
 
 // "simulated (local)" / "real (nccl)": how a trace's backend reads in a label.
 std::string BackendLabel(const Trace& trace);
