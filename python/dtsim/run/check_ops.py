@@ -67,22 +67,11 @@ def _fused_by_loss_parallel(func) -> bool:
         and "backward" in func.name()
 
 
-def _placement_text(p) -> str:
-    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
-
-    if isinstance(p, _StridedShard):
-        return f"_S({p.dim},{p.split_factor})"
-    if isinstance(p, Shard):
-        return f"S({p.dim})"
-    if isinstance(p, Replicate):
-        return "R"
-    if isinstance(p, Partial):
-        return f"P({p.reduce_op})"
-    raise ValueError(f"placement {p!r} is not one dtsim rebuilds")
-
-
 def _placements(placements) -> str:
-    return "[" + ", ".join(_placement_text(p) for p in placements) + "]"
+    """Upstream placements in dtsim's text: "[S(0), _S(0,2), R, P(sum)]"."""
+    from .. import _one_placement_text
+
+    return "[" + ", ".join(_one_placement_text(p, "placements") for p in placements) + "]"
 
 
 class _Tensor:
