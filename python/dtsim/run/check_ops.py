@@ -42,8 +42,6 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-EXIT_OP_DIVERGED = 5
-
 _RTOL = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 1e-4, torch.complex64: 1e-4,
          torch.bfloat16: 2e-2, torch.float16: 2e-2}
 _SLOT = object()  # where a DTensor argument goes in an op's flattened arguments
@@ -116,8 +114,9 @@ class OpChecker:
         self.modes: Dict[int, "OpCheckMode"] = {}
 
     # ---- arrivals ----------------------------------------------------------------------------------------------
-    def arrive(self, key, mesh_shape: Tuple[int, ...], arrival: _Arrival) -> None:
-        ranks, _ = key[0], key[1]
+    def arrive(self, key, arrival: _Arrival) -> None:
+        """`key`: (the mesh's ranks, its shape, the op's number on it)."""
+        ranks, mesh_shape = key[0], key[1]
         with self.lock:
             group = self.pending.setdefault(key, {})
             group[arrival.position] = arrival
@@ -413,7 +412,7 @@ class OpCheckMode(TorchDispatchMode):
         stack = user_stack(sys._getframe(1), limit=1)
         arrival = _Arrival(self.rank, position, name, reference, inputs, results, template,
                            self.checker.module_of(self.rank), stack[0] if stack else "?", strategy)
-        self.checker.arrive((ranks, mesh_shape, n), mesh_shape, arrival)
+        self.checker.arrive((ranks, mesh_shape, n), arrival)
         return out
 
 
