@@ -26,7 +26,15 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import torch  # loads LibTorch (and libtorch_python) before the extension below needs them
 from torch.utils._python_dispatch import _disable_current_modes
 
-from . import _C
+from . import _versions
+
+try:
+    from ._build_info import TORCH_VERSION as _BUILT_WITH_TORCH
+except ImportError:  # a build that did not write it
+    _BUILT_WITH_TORCH = None
+_versions.check_torch(torch.__version__, _BUILT_WITH_TORCH)
+
+from . import _C  # noqa: E402 (after the version check, which explains what loading it would only fail at)
 
 __all__ = [
     "DTensor",

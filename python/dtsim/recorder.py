@@ -45,9 +45,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
-from . import _C
+from . import _C, _versions
 
-SUPPORTED_TORCH = ("2.11", "2.13")
 FORMAT = "dtsim-recording"
 VERSION = 1
 # How the last block's async results were hashed (_Recorder.stats): {"deferred", "at_wait", "at_end", "at_bound",
@@ -76,10 +75,10 @@ _GROUP_ARG = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_redu
 
 
 def _check_torch_version() -> None:
-    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    if version not in SUPPORTED_TORCH:
+    if _versions.torch_minor(torch.__version__) not in _versions.SUPPORTED_TORCH:
         raise RuntimeError(f"dtsim.record: torch {torch.__version__} is not supported (supported: "
-                           f"{', '.join(SUPPORTED_TORCH)}); its DTensor internals may differ, so no trace is written")
+                           f"{', '.join(_versions.TESTED_TORCH)}); its DTensor internals may differ, so no trace is "
+                           f"written")
 
 
 def _shards(t: torch.Tensor, rank: int) -> Dict[int, torch.Tensor]:

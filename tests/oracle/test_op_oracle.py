@@ -61,6 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
+import release_differences  # noqa: E402
 import upstream  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1265,6 +1266,10 @@ def test_ops_match_upstream():
     cases, want, _, mismatches, timings = run(families, None)
     print(f"\n{len(cases)} cases in {time.time() - start:.1f}s (upstream {timings['upstream']:.1f}s, dtsim "
           f"{timings.get('dtsim', 0):.1f}s): {summary(cases, want, mismatches)}")
+    print(release_differences.summary("op_oracle"))
+    mismatches = release_differences.unexplained(
+        "op_oracle", mismatches, lambda m: m[1], lambda m: m[4][0].split(":")[0],
+        full_run=not os.environ.get("DTSIM_OP_ORACLE_CASES") and not os.environ.get("DTSIM_OP_FAMILIES"))
     by_problem = collections.Counter(p.split(":")[0] for *_, problems in mismatches for p in problems[:1])
     report = "\n".join(f"  {short(c)}\n    " + "\n    ".join(problems) for _, c, _, _, problems in mismatches[:8])
     assert not mismatches, f"{len(mismatches)} mismatches ({dict(by_problem)}), first 8:\n{report}"

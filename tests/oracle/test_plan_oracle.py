@@ -32,6 +32,7 @@ from torch.distributed.tensor._redistribute import (_gen_transform_infos, _gen_t
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
+import release_differences
 import upstream
 
 import os
@@ -168,6 +169,9 @@ def test_plan_matches_upstream(planner, seed):
                 counts["logical shapes compared"] += sum(1 for _ in want)
     elapsed = time.time() - start
     print(f"\n{planner}: {num_cases} cases in {elapsed:.1f}s (dtsim batch {dtsim_seconds:.1f}s): {dict(counts)}")
+    print(release_differences.summary(f"plan_oracle_{planner}"))
+    failures = release_differences.unexplained(f"plan_oracle_{planner}", failures, lambda f: f[1], lambda f: f[0],
+                                               full_run="DTSIM_PLAN_ORACLE_CASES" not in os.environ)
     assert not failures, f"{len(failures)} mismatches, first 5:\n" + "\n".join(map(repr, failures[:5]))
     assert counts["compared"] >= 0.6 * num_cases, counts
     assert counts["both refused"] >= 0.04 * num_cases, counts

@@ -28,7 +28,31 @@ def test_import_in_the_venv_without_a_path():
     out = subprocess.run([sys.executable, "-c", "import dtsim, os; print(os.path.realpath(dtsim.__file__))"],
                          capture_output=True, text=True, env=env, cwd="/", timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == os.path.realpath(os.path.join(ROOT, "python", "dtsim", "__init__.py"))
+    # The project venv's editable install, or a pip install's site-packages copy (scripts/compat.sh names it).
+    package = os.environ.get("DTSIM_EXPECT_PACKAGE", os.path.join(ROOT, "python", "dtsim"))
+    assert out.stdout.strip() == os.path.realpath(os.path.join(package, "__init__.py"))
+
+
+@pytest.mark.parametrize("setup, message", [
+    # An unsupported release: the error names it and the supported ones.
+    ("torch.__version__ = '2.12.0+cpu'", "torch 2.12.0+cpu is not supported; supported releases: 2.11.0, 2.13.0"),
+    # A supported release other than the one dtsim._C was built with (it would fail to load, or load wrongly).
+    ("import dtsim._versions as v; torch.__version__ = next(t for t in v.TESTED_TORCH "
+     "if v.torch_minor(t) != v.torch_minor(orig))", "was built against torch "),
+])
+def test_import_refuses_another_torch(setup, message):
+    """`import dtsim` under a torch it does not support, or not the one its extension was built with, is an
+    ImportError saying so, before the extension is loaded."""
+    code = ("import sys, torch; orig = torch.__version__\n" + setup + "\n"
+            "for m in [m for m in sys.modules if m == 'dtsim' or m.startswith('dtsim.')]: del sys.modules[m]\n"
+            "try:\n    import dtsim\nexcept ImportError as e:\n    print('ImportError:', e)\n"
+            "else:\n    print('imported')\n"
+            "print('extension loaded:', 'dtsim._C' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ImportError: dtsim: "), out.stdout
+    assert message in out.stdout, out.stdout
+    assert out.stdout.endswith("extension loaded: False\n"), out.stdout
 
 
 def test_from_local_and_to_local_share_storage(mesh):

@@ -16,6 +16,7 @@ from torch.distributed.tensor._utils import _compute_local_shape_and_global_offs
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "oracle"))
 import test_redistribute_oracle as oracle  # noqa: E402
+import release_differences  # noqa: E402
 import upstream  # noqa: E402
 
 import dtsim  # noqa: E402
@@ -103,6 +104,9 @@ def test_redistribute_matches_upstream():
                     failures.append(("plan differs", case, want_plan, got_plan))
                 counts["plans compared"] += 1
     print(f"\n{NUM_CASES} cases: {dict(counts)}")
+    print(release_differences.summary("python_vs_upstream"))
+    failures = release_differences.unexplained("python_vs_upstream", failures, lambda f: f[1], lambda f: f[0],
+                                               full_run="DTSIM_PYTHON_ORACLE_CASES" not in os.environ)
     assert not failures, f"{len(failures)} failures, first 5:\n" + "\n".join(map(repr, failures[:5]))
     assert counts["bitwise equal"] >= 0.8 * NUM_CASES, counts
     assert len(upstream_wrong) <= 0.02 * NUM_CASES, upstream_wrong[:5]

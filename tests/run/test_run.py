@@ -279,7 +279,9 @@ def test_option_fuzz_never_escapes_the_error_policy(capsys, monkeypatch):
 
     monkeypatch.setattr(os, "_exit", started)
 
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import importlib.util
+    if importlib.util.find_spec("dtsim") is None:  # a pip install (scripts/compat.sh) has its own on the path
+        sys.path.insert(0, os.path.join(ROOT, "python"))
     from dtsim.run.launcher import main
 
     options = ["--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--standalone", "--rank-prefix",

@@ -33,6 +33,7 @@ ranks and the line; later ones are counted by op. A run that diverged exits with
 from __future__ import annotations
 
 import collections
+import inspect
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -438,13 +439,16 @@ def install_local_map(checker: OpChecker, rank_of: Callable[[], Optional[int]]) 
     from torch.distributed.tensor.experimental import _func_map
 
     original = _func_map._local_map_wrapped
+    # Its parameters by name: torch releases add some before the function's own arguments (2.15: enable_spmd_types).
+    signature = inspect.signature(original)
 
-    def wrapped(func, out_placements, in_placements, in_grad_placements, device_mesh, redistribute_inputs, *args,
-                **kwargs):
+    def wrapped(*all_args, **all_kwargs):
         def call():
-            return original(func, out_placements, in_placements, in_grad_placements, device_mesh, redistribute_inputs,
-                            *args, **kwargs)
+            return original(*all_args, **all_kwargs)
 
+        bound = signature.bind(*all_args, **all_kwargs).arguments
+        func, in_placements = bound["func"], bound.get("in_placements")
+        args, kwargs = bound.get("args", ()), bound.get("kwargs", {})
         rank = rank_of()
         mode = checker.modes.get(rank) if rank is not None else None
         flat, spec = tree_flatten((args, kwargs))

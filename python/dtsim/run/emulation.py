@@ -30,6 +30,10 @@ class _RankWorld:
     """One rank's c10d state: what c10d's `_World` keeps in module globals, kept here per rank."""
 
     def __init__(self) -> None:
+        # What a fresh `_World` holds in itself (its properties read `self._<name>`), so that state a torch release
+        # adds there (2.15: `pg_flight_recorder_hooks`) exists here too; then what older releases keep in globals.
+        for name, value in vars(c10d._World()).items():
+            setattr(self, name.lstrip("_"), value)
         self.default_pg = None
         self.pg_map: Dict = {}
         self.pg_names: Dict = {}

@@ -237,6 +237,12 @@ def install() -> None:
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
     FSDPParamGroup._validate_no_meta_params = lambda self: None
+    # FSDP2 (torch 2.15) hands the current stream of its device to an op when a gradient buffer is not on the CPU. Its
+    # device is the CPU under dtsim run and the buffer a meta tensor here, so it reads the ids every torch.Stream
+    # carries from torch.cpu's stream, which has none: it gets those of the CPU's one stream.
+    for name in ("stream_id", "device_index", "device_type"):
+        if not hasattr(torch.cpu.Stream, name):
+            setattr(torch.cpu.Stream, name, 0)
     library = torch.library.Library("_c10d_functional", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose

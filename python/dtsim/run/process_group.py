@@ -261,6 +261,14 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ---- identity ------------------------------------------------------------------------------------------------
 
+    # The simulated group is its own backend on every device. c10d asks a group's backend what it supports (torch
+    # 2.15's batch_isend_irecv: coalescing), and the simulated one coalesces nothing, as Gloo's.
+    supports_coalescing = False
+    supports_splitting = False
+
+    def _get_backend(self, device) -> "SimProcessGroup":
+        return self
+
     def getBackendName(self) -> str:
         return "dtsim"
 

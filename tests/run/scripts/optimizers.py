@@ -1,7 +1,7 @@
 """Optimizers on DTensor parameters, both launchers (4 ranks): SGD with foreach, AdamW with foreach and Adam fused,
-each on its own tensor-parallel MLP; the default backend (init_process_group() with no name); the device from
-torch.accelerator (the CPU under real torchrun on this machine, "cuda" under dtsim run); and an implicit
-redistribution from an op (an add of S(0) and S(1) operands, at the line marked below).
+each on its own tensor-parallel MLP; the default backend (init_process_group() with no name); the available device
+from torch.accelerator (the CPU under real torchrun here, also with a CUDA wheel; "cuda" under dtsim run); and an
+implicit redistribution from an op (an add of S(0) and S(1) operands, at the line marked below).
 
     torchrun --standalone --nproc_per_node 4 optimizers.py
     dtsim run --nproc-per-node 4 optimizers.py
@@ -16,7 +16,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 dist.init_process_group()
 rank = dist.get_rank()
-device = torch.accelerator.current_accelerator() or torch.device("cpu")
+device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
 mesh = init_device_mesh(device.type, (dist.get_world_size(),))
 
 OPTIMIZERS = {
