@@ -59,13 +59,22 @@ PY
 say "build requirements: ${requires[*]}"
 "$PY" -m pip install -q "${requires[@]}" 2>&1 | quiet_pip
 say "pip install --no-build-isolation $DTSIM_ROOT (build tree $BUILD; progress as [built/total])"
-if ! "$PY" -m pip install -v --no-build-isolation -C build-dir="$BUILD" \
-     -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache "$DTSIM_ROOT" >"$BUILD/pip.log" 2>&1 < /dev/null; then
+"$PY" -m pip install -v --no-build-isolation -C build-dir="$BUILD" \
+  -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache "$DTSIM_ROOT" >"$BUILD/pip.log" 2>&1 < /dev/null &
+pip_pid=$!
+trap 'kill "$pip_pid" 2>/dev/null || true' EXIT  # an interrupted run leaves no build behind
+while kill -0 "$pip_pid" 2>/dev/null; do
+  sleep 20
+  step="$(grep -oE "\[[0-9]+/[0-9]+\]" "$BUILD/pip.log" | tail -1 || true)"
+  [ -n "$step" ] && say "building $step"
+done
+if ! wait "$pip_pid"; then
   grep -v "is ignored: it is neither" "$BUILD/pip.log" | grep -E "error|Error" | head -20 >&2 || true
   say "pip install failed: $BUILD/pip.log"
   exit 1
 fi
 built="$(grep -oE "\[[0-9]+/[0-9]+\]" "$BUILD/pip.log" | tail -1 || true)"
+trap - EXIT
 say "built and installed (${built:-nothing to rebuild}; log $BUILD/pip.log)"
 
 # 3. The install, from outside the checkout.

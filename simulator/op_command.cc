@@ -267,6 +267,69 @@ struct OpOutcome {
   std::optional<OpTrace> trace;
 };
 
+// Refuses a data run whose outputs would not fit beside its arguments, before the run makes them
+// (InputError("op"), naming the outputs and the estimate). The op on metadata-only arguments (the
+// same specs, meta shards, a simulated world of its own) gives every output's layout; each output
+// counts as an argument does (SimulationBytes: every rank may hold a whole copy, and the verdict
+// holds the unsharded result and the gathered one), a floating one also its two double-precision
+// copies in the verdict. Where the op refuses, or cannot run on
+// metadata (shapes that depend on values), nothing is refused here: the run itself answers.
+void CheckOutputsFit(const OpCase& c, const c10::OperatorHandle& handle, const CaseLimits& limits,
+                     const std::vector<TensorArg>& arguments) {
+  if (!limits.max_simulation_bytes) return;
+  const int64_t ranks = c.mesh.size();
+  const auto& schema_args = handle.schema().arguments();
+  std::shared_ptr<Collectives> meta_world = MakeLocalCollectives();
+  std::vector<TensorArg> meta_tensors;
+  torch::jit::Stack stack;
+  try {
+    for (size_t i = 0; i < schema_args.size(); ++i) {
+      if (i < c.args.size()) {
+        stack.push_back(ArgValue(c.args[i], schema_args[i], c.mesh, c.dtype, meta_world,
+                                 meta_tensors, /*meta=*/true, limits, StrCat("args[", i, "]")));
+      } else if (schema_args[i].default_value()) {
+        stack.push_back(*schema_args[i].default_value());
+      } else {
+        return;
+      }
+    }
+    handle.callBoxed(&stack);
+  } catch (const std::exception&) {
+    return;
+  }
+  long double outputs = 0;
+  std::vector<std::string> shapes;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (const std::optional<DTensor> dt = ops::FindDTensor(t)) {
+      outputs += SimulationBytes(dt->spec(), ranks, /*meta=*/false);
+      // The verdict compares a floating output with the unsharded one in double precision.
+      if (at::isFloatingType(t.scalar_type()))
+        outputs += 2.0L * static_cast<long double>(dt->spec().numel()) * sizeof(double);
+      shapes.push_back(StrCat(IntListToString(dt->shape()), " ", ToString(dt->spec().dtype())));
+    } else {
+      outputs += 2.0L * static_cast<long double>(t.numel()) * t.element_size();
+    }
+  };
+  for (const c10::IValue& v : stack) {
+    if (v.isTensor()) add(v.toTensor());
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec()) add(t);
+  }
+  long double total = outputs;
+  for (const TensorArg& a : arguments) total += SimulationBytes(a.spec, ranks, /*meta=*/false);
+  if (total <= *limits.max_simulation_bytes) return;
+  std::string listed;
+  for (size_t i = 0; i < shapes.size() && i < 4; ++i) listed += (i ? ", " : "") + shapes[i];
+  if (shapes.size() > 4) listed += StrCat(", ... (", shapes.size(), " outputs)");
+  throw InputError(
+      "op", StrCat("aten.", c.op, ": its outputs (", listed, ") on ", ranks,
+                   " simulated ranks need about ", static_cast<int64_t>(total / (1 << 20)),
+                   " MiB with its arguments, but ", *limits.max_simulation_bytes / (1 << 20),
+                   " MiB are available; simulate smaller tensors (or use --meta: shapes only, "
+                   "no data)"));
+}
+
 // Runs one case; the answer in the batch format plus the text explanation.
 OpOutcome RunOpCase(const OpCase& c, std::string* text) {
   const c10::OperatorHandle& handle = FindOp(c.op);
@@ -300,6 +363,7 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     }
   }
   if (tensors.empty()) throw InputError("args", "give at least one tensor argument");
+  if (!c.meta && coll->simulated()) CheckOutputsFit(c, handle, limits, tensors);
   // The expected outputs: the op on the global tensors.
   torch::jit::Stack global_stack = stack;
   {

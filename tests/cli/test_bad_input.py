@@ -244,6 +244,10 @@ BAD_INPUTS = [
     Row("op-missing-argument", ["op", "mm", "--mesh", "2", "--arg", "4x4:R"], "args", ["'mat2'", "is required"]),
     Row("op-too-many-arguments", ["op", "mm", "--mesh", "2", "--arg", "4x4:R", "--arg", "4x4:R", "--arg", "1"],
         "args", ["3 arguments"]),
+    # Outputs no machine holds (4 TB, replicated on 2 ranks): refused before the run makes them.
+    Row("op-outputs-too-big", ["op", "new_zeros", "--mesh", "2", "--arg", "4:S(0)", "--arg", "[1000000000000]"],
+        "op", ["aten.new_zeros: its outputs ([1000000000000] float32) on 2 simulated ranks need about",
+               "MiB are available"]),
     Row("op-number-for-tensor", ["op", "mm", "--mesh", "2", "--arg", "3", "--arg", "4x4:R"], "args[0]",
         ["argument 'self' is a tensor"]),
     Row("op-float-for-int", ["op", "transpose.int", "--mesh", "2", "--arg", "4x4:R", "--arg", "0.5", "--arg", "1"],

@@ -330,6 +330,23 @@ def test_an_op_is_bounded_by_its_arguments_together():
     assert m and int(m.group(1)) // 2 < int(m.group(2)) < int(m.group(1)), out.stderr
 
 
+def test_an_op_is_bounded_by_its_outputs():
+    """`op` estimates its outputs before making them: `new_zeros` of [10^9] float32 from a 4-element argument is a
+    replicated 4 GB output on 2 ranks, the unsharded one and the verdict's gathered and double-precision copies:
+    about 30 GiB, refused up front under a 4.5 GB address space (exit 2, field op, naming the output). It used to
+    start, and without the limit grew until the kernel's OOM killer ended it."""
+    out = subprocess.run(["bash", "-c", f'ulimit -v 4500000; "{DTSIM}" op new_zeros --mesh 2 --arg "4:S(0)" '
+                          '--arg "[1000000000]"'], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    m = re.search(r"^dtsim: error: op: aten.new_zeros: its outputs \(\[1000000000\] float32\) on 2 simulated ranks "
+                  r"need about (\d+) MiB with its arguments, but (\d+) MiB are available", out.stderr, re.M)
+    assert m and int(m.group(2)) < 4500 < 15000 < int(m.group(1)), out.stderr
+    # A small output still runs, and its verdict is the op's on the global tensors.
+    ok = subprocess.run(["bash", "-c", f'ulimit -v 4500000; "{DTSIM}" op new_zeros --mesh 2 --arg "4:S(0)" '
+                         '--arg "[1000]"'], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "verdict: OK" in ok.stdout, ok.stderr
+
+
 def test_a_recording_of_65536_ranks_replays_and_exports_linearly(tmp_path):
     """A 2^16-rank recording (bench/recording_scale_bench.py's: one S(0) -> R all_gather over every rank) replays (exit
     3: no shard data, said so) and exports to Perfetto with its group of 65,536 ranks written once, in

@@ -1,10 +1,11 @@
 """Known differences from a torch release other than the project's, case by case (scripts/compat.sh, issue 35).
 
 dtsim's C++ planner and op layer follow the DTensor semantics of the project's torch (PROJECT_TORCH). A later release
-changes some of them (torch 2.15: Shard -> Partial(sum) becomes a user redistribution; several reduction and
-tensor-list strategies keep more sharding). Run against that release, the oracle tests meet those changes as
-mismatches. Each is listed, with its kind, in differences/torch-<minor>.json, and docs/python.md ("Supported torch
-releases") sums them up. Against a listed release a suite then fails on:
+changes some of them (torch 2.14: Shard -> Partial(sum) becomes a user redistribution; cat, reductions and some views
+keep more sharding). Run against that release, the oracle tests meet those changes as mismatches. Each is listed,
+with its kind, in differences/torch-<minor>.json (or that file names the release whose list is the same:
+{"same_as": "2.14"}); docs/python.md ("Supported torch releases") sums them up. Against a listed release a suite
+then fails on:
 - any mismatch that is not listed (a new difference, or a listed case now differing in another way), and
 - any listed mismatch that did not occur in a full run (fixed, or the list is stale): the list stays exact.
 Against the project's torch no list applies, and every mismatch fails as before.
@@ -33,6 +34,16 @@ def _path() -> str:
     return os.path.join(_DIR, f"torch-{torch_minor()}.json")
 
 
+def _listed() -> dict:
+    """The running release's list; {"same_as": "<minor>"} stands for another release's, when the two are equal."""
+    if not os.path.exists(_path()):
+        return {}
+    doc = json.load(open(_path()))
+    if "same_as" in doc:
+        doc = json.load(open(os.path.join(_DIR, f"torch-{doc['same_as']}.json")))
+    return doc
+
+
 def _key(case: Any) -> str:
     return json.dumps({k: v for k, v in case.items() if k != "values"}, sort_keys=True)
 
@@ -54,9 +65,7 @@ def unexplained(suite: str, failures: Sequence[Any], case_of: Callable[[Any], An
             f.write("\n")
         os.replace(_path() + ".tmp", _path())
         return []
-    listed = set()
-    if os.path.exists(_path()):
-        listed = {(_key(e["case"]), e["kind"]) for e in json.load(open(_path())).get(suite, [])}
+    listed = {(_key(e["case"]), e["kind"]) for e in _listed().get(suite, [])}
     if full_run:
         stale = listed - met
         assert not stale, (f"{len(stale)} differences listed for torch {torch_minor()} in {_path()} no longer occur "
@@ -66,9 +75,9 @@ def unexplained(suite: str, failures: Sequence[Any], case_of: Callable[[Any], An
 
 def summary(suite: str) -> str:
     """'N listed differences (kind: n, ...)' of `suite` for the running release, for the tests' printout."""
-    if torch_minor() == PROJECT_TORCH or not os.path.exists(_path()):
+    entries = _listed().get(suite, []) if torch_minor() != PROJECT_TORCH else []
+    if not entries:
         return "no listed differences"
-    entries = json.load(open(_path())).get(suite, [])
     kinds: dict = {}
     for e in entries:
         kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
