@@ -10,6 +10,7 @@
 #include "dtsim/layout/checked_math.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/placement.h"
 
 namespace dtsim {
 namespace {
@@ -131,6 +132,49 @@ ModelTraceTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
     }
   }
   return t;
+}
+
+// A collective runs along a dim of the trace's mesh, in groups of that dim's size.
+void CheckAlongMeshDim(const ModelTraceCollective& c, const JsonReader& r,
+                       const std::vector<int64_t>& mesh_shape,
+                       const std::vector<std::string>& mesh_names) {
+  const auto dim = std::find(mesh_names.begin(), mesh_names.end(), c.mesh_dim);
+  if (dim == mesh_names.end()) {
+    std::string known;
+    for (const std::string& name : mesh_names) known += (known.empty() ? "" : ", ") + name;
+    r.At("mesh_dim")
+        .Fail(StrCat("'", ExcerptText(c.mesh_dim), "' is no dim of the mesh (dims: ", known, ")"));
+  }
+  const int64_t size = mesh_shape[static_cast<size_t>(dim - mesh_names.begin())];
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    if (static_cast<int64_t>(c.groups[g].size()) != size) {
+      r.At("groups").At(g).Fail(
+          StrCat("has ", c.groups[g].size(), " ranks; mesh dim '", c.mesh_dim, "' has ", size));
+    }
+  }
+}
+
+// A tensor's placements ("local": a plain tensor) are at most one per mesh dim (a module on a
+// submesh has fewer), each valid for the tensor's rank, without mixed Partial reduce ops.
+void CheckPlacements(const ModelTraceTensor& t, const JsonReader& r, size_t mesh_ndim) {
+  if (t.placements == "local") return;
+  const JsonReader at = r.At("placements");
+  std::string why;
+  try {
+    const Placements list = ParsePlacements(t.placements, "placements");
+    if (list.empty() || list.size() > mesh_ndim) {
+      why = StrCat("has ", list.size(), " placements for a mesh of ", mesh_ndim, " dims");
+    } else {
+      for (const Placement& p : list) p.Normalized(static_cast<int64_t>(t.shape.size()));
+      CheckNoMixedPartials(list, "placements");
+    }
+  } catch (const InputError& e) {
+    why = e.what();
+    if (why.rfind(e.field() + ": ", 0) == 0) why = why.substr(e.field().size() + 2);
+  }
+  if (!why.empty()) {
+    at.Fail(StrCat("'", ExcerptText(t.placements), "' on a ", t.shape.size(), "-d tensor: ", why));
+  }
 }
 
 // The ranks whose hashes differ, in order.
@@ -269,6 +313,26 @@ ModelTrace ModelTraceFromJson(const nlohmann::json& json) {
     mesh.At("names").Fail(
         StrCat("has ", t.mesh_names.size(), " names for ", t.mesh_shape.size(), " mesh dims"));
   }
+  {
+    std::set<std::string> names;
+    for (size_t i = 0; i < t.mesh_names.size(); ++i) {
+      if (t.mesh_names[i].empty()) mesh.At("names").At(i).Fail("is empty");
+      if (!names.insert(t.mesh_names[i]).second) {
+        mesh.At("names").At(i).Fail(
+            StrCat("'", ExcerptText(t.mesh_names[i]), "' names two mesh dims"));
+      }
+    }
+  }
+  // The model's sizes that the run reads (a Llama of `dtsim model`, LlamaArgs): whole numbers of
+  // at least 1 (ffn: 0 stands for 4 x dim).
+  for (const char* key : {"dim", "heads", "layers", "vocab", "seq", "batch", "ffn"}) {
+    if (!model.Has(key)) continue;
+    const JsonReader v = model.At(key);
+    const int64_t least = std::string_view(key) == "ffn" ? 0 : 1;
+    if (!v.json().is_number_integer() || v.json().get<int64_t>() < least) {
+      v.Fail(StrCat(Excerpt(v.json()), " is not a whole number of at least ", least));
+    }
+  }
   if (t.meta.world_size != world) {
     r.At("meta")
         .At("world_size")
@@ -318,7 +382,10 @@ ModelTrace ModelTraceFromJson(const nlohmann::json& json) {
     if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
       const JsonReader cs = item.At("collectives");
       const size_t m = cs.ArraySize();
-      for (size_t c = 0; c < m; ++c) e.collectives.push_back(CollectiveFromJson(cs.At(c), world));
+      for (size_t c = 0; c < m; ++c) {
+        e.collectives.push_back(CollectiveFromJson(cs.At(c), world));
+        CheckAlongMeshDim(e.collectives.back(), cs.At(c), t.mesh_shape, t.mesh_names);
+      }
       if (e.kind == ModelEventKind::kCollective && e.collectives.size() != 1) {
         cs.Fail(StrCat("has ", e.collectives.size(), " entries; a collective event has one"));
       }
@@ -327,7 +394,10 @@ ModelTrace ModelTraceFromJson(const nlohmann::json& json) {
         e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kModuleBegin ||
         e.kind == ModelEventKind::kModuleEnd || e.kind == ModelEventKind::kBackwardBegin ||
         e.kind == ModelEventKind::kLoss || e.kind == ModelEventKind::kGradient;
-    if (needs_tensor) e.tensor = TensorFromJson(item.At("tensor"), world, t.meta.data);
+    if (needs_tensor) {
+      e.tensor = TensorFromJson(item.At("tensor"), world, t.meta.data);
+      CheckPlacements(*e.tensor, item.At("tensor"), t.mesh_shape.size());
+    }
     // Forward module calls nest: an end closes the innermost open begin.
     if (e.kind == ModelEventKind::kModuleBegin) open.push_back(e.module);
     if (e.kind == ModelEventKind::kModuleEnd) {

@@ -111,8 +111,10 @@ struct ModelTrace {
 nlohmann::json ToJson(const ModelTrace& trace);
 // Reads and validates a model trace: format, version, every field's type and range, event kinds
 // and the fields each needs, hashes "xxh3:<16 hex>" one per rank (required unless meta.data is
-// false), groups of ranks inside the world, module begins and ends that nest. InputError("trace",
-// "<path>: <problem>") on the first problem.
+// false), groups of ranks inside the world, module begins and ends that nest; and what can be true
+// of a run: mesh dim names unique, the model's sizes whole numbers of at least 1, a collective's
+// mesh dim one of the mesh's with groups of that dim's size, a tensor's placements at most one per
+// mesh dim and valid for its shape. InputError("trace", "<path>: <problem>") on the first problem.
 ModelTrace ModelTraceFromJson(const nlohmann::json& json);
 // True when `json` says it is a model trace.
 bool IsModelTrace(const nlohmann::json& json);
