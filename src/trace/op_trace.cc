@@ -58,6 +58,13 @@ OpTrace OpTraceFromJson(const nlohmann::json& json) {
       item.At("trace").Fail(what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size())
                                                                         : what);
     }
+    // Every redistribution of the op ran on the op's world.
+    if (red.trace.meta.world_size != t.meta.world_size) {
+      item.At("trace")
+          .At("meta")
+          .At("world_size")
+          .Fail(StrCat(red.trace.meta.world_size, " ranks, but the op ran on ", t.meta.world_size));
+    }
     t.redistributions.push_back(std::move(red));
   }
   return t;

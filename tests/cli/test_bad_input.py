@@ -84,6 +84,26 @@ def model_trace_text(**changes):
     return json.dumps(t)
 
 
+def op_trace_text(**changes):
+    """A valid op trace (`dtsim op add.Tensor` of an S(0) and an S(1) operand on 2 ranks: one implicit
+    redistribution, made once by --trace) with changes, as model_trace_text."""
+    if not hasattr(op_trace_text, "json"):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "o.json")
+            subprocess.run([DTSIM, "op", "add.Tensor", "--mesh", "2", "--arg", "4x4:S(0)", "--arg", "4x4:S(1)",
+                            "--trace", path], capture_output=True, check=True, timeout=120)
+            with open(path) as f:
+                op_trace_text.json = f.read()
+    t = json.loads(op_trace_text.json)
+    for path, value in changes.items():
+        node = t
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[int(keys[-1]) if isinstance(node, list) else keys[-1]] = value
+    return json.dumps(t)
+
+
 def first_event(kind):
     """The index of the first event of `kind` in the model trace above."""
     return next(i for i, e in enumerate(json.loads(model_trace_text())["events"]) if e["event"] == kind)
@@ -422,6 +442,9 @@ BAD_INPUTS = [
     Row("trace-diff-model-negative-dim", ["trace-diff", "m.json", "w.json"], "trace",
         ["model.dim", "-1 is not a whole number of at least 1"],
         files={"m.json": model_trace_text(), "w.json": model_trace_text(**{"model.dim": -1})}),
+    Row("trace-diff-op-redistribution-on-another-world", ["trace-diff", "o.json", "w.json"], "trace",
+        ["redistributions[0].trace.meta.world_size", "2 ranks, but the op ran on 4"],
+        files={"o.json": op_trace_text(), "w.json": op_trace_text(**{"meta.world_size": 4})}),
     Row("trace-diff-model-version", ["trace-diff", "m.json", "v.json"], "trace", ["version 7 is not supported"],
         files={"m.json": model_trace_text(), "v.json": model_trace_text(version=7)}),
     Row("trace-diff-one-file", ["trace-diff", "a.json"], "file", ["give two trace files, got 1"],
