@@ -400,11 +400,13 @@ void CompareShards(Outcome& o, const std::string& data) {
   std::vector<at::Tensor> shards = ShardsOf(r.ranks_before, *r.data, r.src.dtype(), data);
   for (size_t i = 0; i < r.ranks_before.size(); ++i) {
     const RankState& s = r.ranks_before[i];
+    // The data file must be this recording's: a source shard that does not hash to what the run
+    // recorded is an invalid input (exit 2), not a difference of the run.
     if (ShardHash(shards[i]) != s.hash) {
-      o.problems.push_back(
-          StrCat("data: rank ", s.rank, "'s source shard in the data file does not ",
-                 "hash to its recorded ", *s.hash, " (a stale or edited data file)"));
-      return;
+      throw InputError("recording",
+                       StrCat("data file: redistribution #", r.index, ": rank ", s.rank,
+                              "'s source shard does not hash to its recorded ", *s.hash,
+                              " (a stale or edited data file, or another recording's)"));
     }
     ranks.push_back(s.rank);
   }
@@ -567,9 +569,14 @@ int RunReplay(const Args& args) {
       const std::string data_path =
           (std::filesystem::path(path).parent_path() / probe.data_file).string();
       struct stat st;
+      struct stat own;
       if (::stat(data_path.c_str(), &st) != 0) {
         data_note = StrCat("the data file '", ExcerptText(data_path),
                            "' is missing: shards are not recomputed");
+      } else if (::stat(path.c_str(), &own) == 0 && st.st_dev == own.st_dev &&
+                 st.st_ino == own.st_ino) {
+        throw InputError("recording", StrCat("meta.data_file: '", ExcerptText(probe.data_file),
+                                             "' is the recording itself, not its data file"));
       } else {
         data = ReadInputFile(data_path, "recording", kMaxRecordingDataBytes);
         data_size = static_cast<int64_t>(data.size());

@@ -65,6 +65,16 @@ DTensorSpec RecordedSpecFromJson(const JsonReader& r, DTensorSpec* root) {
 
 std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankState>& ranks) {
   r.ExpectObject();
+  // One time per rank of the redistribution's mesh, keyed by that rank: no other key.
+  for (const auto& [key, value] : r.json().items()) {
+    const bool known = std::any_of(ranks.begin(), ranks.end(), [&](const RankState& s) {
+      return key == std::to_string(s.rank);
+    });
+    if (!known) {
+      r.Fail(StrCat("has a time for '", ExcerptText(key),
+                    "', which is no rank of the redistribution's mesh"));
+    }
+  }
   std::vector<double> out;
   for (const RankState& s : ranks) {
     const std::string key = std::to_string(s.rank);
@@ -123,6 +133,25 @@ RecordedCollective CollectiveFromJson(const JsonReader& r, const DeviceMesh& mes
   c.output_shapes = per_rank_shapes("output_shapes");
   c.input_bytes = per_rank_ints("input_bytes");
   c.output_bytes = per_rank_ints("output_bytes");
+  // A rank's bytes are its tensor's elements times an element size (1 to 16 bytes; several
+  // tensors are listed as their bytes, an element of 1 byte each).
+  auto check_bytes = [&](const char* shapes_key, const std::vector<std::vector<int64_t>>& shapes,
+                         const char* bytes_key, const std::vector<int64_t>& bytes) {
+    for (size_t i = 0; i < n; ++i) {
+      if (r.At(shapes_key).At(i).json().is_null()) continue;
+      long double numel = 1;
+      for (int64_t d : shapes[i]) numel *= static_cast<long double>(d);
+      bool fits = false;
+      for (int item : {1, 2, 4, 8, 16}) fits |= numel * item == static_cast<long double>(bytes[i]);
+      if (!fits) {
+        r.At(bytes_key).At(i).Fail(StrCat(bytes[i], " bytes cannot hold ",
+                                          IntListToString(shapes[i]), " (",
+                                          static_cast<double>(numel), " elements)"));
+      }
+    }
+  };
+  check_bytes("input_shapes", c.input_shapes, "input_bytes", c.input_bytes);
+  check_bytes("output_shapes", c.output_shapes, "output_bytes", c.output_bytes);
   auto per_rank_hashes = [&](const char* key) {
     std::vector<std::string> out;
     if (!r.Has(key)) return out;

@@ -16,6 +16,7 @@ skipped (see `command_exists`), so they can land before the command does.
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field as dc_field
@@ -102,6 +103,18 @@ def op_trace_text(**changes):
             node = node[int(k)] if isinstance(node, list) else node[k]
         node[int(keys[-1]) if isinstance(node, list) else keys[-1]] = value
     return json.dumps(t)
+
+
+def recording_text(mutate=None):
+    """A valid 4-rank recording (bench/recording_scale_bench.py's: one S(0) -> R all_gather, no shard data), changed
+    in place by `mutate(doc)`."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    from recording_scale_bench import recording
+
+    doc = recording(4)
+    if mutate:
+        mutate(doc)
+    return json.dumps(doc)
 
 
 def first_event(kind):
@@ -385,6 +398,17 @@ BAD_INPUTS = [
         "arguments", ["unexpected argument 'x'"]),
     # ---- replay (recordings of upstream runs, dtsim.record) ----
     Row("replay-no-file", ["replay"], "file", ["give one recording, got 0"]),
+    # What cannot be true of a recording is invalid (exit 2), not a run that differs (exit 1).
+    Row("replay-time-of-a-rank-outside-the-mesh", ["replay", "r.json"], "recording",
+        ["redistributions[0].time_us", "has a time for '99', which is no rank of the redistribution's mesh"],
+        files={"r.json": recording_text(lambda d: d["redistributions"][0]["time_us"].update({"99": 1.0}))}),
+    Row("replay-bytes-that-cannot-hold-the-shape", ["replay", "r.json"], "recording",
+        ["redistributions[0].collectives[0].input_bytes[0]", "9223372036854775807 bytes cannot hold [1]"],
+        files={"r.json": recording_text(
+            lambda d: d["redistributions"][0]["collectives"][0].update(input_bytes=[2**63 - 1] * 4))}),
+    Row("replay-recording-is-its-own-data-file", ["replay", "r.json"], "recording",
+        ["meta.data_file: 'r.json' is the recording itself, not its data file"],
+        files={"r.json": recording_text(lambda d: d["meta"].update(data_file="r.json"))}),
     Row("replay-two-files", ["replay", "a.json", "b.json"], "file", ["give one recording, got 2"]),
     Row("replay-missing-file", ["replay", "nope.json"], "recording", ["cannot open 'nope.json'"]),
     Row("replay-directory", ["replay", "."], "recording", ["'.' is a directory"]),

@@ -193,12 +193,15 @@ def test_tampered_recordings_are_caught(recorded, tmp_path):
     (tmp_path / "hash.json").write_text(json.dumps(doc2))
     out = replay(tmp_path / "hash.json")
     assert out.returncode == 1 and f"first at redistribution #{k}" in out.stdout and "rank 1" in out.stdout
-    # an edited data file: the source no longer hashes to what the run recorded
+    # an edited data file: the source no longer hashes to what the run recorded, so the file is not this recording's:
+    # an invalid input (exit 2, nothing printed on stdout), not a run that differs
     data = bytearray(open(tmp_path / "run.json.data", "rb").read())
     data[0] ^= 0xFF
     open(tmp_path / "run.json.data", "wb").write(bytes(data))
     out = replay(tmp_path / "run.json")
-    assert out.returncode == 1 and "stale or edited data file" in out.stdout
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert "dtsim: error: recording: data file: redistribution #" in out.stderr and \
+        "stale or edited data file" in out.stderr, out.stderr
     # no data file: layouts, collectives and bytes only, said so
     os.unlink(tmp_path / "run.json.data")
     out = replay(tmp_path / "run.json")
