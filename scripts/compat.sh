@@ -34,7 +34,7 @@ export PIP_CONSTRAINT=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # 1. The venv.
 if ! "$PY" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$V')" 2>/dev/null; then
-  say "creating $VENV with torch==$V (a CUDA wheel with its nvidia packages is a few GB)"
+  say "creating $VENV with torch==$V (where only a CUDA wheel exists, a few GB with its nvidia packages)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   if ! "$PY" -m pip install -q "torch==$V" numpy pytest 2>&1 | quiet_pip ||
