@@ -66,7 +66,8 @@ DTensorSpec RecordedSpecFromJson(const JsonReader& r, DTensorSpec* root) {
 std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankState>& ranks) {
   r.ExpectObject();
   // One time per rank of the redistribution's mesh, keyed by that rank: no other key.
-  for (const auto& [key, value] : r.json().items()) {
+  for (const auto& item : r.json().items()) {
+    const std::string& key = item.key();
     const bool known = std::any_of(ranks.begin(), ranks.end(), [&](const RankState& s) {
       return key == std::to_string(s.rank);
     });
