@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "dtsim/layout/error.h"
@@ -65,13 +66,14 @@ DTensorSpec RecordedSpecFromJson(const JsonReader& r, DTensorSpec* root) {
 
 std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankState>& ranks) {
   r.ExpectObject();
-  // One time per rank of the redistribution's mesh, keyed by that rank: no other key.
+  // One time per rank of the redistribution's mesh, keyed by that rank: no other key (a set of the
+  // keys, so that reading stays linear in ranks).
+  std::unordered_set<std::string> keys;
+  keys.reserve(ranks.size());
+  for (const RankState& s : ranks) keys.insert(std::to_string(s.rank));
   for (const auto& item : r.json().items()) {
     const std::string& key = item.key();
-    const bool known = std::any_of(ranks.begin(), ranks.end(), [&](const RankState& s) {
-      return key == std::to_string(s.rank);
-    });
-    if (!known) {
+    if (keys.count(key) == 0) {
       r.Fail(StrCat("has a time for '", ExcerptText(key),
                     "', which is no rank of the redistribution's mesh"));
     }
