@@ -60,18 +60,17 @@ def trace_text(**changes):
 GOOD_TRACE = trace_text()
 
 
-def model_trace_text(**changes):
-    """A valid model trace (a 2-rank tp+sp run of a tiny model, made once by dtsim model --trace) with changes: a
-    dotted path ("events.5.tensor.hashes.1") to a value, or to None to delete the key."""
-    if not hasattr(model_trace_text, "json"):
+def dtsim_output_text(name, argv, changes):
+    """The JSON file a dtsim command writes (argv, with "{out}" standing for its path; run once per `name`, then kept)
+    with changes: a dotted path ("events.5.tensor.hashes.1") to a value, or to None to delete the key."""
+    if name not in dtsim_output_text.made:
         with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "m.json")
-            subprocess.run([DTSIM, "model", "--mesh", "2", "--names", "tp", "--dim", "8", "--heads", "2", "--layers",
-                            "1", "--vocab", "10", "--seq", "2", "--batch", "1", "--backward", "--trace", path],
-                           capture_output=True, check=True, timeout=120)
+            path = os.path.join(d, "out.json")
+            subprocess.run([DTSIM] + [path if a == "{out}" else a for a in argv], capture_output=True, check=True,
+                           timeout=120)
             with open(path) as f:
-                model_trace_text.json = f.read()
-    t = json.loads(model_trace_text.json)
+                dtsim_output_text.made[name] = f.read()
+    t = json.loads(dtsim_output_text.made[name])
     for path, value in changes.items():
         node = t
         keys = path.split(".")
@@ -85,24 +84,21 @@ def model_trace_text(**changes):
     return json.dumps(t)
 
 
+dtsim_output_text.made = {}
+
+
+def model_trace_text(**changes):
+    """A valid model trace (a 2-rank tp+sp run of a tiny model, made once by dtsim model --trace) with changes."""
+    return dtsim_output_text("model", ["model", "--mesh", "2", "--names", "tp", "--dim", "8", "--heads", "2", "--layers",
+                                       "1", "--vocab", "10", "--seq", "2", "--batch", "1", "--backward", "--trace",
+                                       "{out}"], changes)
+
+
 def op_trace_text(**changes):
     """A valid op trace (`dtsim op add.Tensor` of an S(0) and an S(1) operand on 2 ranks: one implicit
-    redistribution, made once by --trace) with changes, as model_trace_text."""
-    if not hasattr(op_trace_text, "json"):
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "o.json")
-            subprocess.run([DTSIM, "op", "add.Tensor", "--mesh", "2", "--arg", "4x4:S(0)", "--arg", "4x4:S(1)",
-                            "--trace", path], capture_output=True, check=True, timeout=120)
-            with open(path) as f:
-                op_trace_text.json = f.read()
-    t = json.loads(op_trace_text.json)
-    for path, value in changes.items():
-        node = t
-        keys = path.split(".")
-        for k in keys[:-1]:
-            node = node[int(k)] if isinstance(node, list) else node[k]
-        node[int(keys[-1]) if isinstance(node, list) else keys[-1]] = value
-    return json.dumps(t)
+    redistribution, made once by --trace) with changes."""
+    return dtsim_output_text("op", ["op", "add.Tensor", "--mesh", "2", "--arg", "4x4:S(0)", "--arg", "4x4:S(1)",
+                                    "--trace", "{out}"], changes)
 
 
 def recording_text(mutate=None):
