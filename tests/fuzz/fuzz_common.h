@@ -3,9 +3,12 @@
 // the reason on stderr).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +84,52 @@ inline void CheckBatchInput(const uint8_t* data, size_t size, const cli::BatchCa
     }
     (void)SafeDump(answer.json);  // printable, whatever the input held
   }
+}
+
+// The structured targets' fixed sweep, DTSIM_FUZZ_SWEEP=N:SEED (their ctest entries set it): once
+// per process, N programs of 2 to `max_bytes` bytes from a PRNG seeded with SEED, each given to
+// `run(data, size)`, which returns true when the mutated input was accepted. A finding aborts with
+// the program's bytes on stderr (save them as corpus/<target>/regression-<what> to replay it); at
+// the end one line counts the inputs accepted and refused.
+inline std::vector<uint8_t>& SweepProgram() {
+  static std::vector<uint8_t> program;
+  return program;
+}
+
+inline void PrintSweepProgram(int) {
+  std::fprintf(stderr, "sweep program:");
+  for (uint8_t b : SweepProgram()) std::fprintf(stderr, " %02x", b);
+  std::fprintf(stderr, "\n");
+  std::signal(SIGABRT, SIG_DFL);
+}
+
+template <typename Run>
+void SweepOnce(const char* target, size_t max_bytes, Run run) {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  const char* env = std::getenv("DTSIM_FUZZ_SWEEP");
+  if (!env) return;
+  int64_t n = 0;
+  uint64_t seed = 0;
+  char colon = 0;
+  std::istringstream in(env);
+  if (!(in >> n >> colon >> seed) || colon != ':' || n < 0) {
+    Fail(StrCat("DTSIM_FUZZ_SWEEP='", env, "': expected N:SEED"));
+  }
+  std::mt19937_64 rng(seed);
+  int64_t accepted = 0;
+  std::vector<uint8_t>& program = SweepProgram();
+  auto previous = std::signal(SIGABRT, PrintSweepProgram);
+  for (int64_t i = 0; i < n; ++i) {
+    program.resize(2 + rng() % (max_bytes - 1));
+    for (uint8_t& b : program) b = static_cast<uint8_t>(rng());
+    accepted += run(program.data(), program.size()) ? 1 : 0;
+  }
+  std::signal(SIGABRT, previous);
+  std::fprintf(stderr, "%s sweep (seed %llu): %lld mutated inputs, %lld accepted, %lld refused\n",
+               target, static_cast<unsigned long long>(seed), static_cast<long long>(n),
+               static_cast<long long>(accepted), static_cast<long long>(n - accepted));
 }
 
 }  // namespace dtsim::fuzz

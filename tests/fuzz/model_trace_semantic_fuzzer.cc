@@ -245,49 +245,14 @@ void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
   DTSIM_FUZZ_EXPECT(diffs.empty(), "a model trace differs from its own copy: ", diffs[0].where);
 }
 
-std::vector<uint8_t> g_sweep_program;
-
-void PrintSweepProgram(int) {
-  std::fprintf(stderr, "sweep program:");
-  for (uint8_t b : g_sweep_program) std::fprintf(stderr, " %02x", b);
-  std::fprintf(stderr, "\n");
-  std::signal(SIGABRT, SIG_DFL);
-}
-
-// DTSIM_FUZZ_SWEEP=N:SEED: N programs of 2 to 24 bytes from a PRNG seeded with SEED.
-void SweepOnce() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char* env = std::getenv("DTSIM_FUZZ_SWEEP");
-  if (!env) return;
-  int64_t n = 0;
-  uint64_t seed = 0;
-  char colon = 0;
-  std::istringstream in(env);
-  if (!(in >> n >> colon >> seed) || colon != ':' || n < 0) {
-    dtsim::fuzz::Fail(StrCat("DTSIM_FUZZ_SWEEP='", env, "': expected N:SEED"));
-  }
-  std::mt19937_64 rng(seed);
-  Counts counts;
-  auto previous = std::signal(SIGABRT, PrintSweepProgram);
-  for (int64_t i = 0; i < n; ++i) {
-    g_sweep_program.resize(2 + rng() % 23);
-    for (uint8_t& b : g_sweep_program) b = static_cast<uint8_t>(rng());
-    RunProgram(g_sweep_program.data(), g_sweep_program.size(), &counts);
-  }
-  std::signal(SIGABRT, previous);
-  std::fprintf(stderr,
-               "model_trace_semantic sweep (seed %llu): %lld mutated model traces, %lld accepted, "
-               "%lld refused\n",
-               static_cast<unsigned long long>(seed), static_cast<long long>(n),
-               static_cast<long long>(counts.accepted), static_cast<long long>(counts.refused));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  SweepOnce();
+  dtsim::fuzz::SweepOnce("model_trace_semantic", 24, [](const uint8_t* program, size_t bytes) {
+    Counts counts;
+    RunProgram(program, bytes, &counts);
+    return counts.accepted > 0;
+  });
   Counts counts;
   RunProgram(data, size, &counts);
   return 0;

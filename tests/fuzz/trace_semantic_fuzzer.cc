@@ -611,52 +611,14 @@ void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
   DTSIM_FUZZ_EXPECT(diffs.empty(), "a trace differs from its own copy: ", diffs[0].where);
 }
 
-// The sweep's current program, printed in hex when a finding aborts (save those bytes as
-// corpus/trace_semantic/regression-<what> to replay the finding).
-std::vector<uint8_t> g_sweep_program;
-
-void PrintSweepProgram(int) {
-  std::fprintf(stderr, "sweep program:");
-  for (uint8_t b : g_sweep_program) std::fprintf(stderr, " %02x", b);
-  std::fprintf(stderr, "\n");
-  std::signal(SIGABRT, SIG_DFL);
-}
-
-// DTSIM_FUZZ_SWEEP=N:SEED: N programs of 2 to 40 bytes from a PRNG seeded with SEED.
-void SweepOnce() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char* env = std::getenv("DTSIM_FUZZ_SWEEP");
-  if (!env) return;
-  int64_t n = 0;
-  uint64_t seed = 0;
-  char colon = 0;
-  std::istringstream in(env);
-  if (!(in >> n >> colon >> seed) || colon != ':' || n < 0) {
-    dtsim::fuzz::Fail(StrCat("DTSIM_FUZZ_SWEEP='", env, "': expected N:SEED"));
-  }
-  std::mt19937_64 rng(seed);
-  Counts counts;
-  std::vector<uint8_t>& program = g_sweep_program;
-  auto previous = std::signal(SIGABRT, PrintSweepProgram);
-  for (int64_t i = 0; i < n; ++i) {
-    program.resize(2 + rng() % 39);
-    for (uint8_t& b : program) b = static_cast<uint8_t>(rng());
-    RunProgram(program.data(), program.size(), &counts);
-  }
-  std::signal(SIGABRT, previous);
-  std::fprintf(
-      stderr,
-      "trace_semantic sweep (seed %llu): %lld mutated traces, %lld accepted, %lld refused\n",
-      static_cast<unsigned long long>(seed), static_cast<long long>(n),
-      static_cast<long long>(counts.accepted), static_cast<long long>(counts.refused));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  SweepOnce();
+  dtsim::fuzz::SweepOnce("trace_semantic", 40, [](const uint8_t* program, size_t bytes) {
+    Counts counts;
+    RunProgram(program, bytes, &counts);
+    return counts.accepted > 0;
+  });
   Counts counts;
   RunProgram(data, size, &counts);
   return 0;
