@@ -43,5 +43,6 @@ int RunReplay(const Args& args);
 // dtsim run: a torchrun script, unchanged, as N simulated ranks in one process (python -m dtsim
 // run).
 int RunRun(const Args& args);
+int RunRecord(const Args& args);
 
 }  // namespace dtsim::cli

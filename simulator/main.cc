@@ -56,6 +56,9 @@ const std::map<std::string, Command>& Commands() {
       {"run",
        {&dtsim::cli::RunRun,
         "run a torchrun script, unchanged, as N simulated ranks in one process"}},
+      {"record",
+       {&dtsim::cli::RunRecord,
+        "record every rank of a real job (-- torchrun ...): ops, collectives, shards"}},
   };
   return commands;
 }

@@ -1,5 +1,6 @@
-// dtsim run: hands the command to the Python launcher (python -m dtsim run, python/dtsim/run/), in
-// place of this process, so that signals, output and the exit status are the launcher's own.
+// dtsim run and dtsim record: hand the command to the Python launchers (python -m dtsim run,
+// python/dtsim/run/; python -m dtsim record, python/dtsim/record_command.py), in place of this
+// process, so that signals, output and the exit status are the launcher's own.
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,7 +21,9 @@
 
 namespace dtsim::cli {
 
-int RunRun(const Args& args) {
+namespace {
+
+[[noreturn]] void HandToPython(const char* command, const Args& args) {
   // The interpreter: $DTSIM_PYTHON (a user's own venv), else the one this build was configured
   // with (the project venv, which holds torch and the dtsim package).
   const char* from_env = std::getenv("DTSIM_PYTHON");
@@ -33,7 +36,7 @@ int RunRun(const Args& args) {
     if (old_path != nullptr && *old_path != '\0') path += std::string(":") + old_path;
     setenv("PYTHONPATH", path.c_str(), 1);
   }
-  std::vector<std::string> words = {python, "-m", "dtsim", "run"};
+  std::vector<std::string> words = {python, "-m", "dtsim", command};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& word : words) argv.push_back(word.data());
@@ -43,5 +46,11 @@ int RunRun(const Args& args) {
                                  "' (set DTSIM_PYTHON to a Python with torch and dtsim): " +
                                  std::strerror(errno));
 }
+
+}  // namespace
+
+int RunRun(const Args& args) { HandToPython("run", args); }
+
+int RunRecord(const Args& args) { HandToPython("record", args); }
 
 }  // namespace dtsim::cli

@@ -22,6 +22,83 @@
 namespace po = boost::program_options;
 
 namespace dtsim::cli {
+namespace {
+
+// Two recordings that both have events: the first op or collective where each rank's runs part
+// (the cause named), what diverged after it, then the redistributions' differences (structure;
+// their values are the events'). Exit 0 when nothing differs, else 1.
+int PrintEventDiff(const Recording& a, const Recording& b,
+                   const std::vector<TraceDifference>& diffs, size_t limit) {
+  using Cause = EventDivergence::Cause;
+  const EventDiff ev = DiffRunEvents(*a.events, *b.events);
+  const bool differ = !ev.first.empty() || !ev.ranks_only_in_a.empty() ||
+                      !ev.ranks_only_in_b.empty() || !diffs.empty();
+  if (!differ) {
+    std::cout << "recordings agree: " << ev.compared
+              << " events (every rank's DTensor ops and collectives) in the same order with equal "
+                 "inputs and outputs";
+    if (ev.rounded > 0) {
+      std::cout << " (" << ev.rounded
+                << " equal within float rounding, not bit for bit: summed in another order)";
+    }
+    if (ev.not_checked > 0)
+      std::cout << "; " << ev.not_checked << " events' outputs not recorded, not checked";
+    std::cout << "; " << a.redistributions.size() << " redistributions agree in structure";
+    if (a.collectives && b.collectives) {
+      std::cout << "; the run's " << a.collectives->size() << " collectives equal";
+    } else if (a.collectives || b.collectives) {
+      std::cout << "; the run's collectives not compared: only the "
+                << (a.collectives ? "first" : "second") << " recording lists them";
+    }
+    std::cout << "\n";
+    return 0;
+  }
+  auto cause = [](Cause c) {
+    switch (c) {
+      case Cause::kStructure:
+        return "structure";
+      case Cause::kComputed:
+        return "computed";
+      case Cause::kInput:
+        return "input";
+      case Cause::kLength:
+        return "length";
+    }
+    return "";
+  };
+  if (!ev.first.empty()) {
+    const EventDivergence& f = ev.first.front();
+    std::cout << "recordings differ; first at rank " << f.rank << ", event " << f.index << ": "
+              << f.where << "\n";
+    size_t shown = 0;
+    for (const EventDivergence& d : ev.first) {
+      if (shown++ == limit) {
+        std::cout << "  … " << ev.first.size() - limit << " more ranks\n";
+        break;
+      }
+      std::cout << "  rank " << d.rank << ", event " << d.index << " (" << cause(d.cause)
+                << "): " << d.where << ": " << d.what << "\n";
+    }
+    std::string by_rank;
+    for (const auto& [rank, n] : ev.differing_by_rank)
+      by_rank += StrCat(by_rank.empty() ? "" : ", ", "rank ", rank, ": ", n);
+    std::cout << "  after it: " << ev.differing << " events differ (" << by_rank << "); "
+              << ev.compared << " compared";
+    if (ev.rounded > 0) std::cout << ", " << ev.rounded << " equal within float rounding";
+    if (ev.not_checked > 0) std::cout << ", " << ev.not_checked << " not checked (no output)";
+    std::cout << "\n";
+  } else {
+    std::cout << "recordings differ:\n";
+  }
+  for (int64_t r : ev.ranks_only_in_a)
+    std::cout << "  rank " << r << ": events only in the first\n";
+  for (int64_t r : ev.ranks_only_in_b)
+    std::cout << "  rank " << r << ": events only in the second\n";
+  for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+  return 1;
+}
+
+}  // namespace
 
 int RunTraceDiff(const Args& args) {
   std::vector<std::string> files;
@@ -74,6 +151,7 @@ int RunTraceDiff(const Args& args) {
     const Recording a = WithFileName(files[0], [&] { return RecordingFromJson(ja); });
     const Recording b = WithFileName(files[1], [&] { return RecordingFromJson(jb); });
     const std::vector<TraceDifference> diffs = DiffRecordings(a, b, static_cast<size_t>(limit));
+    if (a.events && b.events) return PrintEventDiff(a, b, diffs, static_cast<size_t>(limit));
     if (diffs.empty()) {
       std::cout << "recordings agree: " << a.redistributions.size() << " redistribution"
                 << (a.redistributions.size() == 1 ? "" : "s")
@@ -87,6 +165,10 @@ int RunTraceDiff(const Args& args) {
       }
       std::cout << "\n";
       return 0;
+    }
+    if (a.events || b.events) {
+      std::cout << "note: ops and collectives not compared: only the "
+                << (a.events ? "first" : "second") << " recording has events\n";
     }
     std::cout << "recordings differ; first at " << diffs[0].where << ":\n";
     for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";

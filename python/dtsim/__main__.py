@@ -1,12 +1,17 @@
-"""`python -m dtsim run ...`: the same command as `dtsim run ...` (the C++ CLI hands `run` to this module)."""
+"""`python -m dtsim run|record ...`: the same commands as `dtsim run|record ...` (the C++ CLI hands both to this
+module)."""
 
 import sys
 
 
 def _main(argv) -> int:
+    if argv and argv[0] == "record":
+        from .record_command import main as record_main
+
+        return record_main(argv[1:])
     if not argv or argv[0] != "run":
-        print("dtsim: error: command: python -m dtsim offers 'run' (the other commands are the dtsim binary's); "
-              "usage: python -m dtsim run [--nproc-per-node N] SCRIPT [ARGS...]", file=sys.stderr)
+        print("dtsim: error: command: python -m dtsim offers 'run' and 'record' (the other commands are the dtsim "
+              "binary's); usage: python -m dtsim run [--nproc-per-node N] SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     from .run import main
 

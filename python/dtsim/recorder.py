@@ -224,9 +224,13 @@ class _OpProxy:
 
 
 class _Recorder:
-    def __init__(self, path: str, max_data_bytes: int):
+    def __init__(self, path: str, max_data_bytes: int, ops: bool = False):
         self.path = path
         self.max_data_bytes = max_data_bytes
+        self.ops = ops
+        self.event_log: Any = None  # events.EventLog with ops=True
+        self.event_mode: Any = None
+        self.module_hooks: Any = None  # the module tracker's hooks on a real rank (dtsim run has its own)
         self.records: List[Dict[str, Any]] = []
         self.data: List[torch.Tensor] = []  # this process's distinct shard bytes (flat uint8), in keeping order
         self.kept: Dict[tuple, int] = {}  # (hash, nbytes) -> index in self.data: equal shards are kept once
@@ -260,13 +264,55 @@ class _Recorder:
             if not _ACTIVE:
                 _install_hooks()
             _ACTIVE[key] = self
+        if self.ops:
+            self._start_events()
+
+    def _start_events(self) -> None:
+        """ops=True: this rank's events (events.py) under a dispatch mode of its own, with the module it runs in."""
+        from . import events
+
+        where = RUN_WHERE
+        if where is None:
+            # A real rank: a module tracker of its own (dtsim run hands the run's tracker, RUN_WHERE).
+            import torch.distributed as dist
+
+            from .run.modules import Tracker, install_module_hooks
+
+            world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+            rank = self.rank
+            tracker = Tracker(max(world, rank + 1), lambda: rank, modules=True, metered=False)
+            self.module_hooks = install_module_hooks(tracker)
+
+            def where(r: int):
+                return tracker.collective_keys(r)[-1]
+        self.event_log = events.EventLog(where, lambda: events.program_line(4))
+        self.event_log.simulated = RUN_WHERE is not None
+        events.watch_waits(self.event_log)
+        self.event_mode = events.EventMode(self.event_log, self.rank)
+        self.event_mode.__enter__()
+
+    def _stop_events(self) -> None:
+        from . import events
+
+        if self.event_mode is not None:
+            self.event_mode.__exit__(None, None, None)
+            self.event_mode = None
+            self.event_log.settle(at_end=True)
+            events.unwatch_waits(self.event_log)
+        if self.module_hooks is not None:
+            self.module_hooks.remove()
+            self.module_hooks = None
 
     def uninstall(self) -> None:
+        self._stop_events()
         with _HOOKS_LOCK:
             if _ACTIVE.get(_recorder_key()) is self:
                 del _ACTIVE[_recorder_key()]
             if not _ACTIVE:
                 _uninstall_hooks()
+
+    def _events_part(self) -> Optional[Dict[int, List[Dict[str, Any]]]]:
+        return None if self.event_log is None else self.event_log.events
 
     # ---- hashing, now or when the program waits ----
     def _observe(self, record: Dict[str, Any], states_key: str, data_key: Optional[str], t: torch.Tensor) -> None:
@@ -409,7 +455,8 @@ class _Recorder:
             if _per_thread() and os.environ.get("RANK", "0") != "0":
                 return  # dtsim run without a process group: rank 0 writes what it recorded
             world = dist.get_world_size() if dist.is_initialized() else 1
-            parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
+            parts = [{"records": self.records, "data": self.data, "complete": self.data_complete,
+                      "events": self._events_part()}]
             self._write(parts, "torch-local", world, argv)
             return
         # Two collectives on the default group: every rank's two sizes (its pickled rows, its kept bytes), then one
@@ -419,7 +466,8 @@ class _Recorder:
         world, rank = dist.get_world_size(), dist.get_rank()
         sizes = [int(b.numel()) for b in self.data]
         rows = b"" if rank == 0 else \
-            pickle.dumps({"records": self.records, "sizes": sizes, "complete": self.data_complete},
+            pickle.dumps({"records": self.records, "sizes": sizes, "complete": self.data_complete,
+                          "events": self._events_part()},
                          protocol=pickle.HIGHEST_PROTOCOL)
         device = _collective_device(dist)
         lengths = [torch.empty(2, dtype=torch.int64, device=device) for _ in range(world)]
@@ -449,7 +497,8 @@ class _Recorder:
         error: Optional[str] = None
         if rank == 0:
             try:
-                parts = [{"records": self.records, "data": self.data, "complete": self.data_complete}]
+                parts = [{"records": self.records, "data": self.data, "complete": self.data_complete,
+                          "events": self._events_part()}]
                 for buf, (n_rows, _) in zip(bufs[1:], lengths_list[1:]):
                     part = pickle.loads(buf[:n_rows].numpy().tobytes())
                     cuts, at = [], n_rows
@@ -531,6 +580,12 @@ class _Recorder:
                         "data_file": os.path.basename(data_path) if blobs else None,
                         "data_complete": complete, "max_data_bytes": self.max_data_bytes},
                "redistributions": out_records}
+        if any(p.get("events") is not None for p in parts):
+            merged: Dict[int, List[Dict[str, Any]]] = {}
+            for p in parts:
+                for rank, evs in (p.get("events") or {}).items():
+                    merged.setdefault(int(rank), []).extend(evs)
+            doc["events"] = {str(r): merged[r] for r in sorted(merged)}
         _write_atomically(data_path, [b.numpy() for b in blobs]) if blobs else None
         _write_atomically(self.path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
 
@@ -602,7 +657,9 @@ def _wrap_redistribute(original: Any) -> Any:
 _HOOKS_LOCK = threading.Lock()
 _ACTIVE: Dict[Any, "_Recorder"] = {}
 _PATCHES: List[tuple] = []
-_FINISH_ROUNDS_BY_RANK: Dict[int, Any] = {}  # each rank counts its own blocks (the verdict's store key)
+_FINISH_ROUNDS_BY_RANK: Dict[int, Any] = {}
+# dtsim run sets it: rank -> (module path, pass) from the run's own module tracker, for ops=True blocks.
+RUN_WHERE: Any = None  # each rank counts its own blocks (the verdict's store key)
 
 
 def _per_thread() -> bool:
@@ -757,9 +814,10 @@ def _write_atomically(path: str, chunks: List[Any]) -> None:
 
 
 @contextlib.contextmanager
-def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -> Iterator[None]:
+def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, ops: bool = False) -> Iterator[None]:
     """Records every DTensor redistribution run inside the block into `path` (rank 0 writes it; source shard values
-    go to `<path>.data` up to `max_data_bytes` in all). See the module docstring."""
+    go to `<path>.data` up to `max_data_bytes` in all). With `ops=True`, also every rank's events: each DTensor op and
+    each collective, with digests of what went in and came out (dtsim/events.py). See the module docstring."""
     _check_torch_version()
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path: expected a str or os.PathLike naming the recording, got {type(path).__name__}")
@@ -776,7 +834,9 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
     for p in (path, path + ".data"):
         if os.path.exists(p) and not os.path.isfile(p):
             raise ValueError(f"path: '{p}' exists and is not a regular file; not replaced")
-    recorder = _Recorder(path, max_data_bytes)
+    if not isinstance(ops, bool):
+        raise ValueError(f"ops: expected a bool, got {ops!r}")
+    recorder = _Recorder(path, max_data_bytes, ops)
     try:
         recorder.install()  # inside the try: a failure halfway restores what was patched
         yield
@@ -785,3 +845,98 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20) -
         _MESH_JSON.clear()
         _PLACEMENTS_TEXT.clear()
     recorder.finish(" ".join(sys.argv))
+
+
+# ---- `dtsim record -- COMMAND`: every rank of a launched job records into a part file, the launcher merges ----------
+_PART: List["_Recorder"] = []
+
+
+def _start_part() -> None:
+    """Called at interpreter start-up in every process of a `dtsim record` job (its sitecustomize): a process that is a
+    rank (RANK set, as torchrun and dtsim's mpirun launch set it) records its whole program, with ops, into a part
+    file of the job's folder (DTSIM_RECORD_PARTS), written when the rank destroys its default group or exits."""
+    if "RANK" not in os.environ or _PART:
+        return
+    _check_torch_version()
+    import atexit
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    recorder = _Recorder(os.environ["DTSIM_RECORD_OUT"], int(os.environ.get("DTSIM_RECORD_MAX", str(256 << 20))),
+                         os.environ.get("DTSIM_RECORD_OPS", "1") == "1")
+    recorder.install()
+    _PART.append(recorder)
+    folder = os.environ["DTSIM_RECORD_PARTS"]
+    original = c10d.destroy_process_group
+
+    def destroy_process_group(group=None):
+        if group is None or group is c10d.GroupMember.WORLD:
+            recorder._finish_part(folder)
+        return original(group)
+
+    for owner in (dist, c10d):
+        setattr(owner, "destroy_process_group", destroy_process_group)
+    atexit.register(recorder._finish_part, folder)
+
+
+def _finish_part(self: "_Recorder", folder: str) -> None:
+    """Writes this rank's part (its redistribution rows, kept bytes and events) once; the launcher merges them."""
+    if getattr(self, "part_written", False):
+        return
+    self.part_written = True
+    import torch.distributed as dist
+
+    self.uninstall()
+    self._resolve_all()
+    initialized = dist.is_initialized()
+    part = {"rank": self.rank, "world": dist.get_world_size() if initialized else int(os.environ.get("WORLD_SIZE", "1")),
+            "backend": f"torch-{dist.get_backend()}" if initialized else "torch-gloo",
+            "records": self.records, "sizes": [int(b.numel()) for b in self.data], "complete": self.data_complete,
+            "events": self._events_part(), "unsupported": getattr(self.event_log, "unsupported", None)}
+    rows = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+    header = len(rows).to_bytes(8, "little")
+    _write_atomically(os.path.join(folder, f"rank-{self.rank}-{os.getpid()}.part"),
+                      [header, rows] + [b.numpy() for b in self.data])
+
+
+_Recorder._finish_part = _finish_part
+
+
+def merge_parts(folder: str, path: str, max_data_bytes: int, argv: str) -> Dict[str, Any]:
+    """The launcher's side of `dtsim record`: reads every rank's part file and writes the recording (as rank 0 writes
+    it in a `with dtsim.record` block). Raises ValueError naming what is missing."""
+    by_rank: Dict[int, Dict[str, Any]] = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".part"):
+            continue
+        with open(os.path.join(folder, name), "rb") as f:
+            blob = f.read()
+        n = int.from_bytes(blob[:8], "little")
+        part = pickle.loads(blob[8:8 + n])
+        at, cuts = 8 + n, []
+        for size in part["sizes"]:
+            cuts.append(torch.frombuffer(bytearray(blob[at:at + size]), dtype=torch.uint8) if size else
+                        torch.empty(0, dtype=torch.uint8))
+            at += size
+        part["data"] = cuts
+        rank = int(part["rank"])
+        if rank in by_rank and (by_rank[rank]["records"] or by_rank[rank]["events"]):
+            if part["records"] or part["events"]:
+                raise ValueError(f"rank {rank}: two processes of the job recorded as rank {rank}")
+            continue
+        by_rank[rank] = part
+    if not by_rank:
+        raise ValueError("no rank recorded: the command started no Python process with RANK set (torchrun, or "
+                         "mpirun through a wrapper that sets it)")
+    world = max(int(p["world"]) for p in by_rank.values())
+    missing = [r for r in range(world) if r not in by_rank]
+    if missing:
+        raise ValueError(f"ranks {missing} of {world} wrote no part (a rank that died before it destroyed its "
+                         "process group or exited)")
+    parts = [by_rank[r] for r in range(world)]
+    backends = {p["backend"] for p in parts}
+    _Recorder(path, max_data_bytes)._write(parts, sorted(backends)[0], world, argv)
+    events = sum(len(v) for p in parts for v in (p["events"] or {}).values())
+    return {"world": world, "redistributions": len(parts[0]["records"]), "events": events,
+            "unsupported": next((p["unsupported"] for p in parts if p.get("unsupported")), None)}

@@ -349,6 +349,7 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
     out.collectives.emplace();
     for (size_t i = 0; i < nc; ++i) out.collectives->push_back(CollectiveFromJson(cs.At(i), world));
   }
+  if (r.Has("events")) out.events = RunEventsFromJson(r.At("events"), out.world_size);
   return out;
 }
 

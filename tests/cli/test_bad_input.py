@@ -398,6 +398,29 @@ BAD_INPUTS = [
     Row("replay-time-of-a-rank-outside-the-mesh", ["replay", "r.json"], "recording",
         ["redistributions[0].time_us", "has a time for '99', which is no rank of the redistribution's mesh"],
         files={"r.json": recording_text(lambda d: d["redistributions"][0]["time_us"].update({"99": 1.0}))}),
+    # A recording's events (dtsim record, dtsim run --trace): validated in trace-diff as in replay.
+    Row("trace-diff-events-of-a-rank-outside-the-world", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events", "has events for '99', which is no rank of a world of 4"],
+        files={"r.json": recording_text(lambda d: d.update(events={"99": []}))}),
+    Row("trace-diff-event-group-without-its-rank", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.1[0].group", "does not hold rank 1, whose event it is"],
+        files={"r.json": recording_text(lambda d: d.update(events={"1": [
+            {"kind": "collective", "op": "all_gather", "group": [0, 2], "module": "Global", "pass": "forward",
+             "inputs": [], "outputs": []}]}))}),
+    Row("trace-diff-event-bad-hash", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.0[0].outputs[0].hash", "expected \"xxh3:\" and 16 hex digits"],
+        files={"r.json": recording_text(lambda d: d.update(events={"0": [
+            {"kind": "op", "op": "aten.mm.default", "module": "Global", "pass": "forward", "args": ["[R]"],
+             "results": ["[R]"], "inputs": [], "outputs": [{"shape": [2], "dtype": "float32", "hash": "md5:1"}]}]}))}),
+    Row("trace-diff-event-sketch-beyond-its-scale", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.0[0].inputs[0].sketch", "exceeds its scale"],
+        files={"r.json": recording_text(lambda d: d.update(events={"0": [
+            {"kind": "op", "op": "aten.mm.default", "module": "Global", "pass": "backward", "args": ["[R]"],
+             "results": ["[R]"], "inputs": [{"shape": [2], "dtype": "float32", "hash": None, "sketch": 5.0,
+                                             "scale": 1.0}]}]}))}),
+    Row("trace-diff-event-unknown-kind", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.0[0].kind", "unknown event kind 'memory'"],
+        files={"r.json": recording_text(lambda d: d.update(events={"0": [{"kind": "memory"}]}))}),
     Row("replay-bytes-that-cannot-hold-the-shape", ["replay", "r.json"], "recording",
         ["redistributions[0].collectives[0].input_bytes[0]", "9223372036854775807 bytes cannot hold [1]"],
         files={"r.json": recording_text(

@@ -17,6 +17,7 @@
 
 #include "dtsim/layout/collective_kind.h"
 #include "dtsim/layout/spec.h"
+#include "dtsim/trace/run_events.h"
 #include "dtsim/trace/trace.h"
 
 namespace dtsim {
@@ -85,6 +86,9 @@ struct Recording {
   // and output hash: "collectives" in the file, which `dtsim run --trace` writes (dtsim.record on
   // real ranks does not: nullopt).
   std::optional<std::vector<RecordedCollective>> collectives;
+  // Every rank's DTensor ops and collectives in its order ("events" in the file: dtsim.record with
+  // ops=True, dtsim record -- COMMAND, dtsim run --trace); nullopt when not recorded.
+  std::optional<RunEvents> events;
 };
 
 // True when `json` says it is a recording (its "format"); the rest is RecordingFromJson's job.

@@ -39,7 +39,8 @@ std::vector<TraceDifference> DiffTraces(const Trace& a, const Trace& b, size_t l
 // the call (redistribute, full_tensor, implicit with its op and argument, backward), the source
 // and target specs, every rank's local shape and hash before and after, and each collective (op,
 // groups, ranks, shapes, bytes). Meta, times and data files are not compared; hashes only where
-// both recordings have them (a rank the recorder could not hash, or a metadata-only run, has none).
+// both recordings have them (a rank the recorder could not hash, or a metadata-only run, has none)
+// and not where both have events (DiffRunEvents compares their values within float rounding).
 // `where` names the redistribution ("redistribution 3 (implicit aten::mm arg 1: [S(0)] -> [R]),
 // after"); the first difference is where the runs part.
 std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording& b,

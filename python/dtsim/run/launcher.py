@@ -238,7 +238,7 @@ class _Tracing:
     def open(self, rank: int) -> None:
         from ..recorder import record
 
-        block = record(self.path)
+        block = record(self.path, ops=True)
         block.__enter__()
         self._open[rank] = block
 
@@ -355,7 +355,8 @@ def main(argv: Sequence[str]) -> int:
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
     reporting = args.report or args.report_json is not None
-    world.tracker = Tracker(world_size, scheduler.current_rank, modules=reporting or args.check_ops,
+    world.tracker = Tracker(world_size, scheduler.current_rank,
+                            modules=reporting or args.check_ops or args.trace is not None,
                             metered=args.memory or reporting or args.meta)
     if reporting:
         from .report import Report
@@ -380,6 +381,9 @@ def main(argv: Sequence[str]) -> int:
         install_local_map(checker, scheduler.current_rank)
     tracing = _Tracing(args.trace) if args.trace is not None else None
     if tracing is not None:
+        from .. import recorder
+
+        recorder.RUN_WHERE = lambda rank: world.tracker.collective_keys(rank)[-1]
         world.collective_log = []
         emulation.before_destroy(lambda group: tracing.close(scheduler.current_rank())
                                  if group is None or group is dist.GroupMember.WORLD else None)

@@ -263,8 +263,9 @@ class MemoryMeter(TorchDispatchMode):
         return out
 
 
-def install_module_hooks(tracker: Tracker) -> None:
-    """Global module hooks that keep each rank's running modules (forward, and backward through gradient hooks)."""
+def install_module_hooks(tracker: Tracker):
+    """Global module hooks that keep each rank's running modules (forward, and backward through gradient hooks).
+    Returns the handle that removes them."""
     from torch.autograd.graph import register_multi_grad_hook
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.utils._pytree import tree_flatten
@@ -315,7 +316,7 @@ def install_module_hooks(tracker: Tracker) -> None:
 
         handle = module.register_forward_hook(post_forward)
 
-    register_module_forward_pre_hook(pre_forward)
+    return register_module_forward_pre_hook(pre_forward)
 
 
 def install_resize_hook(tracker: Tracker) -> None:

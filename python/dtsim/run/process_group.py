@@ -96,6 +96,7 @@ class _Arrival:
         self.before = None  # --trace: (shape, bytes, hash) of what it sends, taken when it arrives
         self.received: List = []  # --trace: the tensors its result is written to
         self.internal = False  # --trace: the recording's own gather (not logged)
+        self.event = None  # --trace: this rank's event of it (events.py), completed with the collective
         self.module_keys: List = []  # the modules the rank issued it in (--report)
 
 
@@ -203,6 +204,12 @@ class World:
         return SimProcessGroup(self, channel, backend_options.group_rank, backend_options.group_size)
 
 
+# The simulated backend's collectives as recorded events name them (events.py: c10d's ops by dtsim's kinds); a barrier
+# moves no data and is no event.
+_EVENT_KINDS = {"all_reduce": "all_reduce", "broadcast": "broadcast", "reduce": "reduce", "all_gather": "all_gather",
+                "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+                "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+                "all_to_all_single": "all_to_all", "all_to_all": "all_to_all", "gather": "gather", "scatter": "scatter"}
 # The simulated backend's collectives by dtsim's collective kinds (the trace format's vocabulary).
 _RECORDED_KINDS = {"all_gather_into_tensor": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
                    "reduce_scatter_tensor": "reduce_scatter"}
@@ -313,6 +320,14 @@ class SimProcessGroup(dist.ProcessGroup):
             arrival.before = _digest(sent)
             arrival.received = list(received)
             arrival.internal = _from_recorder()
+            if not arrival.internal and kind in _EVENT_KINDS:
+                from .. import recorder
+
+                current = recorder._current()
+                log = current.event_log if current is not None else None
+                if log is not None:
+                    arrival.event = log.arrive(channel.ranks[self._group_rank], _EVENT_KINDS[kind],
+                                               list(channel.ranks), list(sent))
         if op.report_row is not None:
             arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent)
             arrival.module_keys = self._world.tracker.collective_keys(channel.ranks[self._group_rank])
@@ -339,6 +354,11 @@ class SimProcessGroup(dist.ProcessGroup):
             del channel.operations[seq]
             if self._world.collective_log is not None and not any(a.internal for a in op.arrivals.values()):
                 self._world.log_collective(kind, channel, [op.arrivals[r] for r in range(self._group_size)])
+                from ..events import EventLog
+
+                for a in op.arrivals.values():
+                    if a.event is not None:
+                        EventLog.complete(a.event, a.received)
             if op.report_row is not None:
                 self._world.report.completed(op.report_row, kind, [
                     (channel.ranks[r], a.module_keys, a.sent_bytes) for r, a in sorted(op.arrivals.items())])

@@ -1,0 +1,86 @@
+// Run events: every rank's DTensor ops and collectives in the order the rank ran them, as a
+// recording's "events" holds them (python/dtsim/events.py writes them: dtsim.record(ops=True),
+// dtsim record -- torchrun, dtsim run --trace), and the rank-by-rank diff that names the first op
+// or collective where two runs part. No LibTorch (library dtsim_trace).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/layout/json_reader.h"
+
+namespace dtsim {
+
+// One local tensor as an event saw it: shape, dtype, XXH3 hash of its bytes, and for floating
+// point a sketch (its elements' sum weighted by a fixed sequence) with its scale (the same sum of
+// absolute values).
+struct TensorDigest {
+  std::vector<int64_t> shape;
+  std::string dtype;
+  std::optional<std::string> hash;  // nullopt: not hashed (a meta tensor)
+  std::optional<double> sketch;
+  std::optional<double> scale;
+};
+
+struct RunEvent {
+  enum class Kind { kOp, kCollective };
+  Kind kind = Kind::kOp;
+  std::string op;      // "aten.mm.default", or the collective's kind ("all_gather")
+  std::string module;  // the module path it ran in ("Global" outside every module)
+  std::string pass;    // "forward" or "backward"
+  std::string line;    // the program's line ("train.py:42"), shown, not compared
+  std::vector<std::string> args, results;  // an op's DTensor placements ("[S(0), R]")
+  std::vector<int64_t> group;              // a collective's process group (its global ranks)
+  std::vector<TensorDigest> inputs;
+  std::optional<std::vector<TensorDigest>> outputs;  // nullopt: not digested (its work failed)
+  bool at_end = false;  // a collective's output digested at the end (never waited for)
+};
+
+// rank -> that rank's events, in its order.
+using RunEvents = std::map<int64_t, std::vector<RunEvent>>;
+
+// Reads and validates a recording's "events": ranks of the world as keys, known kinds, groups of
+// world ranks that hold the rank, digests with shapes, hashes of the form "xxh3:" + 16 hex digits
+// and finite sketches. InputError naming the JSON path on the first problem.
+RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size);
+
+// Where two runs' events part, rank by rank.
+struct EventDivergence {
+  enum class Cause {
+    kStructure,  // the ranks ran another op or collective (or in another group, module, layout)
+    kComputed,   // the event's output differs while its inputs were equal: the bug is in it
+    kInput,      // an input differs while every earlier event of the rank agreed: its bytes were
+                 // written outside the recorded events, or read before a collective completed
+    kLength,     // one run's rank ran more events than the other's
+  };
+  Cause cause = Cause::kStructure;
+  int64_t rank = 0;
+  int64_t index = 0;  // the event's index in the rank's events (0-based)
+  std::string where;  // "aten.mm.default in layers.0.wo (backward) at train.py:42"
+  std::string what;   // what differs, with both values
+};
+
+struct EventDiff {
+  // Each rank's first divergence, by event index then rank: the first is where the runs part.
+  std::vector<EventDivergence> first;
+  int64_t compared = 0;     // events compared (all ranks)
+  int64_t rounded = 0;      // of them, equal within float rounding but not bit for bit
+  int64_t not_checked = 0;  // events without an output digest on one side
+  int64_t differing = 0;    // events whose outputs differ, first divergences included
+  std::map<int64_t, int64_t> differing_by_rank;
+  std::vector<int64_t> ranks_only_in_a, ranks_only_in_b;
+};
+
+// Aligns `a` and `b` rank by rank, event by event: kind, op, group, module, pass and placements
+// must agree; digests are equal when their hashes are, or (floating point) when their sketches
+// differ by at most the dtype's tolerance times the scale (float64 1e-9, float32 1e-4, bfloat16
+// and float16 2e-2).
+EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b);
+
+// "aten.mm.default in layers.0.wo (backward) at train.py:42".
+std::string EventLabel(const RunEvent& e);
+
+}  // namespace dtsim

@@ -1,0 +1,366 @@
+"""Every rank's events, in the order the rank ran them: each DTensor op and each collective, the one vocabulary that
+`dtsim.record(path, ops=True)` (real ranks), `dtsim record -- torchrun ...` and `dtsim run --trace` (simulated ranks)
+write as a recording's "events" and `dtsim trace-diff` aligns rank by rank (docs/recording.md, "Events").
+
+An event is one of:
+- **op**: a DTensor op as the rank dispatched it (`aten.mm.default`), with the module and pass it ran in, the
+  program's line, every DTensor argument's and result's placements, and a digest of every argument's and result's
+  local tensor on this rank (taken before and after the op);
+- **collective**: a c10d collective as the rank issued it (`dist.all_reduce`, FSDP2's all-gathers and
+  reduce-scatters, DDP's all-reduces, functional collectives issued outside DTensor op dispatch), with its process
+  group's ranks and a digest of what the rank sent and what it received.
+
+A collective issued *inside* a DTensor op (an implicit redistribution) belongs to that op: the op's result digest
+covers it, and the recording's redistribution rows list it. Point-to-point sends and receives are not events.
+
+A digest is the local tensor's shape, dtype, XXH3 hash of its bytes and, for floating-point tensors, a sketch: the
+sum of its elements weighted by a fixed pseudo-random sequence, with the same weighted sum of absolute values as its
+scale. Two digests of floating-point tensors whose hashes differ are still equal within rounding when their sketches
+differ by at most the dtype's tolerance times the scale (the diff's rule: docs/recording.md); a corrupted element, a
+permutation or a scaled tensor moves the sketch far past it.
+
+A collective's received bytes are digested when the rank waits for its work (the recorder hooks `Work.wait`), when
+the work is found complete at the rank's next event, or at the end; an event whose result the rank never waited for
+before the end says so (`"at": "end"`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _C
+
+# c10d's dispatcher ops (torch.ops.c10d.*), the collectives every ProcessGroup call goes through, by dtsim's collective
+# kinds: op name -> (kind, argument holding the outputs, argument holding the inputs, argument holding the group).
+# In-place collectives read and write the same argument.
+_C10D = {
+    "allreduce_": ("all_reduce", 0, 0, 1),
+    "allreduce_coalesced_": ("all_reduce", 0, 0, 1),
+    "broadcast_": ("broadcast", 0, 0, 1),
+    "allgather_": ("all_gather", 0, 1, 2),
+    "_allgather_base_": ("all_gather", 0, 1, 2),
+    "allgather_coalesced_": ("all_gather", 0, 1, 2),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0, 1, 2),
+    "reduce_scatter_": ("reduce_scatter", 0, 1, 2),
+    "_reduce_scatter_base_": ("reduce_scatter", 0, 1, 2),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 0, 1, 2),
+    "alltoall_base_": ("all_to_all", 0, 1, 2),
+    "alltoall_": ("all_to_all", 0, 1, 2),
+    "reduce_": ("reduce", 0, 0, 1),
+    "gather_": ("gather", 0, 1, 2),
+    "scatter_": ("scatter", 0, 1, 2),
+}
+# Functional collectives (torch.ops._c10d_functional.*) issued outside DTensor op dispatch: (kind, group argument).
+_FUNCTIONAL = {
+    "all_gather_into_tensor": ("all_gather", 2),
+    "reduce_scatter_tensor": ("reduce_scatter", 3),
+    "all_reduce": ("all_reduce", 2),
+    "all_to_all_single": ("all_to_all", 3),
+    "broadcast": ("broadcast", 2),
+}
+_SKETCHED = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+_WEIGHTS: Dict[Tuple[str, int], torch.Tensor] = {}  # (device, length) -> the sketch's weights
+_WEIGHTS_LOCK = threading.Lock()
+
+
+def _weights(n: int, device: torch.device) -> torch.Tensor:
+    """The sketch's weights for `n` elements: float64 in [-1, 1), the same in every process (a closed form of the
+    index, no random state). Grown by powers of two and sliced."""
+    size = 1 << max(10, (n - 1).bit_length())
+    key = (str(device), size)
+    with _WEIGHTS_LOCK:
+        w = _WEIGHTS.get(key)
+        if w is None:
+            i = torch.arange(size, dtype=torch.float64, device=device)
+            w = torch.frac(i * 0.6180339887498949 + 0.25) * 2.0 - 1.0
+            _WEIGHTS[key] = w
+    return w[:n]
+
+
+def digest(t: torch.Tensor) -> Dict[str, Any]:
+    """One local tensor's digest (module docstring). Runs no op a dispatch mode above would record."""
+    t = t.detach()
+    if t.device.type == "meta":
+        return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
+                "unavailable": "meta tensor"}
+    cpu = t if t.device.type == "cpu" else t.cpu()
+    out: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+                           "hash": _C.shard_hash(cpu)}
+    if t.dtype in _SKETCHED and t.numel() > 0:
+        flat = t.reshape(-1).to(torch.float64)
+        w = _weights(flat.numel(), flat.device)
+        out["sketch"] = float(torch.dot(flat, w))
+        out["scale"] = float(torch.dot(flat.abs(), w.abs()))
+    return out
+
+
+def _tensors(value) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _joined(tensors: List[torch.Tensor]) -> torch.Tensor:
+    """Several buffers as one digestible tensor: their bytes one after another (one tensor as it is)."""
+    if len(tensors) == 1:
+        return tensors[0]
+    if not tensors:
+        return torch.empty(0, dtype=torch.uint8)
+    if len({t.dtype for t in tensors}) == 1:
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+    return torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+def _placements(dt) -> str:
+    from . import _one_placement_text
+
+    return "[" + ", ".join(_one_placement_text(p, "placements") for p in dt.placements) + "]"
+
+
+_OWN_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + (os.path.dirname(__file__) + os.sep,)
+_LIBRARY_FILES = ("/threading.py", "/contextlib.py", "/functools.py")
+
+
+def program_line(depth: int = 1) -> str:
+    """The innermost frame of the caller's stack that is the program's own (not torch's, dtsim's or the standard
+    library's wrappers), as `file:line`; "?" when there is none."""
+    import sys
+
+    frame = sys._getframe(depth)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_OWN_DIRS) and not name.endswith(_LIBRARY_FILES) and not name.startswith("<frozen"):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+class _Waiting:
+    """A collective's event whose received bytes are digested when its work completes."""
+    __slots__ = ("event", "outputs")
+
+    def __init__(self, event: Dict[str, Any], outputs: List[torch.Tensor]):
+        self.event = event
+        self.outputs = outputs
+
+
+class EventLog:
+    """The events of the ranks this process runs, per rank. `where(rank)` names the module and pass a rank runs now
+    ((path, "forward" | "backward")); `line()` the program's line."""
+
+    def __init__(self, where: Callable[[int], Tuple[str, str]], line: Callable[[], str]):
+        self.where = where
+        self.line = line
+        self.events: Dict[int, List[Dict[str, Any]]] = {}
+        self.waiting: Dict[int, _Waiting] = {}  # id(work) -> the event waiting for it
+        self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
+        self.lock = threading.Lock()
+        self.groups: Dict[Any, List[int]] = {}
+        self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
+        self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
+        self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
+        self.digests = None  # WeakIdKeyDictionary: local tensor -> (version, digest), set on first use
+
+    def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        if self.digests is None:
+            self.digests = WeakIdKeyDictionary()
+        known = self.digests.get(t)
+        version = t._version
+        if known is not None and known[0] == version:
+            return known[1]
+        d = digest(t)
+        try:
+            self.digests[t] = (version, d)
+        except TypeError:  # a tensor that takes no weak reference: not cached
+            pass
+        return d
+
+    def _add(self, rank: int, event: Dict[str, Any]) -> None:
+        module, pass_ = self.where(rank)
+        event["module"], event["pass"], event["line"] = module, pass_, self.line()
+        self.events.setdefault(rank, []).append(event)
+
+    def _group(self, pg) -> List[int]:
+        key = id(pg)
+        ranks = self.groups.get(key)
+        if ranks is None:
+            from torch.distributed import distributed_c10d as c10d
+
+            if isinstance(pg, torch.ScriptObject):  # as c10d's dispatcher ops hand it
+                pg = c10d.ProcessGroup.unbox(pg)
+            ranks = [int(r) for r in c10d.get_process_group_ranks(pg)]
+            self.groups[key] = ranks
+        return ranks
+
+    # ---- ops ----
+    def op(self, rank: int, func, dtensors_in: List[Any], run: Callable[[], Any]) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        if type(dtensors_in[0]._local_tensor).__name__ == "LocalTensor":
+            self.unsupported = "LocalTensorMode (every rank's shard in one tensor)"
+            return run()
+        self.settle()
+        inputs = [self._digest(x._local_tensor) for x in dtensors_in]
+        args = [_placements(x) for x in dtensors_in]
+        self.in_op[rank] = self.in_op.get(rank, 0) + 1
+        try:
+            out = run()
+        finally:
+            self.in_op[rank] -= 1
+        results = [x for x in _tensors(out) if isinstance(x, DTensor)]
+        self._add(rank, {"kind": "op", "op": str(func), "args": args, "results": [_placements(x) for x in results],
+                         "inputs": inputs, "outputs": [self._digest(x._local_tensor) for x in results]})
+        return out
+
+    # ---- collectives ----
+    def arrive(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
+        """A collective `rank` issues now: its event (outputs to come), or None inside a DTensor op (the op's)."""
+        if self.in_op.get(rank):
+            return None
+        self.settle()
+        event = {"kind": "collective", "op": kind, "group": group, "inputs": [digest(_joined(sent))],
+                 "outputs": None}
+        self._add(rank, event)
+        return event
+
+    @staticmethod
+    def complete(event: Dict[str, Any], received: List[torch.Tensor]) -> None:
+        event["outputs"] = [digest(_joined(received))]
+
+    def collective(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor],
+                   received: List[torch.Tensor], run: Callable[[], Any], work_of: Callable[[Any], Any]) -> Any:
+        event = self.arrive(rank, kind, group, sent)
+        out = run()
+        if event is None:
+            return out
+        work = work_of(out)
+        if work is None or _completed(work):
+            event["outputs"] = [digest(_joined(received))]
+        else:
+            event["outputs"] = None
+            with self.lock:
+                self.waiting[id(work)] = _Waiting(event, received)
+                self.works[id(work)] = work
+        return out
+
+    def on_wait(self, work) -> None:
+        with self.lock:
+            waiting = self.waiting.pop(id(work), None)
+            self.works.pop(id(work), None)
+        if waiting is not None:
+            waiting.event["outputs"] = [digest(_joined(waiting.outputs))]
+
+    def settle(self, at_end: bool = False) -> None:
+        """Digests the received bytes of every collective whose work has completed (at the end: of all)."""
+        if not self.waiting:
+            return
+        with self.lock:
+            done = [k for k, w in self.works.items() if at_end or _completed(w)]
+            items = [(self.waiting.pop(k), self.works.pop(k)) for k in done]
+        for waiting, work in items:
+            if at_end:
+                try:
+                    work.wait()
+                except Exception:  # noqa: BLE001  a failed collective: its bytes are not what the program got
+                    waiting.event["outputs"] = None
+                    waiting.event["unavailable"] = "its work failed"
+                    continue
+                waiting.event["at"] = "end"
+            waiting.event["outputs"] = [digest(_joined(waiting.outputs))]
+
+
+def _completed(work) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+class EventMode(TorchDispatchMode):
+    """One rank's event recorder: every op with DTensor arguments, every c10d collective and every functional
+    collective outside DTensor dispatch goes to the log."""
+
+    def __init__(self, log: EventLog, rank: int):
+        super().__init__()
+        self.log = log
+        self.rank = rank
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        namespace = func.namespace
+        if self.log.simulated and namespace in ("c10d", "_c10d_functional"):
+            return func(*args, **kwargs)
+        if namespace == "c10d":
+            spec = _C10D.get(func._opname)
+            if spec is not None:
+                kind, out_arg, in_arg, group_arg = spec
+                group = self.log._group(args[group_arg])
+                # What the rank sends is digested before the call (an in-place collective overwrites it).
+                return self.log.collective(self.rank, kind, group, _tensors(args[in_arg]), _tensors(args[out_arg]),
+                                           lambda: func(*args, **kwargs),
+                                           lambda out: out[-1] if isinstance(out, (tuple, list)) else out)
+            return func(*args, **kwargs)
+        if namespace == "_c10d_functional":
+            spec = _FUNCTIONAL.get(func._opname)
+            if spec is not None:
+                kind, group_arg = spec
+                from torch.distributed import distributed_c10d as c10d
+
+                group = self.log._group(c10d._resolve_process_group(args[group_arg]))
+                event = self.log.arrive(self.rank, kind, group, [args[0]])
+                out = func(*args, **kwargs)
+                # The result is complete once waited for: the functional op's own wait, issued here so the event
+                # holds what the rank received (functional results are waited for before any use).
+                torch.ops._c10d_functional.wait_tensor(out)
+                if event is not None:
+                    self.log.complete(event, [out])
+                return out
+            return func(*args, **kwargs)
+        from torch.distributed.tensor import DTensor
+
+        if not any(issubclass(t, DTensor) for t in types):
+            return func(*args, **kwargs)
+        dtensors = [x for x in _tensors(list(args) + list(kwargs.values())) if isinstance(x, DTensor)]
+        return self.log.op(self.rank, func, dtensors, lambda: func(*args, **kwargs))
+
+
+_WORK_PATCH: List[Any] = []
+_LOGS: List[EventLog] = []
+
+
+def watch_waits(log: EventLog) -> None:
+    """Hooks `Work.wait` (once per process) so a waiting collective's bytes are digested when the program waits."""
+    from torch._C._distributed_c10d import Work
+
+    _LOGS.append(log)
+    if _WORK_PATCH:
+        return
+    original = Work.wait
+
+    def wait(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        for each in list(_LOGS):
+            if each.waiting:
+                each.on_wait(self)
+        return result
+
+    _WORK_PATCH.append(original)
+    Work.wait = wait
+
+
+def unwatch_waits(log: EventLog) -> None:
+    from torch._C._distributed_c10d import Work
+
+    if log in _LOGS:
+        _LOGS.remove(log)
+    if not _LOGS and _WORK_PATCH:
+        Work.wait = _WORK_PATCH.pop()

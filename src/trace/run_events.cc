@@ -1,0 +1,286 @@
+// Run events (see include/dtsim/trace/run_events.h).
+#include "dtsim/trace/run_events.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/layout/placement.h"
+#include "dtsim/trace/trace.h"
+
+namespace dtsim {
+namespace {
+
+constexpr size_t kMaxEventsPerRank = size_t{1} << 24;
+constexpr size_t kMaxDigests = 4096;
+
+TensorDigest DigestFromJson(const JsonReader& r) {
+  r.ExpectObject();
+  TensorDigest d;
+  d.shape = r.At("shape").AsInts(0, int64_t{1} << 62, 64);
+  d.dtype = r.String("dtype");
+  if (d.dtype.empty() || d.dtype.size() > 64) r.At("dtype").Fail("expected a dtype name");
+  if (r.Has("hash") && !r.At("hash").json().is_null()) {
+    d.hash = r.String("hash");
+    if (!IsShardHash(*d.hash)) {
+      r.At("hash").Fail(
+          StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(r.At("hash").json())));
+    }
+  }
+  if (r.Has("sketch") != r.Has("scale"))
+    r.Fail("has a sketch without a scale, or a scale without one");
+  if (r.Has("sketch")) {
+    d.sketch = r.Number("sketch");
+    d.scale = r.Number("scale");
+    if (!std::isfinite(*d.sketch)) r.At("sketch").Fail("expected a finite number");
+    if (!std::isfinite(*d.scale) || *d.scale < 0)
+      r.At("scale").Fail("expected a finite number >= 0");
+    if (std::fabs(*d.sketch) > *d.scale * (1 + 1e-6) + 1e-300)
+      r.At("sketch").Fail(StrCat(*d.sketch, " exceeds its scale ", *d.scale));
+  }
+  return d;
+}
+
+std::vector<TensorDigest> DigestsFromJson(const JsonReader& r) {
+  const size_t n = r.ArraySize(kMaxDigests);
+  std::vector<TensorDigest> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(DigestFromJson(r.At(i)));
+  return out;
+}
+
+RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
+  r.ExpectObject();
+  RunEvent e;
+  const std::string& kind = r.String("kind");
+  if (kind == "op") {
+    e.kind = RunEvent::Kind::kOp;
+  } else if (kind == "collective") {
+    e.kind = RunEvent::Kind::kCollective;
+  } else {
+    r.At("kind").Fail(StrCat("unknown event kind '", ExcerptText(kind), "' (op or collective)"));
+  }
+  e.op = r.String("op");
+  if (e.op.empty() || e.op.size() > 256) r.At("op").Fail("expected an op name");
+  e.module = r.String("module");
+  e.pass = r.String("pass");
+  if (e.pass != "forward" && e.pass != "backward")
+    r.At("pass").Fail(StrCat("expected forward or backward, got '", ExcerptText(e.pass), "'"));
+  if (r.Has("line")) e.line = r.String("line");
+  if (e.kind == RunEvent::Kind::kOp) {
+    for (const char* key : {"args", "results"}) {
+      std::vector<std::string> list = r.At(key).AsStrings();
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string& text = list[i];
+        if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+          r.At(key).At(i).Fail("expected placements in brackets ([S(0), R])");
+        try {
+          ParsePlacements(text.substr(1, text.size() - 2));
+        } catch (const InputError& err) {
+          r.At(key).At(i).Fail(err.what());
+        }
+      }
+      (key[0] == 'a' ? e.args : e.results) = std::move(list);
+    }
+  } else {
+    e.group = r.Ints("group", 0, world_size - 1);
+    if (e.group.empty()) r.At("group").Fail("expected the group's ranks");
+    std::vector<int64_t> sorted = e.group;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      r.At("group").Fail("lists a rank twice");
+    if (!std::binary_search(sorted.begin(), sorted.end(), rank))
+      r.At("group").Fail(StrCat("does not hold rank ", rank, ", whose event it is"));
+  }
+  e.inputs = DigestsFromJson(r.At("inputs"));
+  if (r.Has("outputs") && !r.At("outputs").json().is_null())
+    e.outputs = DigestsFromJson(r.At("outputs"));
+  if (r.Has("at")) {
+    if (r.String("at") != "end") r.At("at").Fail("expected \"end\"");
+    e.at_end = true;
+  }
+  return e;
+}
+
+double Tolerance(const std::string& dtype) {
+  if (dtype == "float64") return 1e-9;
+  if (dtype == "float32") return 1e-4;
+  if (dtype == "bfloat16" || dtype == "float16") return 2e-2;
+  return 0;
+}
+
+enum class Same { kExact, kRounded, kDiffers };
+
+Same Compare(const TensorDigest& x, const TensorDigest& y) {
+  if (x.shape != y.shape || x.dtype != y.dtype) return Same::kDiffers;
+  if (!x.hash || !y.hash || *x.hash == *y.hash) return Same::kExact;
+  const double tol = Tolerance(x.dtype);
+  if (tol == 0 || !x.sketch || !y.sketch) return Same::kDiffers;
+  const double scale = std::max(*x.scale, *y.scale);
+  return std::fabs(*x.sketch - *y.sketch) <= tol * scale ? Same::kRounded : Same::kDiffers;
+}
+
+std::string DigestText(const TensorDigest& d) {
+  std::string text = StrCat(d.dtype, IntListToString(d.shape), " ", d.hash ? *d.hash : "unhashed");
+  if (d.sketch) text += StrCat(" sketch ", *d.sketch, " (scale ", *d.scale, ")");
+  return text;
+}
+
+// Compares digest lists: the worst of them, and the text of the first that differs.
+Same CompareAll(const std::vector<TensorDigest>& x, const std::vector<TensorDigest>& y,
+                const char* what, std::string* text) {
+  if (x.size() != y.size()) {
+    *text = StrCat(x.size(), " ", what, " vs ", y.size());
+    return Same::kDiffers;
+  }
+  Same worst = Same::kExact;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const Same s = Compare(x[i], y[i]);
+    if (s == Same::kDiffers) {
+      *text = StrCat(what, " ", i, ": ", DigestText(x[i]), " vs ", DigestText(y[i]));
+      return s;
+    }
+    if (s == Same::kRounded) worst = Same::kRounded;
+  }
+  return worst;
+}
+
+std::string Structure(const RunEvent& x, const RunEvent& y) {
+  if (x.kind != y.kind || x.op != y.op) return StrCat(EventLabel(x), " vs ", EventLabel(y));
+  if (x.group != y.group)
+    return StrCat("group ", IntListToString(x.group), " vs ", IntListToString(y.group));
+  if (x.module != y.module || x.pass != y.pass)
+    return StrCat("module ", x.module, " (", x.pass, ") vs ", y.module, " (", y.pass, ")");
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+    return out;
+  };
+  if (x.args != y.args)
+    return StrCat("argument placements ", joined(x.args), " vs ", joined(y.args));
+  if (x.results != y.results)
+    return StrCat("result placements ", joined(x.results), " vs ", joined(y.results));
+  return "";
+}
+
+}  // namespace
+
+std::string EventLabel(const RunEvent& e) {
+  std::string text = e.op;
+  if (e.kind == RunEvent::Kind::kCollective) text += StrCat(" over ", IntListToString(e.group));
+  text += StrCat(" in ", e.module, " (", e.pass, ")");
+  if (!e.line.empty()) text += StrCat(" at ", e.line);
+  return text;
+}
+
+RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size) {
+  r.ExpectObject();
+  RunEvents out;
+  for (const auto& item : r.json().items()) {
+    const std::string& key = item.key();
+    int64_t rank = -1;
+    if (!key.empty() && key.size() <= 10 &&
+        key.find_first_not_of("0123456789") == std::string::npos)
+      rank = std::stoll(key);
+    if (rank < 0 || rank >= world_size) {
+      r.Fail(StrCat("has events for '", ExcerptText(key), "', which is no rank of a world of ",
+                    world_size));
+    }
+    const JsonReader list = r.At(key.c_str());
+    const size_t n = list.ArraySize(kMaxEventsPerRank);
+    std::vector<RunEvent>& events = out[rank];
+    events.reserve(n);
+    for (size_t i = 0; i < n; ++i) events.push_back(EventFromJson(list.At(i), rank, world_size));
+  }
+  return out;
+}
+
+EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b) {
+  using Cause = EventDivergence::Cause;
+  EventDiff diff;
+  for (const auto& [rank, unused] : a)
+    if (!b.count(rank)) diff.ranks_only_in_a.push_back(rank);
+  for (const auto& [rank, unused] : b)
+    if (!a.count(rank)) diff.ranks_only_in_b.push_back(rank);
+  for (const auto& [rank, xs] : a) {
+    auto found = b.find(rank);
+    if (found == b.end()) continue;
+    const std::vector<RunEvent>& ys = found->second;
+    const size_t n = std::min(xs.size(), ys.size());
+    bool diverged = false;
+    bool stopped = false;
+    for (size_t i = 0; i < n; ++i) {
+      const RunEvent& x = xs[i];
+      const RunEvent& y = ys[i];
+      EventDivergence d;
+      d.rank = rank;
+      d.index = static_cast<int64_t>(i);
+      d.where = EventLabel(x);
+      const std::string structure = Structure(x, y);
+      if (!structure.empty()) {
+        if (!diverged) {
+          d.cause = Cause::kStructure;
+          d.what = StrCat("the runs part: ", structure);
+          diff.first.push_back(std::move(d));
+        }
+        ++diff.differing;
+        ++diff.differing_by_rank[rank];
+        stopped = true;
+        break;
+      }
+      ++diff.compared;
+      std::string in_text, out_text;
+      const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text);
+      if (!x.outputs || !y.outputs) {
+        ++diff.not_checked;
+        continue;
+      }
+      const Same out = CompareAll(*x.outputs, *y.outputs, "output", &out_text);
+      if (out == Same::kDiffers || in == Same::kDiffers) {
+        if (!diverged) {
+          diverged = true;
+          if (in != Same::kDiffers) {
+            d.cause = Cause::kComputed;
+            d.what = x.kind == RunEvent::Kind::kOp
+                         ? StrCat("the op computed another result from equal inputs: ", out_text)
+                         : StrCat(
+                               "the collective delivered another result to this rank while "
+                               "this rank's input was equal: ",
+                               out_text);
+          } else {
+            d.cause = Cause::kInput;
+            d.what = StrCat(in_text,
+                            ", while every earlier event of this rank agreed: its bytes were "
+                            "written outside the recorded ops and collectives, or read before "
+                            "a collective completed");
+          }
+          diff.first.push_back(std::move(d));
+        }
+        if (out == Same::kDiffers) {
+          ++diff.differing;
+          ++diff.differing_by_rank[rank];
+        }
+      } else if (out == Same::kRounded || in == Same::kRounded) {
+        ++diff.rounded;
+      }
+    }
+    if (!stopped && xs.size() != ys.size() && !diverged) {
+      EventDivergence d;
+      d.cause = Cause::kLength;
+      d.rank = rank;
+      d.index = static_cast<int64_t>(n);
+      const RunEvent& extra = xs.size() > n ? xs[n] : ys[n];
+      d.where = EventLabel(extra);
+      d.what = StrCat(xs.size(), " events vs ", ys.size(), ": the ",
+                      xs.size() > n ? "second" : "first", " run's rank ended before this one");
+      diff.first.push_back(std::move(d));
+    }
+  }
+  std::sort(diff.first.begin(), diff.first.end(),
+            [](const EventDivergence& x, const EventDivergence& y) {
+              return x.index != y.index ? x.index < y.index : x.rank < y.rank;
+            });
+  return diff;
+}
+
+}  // namespace dtsim

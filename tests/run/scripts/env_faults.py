@@ -1,0 +1,118 @@
+"""TP + FSDP2 with AdamW, 3 steps, with an environment fault planted in the real torchrun + Gloo run only (never under
+dtsim run, whose simulated backend is the reference): DTSIM_TEST_FAULT=
+
+- allgather_corrupt: rank 1's second FSDP2 all-gather delivers one corrupted element (its bytes are changed once the
+  backend has completed it, before the program's wait returns: what a faulty transport does);
+- reduce_scatter_avg: every FSDP2 reduce-scatter averages where it should sum: its input is divided by the dp group's
+  size on the way in (a wrong pre-divide factor, computed on plain tensors no recorder sees).
+
+    dtsim record -o real.json -- torchrun --standalone --nproc_per_node 4 env_faults.py
+    dtsim run --nproc-per-node 4 --trace sim.json env_faults.py
+    dtsim trace-diff real.json sim.json
+"""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+DIM, HIDDEN, BATCH, STEPS = 16, 32, 8, 3
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(DIM, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, DIM)
+
+    def forward(self, x):
+        return x + self.fc2(F.relu(self.fc1(x)))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def plant(fault: str, rank: int) -> None:
+    calls = {"n": 0}
+
+    def wrap(name, faulty_of):
+        original = getattr(dist, name, None)
+        if original is not None:
+            setattr(dist, name, faulty_of(original))
+
+    if fault == "allgather_corrupt":
+        def corrupting(original):
+            def all_gather(output, input, *args, **kwargs):
+                calls["n"] += 1
+                if rank != 1 or calls["n"] != 2:
+                    return original(output, input, *args, **kwargs)
+                async_op = kwargs.pop("async_op", False)
+                work = original(output, input, *args, async_op=True, **kwargs)
+                # The backend finishes; the transport then corrupts an element before the program can wait.
+                deadline = time.monotonic() + 10
+                while not work.is_completed() and time.monotonic() < deadline:
+                    time.sleep(0.0005)
+                output.view(-1)[0] += 1.0
+                if not async_op:
+                    work.wait()
+                    return None
+                return work
+
+            return all_gather
+
+        for name in ("all_gather_single", "all_gather_into_tensor"):
+            wrap(name, corrupting)
+    elif fault == "reduce_scatter_avg":
+        def averaging(original):
+            def reduce_scatter(output, input, *args, **kwargs):
+                return original(output, input / 2, *args, **kwargs)  # 2: the dp group's size
+
+            return reduce_scatter
+
+        for name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+            wrap(name, averaging)
+    else:
+        raise SystemExit(f"DTSIM_TEST_FAULT: unknown fault '{fault}'")
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    fault = os.environ.get("DTSIM_TEST_FAULT")
+    if fault and os.environ.get("DTSIM_RUN") != "1":
+        plant(fault, rank)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = Model()
+    for block in model.layers:
+        parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    torch.manual_seed(1000 + mesh.get_local_rank("dp"))
+    x, target = torch.randn(BATCH, DIM), torch.randn(BATCH, DIM)
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.6f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""`dtsim record -- torchrun` against `dtsim run --trace`: the op-level differential (docs/recording.md, "Events").
+
+The reference is the simulation of the same script; real ranks are torchrun + Gloo on this machine. A clean real run
+must agree with it event for event (every DTensor op and every collective, FSDP2's included); a fault planted in the
+real run only (tests/run/scripts/env_faults.py, DTSIM_TEST_FAULT) must be located at its collective, module, pass and
+rank. These tests fail if the recorder misses FSDP2's collectives, if a digest is not compared, or if the diff names
+another event.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "env_faults.py")
+DTSIM = os.environ.get("DTSIM_BIN", os.path.join(ROOT, "build", "dtsim"))
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", DTSIM_PYTHON=sys.executable)
+
+
+def run(argv, env=None, timeout=300):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or ENV)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("sim") / "sim.json")
+    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, SCRIPT])
+    assert p.returncode == 0, p.stderr
+    return path
+
+
+def record(tmp_path, fault=None):
+    path = str(tmp_path / f"real-{fault or 'clean'}.json")
+    env = dict(ENV, DTSIM_TEST_FAULT=fault) if fault else ENV
+    p = run([DTSIM, "record", "-o", path, "--"] + TORCHRUN + [SCRIPT], env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "4 ranks recorded" in p.stderr
+    return path
+
+
+def diff(a, b):
+    return run([DTSIM, "trace-diff", a, b])
+
+
+def test_clean_run_agrees_event_for_event(tmp_path, sim):
+    real = record(tmp_path)
+    with open(real) as f:
+        doc = json.load(f)
+    events = doc["events"]
+    assert sorted(events) == ["0", "1", "2", "3"]
+    for rank, evs in events.items():
+        collectives = [(e["op"], e["module"], e["pass"]) for e in evs if e["kind"] == "collective"]
+        # FSDP2: one all-gather per block in each forward, one reduce-scatter per block in each backward (the root
+        # holds no parameters of its own): 2 blocks, 3 steps.
+        assert sum(1 for c in collectives if c[0] == "all_gather" and c[2] == "forward"
+                   and c[1].startswith("FSDPModel")) == 6, collectives
+        assert sum(1 for c in collectives if c[0] == "reduce_scatter" and c[2] == "backward") == 6, collectives
+        assert any(e["kind"] == "op" and e["op"] == "aten.addmm.default" and e["module"].endswith("layers.0.fc1")
+                   for e in evs)
+    with open(sim) as f:
+        sim_events = json.load(f)["events"]
+    assert {r: len(v) for r, v in sim_events.items()} == {r: len(v) for r, v in events.items()}
+    p = diff(real, sim)
+    assert p.returncode == 0, p.stdout
+    assert "recordings agree" in p.stdout and "events" in p.stdout
+
+
+def test_corrupted_all_gather_is_located_at_its_collective(tmp_path, sim):
+    p = diff(record(tmp_path, "allgather_corrupt"), sim)
+    assert p.returncode == 1, p.stdout
+    first = p.stdout.splitlines()[1]
+    # Rank 1's second FSDP2 all-gather: layers.1's, in the first forward.
+    assert first.startswith("  rank 1, event "), first
+    assert "(computed): all_gather over [1, 3] in FSDPModel.layers.1 (forward)" in first, first
+    assert "the collective delivered another result to this rank while this rank's input was equal" in first
+
+
+def test_averaging_reduce_scatter_is_located_on_every_rank(tmp_path, sim):
+    p = diff(record(tmp_path, "reduce_scatter_avg"), sim)
+    assert p.returncode == 1, p.stdout
+    lines = p.stdout.splitlines()
+    firsts = [line for line in lines[1:] if line.startswith("  rank ")]
+    assert len(firsts) == 4, p.stdout
+    for line in firsts:
+        assert "(input): reduce_scatter over" in line and "in FSDPModel (backward)" in line, line
+    # The sketches say by how much: the real input is half the simulated one.
+    assert "written outside the recorded ops and collectives" in firsts[0]
+
+
+def test_diff_is_symmetric_in_verdict(tmp_path, sim):
+    real = record(tmp_path, "allgather_corrupt")
+    assert diff(sim, real).returncode == 1
+
+
+def test_record_refuses_bad_input(tmp_path):
+    cases = [
+        ([DTSIM, "record", "--", "true"], "output"),
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json")], "command: missing"),
+        ([DTSIM, "record", "-o", str(tmp_path / "no" / "r.json"), "--", "true"], "does not exist"),
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "-1", "--", "true"], "max-data-bytes"),
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "x", "--", "true"], "max-data-bytes"),
+        ([DTSIM, "record", "-o", str(tmp_path), "--", "true"], "not a regular file"),
+        ([DTSIM, "record", "-o", SCRIPT, "--", sys.executable, SCRIPT], "is the command's input"),
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--", "/nonexistent/cmd"], "cannot run"),
+        # A command that starts no rank records nothing: refused, nothing written.
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--", "true"], "no rank recorded"),
+    ]
+    for argv, needle in cases:
+        p = run(argv)
+        assert p.returncode == 2, (argv, p.returncode, p.stderr)
+        assert needle in p.stderr, (argv, p.stderr)
+    assert not os.path.exists(tmp_path / "r.json")
+
+
+def test_failed_command_writes_nothing(tmp_path):
+    out = tmp_path / "r.json"
+    p = run([DTSIM, "record", "-o", str(out), "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert p.returncode == 3 and "no recording written" in p.stderr
+    assert not out.exists()
