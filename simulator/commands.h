@@ -44,5 +44,6 @@ int RunReplay(const Args& args);
 // run).
 int RunRun(const Args& args);
 int RunRecord(const Args& args);
+int RunImportFr(const Args& args);
 
 }  // namespace dtsim::cli

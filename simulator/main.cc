@@ -59,6 +59,9 @@ const std::map<std::string, Command>& Commands() {
       {"record",
        {&dtsim::cli::RunRecord,
         "record every rank of a real job (-- torchrun ...): ops, collectives, shards"}},
+      {"import-fr",
+       {&dtsim::cli::RunImportFr,
+        "upstream Flight Recorder dumps as a recording: trace-diff it against dtsim run"}},
   };
   return commands;
 }

@@ -1,5 +1,6 @@
-// dtsim run and dtsim record: hand the command to the Python launchers (python -m dtsim run,
-// python/dtsim/run/; python -m dtsim record, python/dtsim/record_command.py), in place of this
+// dtsim run, dtsim record and dtsim import-fr: hand the command to Python (python -m dtsim run,
+// python/dtsim/run/; python -m dtsim record, python/dtsim/record_command.py; python -m dtsim
+// import-fr, python/dtsim/fr_import.py), in place of this
 // process, so that signals, output and the exit status are the launcher's own.
 #include <unistd.h>
 
@@ -52,5 +53,7 @@ namespace {
 int RunRun(const Args& args) { HandToPython("run", args); }
 
 int RunRecord(const Args& args) { HandToPython("record", args); }
+
+int RunImportFr(const Args& args) { HandToPython("import-fr", args); }
 
 }  // namespace dtsim::cli

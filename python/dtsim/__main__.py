@@ -5,6 +5,10 @@ import sys
 
 
 def _main(argv) -> int:
+    if argv and argv[0] == "import-fr":
+        from .fr_import import main as import_main
+
+        return import_main(argv[1:])
     if argv and argv[0] == "record":
         from .record_command import main as record_main
 

@@ -99,7 +99,7 @@ def main(argv: Sequence[str]) -> int:
         args = _parse(argv)
         _check_output(args.output, args.command)
     except BadInput as e:
-        print(f"dtsim record: error: {e}", file=sys.stderr)
+        print(f"dtsim: error: {e}", file=sys.stderr)
         return 2
     folder = tempfile.mkdtemp(prefix="dtsim-record-")
     try:
@@ -116,7 +116,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             child = subprocess.Popen(args.command, env=env, preexec_fn=_die_with_parent)
         except OSError as e:
-            print(f"dtsim record: error: command: cannot run '{args.command[0]}': {e.strerror}", file=sys.stderr)
+            print(f"dtsim: error: command: cannot run '{args.command[0]}': {e.strerror}", file=sys.stderr)
             return 2
 
         def forward(signum, _frame):
@@ -138,7 +138,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             summary = merge_parts(folder, args.output, args.max_data_bytes, " ".join(args.command))
         except (ValueError, RuntimeError, OSError) as e:
-            print(f"dtsim record: error: recording: {e}; nothing written", file=sys.stderr)
+            print(f"dtsim: error: recording: {e}; nothing written", file=sys.stderr)
             return 2
         note = f"; ops not recorded: {summary['unsupported']}" if summary["unsupported"] else ""
         print(f"dtsim record: {summary['world']} ranks recorded into {args.output}: {summary['redistributions']} "

@@ -95,6 +95,15 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
   e.inputs = DigestsFromJson(r.At("inputs"));
   if (r.Has("outputs") && !r.At("outputs").json().is_null())
     e.outputs = DigestsFromJson(r.At("outputs"));
+  if (r.Has("seq")) e.seq = r.Int("seq", 0);
+  if (r.Has("state")) {
+    e.state = r.String("state");
+    if (e.state != "scheduled" && e.state != "started" && e.state != "completed" &&
+        !e.state.empty()) {
+      r.At("state").Fail(
+          StrCat("expected scheduled, started or completed, got '", ExcerptText(e.state), "'"));
+    }
+  }
   if (r.Has("at")) {
     if (r.String("at") != "end") r.At("at").Fail("expected \"end\"");
     e.at_end = true;
@@ -143,6 +152,33 @@ Same CompareAll(const std::vector<TensorDigest>& x, const std::vector<TensorDige
     if (s == Same::kRounded) worst = Same::kRounded;
   }
   return worst;
+}
+
+// Gloo runs a reduce-scatter as an all-reduce, and its Flight Recorder names it so.
+bool SameKind(const RunEvent& x, const RunEvent& y, bool collectives_only) {
+  if (x.op == y.op) return true;
+  if (!collectives_only) return false;
+  auto either = [&](const char* p, const char* q) {
+    return (x.op == p && y.op == q) || (x.op == q && y.op == p);
+  };
+  return either("all_reduce", "reduce_scatter");
+}
+
+std::string CollectiveStructure(const RunEvent& x, const RunEvent& y) {
+  if (!SameKind(x, y, true)) return StrCat(EventLabel(x), " vs ", EventLabel(y));
+  if (x.group != y.group)
+    return StrCat("group ", IntListToString(x.group), " vs ", IntListToString(y.group));
+  // Input sizes where both sides mean the same buffer by them (a scatter's or gather's non-root
+  // members hand no input in one record and a placeholder in the other).
+  const bool sized =
+      x.op == "all_reduce" || x.op == "all_gather" || x.op == "broadcast" || x.op == "all_to_all";
+  if (sized && x.inputs.size() == 1 && y.inputs.size() == 1 &&
+      (x.inputs[0].shape != y.inputs[0].shape || x.inputs[0].dtype != y.inputs[0].dtype) &&
+      x.op == y.op) {
+    return StrCat("input ", x.inputs[0].dtype, IntListToString(x.inputs[0].shape), " vs ",
+                  y.inputs[0].dtype, IntListToString(y.inputs[0].shape));
+  }
+  return "";
 }
 
 std::string Structure(const RunEvent& x, const RunEvent& y) {
@@ -195,9 +231,22 @@ RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size) {
   return out;
 }
 
-EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b) {
+EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool collectives_only) {
   using Cause = EventDivergence::Cause;
   EventDiff diff;
+  RunEvents a_kept, b_kept;
+  if (collectives_only) {
+    for (const auto* pair : {&a_all, &b_all}) {
+      RunEvents& kept = pair == &a_all ? a_kept : b_kept;
+      for (const auto& [rank, events] : *pair) {
+        std::vector<RunEvent>& out = kept[rank];
+        for (const RunEvent& e : events)
+          if (e.kind == RunEvent::Kind::kCollective) out.push_back(e);
+      }
+    }
+  }
+  const RunEvents& a = collectives_only ? a_kept : a_all;
+  const RunEvents& b = collectives_only ? b_kept : b_all;
   for (const auto& [rank, unused] : a)
     if (!b.count(rank)) diff.ranks_only_in_a.push_back(rank);
   for (const auto& [rank, unused] : b)
@@ -215,8 +264,8 @@ EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b) {
       EventDivergence d;
       d.rank = rank;
       d.index = static_cast<int64_t>(i);
-      d.where = EventLabel(x);
-      const std::string structure = Structure(x, y);
+      d.where = EventLabel(x.module.empty() && !y.module.empty() ? y : x);
+      const std::string structure = collectives_only ? CollectiveStructure(x, y) : Structure(x, y);
       if (!structure.empty()) {
         if (!diverged) {
           d.cause = Cause::kStructure;
@@ -229,6 +278,18 @@ EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b) {
         break;
       }
       ++diff.compared;
+      const std::string& state = !x.state.empty() ? x.state : y.state;
+      if (collectives_only && !state.empty() && state != "completed") {
+        if (!diverged) {
+          diverged = true;
+          d.cause = Cause::kPending;
+          d.what = StrCat("issued but never completed (", state,
+                          " in the Flight Recorder dump): this rank waits here for the group's "
+                          "other members");
+          diff.first.push_back(std::move(d));
+        }
+        continue;
+      }
       std::string in_text, out_text;
       const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text);
       if (!x.outputs || !y.outputs) {
@@ -271,8 +332,13 @@ EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b) {
       d.index = static_cast<int64_t>(n);
       const RunEvent& extra = xs.size() > n ? xs[n] : ys[n];
       d.where = EventLabel(extra);
-      d.what = StrCat(xs.size(), " events vs ", ys.size(), ": the ",
-                      xs.size() > n ? "second" : "first", " run's rank ended before this one");
+      d.what =
+          collectives_only
+              ? StrCat(xs.size(), " collectives vs ", ys.size(), ": the ",
+                       xs.size() > n ? "second" : "first",
+                       " run's rank never issued this one (the next of the other run)")
+              : StrCat(xs.size(), " events vs ", ys.size(), ": the ",
+                       xs.size() > n ? "second" : "first", " run's rank ended before this one");
       diff.first.push_back(std::move(d));
     }
   }

@@ -1,13 +1,16 @@
 // Fuzz target: the recording reader of `dtsim replay` (recordings of upstream runs written by
 // dtsim.record): ParseJsonText with dtsim's limits, then RecordingFromJson's validation against a
 // data file of 4096 bytes. Property: any input is either a Recording whose every data entry lies
-// inside the data file and whose states cover the mesh, or an InputError("recording") with a
-// capped message — never a crash or another exception.
+// inside the data file and whose states cover the mesh, whose events' ranks are the world's and
+// whose events agree with themselves (DiffRunEvents), or an InputError("recording") with a capped
+// message — never a crash or another exception.
+#include <algorithm>
 #include <cstdint>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/recording.h"
+#include "dtsim/trace/run_events.h"
 #include "dtsim/trace/trace.h"
 #include "fuzz_common.h"
 
@@ -36,6 +39,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           "data entry inside the file: ", d.offset, "+", d.nbytes);
       }
     }
+  }
+  if (rec.events) {
+    for (const auto& [rank, events] : *rec.events) {
+      DTSIM_FUZZ_EXPECT(rank >= 0 && rank < rec.world_size, "event rank in the world: ", rank);
+      for (const RunEvent& e : events) {
+        if (e.kind == RunEvent::Kind::kCollective) {
+          DTSIM_FUZZ_EXPECT(std::find(e.group.begin(), e.group.end(), rank) != e.group.end(),
+                            "a collective's group holds its rank");
+        }
+      }
+    }
+    // Self-diff: a recording's events agree with themselves.
+    const EventDiff self = DiffRunEvents(*rec.events, *rec.events);
+    DTSIM_FUZZ_EXPECT(self.first.empty() && self.differing == 0, "events differ from themselves");
   }
   return 0;
 }

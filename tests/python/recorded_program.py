@@ -89,7 +89,7 @@ def main():
     dist.init_process_group("gloo")
     if os.environ.get("DTSIM_CORRUPT_RANK"):
         corrupt(int(os.environ["DTSIM_CORRUPT_RANK"]))
-    with dtsim.record(out, max_data_bytes=CAP):
+    with dtsim.record(out, max_data_bytes=CAP, ops=os.environ.get("DTSIM_RECORD_OPS") == "1"):
         program(lambda fn: fn(dist.get_rank()))
     dist.destroy_process_group()
 

@@ -120,3 +120,88 @@ def test_failed_command_writes_nothing(tmp_path):
     p = run([DTSIM, "record", "-o", str(out), "--", sys.executable, "-c", "import sys; sys.exit(3)"])
     assert p.returncode == 3 and "no recording written" in p.stderr
     assert not out.exists()
+
+
+# ---- Flight Recorder: real Gloo dumps (torch's own _dump_fr_trace, as the watchdog writes them) ----
+HANG = os.path.join(os.path.dirname(__file__), "scripts", "rank_hang.py")
+
+
+@pytest.fixture(scope="module")
+def hang_sim(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("hang") / "sim.json")
+    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, HANG])
+    assert p.returncode == 0, p.stderr
+    return path
+
+
+def fr_dumps(tmp_path, fault=None):
+    folder = tmp_path / ("fr-" + (fault or "clean"))
+    folder.mkdir()
+    env = dict(ENV, TORCH_FR_BUFFER_SIZE="2000", DTSIM_TEST_FR_DIR=str(folder))
+    if fault:
+        env["DTSIM_TEST_FAULT"] = fault
+    p = run(TORCHRUN + [HANG], env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    dumps = sorted(str(f) for f in folder.iterdir())
+    assert len(dumps) == 4
+    out = str(tmp_path / f"fr-{fault or 'clean'}.json")
+    p = run([DTSIM, "import-fr", "-o", out] + dumps)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_flight_recorder_clean_run_agrees(tmp_path, hang_sim):
+    p = diff(fr_dumps(tmp_path), hang_sim)
+    assert p.returncode == 0, p.stdout
+    assert "collectives in the same order" in p.stdout and "values not checked" in p.stdout
+
+
+def test_flight_recorder_hang_is_explained(tmp_path, hang_sim):
+    fr = fr_dumps(tmp_path, "skip_all_reduce")
+    with open(fr) as f:
+        events = json.load(f)["events"]
+    # Real Gloo dumps: the TP run's scatters, broadcasts and all-reduces, every one with its state.
+    assert {e["op"] for e in events["0"]} >= {"scatter", "all_reduce"}
+    p = diff(fr, hang_sim)
+    assert p.returncode == 1, p.stdout
+    firsts = [line for line in p.stdout.splitlines() if line.startswith("  rank ")]
+    by_rank = {int(line.split()[1].rstrip(",")): line for line in firsts}
+    assert set(by_rank) == {0, 1, 2, 3}, p.stdout
+    # Rank 1 never issued the final all-reduce; the simulation names it, with its line.
+    assert "(missing): all_reduce over [0, 1, 2, 3] in Global (forward) at" in by_rank[1], by_rank[1]
+    assert "rank_hang.py:" in by_rank[1]
+    for r in (0, 2, 3):
+        assert "(never completed): all_reduce over [0, 1, 2, 3]" in by_rank[r], by_rank[r]
+
+
+def test_import_fr_refuses_bad_dumps(tmp_path):
+    import pickle
+
+    good = {"version": "2.10", "entries": [], "pg_config": {}, "pg_status": {}}
+    evil = tmp_path / "evil0"
+    # A pickle that would call os.system on load: refused by the plain-data unpickler, never run.
+    evil.write_bytes(b"cos\nsystem\n(S'touch " + str(tmp_path / "pwned").encode() + b"'\ntR.")
+    truncated = tmp_path / "trunc0"
+    truncated.write_bytes(pickle.dumps(good)[:-5])
+    (tmp_path / "empty0").write_bytes(b"")
+    (tmp_path / "v0").write_text(json.dumps(dict(good, version="9.1")))
+    (tmp_path / "noentries0").write_text(json.dumps({"version": "2.10"}))
+    (tmp_path / "norank").write_text(json.dumps(good))
+    (tmp_path / "badentry0").write_text(json.dumps(dict(good, entries=[{"profiling_name": "gloo:all_reduce"}])))
+    (tmp_path / "a0").write_text(json.dumps(good))
+    (tmp_path / "b0").write_text(json.dumps(good))
+    out = str(tmp_path / "fr.json")
+    cases = [
+        (["evil0"], "plain data"), (["trunc0"], "not a Flight Recorder dump"), (["empty0"], "is empty"),
+        (["v0"], "version '9.1' is not supported"), (["noentries0"], "no 'entries'"),
+        (["norank"], "does not end in the rank"), (["badentry0"], "entries[0] has no 'record_id'"),
+        (["a0", "b0"], "are both rank 0's"), (["missing0"], "cannot read"),
+    ]
+    for names, needle in cases:
+        p = run([DTSIM, "import-fr", "-o", out] + [str(tmp_path / n) for n in names])
+        assert p.returncode == 2, (names, p.stderr)
+        assert needle in p.stderr, (names, p.stderr)
+    assert not (tmp_path / "pwned").exists()
+    assert not os.path.exists(out)
+    p = run([DTSIM, "import-fr", "-o", str(tmp_path / "a0"), str(tmp_path / "a0")])
+    assert p.returncode == 2 and "is the input dump" in p.stderr

@@ -37,6 +37,10 @@ struct RunEvent {
   std::vector<TensorDigest> inputs;
   std::optional<std::vector<TensorDigest>> outputs;  // nullopt: not digested (its work failed)
   bool at_end = false;  // a collective's output digested at the end (never waited for)
+  // Flight Recorder imports (dtsim import-fr): the group's sequence number and the state the dump
+  // gives ("scheduled", "started", "completed"; "" elsewhere).
+  std::optional<int64_t> seq;
+  std::string state;
 };
 
 // rank -> that rank's events, in its order.
@@ -55,6 +59,7 @@ struct EventDivergence {
     kInput,      // an input differs while every earlier event of the rank agreed: its bytes were
                  // written outside the recorded events, or read before a collective completed
     kLength,     // one run's rank ran more events than the other's
+    kPending,    // a collective a Flight Recorder dump shows as issued but never completed
   };
   Cause cause = Cause::kStructure;
   int64_t rank = 0;
@@ -78,7 +83,13 @@ struct EventDiff {
 // must agree; digests are equal when their hashes are, or (floating point) when their sketches
 // differ by at most the dtype's tolerance times the scale (float64 1e-9, float32 1e-4, bfloat16
 // and float16 2e-2).
-EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b);
+//
+// `collectives_only` (one side is a Flight Recorder import, whose dumps hold no ops, modules or
+// values): only collectives are aligned, by kind, group and input shape and dtype (Gloo runs a
+// reduce-scatter as an all-reduce and its dumps name it so: the two match), each divergence is
+// labelled with the other side's module, pass and line, and the first collective of each rank that
+// the dump shows as never completed is reported (kPending): where a job hangs.
+EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b, bool collectives_only = false);
 
 // "aten.mm.default in layers.0.wo (backward) at train.py:42".
 std::string EventLabel(const RunEvent& e);
