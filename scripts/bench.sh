@@ -21,6 +21,10 @@
 #                                      bench/recording_scale_bench.py; linear in ranks: groups written once)
 #   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
 #                                      time per iteration without / with dtsim.record around it (target >= 0.8)
+# Issue 32 (bench/record_ops_bench.py):
+#   bench record_ops_overhead ratio <x>  a 4-rank TP + FSDP2 + AdamW step under torchrun + Gloo: its time plain /
+#                                      under `dtsim record` (every DTensor op and collective digested; target >= 0.7)
+#   bench trace_diff_ops ratio <x>     10 s / `dtsim trace-diff` of two 1,000,000-event recordings (target >= 1)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
 #   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
 #                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50)
@@ -90,6 +94,9 @@ if [ "$have_python" = 1 ]; then
     "$DTSIM_ROOT/bench/recorder_bench.py" "$out/recorder" 2>/dev/null | tail -1 > "$out/recorder.json"
   # Issue 31: dtsim run against real torchrun and against upstream LocalTensorMode (bench/run_bench.py).
   "$DTSIM_PY" "$DTSIM_ROOT/bench/run_bench.py" "$DTSIM_BUILD/dtsim" > "$out/run.json"
+  # Issue 32: op recording's cost on a real run, and the event diff at a million events.
+  echo "bench: record_ops (torchrun plain and under dtsim record, then trace-diff of 2 x 1M events) ..." >&2
+  "$DTSIM_PY" "$DTSIM_ROOT/bench/record_ops_bench.py" "$DTSIM_BUILD/dtsim" > "$out/record_ops.json"
 fi
 # Issue 36: replay and export of a 2^16-rank recording (bench/recording_scale_bench.py).
 "$DTSIM_PY" "$DTSIM_ROOT/bench/recording_scale_bench.py" "$DTSIM_BUILD/dtsim" > "$out/recording_scale.json"
@@ -188,6 +195,15 @@ if os.path.exists(os.path.join(out, "recorder.json")):
     print(f"bench recorder_overhead ratio {rb['ratio']:.2f}   (an upstream TP MLP step + explicit redistributions on 4 "
           f"Gloo ranks: {rb['plain_ms']:.1f} ms plain, {rb['recorded_ms']:.1f} ms under dtsim.record per iteration, "
           f"{rb['redistributions']} redistributions recorded per round, median of {rb['rounds']} rounds; target >= 0.8)")
+if os.path.exists(os.path.join(out, "record_ops.json")):
+    ro = json.load(open(os.path.join(out, "record_ops.json")))
+    assert ro["trace_diff_found"], "dtsim trace-diff missed the planted difference in bench/record_ops_bench.py"
+    print(f"bench record_ops_overhead ratio {ro['record_ops_overhead']:.2f}   (a TP + FSDP2 + AdamW step on 4 Gloo "
+          f"ranks: {ro['plain_step_s'] * 1e3:.1f} ms plain, {ro['recorded_step_s'] * 1e3:.1f} ms under dtsim record, "
+          f"fastest of 2 alternating runs each; target >= 0.7)")
+    print(f"bench trace_diff_ops ratio {ro['trace_diff_ops']:.2f}   (10 s over dtsim trace-diff "
+          f"{ro['trace_diff_s']:.2f} s of two 1,000,000-event recordings, {ro['trace_bytes'] / 2**20:.0f} MiB each; "
+          f"the planted difference found; target >= 1)")
 rs = json.load(open(os.path.join(out, "recording_scale.json")))
 print(f"bench recording_65536 ratio {rs['recording_65536']:.2f}   (10 s over replay {rs['replay_s']:.2f} s + export "
       f"{rs['export_s']:.2f} s of a {rs['ranks']}-rank recording, {rs['recording_mib']:.0f} MiB; export "

@@ -7,7 +7,9 @@
 // Prints "traces agree" (exit 0) or the differences in run order, the first being where the runs
 // part (exit 1). Unreadable or invalid traces are input errors (exit 2).
 #include <boost/program_options.hpp>
+#include <exception>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "commands.h"
@@ -23,6 +25,33 @@ namespace po = boost::program_options;
 
 namespace dtsim::cli {
 namespace {
+
+// f() and g() at once, g on a thread of its own (the two files of a diff are read in parallel).
+// When both throw, f's error is the one thrown (the first file's, as when read one after the
+// other).
+template <typename F, typename G>
+auto BothAtOnce(F&& f, G&& g) -> std::pair<decltype(f()), decltype(g())> {
+  decltype(g()) second{};
+  std::exception_ptr second_error;
+  std::thread thread([&] {
+    try {
+      second = g();
+    } catch (...) {
+      second_error = std::current_exception();
+    }
+  });
+  decltype(f()) first{};
+  std::exception_ptr first_error;
+  try {
+    first = f();
+  } catch (...) {
+    first_error = std::current_exception();
+  }
+  thread.join();
+  if (first_error) std::rethrow_exception(first_error);
+  if (second_error) std::rethrow_exception(second_error);
+  return {std::move(first), std::move(second)};
+}
 
 // Two recordings that both have events: the first op or collective where each rank's runs part
 // (the cause named), what diverged after it, then the redistributions' differences (structure;
@@ -133,8 +162,11 @@ int RunTraceDiff(const Args& args) {
   // Two op traces (dtsim op --trace) or two traces of a redistribution. Both files are read and
   // checked as JSON first; a trace is then validated without building its JSON (about its size
   // again in memory), the first text freed before the second is read.
-  TraceText ta = ReadTraceText(files[0]);
-  TraceText tb = ReadTraceText(files[1]);
+  // Not structured bindings: lambdas below capture them (C++17).
+  std::pair<TraceText, TraceText> texts =
+      BothAtOnce([&] { return ReadTraceText(files[0]); }, [&] { return ReadTraceText(files[1]); });
+  TraceText& ta = texts.first;
+  TraceText& tb = texts.second;
   if (ta.format == kModelTraceFormat || tb.format == kModelTraceFormat) {
     const ModelTrace a =
         WithFileName(files[0], [&] { return ModelTraceFromJson(ParseTraceText(ta)); });
@@ -160,10 +192,11 @@ int RunTraceDiff(const Args& args) {
     return 1;
   }
   if (ta.format == kRecordingFormat || tb.format == kRecordingFormat) {
-    const nlohmann::json ja = ParseTraceText(ta);
-    const nlohmann::json jb = ParseTraceText(tb);
-    const Recording a = WithFileName(files[0], [&] { return RecordingFromJson(ja); });
-    const Recording b = WithFileName(files[1], [&] { return RecordingFromJson(jb); });
+    // Read from the text: events one at a time, not the whole recording as a DOM.
+    const std::pair<Recording, Recording> both =
+        BothAtOnce([&] { return RecordingFromText(ta); }, [&] { return RecordingFromText(tb); });
+    const Recording& a = both.first;
+    const Recording& b = both.second;
     const std::vector<TraceDifference> diffs = DiffRecordings(a, b, static_cast<size_t>(limit));
     if (a.events && b.events) {
       // A Flight Recorder import holds collectives only: no redistributions to compare.

@@ -14,8 +14,9 @@ A collective issued *inside* a DTensor op (an implicit redistribution) belongs t
 covers it, and the recording's redistribution rows list it. Point-to-point sends and receives are not events.
 
 A digest is the local tensor's shape, dtype, XXH3 hash of its bytes and, for floating-point tensors, a sketch: the
-sum of its elements weighted by a fixed pseudo-random sequence, with the same weighted sum of absolute values as its
-scale. Two digests of floating-point tensors whose hashes differ are still equal within rounding when their sketches
+sum of its elements weighted by a fixed sequence (w(i) = 2 frac(0.618... i + 0.25) - 1: ShardDigest in
+include/dtsim/core/trace_recorder.h), with the same weighted sum of absolute values as its scale. Two digests of
+floating-point tensors whose hashes differ are still equal within rounding when their sketches
 differ by at most the dtype's tolerance times the scale (the diff's rule: docs/recording.md); a corrupted element, a
 permutation or a scaled tensor moves the sketch far past it.
 
@@ -63,39 +64,17 @@ _FUNCTIONAL = {
     "all_to_all_single": ("all_to_all", 3),
     "broadcast": ("broadcast", 2),
 }
-_SKETCHED = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
-_WEIGHTS: Dict[Tuple[str, int], torch.Tensor] = {}  # (device, length) -> the sketch's weights
-_WEIGHTS_LOCK = threading.Lock()
-
-
-def _weights(n: int, device: torch.device) -> torch.Tensor:
-    """The sketch's weights for `n` elements: float64 in [-1, 1), the same in every process (a closed form of the
-    index, no random state). Grown by powers of two and sliced."""
-    size = 1 << max(10, (n - 1).bit_length())
-    key = (str(device), size)
-    with _WEIGHTS_LOCK:
-        w = _WEIGHTS.get(key)
-        if w is None:
-            i = torch.arange(size, dtype=torch.float64, device=device)
-            w = torch.frac(i * 0.6180339887498949 + 0.25) * 2.0 - 1.0
-            _WEIGHTS[key] = w
-    return w[:n]
-
-
 def digest(t: torch.Tensor) -> Dict[str, Any]:
-    """One local tensor's digest (module docstring). Runs no op a dispatch mode above would record."""
+    """One local tensor's digest (module docstring; the hash and sketch are dtsim._C.shard_digest's, one pass in C++).
+    Runs no op a dispatch mode above would record."""
     t = t.detach()
     if t.device.type == "meta":
         return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
                 "unavailable": "meta tensor"}
-    cpu = t if t.device.type == "cpu" else t.cpu()
-    out: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
-                           "hash": _C.shard_hash(cpu)}
-    if t.dtype in _SKETCHED and t.numel() > 0:
-        flat = t.reshape(-1).to(torch.float64)
-        w = _weights(flat.numel(), flat.device)
-        out["sketch"] = float(torch.dot(flat, w))
-        out["scale"] = float(torch.dot(flat.abs(), w.abs()))
+    hash_, sketch, scale = _C.shard_digest(t)
+    out: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": hash_}
+    if sketch is not None:
+        out["sketch"], out["scale"] = sketch, scale
     return out
 
 
@@ -307,7 +286,7 @@ class EventMode(TorchDispatchMode):
                 # What the rank sends is digested before the call (an in-place collective overwrites it).
                 return self.log.collective(self.rank, kind, group, _tensors(args[in_arg]), _tensors(args[out_arg]),
                                            lambda: func(*args, **kwargs),
-                                           lambda out: out[-1] if isinstance(out, (tuple, list)) else out)
+                                           _work_of)
             return func(*args, **kwargs)
         if namespace == "_c10d_functional":
             spec = _FUNCTIONAL.get(func._opname)
@@ -331,6 +310,17 @@ class EventMode(TorchDispatchMode):
             return func(*args, **kwargs)
         dtensors = [x for x in _tensors(list(args) + list(kwargs.values())) if isinstance(x, DTensor)]
         return self.log.op(self.rank, func, dtensors, lambda: func(*args, **kwargs))
+
+
+def _work_of(out) -> Any:
+    """The Work of a c10d op's result, as the program will hold it: the dispatcher hands a ScriptObject, and unboxing it
+    gives the Python object the caller gets (pybind keeps one per C++ work while it lives), so `Work.wait` finds it."""
+    work = out[-1] if isinstance(out, (tuple, list)) else out
+    if isinstance(work, torch.ScriptObject):
+        from torch._C._distributed_c10d import Work
+
+        work = Work.unbox(work)
+    return work
 
 
 _WORK_PATCH: List[Any] = []

@@ -291,6 +291,17 @@ PYBIND11_MODULE(_C, m) {
           return CostModel().EstimateUs(*k, group_size, message_bytes);
         });
   m.def("shard_hash", [](const at::Tensor& t) { return ShardHash(t); });
+  // (hash, sketch, scale) of a tensor for run events (ShardDigest; sketch and scale None unless
+  // floating point), computed without the GIL.
+  m.def("shard_digest", [](const at::Tensor& t) {
+    ShardDigestValues d;
+    {
+      py::gil_scoped_release release;
+      d = ShardDigest(t);
+    }
+    return py::make_tuple(d.hash, d.sketch ? py::object(py::float_(*d.sketch)) : py::none(),
+                          d.scale ? py::object(py::float_(*d.scale)) : py::none());
+  });
   m.def("dtype_name",
         [](const at::Tensor& t) { return ToString(FromScalarType(t.scalar_type())); });
 }

@@ -383,6 +383,17 @@ JsonNode JsonNode::At(const char* key) const {
   ThrowInternal(__FILE__, __LINE__, "missing key", "JsonReader::At found a key of an empty object");
 }
 
+std::vector<std::string> JsonNode::Keys() const {
+  ExpectObject();
+  std::vector<std::string> keys;
+  if (dom_) {
+    for (const auto& item : dom_->items()) keys.push_back(item.key());
+    return keys;
+  }
+  for (const auto& member : GetIndex().members) keys.push_back(member.first);
+  return keys;
+}
+
 void JsonNode::ExpectObject() const {
   if (dom_ || text_[0] != '{') Read([](const JsonReader& r) { r.ExpectObject(); });
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "dtsim/layout/json_reader.h"
 
@@ -44,6 +45,8 @@ class JsonNode {
   const std::string& field() const { return field_; }
   const std::string& path() const { return path_; }
   bool is_dom() const { return dom_ != nullptr; }
+  // A text node's text (checked JSON, no surrounding whitespace); empty for a DOM node.
+  std::string_view text() const { return text_; }
 
   // JsonReader's rules and messages (json_reader.h): Has is false on a non-object; At(key) requires
   // an object holding `key`; ArraySize a list. At(i) requires i < ArraySize().
@@ -57,6 +60,8 @@ class JsonNode {
 
   // nlohmann's type_name() of this value: "object", "array", "string", "number", "boolean", "null".
   const char* TypeName() const;
+  // An object's keys, in the order of the text (of a DOM: its order). Requires an object.
+  std::vector<std::string> Keys() const;
 
   // Returns f(reader) for a JsonReader over this value as a DOM: for text, parsed now and freed
   // when f returns (f must not return references into it).

@@ -8,6 +8,7 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
+#include "json_text.h"
 
 namespace dtsim {
 namespace {
@@ -305,7 +306,32 @@ bool IsRecording(const nlohmann::json& json) {
   return json.is_object() && json.contains("format") && json["format"] == kRecordingFormat;
 }
 
+namespace {
+Recording RecordingWithoutEvents(const nlohmann::json& json,
+                                 std::optional<int64_t> data_file_bytes);
+}  // namespace
+
 Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> data_file_bytes) {
+  Recording out = RecordingWithoutEvents(json, data_file_bytes);
+  const JsonReader r(json, kField);
+  if (r.Has("events")) out.events = RunEventsFromJson(r.At("events"), out.world_size);
+  return out;
+}
+
+Recording RecordingFromText(const TraceText& text, std::optional<int64_t> data_file_bytes) {
+  return WithFileName(text.path, [&] {
+    const internal::JsonNode root = internal::JsonNode::OfText(text.text, kField);
+    Recording out = root.ReadWithout({"events"}, [&](const JsonReader& r) {
+      return RecordingWithoutEvents(r.json(), data_file_bytes);
+    });
+    if (root.Has("events")) out.events = RunEventsFromNode(root.At("events"), out.world_size);
+    return out;
+  });
+}
+
+namespace {
+Recording RecordingWithoutEvents(const nlohmann::json& json,
+                                 std::optional<int64_t> data_file_bytes) {
   const JsonReader r(json, kField);
   r.ExpectObject();
   if (r.String("format") != kRecordingFormat) {
@@ -340,6 +366,19 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
         out.data_file.empty()) {
       list.At(i).At("data").Fail("refers to a data file, but meta.data_file names none");
     }
+    // Every rank of the world records every redistribution (dtsim.record gathers each rank's rows,
+    // and ranks that recorded others are refused): its root mesh is the world's ranks.
+    const std::vector<RankState>& states = out.redistributions.back().ranks_before;
+    const bool whole_world = static_cast<int64_t>(states.size()) == out.world_size &&
+                             std::all_of(states.begin(), states.end(), [&](const RankState& st) {
+                               return st.rank >= 0 && st.rank < out.world_size;
+                             });
+    if (!whole_world) {
+      list.At(i).At("src").At("mesh").Fail(
+          StrCat("holds ", states.size(), " ranks, but meta.world_size is ", out.world_size,
+                 ": every rank of the world records every redistribution (its mesh is the world's "
+                 "ranks)"));
+    }
   }
   if (r.Has("collectives")) {
     // The run's collectives: ranks of the world (0 to world_size - 1).
@@ -349,9 +388,9 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
     out.collectives.emplace();
     for (size_t i = 0; i < nc; ++i) out.collectives->push_back(CollectiveFromJson(cs.At(i), world));
   }
-  if (r.Has("events")) out.events = RunEventsFromJson(r.At("events"), out.world_size);
   return out;
 }
+}  // namespace
 
 Recording ReadRecording(const std::string& path) {
   const std::string text = ReadInputFile(path, "recording", kMaxRecordingBytes);

@@ -2,11 +2,16 @@
 #include "dtsim/trace/run_events.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/placement.h"
 #include "dtsim/trace/trace.h"
+#include "json_text.h"
 
 namespace dtsim {
 namespace {
@@ -111,6 +116,238 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
   return e;
 }
 
+// The fast path of RunEventsFromNode: one event's checked text parsed straight into a RunEvent, for
+// the plain form dtsim writes (no escapes in strings, integers as digits, known keys). It returns
+// false on anything else, or on a value EventFromJson would refuse; the caller then reads that
+// event through EventFromJson, which gives the value or the error with its JSON path. The checks
+// below are EventFromJson's, as booleans.
+class FastEvent {
+ public:
+  FastEvent(std::string_view text, std::unordered_set<std::string>* placements)
+      : t_(text), placements_(placements) {}
+
+  bool Parse(RunEvent* e, int64_t rank, int64_t world_size) {
+    bool has_kind = false, has_op = false, has_module = false, has_pass = false, has_inputs = false,
+         has_args = false, has_results = false, has_group = false;
+    if (!Lit('{')) return false;
+    if (Peek('}')) return false;
+    do {
+      std::string_view key;
+      if (!String(&key) || !Lit(':')) return false;
+      if (key == "kind") {
+        std::string_view v;
+        if (!String(&v)) return false;
+        if (v == "op") {
+          e->kind = RunEvent::Kind::kOp;
+        } else if (v == "collective") {
+          e->kind = RunEvent::Kind::kCollective;
+        } else {
+          return false;
+        }
+        has_kind = true;
+      } else if (key == "op") {
+        if (!Text(&e->op) || e->op.empty() || e->op.size() > 256) return false;
+        has_op = true;
+      } else if (key == "module") {
+        if (!Text(&e->module)) return false;
+        has_module = true;
+      } else if (key == "pass") {
+        if (!Text(&e->pass) || (e->pass != "forward" && e->pass != "backward")) return false;
+        has_pass = true;
+      } else if (key == "line") {
+        if (!Text(&e->line)) return false;
+      } else if (key == "args" || key == "results") {
+        std::vector<std::string>& list = key == "args" ? e->args : e->results;
+        if (!Placements(&list)) return false;
+        (key == "args" ? has_args : has_results) = true;
+      } else if (key == "group") {
+        if (!Ints(&e->group, 0, world_size - 1, SIZE_MAX)) return false;
+        has_group = true;
+      } else if (key == "inputs") {
+        if (!Digests(&e->inputs)) return false;
+        has_inputs = true;
+      } else if (key == "outputs") {
+        if (Null()) {
+          e->outputs.reset();
+        } else {
+          e->outputs.emplace();
+          if (!Digests(&*e->outputs)) return false;
+        }
+      } else if (key == "seq") {
+        int64_t seq = 0;
+        if (!Int(&seq, 0, INT64_MAX)) return false;
+        e->seq = seq;
+      } else if (key == "state") {
+        if (!Text(&e->state) || (e->state != "scheduled" && e->state != "started" &&
+                                 e->state != "completed" && !e->state.empty()))
+          return false;
+      } else if (key == "at") {
+        std::string_view v;
+        if (!String(&v) || v != "end") return false;
+        e->at_end = true;
+      } else {
+        return false;  // a key dtsim does not write: the DOM path reads (and ignores) it
+      }
+    } while (Lit(','));
+    if (!Lit('}') || !has_kind || !has_op || !has_module || !has_pass || !has_inputs) return false;
+    if (e->kind == RunEvent::Kind::kOp) return has_args && has_results;
+    if (!has_group || e->group.empty()) return false;
+    std::vector<int64_t> sorted = e->group;
+    std::sort(sorted.begin(), sorted.end());
+    return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end() &&
+           std::binary_search(sorted.begin(), sorted.end(), rank);
+  }
+
+ private:
+  void Ws() {
+    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\n' || t_[p_] == '\t' || t_[p_] == '\r'))
+      ++p_;
+  }
+  bool Peek(char c) {
+    Ws();
+    return p_ < t_.size() && t_[p_] == c;
+  }
+  bool Lit(char c) {
+    if (!Peek(c)) return false;
+    ++p_;
+    return true;
+  }
+  bool Null() {
+    Ws();
+    if (t_.substr(p_, 4) != "null") return false;
+    p_ += 4;
+    return true;
+  }
+  // A string without escapes (or false).
+  bool String(std::string_view* out) {
+    if (!Lit('"')) return false;
+    const size_t start = p_;
+    while (p_ < t_.size() && t_[p_] != '"') {
+      if (t_[p_] == '\\' || static_cast<unsigned char>(t_[p_]) < 0x20) return false;
+      ++p_;
+    }
+    if (p_ >= t_.size()) return false;
+    *out = t_.substr(start, p_ - start);
+    ++p_;
+    return true;
+  }
+  bool Text(std::string* out) {
+    std::string_view v;
+    if (!String(&v)) return false;
+    out->assign(v);
+    return true;
+  }
+  bool Int(int64_t* out, int64_t min, int64_t max) {
+    Ws();
+    const char* begin = t_.data() + p_;
+    const char* end = t_.data() + t_.size();
+    int64_t v = 0;
+    const auto [next, ec] = std::from_chars(begin, end, v);
+    if (ec != std::errc() || next == begin) return false;
+    if (next < end && (*next == '.' || *next == 'e' || *next == 'E')) return false;
+    if (v < min || v > max) return false;
+    p_ += static_cast<size_t>(next - begin);
+    *out = v;
+    return true;
+  }
+  bool Number(double* out) {
+    Ws();
+    size_t q = p_;
+    while (q < t_.size() && std::strchr("+-0123456789.eE", t_[q]) != nullptr) ++q;
+    if (q == p_ || q - p_ > 64) return false;
+    char buffer[72];
+    std::memcpy(buffer, t_.data() + p_, q - p_);
+    buffer[q - p_] = '\0';
+    char* end = nullptr;
+    *out = std::strtod(buffer, &end);
+    if (end != buffer + (q - p_)) return false;
+    p_ = q;
+    return true;
+  }
+  bool Ints(std::vector<int64_t>* out, int64_t min, int64_t max, size_t max_size) {
+    out->clear();
+    if (!Lit('[')) return false;
+    if (Lit(']')) return true;
+    do {
+      int64_t v = 0;
+      if (!Int(&v, min, max) || out->size() >= max_size) return false;
+      out->push_back(v);
+    } while (Lit(','));
+    return Lit(']');
+  }
+  bool Placements(std::vector<std::string>* out) {
+    out->clear();
+    if (!Lit('[')) return false;
+    if (Lit(']')) return true;
+    do {
+      std::string text;
+      if (!Text(&text) || text.size() < 2 || text.front() != '[' || text.back() != ']')
+        return false;
+      if (!placements_->count(text)) {
+        try {
+          ParsePlacements(text.substr(1, text.size() - 2));
+        } catch (const InputError&) {
+          return false;
+        }
+        placements_->insert(text);
+      }
+      out->push_back(std::move(text));
+    } while (Lit(','));
+    return Lit(']');
+  }
+  bool Digest(TensorDigest* d) {
+    if (!Lit('{') || Peek('}')) return false;
+    bool has_shape = false, has_dtype = false, has_sketch = false, has_scale = false;
+    do {
+      std::string_view key;
+      if (!String(&key) || !Lit(':')) return false;
+      if (key == "shape") {
+        if (!Ints(&d->shape, 0, int64_t{1} << 62, 64)) return false;
+        has_shape = true;
+      } else if (key == "dtype") {
+        if (!Text(&d->dtype) || d->dtype.empty() || d->dtype.size() > 64) return false;
+        has_dtype = true;
+      } else if (key == "hash") {
+        if (Null()) {
+          d->hash.reset();
+        } else {
+          std::string hash;
+          if (!Text(&hash) || !IsShardHash(hash)) return false;
+          d->hash = std::move(hash);
+        }
+      } else if (key == "sketch" || key == "scale") {
+        double v = 0;
+        if (!Number(&v) || !std::isfinite(v)) return false;
+        (key == "sketch" ? d->sketch : d->scale) = v;
+        (key == "sketch" ? has_sketch : has_scale) = true;
+      } else if (key == "unavailable") {
+        std::string_view why;
+        if (!String(&why)) return false;
+      } else {
+        return false;
+      }
+    } while (Lit(','));
+    if (!Lit('}') || !has_shape || !has_dtype || has_sketch != has_scale) return false;
+    return !has_sketch ||
+           (*d->scale >= 0 && std::fabs(*d->sketch) <= *d->scale * (1 + 1e-6) + 1e-300);
+  }
+  bool Digests(std::vector<TensorDigest>* out) {
+    out->clear();
+    if (!Lit('[')) return false;
+    if (Lit(']')) return true;
+    do {
+      if (out->size() >= kMaxDigests) return false;
+      out->emplace_back();
+      if (!Digest(&out->back())) return false;
+    } while (Lit(','));
+    return Lit(']');
+  }
+
+  std::string_view t_;
+  size_t p_ = 0;
+  std::unordered_set<std::string>* placements_;  // placement texts already parsed
+};
+
 double Tolerance(const std::string& dtype) {
   if (dtype == "float64") return 1e-9;
   if (dtype == "float32") return 1e-4;
@@ -210,23 +447,42 @@ std::string EventLabel(const RunEvent& e) {
 }
 
 RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size) {
-  r.ExpectObject();
+  return RunEventsFromNode(internal::JsonNode::OfDom(r.json(), r.field(), r.path()), world_size);
+}
+
+RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size) {
+  node.ExpectObject();
   RunEvents out;
-  for (const auto& item : r.json().items()) {
-    const std::string& key = item.key();
+  for (const std::string& key : node.Keys()) {
     int64_t rank = -1;
     if (!key.empty() && key.size() <= 10 &&
         key.find_first_not_of("0123456789") == std::string::npos)
       rank = std::stoll(key);
     if (rank < 0 || rank >= world_size) {
-      r.Fail(StrCat("has events for '", ExcerptText(key), "', which is no rank of a world of ",
-                    world_size));
+      node.Fail(StrCat("has events for '", ExcerptText(key), "', which is no rank of a world of ",
+                       world_size));
     }
-    const JsonReader list = r.At(key.c_str());
-    const size_t n = list.ArraySize(kMaxEventsPerRank);
+    const internal::JsonNode list = node.At(key.c_str());
+    const size_t n = list.ArraySize();
+    if (n > kMaxEventsPerRank) {
+      list.Fail(StrCat("has ", n, " events; at most ", kMaxEventsPerRank, " per rank are read"));
+    }
     std::vector<RunEvent>& events = out[rank];
     events.reserve(n);
-    for (size_t i = 0; i < n; ++i) events.push_back(EventFromJson(list.At(i), rank, world_size));
+    // From text, the fast path first; else (and from a DOM) one event's DOM at a time.
+    std::unordered_set<std::string> placements;
+    for (size_t i = 0; i < n; ++i) {
+      const internal::JsonNode item = list.At(i);
+      if (!item.is_dom()) {
+        RunEvent e;
+        if (FastEvent(item.text(), &placements).Parse(&e, rank, world_size)) {
+          events.push_back(std::move(e));
+          continue;
+        }
+      }
+      events.push_back(
+          item.Read([&](const JsonReader& r) { return EventFromJson(r, rank, world_size); }));
+    }
   }
   return out;
 }

@@ -398,6 +398,9 @@ BAD_INPUTS = [
     Row("replay-time-of-a-rank-outside-the-mesh", ["replay", "r.json"], "recording",
         ["redistributions[0].time_us", "has a time for '99', which is no rank of the redistribution's mesh"],
         files={"r.json": recording_text(lambda d: d["redistributions"][0]["time_us"].update({"99": 1.0}))}),
+    Row("replay-world-of-a-million-on-a-4-rank-mesh", ["replay", "r.json"], "recording",
+        ["redistributions[0].src.mesh", "holds 4 ranks, but meta.world_size is 1000000"],
+        files={"r.json": recording_text(lambda d: d["meta"].update(world_size=1000000))}),
     # A recording's events (dtsim record, dtsim run --trace): validated in trace-diff as in replay.
     Row("trace-diff-events-of-a-rank-outside-the-world", ["trace-diff", "r.json", "r.json"], "recording",
         ["events", "has events for '99', which is no rank of a world of 4"],

@@ -102,6 +102,11 @@ bool IsRecording(const nlohmann::json& json);
 Recording RecordingFromJson(const nlohmann::json& json,
                             std::optional<int64_t> data_file_bytes = std::nullopt);
 
+// The recording in `text` (ReadTraceText's: checked JSON), validated as RecordingFromJson validates
+// it, naming the file; its events are read one event's DOM at a time, everything else as a DOM.
+Recording RecordingFromText(const TraceText& text,
+                            std::optional<int64_t> data_file_bytes = std::nullopt);
+
 // The largest recording (its JSON, not the data file) dtsim reads.
 inline constexpr int64_t kMaxRecordingBytes = int64_t{1} << 30;
 

@@ -50,6 +50,12 @@ using RunEvents = std::map<int64_t, std::vector<RunEvent>>;
 // world ranks that hold the rank, digests with shapes, hashes of the form "xxh3:" + 16 hex digits
 // and finite sketches. InputError naming the JSON path on the first problem.
 RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size);
+namespace internal {
+class JsonNode;
+}
+// The same over a node of a DOM or of checked text (src/trace/json_text.h): from text, one event's
+// DOM at a time.
+RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size);
 
 // Where two runs' events part, rank by rank.
 struct EventDivergence {
