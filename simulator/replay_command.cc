@@ -248,53 +248,15 @@ void CompareLayouts(Outcome& o) {
 // Ranks whose hash is unavailable (`skip`) are left out.
 void CompareReplicas(Outcome& o, const std::set<std::pair<bool, int64_t>>& skip) {
   const RecordedRedistribution& r = *o.rec;
-  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
-    const bool before = pass == &r.ranks_before;
-    const DTensorSpec& spec = before ? r.src : r.dst;
-    bool any_replicate = false;
-    for (const Placement& p : spec.placements()) any_replicate |= p.is_replicate();
-    if (!any_replicate) continue;
-    // (the rank's (sub)mesh, its coordinate with Replicate dims masked) -> (hash -> ranks)
-    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>,
-             std::map<std::string, std::vector<int64_t>>>
-        sets;
-    for (const RankState& s : *pass) {
-      if (!s.hash || skip.count({before, s.rank})) continue;
-      // The rank's (sub)mesh, named by its smallest rank (a family's submeshes are disjoint); on a
-      // root mesh every rank shares it, and nothing per rank is copied (linear in ranks).
-      std::vector<int64_t> coordinate;
-      std::vector<int64_t> which;
-      if (r.submesh_dims.empty()) {
-        coordinate = spec.mesh().GetCoordinate(s.rank);
-      } else {
-        const DeviceMesh mesh = SpecForRank(r, spec, s.rank).mesh();
-        coordinate = mesh.GetCoordinate(s.rank);
-        which.push_back(*std::min_element(mesh.ranks().begin(), mesh.ranks().end()));
-      }
-      for (size_t m = 0; m < coordinate.size(); ++m) {
-        if (spec.placements()[m].is_replicate()) coordinate[m] = -1;
-      }
-      sets[{std::move(which), std::move(coordinate)}][*s.hash].push_back(s.rank);
-    }
-    for (const auto& [where, by_hash] : sets) {
-      if (by_hash.size() < 2) continue;
-      // The hash most ranks hold is the replica; the others are the odd ranks out.
-      const auto majority = std::max_element(
-          by_hash.begin(), by_hash.end(),
-          [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
-      for (const auto& [hash, ranks] : by_hash) {
-        if (&hash == &majority->first) continue;
-        for (const int64_t rank : ranks) {
-          o.differing_ranks.push_back(rank);
-          o.problems.push_back(StrCat(
-              "replicas: rank ", rank, before ? " held " : " holds ", hash, " ",
-              before ? "before" : "after", ", where its replicas (", ToString(spec.placements()),
-              ": ranks ", IntListToString(majority->second), ") hold ", majority->first,
-              ": a Replicate shard that differs between ranks (written on one rank, or never "
-              "made equal)"));
-        }
-      }
-    }
+  for (const ReplicaMismatch& m : ReplicaMismatches(r, skip)) {
+    const DTensorSpec& spec = m.before ? r.src : r.dst;
+    o.differing_ranks.push_back(m.rank);
+    o.problems.push_back(
+        StrCat("replicas: rank ", m.rank, m.before ? " held " : " holds ", m.hash, " ",
+               m.before ? "before" : "after", ", where its replicas (", ToString(spec.placements()),
+               ": ranks ", IntListToString(m.replicas), ") hold ", m.replica_hash,
+               ": a Replicate shard that differs between ranks (written on one rank, or never "
+               "made equal)"));
   }
 }
 

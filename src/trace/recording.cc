@@ -1,6 +1,7 @@
 #include "dtsim/trace/recording.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -301,6 +302,53 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
 }
 
 }  // namespace
+
+std::vector<ReplicaMismatch> ReplicaMismatches(const RecordedRedistribution& r,
+                                               const std::set<std::pair<bool, int64_t>>& skip) {
+  std::vector<ReplicaMismatch> out;
+  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
+    const bool before = pass == &r.ranks_before;
+    const DTensorSpec& spec = before ? r.src : r.dst;
+    bool any_replicate = false;
+    for (const Placement& p : spec.placements()) any_replicate |= p.is_replicate();
+    if (!any_replicate) continue;
+    // (the rank's (sub)mesh, its coordinate with Replicate dims masked) -> (hash -> ranks)
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>,
+             std::map<std::string, std::vector<int64_t>>>
+        sets;
+    for (const RankState& st : *pass) {
+      if (!st.hash || skip.count({before, st.rank})) continue;
+      // The rank's (sub)mesh, named by its smallest rank (a family's submeshes are disjoint); on a
+      // root mesh every rank shares it, and nothing per rank is copied (linear in ranks).
+      std::vector<int64_t> coordinate;
+      std::vector<int64_t> which;
+      if (r.submesh_dims.empty()) {
+        coordinate = spec.mesh().GetCoordinate(st.rank);
+      } else {
+        const DeviceMesh mesh = spec.mesh().root().Submesh(r.submesh_dims, st.rank);
+        coordinate = mesh.GetCoordinate(st.rank);
+        which.push_back(*std::min_element(mesh.ranks().begin(), mesh.ranks().end()));
+      }
+      for (size_t m = 0; m < coordinate.size(); ++m) {
+        if (spec.placements()[m].is_replicate()) coordinate[m] = -1;
+      }
+      sets[{std::move(which), std::move(coordinate)}][*st.hash].push_back(st.rank);
+    }
+    for (const auto& entry : sets) {
+      const auto& by_hash = entry.second;
+      if (by_hash.size() < 2) continue;
+      const auto majority = std::max_element(
+          by_hash.begin(), by_hash.end(),
+          [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+      for (const auto& [hash, ranks] : by_hash) {
+        if (&hash == &majority->first) continue;
+        for (const int64_t rank : ranks)
+          out.push_back({before, rank, hash, majority->second, majority->first});
+      }
+    }
+  }
+  return out;
+}
 
 bool IsRecording(const nlohmann::json& json) {
   return json.is_object() && json.contains("format") && json["format"] == kRecordingFormat;

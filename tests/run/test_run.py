@@ -5,8 +5,10 @@ The reference for every script is the script itself under real `torchrun --stand
 (examples/python/run/). Values are compared within float rounding (relative 1e-5), and the test also reports which
 scripts agree bit for bit (in the printed 10 significant digits).
 """
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -682,3 +684,17 @@ def test_replay_names_a_replica_written_on_one_rank(tmp_path):
     assert "replicas: rank 2 held xxh3:" in replay.stdout and "where its replicas ([R]: ranks [0, 1, 3]) hold" in \
         replay.stdout, replay.stdout
     assert "first at redistribution #0 (redistribute), rank 2" in replay.stdout, replay.stdout
+    # The viewer opens the recording where replay names rank 2, rank 2 (alone) in the diff colour.
+    viewer = os.environ.get("DTSIM_VIEWER_BIN")
+    if viewer and os.path.exists(viewer) and shutil.which("xvfb-run"):
+        def fills(recording):
+            records = tmp_path / "records.json"
+            shown = subprocess.run(["xvfb-run", "-a", viewer, recording, "--size", "1200x800", "--screenshot",
+                                    str(tmp_path / "shot.png"), "--dump-records", str(records)],
+                                   capture_output=True, text=True, timeout=120)
+            assert shown.returncode == 0, shown.stderr
+            doc = json.loads(records.read_text())
+            return doc["frame"], {r["rank"] for r in doc["panels"]["mesh"]["rects"]
+                                  if r["role"] == "mesh_cell" and r["fill"] == [235, 20, 20, 255]}
+        assert fills(written) == (0, {2})  # before: rank 2's replica was written before the redistribution
+        assert fills(clean)[1] == set()

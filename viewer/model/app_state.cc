@@ -21,7 +21,8 @@ const TraceModel& App::shown() const {
 }
 
 const TraceDiff* App::shown_diff() const {
-  if (!second) return nullptr;
+  // One recording: its replicas that disagree, if any (ShowRecorded).
+  if (!second) return diff ? &*diff : nullptr;
   return view.show_second ? &*diff_reversed : &*diff;
 }
 
@@ -59,6 +60,25 @@ void ShowRecorded(App& app, int64_t index) {
   app.first = TraceModel::FromTrace(app.recording[index].trace, app.paths.at(0));
   app.recording_index = index;
   app.view = ViewState{};
+  // Ranks whose replicas disagree are differences of this one trace: red in every panel, and the
+  // view opens where the first one is (as dtsim replay names them).
+  app.diff.reset();
+  const std::vector<ReplicaMismatch>& mismatches = app.recording[index].replica_mismatches;
+  if (!mismatches.empty()) {
+    std::vector<TraceDifference> differences;
+    for (const ReplicaMismatch& m : mismatches) {
+      TraceDifference d;
+      d.phase = m.before ? TraceDifference::Phase::kInitial : TraceDifference::Phase::kFinal;
+      d.where = m.before ? "initial" : "final";
+      d.what = StrCat("replicas: rank ", m.rank, m.before ? " held " : " holds ", m.hash,
+                      ", where its replicas (ranks ", IntListToString(m.replicas), ") hold ",
+                      m.replica_hash);
+      d.ranks = {m.rank};
+      differences.push_back(std::move(d));
+    }
+    app.diff = DiffOfOne(*app.first, std::move(differences));
+    if (app.diff->first_frame) app.view.frame = *app.diff->first_frame;
+  }
 }
 
 void ReloadTraces(App& app) {
@@ -225,6 +245,17 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
       app.second = std::move(b);
     }
     app.first = std::move(a);
+    if (!app.recording.empty()) {
+      // A recording opens at its first redistribution whose replicas disagree (else its first).
+      int64_t index = 0;
+      for (size_t i = 0; i < app.recording.size(); ++i) {
+        if (!app.recording[i].replica_mismatches.empty()) {
+          index = static_cast<int64_t>(i);
+          break;
+        }
+      }
+      ShowRecorded(app, index);
+    }
   } catch (const InputError& e) {
     app.recording.clear();
     app.model.reset();

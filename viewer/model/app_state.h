@@ -46,7 +46,8 @@ struct App {
   std::optional<ModelSession> model;
   std::optional<TraceModel> first;  // the loaded traces (both absent when loading failed)
   std::optional<TraceModel> second;
-  std::optional<TraceDiff> diff;  // first vs second, on the first's frames
+  std::optional<TraceDiff> diff;  // first vs second, on the first's frames; or, for a recording
+                                  // alone, its replicas that disagree (ShowRecorded)
   std::optional<TraceDiff>
       diff_reversed;  // second vs first, on the second's frames (used when showing the second)
   std::string error;  // "field: message" of a failed load ("" when all is well)
@@ -96,7 +97,9 @@ struct App {
 void LoadTraces(App& app, const std::vector<std::string>& paths);
 
 // A recording is open: shows its redistribution `index` (InputError("redistribution") when there is
-// none such), the view starting afresh.
+// none such), the view starting afresh; ranks whose replicas disagree there (ReplicaMismatches) are
+// app.diff's differences, red in every panel, the view at the first of them. LoadTraces opens a
+// recording at its first redistribution with such ranks.
 void ShowRecorded(App& app, int64_t index);
 
 // True when a file of app.paths changed on disk since it was loaded (the window then reloads it).

@@ -99,6 +99,7 @@ std::vector<RecordedView> ViewsOfRecording(const Recording& rec) {
         kinds += (kinds.empty() ? "" : ", ") + std::string(ToString(s.collective));
       t.steps.push_back(std::move(step));
     }
+    v.replica_mismatches = ReplicaMismatches(r);
     v.title = StrCat(what, ": ", ToString(src.placements()), " -> ", ToString(dst.placements()),
                      kinds.empty() ? "" : " (" + kinds + ")");
     out.push_back(std::move(v));

@@ -23,6 +23,9 @@ struct RecordedView {
   // Why the recorded collectives are not on the steps ("" when they are): the run issued another
   // number of collectives than dtsim plans (`dtsim replay` says which).
   std::string collectives_note;
+  // Ranks whose recorded hash differs from their replicas' (ReplicaMismatches, as dtsim replay
+  // reports them): drawn as differences, red, at the initial (before) or final (after) frame.
+  std::vector<ReplicaMismatch> replica_mismatches;
 };
 
 // One view per redistribution, in recorded order. A DTensor on a submesh (mesh["tp"]) is drawn on

@@ -314,12 +314,10 @@ std::vector<const TraceDifference*> TraceDiff::At(int64_t frame, int64_t num_fra
   return out;
 }
 
-TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
-  CheckSameRedistribution(a, b);
-  TraceDiff out;
-  // Every difference: DiffTraces groups ranks per place and field, so the count is bounded by
-  // places x fields.
-  out.differences = DiffTraces(a.trace(), b.trace(), static_cast<size_t>(-1));
+namespace {
+
+// Lays out.differences onto `a`'s frames and positions.
+void LayOnFrames(const TraceModel& a, TraceDiff& out) {
   const int64_t frames = a.num_frames();
   const int64_t n = a.world_size();
   out.differs.assign(frames, std::vector<uint8_t>(n, 0));
@@ -337,6 +335,33 @@ TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
     }
   }
   out.num_ranks_differing = std::count(out.differs_anywhere.begin(), out.differs_anywhere.end(), 1);
+}
+
+}  // namespace
+
+TraceDiff DiffOfOne(const TraceModel& model, std::vector<TraceDifference> differences) {
+  TraceDiff out;
+  out.differences = std::move(differences);
+  LayOnFrames(model, out);
+  out.hashes_compared = model.has_hashes();
+  if (out.differences.empty()) {
+    out.summary = "consistent: every replica's hash agrees with its replicas'";
+  } else {
+    const TraceDifference& first = out.differences.front();
+    out.summary = StrCat("inconsistent: first at ", Where(model, first), ": ", first.what, "; ",
+                         out.num_ranks_differing, " of ", model.world_size(), " ranks differ");
+  }
+  return out;
+}
+
+TraceDiff DiffModels(const TraceModel& a, const TraceModel& b) {
+  CheckSameRedistribution(a, b);
+  TraceDiff out;
+  // Every difference: DiffTraces groups ranks per place and field, so the count is bounded by
+  // places x fields.
+  out.differences = DiffTraces(a.trace(), b.trace(), static_cast<size_t>(-1));
+  LayOnFrames(a, out);
+  const int64_t n = a.world_size();
   out.hashes_compared = a.has_hashes() && b.has_hashes();
   const std::string hashes = out.hashes_compared
                                  ? "shard hashes"

@@ -136,6 +136,10 @@ void CheckSameRedistribution(const TraceModel& a, const TraceModel& b);
 // Compares two traces of the same redistribution (CheckSameRedistribution first).
 TraceDiff DiffModels(const TraceModel& a, const TraceModel& b);
 
+// `differences` found in one trace (a recording's replicas that disagree) laid onto its frames as
+// DiffModels lays a comparison's; `summary` as DiffModels writes it.
+TraceDiff DiffOfOne(const TraceModel& model, std::vector<TraceDifference> differences);
+
 // The frame of `model` that a difference belongs to (initial → 0, step s → s + 1, final → last;
 // clamped).
 int64_t FrameOf(const TraceDifference& difference, int64_t num_frames);

@@ -174,6 +174,11 @@ void DrawToolbar(App& app) {
       SameLineIfFits(ImGui::CalcTextSize(note.c_str()).x);
       ImGui::TextColored(ToVec4(kAnomalyColor), "%s", note.c_str());
     }
+    if (app.diff && !app.second) {
+      // Ranks whose replicas disagree: the summary in the diff colour (the ranks are red).
+      SameLineIfFits(ImGui::CalcTextSize(app.diff->summary.c_str()).x);
+      ImGui::TextColored(ToVec4(kDiffColor), "%s", app.diff->summary.c_str());
+    }
   }
   auto text = [](const std::string& t, const ImVec4* color = nullptr) {
     SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
@@ -272,8 +277,9 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   DrawMeshPanel(app, Rect{pad, top, mesh_w, top + top_h});
   DrawTensorPanel(app, Rect{mesh_w + pad, top, width - pad, top + top_h});
   const float bottom = top + top_h + pad;
-  if (app.second) {
-    // Diff mode: the rank and the diff panels side by side, each of full height (stacked, the rank
+  if (app.shown_diff() != nullptr) {
+    // Diff mode (two traces, or a recording whose replicas disagree): the rank and the diff panels
+    // side by side, each of full height (stacked, the rank
     // panel overflowed).
     const float timeline_w = std::round(width * 0.52f);
     const float rank_w = std::round((width - timeline_w) / 2);

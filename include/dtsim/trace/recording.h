@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,23 @@ struct Recording {
   // ops=True, dtsim record -- COMMAND, dtsim run --trace); nullopt when not recorded.
   std::optional<RunEvents> events;
 };
+
+// A rank whose recorded hash differs from its replicas': ranks whose coordinates differ only on
+// Replicate mesh dims (of the same (sub)mesh) hold one replica, so their hashes must be equal,
+// before and after. The hash most of them hold is the replica's; the others are the odd ranks out.
+// Partial mesh dims are not masked (partial values differ by design).
+struct ReplicaMismatch {
+  bool before = true;  // in ranks_before (else ranks_after)
+  int64_t rank = 0;
+  std::string hash;
+  std::vector<int64_t> replicas;  // the ranks holding the majority's hash
+  std::string replica_hash;
+};
+
+// Every mismatch of `r`, before then after, ranks ascending within each replica set. Ranks without
+// a hash, and the (before, rank) pairs in `skip`, are left out.
+std::vector<ReplicaMismatch> ReplicaMismatches(const RecordedRedistribution& r,
+                                               const std::set<std::pair<bool, int64_t>>& skip = {});
 
 // True when `json` says it is a recording (its "format"); the rest is RecordingFromJson's job.
 bool IsRecording(const nlohmann::json& json);
