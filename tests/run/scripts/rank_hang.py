@@ -12,6 +12,7 @@ TORCH_FR_BUFFER_SIZE set) to DTSIM_TEST_FR_DIR/rank<r>, as the watchdog writes t
     dtsim trace-diff fr.json sim.json
 """
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+def settle_flight_recorder() -> None:
+    """Waits until the Flight Recorder shows every collective this rank has waited for as completed: Gloo's worker
+    thread marks one completed after the wait has returned (bounded: 30 s)."""
+    import pickle
+
+    import torch._C._distributed_c10d as c10d
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = pickle.loads(c10d._dump_fr_trace(True, True, False)).get("pg_status", {})
+        if all(s["last_completed_collective"] >= s["last_enqueued_collective"] for s in status.values()):
+            return
+        time.sleep(0.01)
 
 
 def main():
@@ -39,13 +55,16 @@ def main():
         opt.step()
         total += loss.detach()
     skip = real and os.environ.get("DTSIM_TEST_FAULT") == "skip_all_reduce" and rank == 1
-    work = None if skip else dist.all_reduce(total, async_op=True)
     folder = os.environ.get("DTSIM_TEST_FR_DIR")
+    if real and folder:
+        settle_flight_recorder()
+    work = None if skip else dist.all_reduce(total, async_op=True)
     if real and folder:
         import torch._C._distributed_c10d as c10d
 
         if work is not None and os.environ.get("DTSIM_TEST_FAULT") != "skip_all_reduce":
             work.wait()
+            settle_flight_recorder()
         with open(os.path.join(folder, f"rank{rank}"), "wb") as f:
             f.write(c10d._dump_fr_trace(True, True, False))
         os._exit(0)  # a hung job's ranks are killed after the dump, not shut down
