@@ -25,6 +25,9 @@
 #   bench record_ops_overhead ratio <x>  a 4-rank TP + FSDP2 + AdamW step under torchrun + Gloo: its time plain /
 #                                      under `dtsim record` (every DTensor op and collective digested; target >= 0.7)
 #   bench trace_diff_ops ratio <x>     10 s / `dtsim trace-diff` of two 1,000,000-event recordings (target >= 1)
+# Issue 33 (bench/busy_bench.py):
+#   bench model_busy_vs_serial ratio <x>  the README's model command beside 4 spinning processes: its time with
+#                                      ranks run serially (DTSIM_PARALLEL_RANKS=0) / as dtsim runs it (target >= 0.9)
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
 #   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
 #                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50)
@@ -98,6 +101,9 @@ if [ "$have_python" = 1 ]; then
   echo "bench: record_ops (torchrun plain and under dtsim record, then trace-diff of 2 x 1M events) ..." >&2
   "$DTSIM_PY" "$DTSIM_ROOT/bench/record_ops_bench.py" "$DTSIM_BUILD/dtsim" > "$out/record_ops.json"
 fi
+# Issue 33: the model command on a busy machine (4 spinning processes beside it), default against serial ranks.
+echo "bench: model_busy_vs_serial (4 spinning processes beside the model command, about a minute) ..." >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/busy_bench.py" "$DTSIM_BUILD/dtsim" > "$out/busy.json"
 # Issue 36: replay and export of a 2^16-rank recording (bench/recording_scale_bench.py).
 "$DTSIM_PY" "$DTSIM_ROOT/bench/recording_scale_bench.py" "$DTSIM_BUILD/dtsim" > "$out/recording_scale.json"
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
@@ -204,6 +210,10 @@ if os.path.exists(os.path.join(out, "record_ops.json")):
     print(f"bench trace_diff_ops ratio {ro['trace_diff_ops']:.2f}   (10 s over dtsim trace-diff "
           f"{ro['trace_diff_s']:.2f} s of two 1,000,000-event recordings, {ro['trace_bytes'] / 2**20:.0f} MiB each; "
           f"the planted difference found; target >= 1)")
+bz = json.load(open(os.path.join(out, "busy.json")))
+print(f"bench model_busy_vs_serial ratio {bz['model_busy_vs_serial']:.2f}   (the README's model command beside 4 "
+      f"spinning processes: {bz['serial_s']:.2f} s with serial ranks over {bz['default_s']:.2f} s as dtsim runs it, "
+      f"medians of {bz['runs']} alternating runs; target >= 0.9)")
 rs = json.load(open(os.path.join(out, "recording_scale.json")))
 print(f"bench recording_65536 ratio {rs['recording_65536']:.2f}   (10 s over replay {rs['replay_s']:.2f} s + export "
       f"{rs['export_s']:.2f} s of a {rs['ranks']}-rank recording, {rs['recording_mib']:.0f} MiB; export "

@@ -12,9 +12,12 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -80,6 +83,33 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
 
 // How an argument is unwrapped per rank.
 enum class ArgKind : uint8_t { kPass, kLocal, kList, kSymInt, kSymIntList };
+
+// Below this many bytes in the first rank's tensor arguments an op's ranks run serially: forking
+// and joining LibTorch's threads costs more than such a call (bench add_vs_direct, 8 ranks of
+// 64 x 64 float32).
+constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
+
+// The bytes of the first rank's LocalTensor arguments (lists included) of the op at
+// stack[base, base + n_args).
+int64_t FirstRankArgBytes(const torch::jit::Stack& stack, size_t base, size_t n_args,
+                          const ArgKind* kinds) {
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (auto* impl = FindLocalImpl(t); impl != nullptr && !impl->shards().empty()) {
+      const at::Tensor& shard = impl->shards()[0];
+      bytes += shard.numel() * static_cast<int64_t>(shard.element_size());
+    }
+  };
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = stack[base + a];
+    if (kinds[a] == ArgKind::kLocal) {
+      add(v.toTensor());
+    } else if (kinds[a] == ArgKind::kList && v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) add(t);
+    }
+  }
+  return bytes;
+}
 
 c10::IValue UnwrapList(const c10::IValue& v, size_t idx) {
   if (v.isTensorList()) {
@@ -191,6 +221,49 @@ std::atomic<bool>& ParallelRanksFlag() {
 }
 
 }  // namespace
+
+bool MachineBusy() {
+  // procs_running in /proc/stat: the threads runnable at this instant, this one included. Read at
+  // most every 100 ms (about 30 us a read); the answer in between is the last one.
+  static std::mutex mutex;
+  static std::chrono::steady_clock::time_point next{};
+  static bool busy = false;
+  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+  if (!lock.owns_lock() || now < next) return busy;
+  next = now + std::chrono::milliseconds(100);
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return busy = false;
+  char line[256];
+  long running = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "procs_running %ld", &running) == 1) break;
+  }
+  std::fclose(f);
+  // This process's own intra-op threads may be among the running ones (spinning between parallel
+  // regions): busy is more runnable threads than CPUs besides them.
+  busy = running > cpus + std::max(0, at::get_num_threads() - 1);
+  return busy;
+}
+
+void AdaptThreadsToLoad() {
+  const OpenMp& omp = GetOpenMp();
+  if (omp.ok() && omp.in_parallel()) return;  // a worker thread: the caller's setting holds
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  static const int configured = at::get_num_threads();  // as the user set it (OMP_NUM_THREADS)
+  static bool reduced = false;
+  if (configured < 2) return;
+  const bool busy = MachineBusy();
+  if (busy && !reduced) {
+    at::set_num_threads(1);
+    reduced = true;
+  } else if (!busy && reduced) {
+    at::set_num_threads(configured);
+    reduced = false;
+  }
+}
 
 bool RanksMayRunInParallel(size_t n_ranks) {
   if (n_ranks < 2 || !ParallelRanksFlag().load(std::memory_order_relaxed)) return false;
@@ -381,7 +454,8 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     }
   }
 
-  // 3. Run the op once per rank.
+  // 3. Run the op once per rank (LibTorch's threads fitted to the machine's load first).
+  AdaptThreadsToLoad();
   const size_t n_ranks = ranks->size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
   // them per call; they are cleared on exit so no shard outlives the call.
@@ -470,8 +544,12 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // random numbers, is a view, is not LibTorch's, works on meta tensors (shapes only: a few
   // microseconds a rank, less than a parallel region costs) or on a GPU (the host only queues the
   // kernels), or writes to a copy-on-write replica.
+  // Nor for work below a parallel region's cost (the first rank's tensor arguments under
+  // kMinParallelBytes), nor while the machine has more runnable threads than CPUs (MachineBusy).
   bool parallel = rng == nullptr && !info.view && info.aten && !meta && on_host &&
-                  RanksMayRunInParallel(n_ranks);
+                  RanksMayRunInParallel(n_ranks) &&
+                  FirstRankArgBytes(*stack, base, n_args, kinds) >= kMinParallelBytes &&
+                  !MachineBusy();
   if (parallel && !info.write_args.empty()) {
     parallel = WritesAreRankPrivate(info, kinds, *stack, base, n_args, n_ranks);
   }

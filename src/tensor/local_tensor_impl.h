@@ -172,6 +172,15 @@ c10::SymInt PerRankSymInt(const std::vector<int64_t>& ranks, std::vector<int64_t
 // intra-op threads present (two or more, not inside a parallel region already), and no Python
 // dispatch key or mode active (a worker thread would need the GIL the caller holds).
 bool RanksMayRunInParallel(size_t n_ranks);
+// Whether the machine has more runnable threads than CPUs now, besides this process's own intra-op
+// threads (/proc/stat's procs_running, read at most every 100 ms): rank threads would then wait for
+// each other's time slices, and an op's ranks run serially instead.
+bool MachineBusy();
+// Fits LibTorch's intra-op threads to the load: one while MachineBusy (spinning OpenMP threads that
+// wait for descheduled ones slow a busy machine down many times over), the configured number
+// (OMP_NUM_THREADS, else LibTorch's default) again once it is not. Called before each op's ranks
+// run; does nothing on a worker thread or when one thread is configured.
+void AdaptThreadsToLoad();
 // Runs run_rank(i) for every i in [0, n) on LibTorch's intra-op threads, a contiguous block of i
 // per thread (2 threads, 8 ranks: 0-3 and 4-7), each thread other than the caller's under the
 // caller's at::ThreadLocalState. run_rank must set its rank's RankScope itself. An exception of any
