@@ -85,9 +85,10 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
 enum class ArgKind : uint8_t { kPass, kLocal, kList, kSymInt, kSymIntList };
 
 // Below this many bytes in the first rank's tensor arguments an op's ranks run serially: forking
-// and joining LibTorch's threads costs more than such a call (bench add_vs_direct, 8 ranks of
-// 64 x 64 float32).
-constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
+// and joining LibTorch's threads costs more than a call on a few scalars. (At 16 x 16 float32 the
+// threads already win for a chain of pointwise ops and lose a little for a lone add: bench
+// chain_vs_direct and add_vs_direct; a threshold that made both serial lost the first.)
+constexpr int64_t kMinParallelBytes = int64_t{1} << 10;
 
 // The bytes of the first rank's LocalTensor arguments (lists included) of the op at
 // stack[base, base + n_args).
@@ -242,8 +243,15 @@ bool MachineBusy() {
   }
   std::fclose(f);
   // This process's own intra-op threads may be among the running ones (spinning between parallel
-  // regions): busy is more runnable threads than CPUs besides them.
-  busy = running > cpus + std::max(0, at::get_num_threads() - 1);
+  // regions): busy is as many runnable threads besides them as CPUs, twice in a row (readings
+  // 100 ms apart), so that one burst does not switch LibTorch's threads back and forth.
+  static int streak = 0;
+  const bool now_busy = running - at::get_num_threads() >= cpus;
+  streak = now_busy == busy ? 0 : streak + 1;
+  if (streak >= 2) {
+    busy = now_busy;
+    streak = 0;
+  }
   return busy;
 }
 

@@ -135,10 +135,11 @@ std::string ShardToString(const at::Tensor& shard);
 // per-rank calls, their arguments, the memory each rank is charged and every random value are the
 // same: ops that draw random numbers, views, ops on meta tensors, writes to a copy-on-write replica
 // or to a storage several ranks share, and ops outside aten:: always run the ranks one after the
-// other (local_kernel.cc says why). Results equal the serial run's bit for bit except where a
-// kernel's own summation order depends on its thread count (a reduction over more than 32,768
-// elements, a large matrix product), as between any two thread settings of LibTorch.
-// Process-wide; set it before running ops, not while they run.
+// other (local_kernel.cc says why), as do ops with little work per rank and every op while the
+// machine has more runnable threads than CPUs (local_tensor_impl.h: MachineBusy). Results equal the
+// serial run's bit for bit except where a kernel's own summation order depends on its thread count
+// (a reduction over more than 32,768 elements, a large matrix product), as between any two thread
+// settings of LibTorch. Process-wide; set it before running ops, not while they run.
 void SetParallelRanks(bool enabled);
 bool ParallelRanks();
 
