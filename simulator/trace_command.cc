@@ -53,6 +53,18 @@ auto BothAtOnce(F&& f, G&& g) -> std::pair<decltype(f()), decltype(g())> {
   return {std::move(first), std::move(second)};
 }
 
+// What an agreeing verdict says of the run's collectives (`dtsim run --trace` lists them): equal
+// where both recordings list them, else not compared.
+std::string RunCollectivesNote(const Recording& a, const Recording& b) {
+  if (a.collectives && b.collectives)
+    return StrCat("; the run's ", a.collectives->size(), " collectives equal");
+  if (a.collectives || b.collectives) {
+    return StrCat("; the run's collectives not compared: only the ",
+                  a.collectives ? "first" : "second", " recording lists them");
+  }
+  return "";
+}
+
 // Two recordings that both have events: the first op or collective where each rank's runs part
 // (the cause named), what diverged after it, then the redistributions' differences (structure;
 // their values are the events'). Exit 0 when nothing differs, else 1.
@@ -80,14 +92,8 @@ int PrintEventDiff(const Recording& a, const Recording& b,
     }
     if (ev.not_checked > 0)
       std::cout << "; " << ev.not_checked << " events' outputs not recorded, not checked";
-    std::cout << "; " << a.redistributions.size() << " redistributions agree in structure";
-    if (a.collectives && b.collectives) {
-      std::cout << "; the run's " << a.collectives->size() << " collectives equal";
-    } else if (a.collectives || b.collectives) {
-      std::cout << "; the run's collectives not compared: only the "
-                << (a.collectives ? "first" : "second") << " recording lists them";
-    }
-    std::cout << "\n";
+    std::cout << "; " << a.redistributions.size() << " redistributions agree in structure"
+              << RunCollectivesNote(a, b) << "\n";
     return 0;
   }
   auto cause = [fr](Cause c) {
@@ -208,14 +214,8 @@ int RunTraceDiff(const Args& args) {
       std::cout << "recordings agree: " << a.redistributions.size() << " redistribution"
                 << (a.redistributions.size() == 1 ? "" : "s")
                 << ", their collectives and every rank's shard equal (hashes compared where both "
-                   "recordings have them)";
-      if (a.collectives && b.collectives) {
-        std::cout << "; the run's " << a.collectives->size() << " collectives equal";
-      } else if (a.collectives || b.collectives) {
-        std::cout << "; the run's collectives not compared: only the "
-                  << (a.collectives ? "first" : "second") << " recording lists them";
-      }
-      std::cout << "\n";
+                   "recordings have them)"
+                << RunCollectivesNote(a, b) << "\n";
       return 0;
     }
     if (a.events || b.events) {

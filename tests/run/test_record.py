@@ -24,12 +24,17 @@ def run(argv, env=None, timeout=300):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or ENV)
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("sim") / "sim.json")
-    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, SCRIPT])
+def simulate(folder, script):
+    """`dtsim run --trace` of `script` on 4 simulated ranks: the reference recording."""
+    path = str(folder / "sim.json")
+    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, script])
     assert p.returncode == 0, p.stderr
     return path
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    return simulate(tmp_path_factory.mktemp("sim"), SCRIPT)
 
 
 def record(tmp_path, fault=None):
@@ -128,10 +133,7 @@ HANG = os.path.join(os.path.dirname(__file__), "scripts", "rank_hang.py")
 
 @pytest.fixture(scope="module")
 def hang_sim(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("hang") / "sim.json")
-    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, HANG])
-    assert p.returncode == 0, p.stderr
-    return path
+    return simulate(tmp_path_factory.mktemp("hang"), HANG)
 
 
 def fr_dumps(tmp_path, fault=None):
