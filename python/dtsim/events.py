@@ -22,7 +22,9 @@ permutation or a scaled tensor moves the sketch far past it.
 
 A collective's received bytes are digested when the rank waits for its work (the recorder hooks `Work.wait`), when
 the work is found complete at the rank's next event, or at the end; an event whose result the rank never waited for
-before the end says so (`"at": "end"`).
+before the end says so (`"at": "end"`). An output buffer written in place before then (its version counter moved: DDP
+divides its buckets once its own C++ wait returns) is marked `"written": true`: the diff then counts a differing output
+as not checked, never as a divergence.
 """
 
 from __future__ import annotations
@@ -71,7 +73,11 @@ def digest(t: torch.Tensor) -> Dict[str, Any]:
     if t.device.type == "meta":
         return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
                 "unavailable": "meta tensor"}
-    hash_, sketch, scale = _C.shard_digest(t)
+    try:
+        hash_, sketch, scale = _C.shard_digest(t)
+    except RuntimeError as e:  # a tensor whose data is not readable (storage not allocated): not digested
+        return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
+                "unavailable": str(e).split("\n")[0][:200]}
     out: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": hash_}
     if sketch is not None:
         out["sketch"], out["scale"] = sketch, scale
@@ -122,12 +128,26 @@ def program_line(depth: int = 1) -> str:
 
 
 class _Waiting:
-    """A collective's event whose received bytes are digested when its work completes."""
-    __slots__ = ("event", "outputs")
+    """A collective's event whose received bytes are digested when the program waits for its work, or when a later
+    event finds it complete. A buffer written in place since the collective was issued (`versions`: its version
+    counters then; a communication hook's post-processing, as DDP's division of its buckets once its own C++ wait
+    returns) may no longer hold what the collective delivered: the event is marked `"written"`."""
+    __slots__ = ("event", "outputs", "versions")
 
     def __init__(self, event: Dict[str, Any], outputs: List[torch.Tensor]):
         self.event = event
         self.outputs = outputs
+        self.versions = [t._version for t in outputs]
+
+    def _written(self) -> bool:
+        return any(t._version != v for t, v in zip(self.outputs, self.versions))
+
+    def digest(self) -> None:
+        self.event["outputs"] = [digest(_joined(self.outputs))]
+        if self._written():
+            # The bytes may no longer be what the collective delivered: the diff judges them equal or not
+            # checked, never different.
+            self.event["written"] = True
 
 
 class EventLog:
@@ -226,8 +246,9 @@ class EventLog:
             event["outputs"] = [digest(_joined(received))]
         else:
             event["outputs"] = None
+            waiting = _Waiting(event, received)
             with self.lock:
-                self.waiting[id(work)] = _Waiting(event, received)
+                self.waiting[id(work)] = waiting
                 self.works[id(work)] = work
         return out
 
@@ -236,7 +257,7 @@ class EventLog:
             waiting = self.waiting.pop(id(work), None)
             self.works.pop(id(work), None)
         if waiting is not None:
-            waiting.event["outputs"] = [digest(_joined(waiting.outputs))]
+            waiting.digest()
 
     def settle(self, at_end: bool = False) -> None:
         """Digests the received bytes of every collective whose work has completed (at the end: of all)."""
@@ -254,7 +275,7 @@ class EventLog:
                     waiting.event["unavailable"] = "its work failed"
                     continue
                 waiting.event["at"] = "end"
-            waiting.event["outputs"] = [digest(_joined(waiting.outputs))]
+            waiting.digest()
 
 
 def _completed(work) -> bool:

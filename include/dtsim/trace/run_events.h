@@ -37,6 +37,9 @@ struct RunEvent {
   std::vector<TensorDigest> inputs;
   std::optional<std::vector<TensorDigest>> outputs;  // nullopt: not digested (its work failed)
   bool at_end = false;  // a collective's output digested at the end (never waited for)
+  // Its output buffer was written in place between the collective and its digest (DDP's division of
+  // its buckets): a differing output is not checked rather than a divergence.
+  bool written = false;
   // Flight Recorder imports (dtsim import-fr): the group's sequence number and the state the dump
   // gives ("scheduled", "started", "completed"; "" elsewhere).
   std::optional<int64_t> seq;

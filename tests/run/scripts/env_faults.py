@@ -65,7 +65,8 @@ def plant(fault: str, rank: int) -> None:
                 deadline = time.monotonic() + 10
                 while not work.is_completed() and time.monotonic() < deadline:
                     time.sleep(0.0005)
-                output.view(-1)[0] += 1.0
+                # Through NumPy, as a transport writes memory: the tensor's version counter does not move.
+                output.view(-1)[:1].numpy()[0] += 1.0
                 if not async_op:
                     work.wait()
                     return None
