@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "commands.h"
+#include "dtsim/core/op_schema.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
@@ -229,8 +230,10 @@ int RunTraceDiff(const Args& args) {
   if (ta.format == kOpTraceFormat || tb.format == kOpTraceFormat) {
     const nlohmann::json ja = ParseTraceText(ta);
     const nlohmann::json jb = ParseTraceText(tb);
-    const OpTrace a = WithFileName(files[0], [&] { return OpTraceFromJson(ja); });
-    const OpTrace b = WithFileName(files[1], [&] { return OpTraceFromJson(jb); });
+    const OpTrace a =
+        WithFileName(files[0], [&] { return OpTraceFromJson(ja, TensorArgumentProblem); });
+    const OpTrace b =
+        WithFileName(files[1], [&] { return OpTraceFromJson(jb, TensorArgumentProblem); });
     const std::vector<TraceDifference> diffs = DiffOpTraces(a, b, static_cast<size_t>(limit));
     if (diffs.empty()) {
       std::cout << "op traces agree: " << a.op << ", " << a.redistributions.size()

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dtsim/core/dtensor.h"
+#include "dtsim/core/op_schema.h"
 #include "dtsim/core/redistribute.h"
 #include "dtsim/core/trace_recorder.h"
 #include "dtsim/layout/collective_kind.h"
@@ -261,7 +262,7 @@ PYBIND11_MODULE(_C, m) {
     nlohmann::json json = ReadTraceJson(path);
     WithFileName(path, [&] {
       if (IsOpTrace(json)) {
-        OpTraceFromJson(json);
+        OpTraceFromJson(json, TensorArgumentProblem);
       } else if (IsRecording(json)) {
         RecordingFromJson(json);
       } else if (IsModelTrace(json)) {

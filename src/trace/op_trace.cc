@@ -22,7 +22,7 @@ bool IsOpTrace(const nlohmann::json& json) {
   return json.is_object() && json.contains("format") && json["format"] == kOpTraceFormat;
 }
 
-OpTrace OpTraceFromJson(const nlohmann::json& json) {
+OpTrace OpTraceFromJson(const nlohmann::json& json, const OpArgumentCheck& check) {
   if (!IsOpTrace(json)) {
     throw InputError(
         "trace",
@@ -49,6 +49,10 @@ OpTrace OpTraceFromJson(const nlohmann::json& json) {
     OpTraceRedistribution red;
     red.op = item.String("op");
     red.arg = item.Int("arg", 0, 1000000);
+    if (check) {
+      const std::string problem = check(red.op, red.arg);
+      if (!problem.empty()) item.Fail(problem);
+    }
     try {
       red.trace = TraceFromJson(item.At("trace").json());
     } catch (const InputError& e) {

@@ -173,6 +173,20 @@ def test_load_trace_reads_model_traces(tmp_path):
         dtsim.load_trace(p)
 
 
+def test_load_trace_checks_op_trace_arguments_against_the_schema(tmp_path):
+    path = tmp_path / "op.json"
+    subprocess.run([os.environ.get("DTSIM_BIN", "dtsim"), "op", "mm", "--mesh", "2", "--arg", "4x4:S(0)", "--arg",
+                    "4x4:S(0)", "--trace", str(path)], check=True, capture_output=True, timeout=120)
+    t = dtsim.load_trace(path)
+    assert [(r["op"], r["arg"]) for r in t.redistributions] == [("aten::mm", 1)]  # mat2 gathered to R
+    bad = t.to_json()
+    bad["redistributions"][0]["arg"] = 2  # mm has two tensor arguments
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"redistributions\[0\]: arg 2, but aten::mm has 2 tensor arguments"):
+        dtsim.load_trace(p)
+
+
 def test_shard_hash_is_the_trace_hash():
     mesh = dtsim.init_device_mesh("cpu", (4,))
     x = torch.arange(10.0)

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -40,9 +41,14 @@ struct OpTrace {
 };
 
 nlohmann::json ToJson(const OpTrace& trace);
-// Reads and validates an op trace (each redistribution's trace as TraceFromJson does); InputError
-// ("trace", "<path>: <problem>") on the first problem.
-OpTrace OpTraceFromJson(const nlohmann::json& json);
+// What is wrong with a redistribution of tensor argument `arg` of `op` ("aten::mm"), named as
+// "arg 99, but ..." or "op 'aten::x' ...", or "" when nothing is. The ops layer knows ATen's
+// schemas (TensorArgumentProblem, include/dtsim/core/op_schema.h); this one does not.
+using OpArgumentCheck = std::function<std::string(const std::string& op, int64_t arg)>;
+
+// Reads and validates an op trace (each redistribution's trace as TraceFromJson does, its op and
+// argument by `check` when given); InputError ("trace", "<path>: <problem>") on the first problem.
+OpTrace OpTraceFromJson(const nlohmann::json& json, const OpArgumentCheck& check = nullptr);
 // True when `json` says it is an op trace (its "format" is dtsim-op-trace).
 bool IsOpTrace(const nlohmann::json& json);
 
