@@ -38,6 +38,9 @@ OpTrace OpTraceFromJson(const nlohmann::json& json, const OpArgumentCheck& check
   }
   OpTrace t;
   t.meta = TraceMetaFromJson(r.At("meta"));
+  if (t.meta.world_size < 1) {
+    r.At("meta").At("world_size").Fail(StrCat(t.meta.world_size, "; an op runs on 1 rank or more"));
+  }
   t.op = r.String("op");
   t.strategy = r.String("strategy");
   if (r.Has("ok")) t.ok = r.Bool("ok");

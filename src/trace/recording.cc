@@ -110,6 +110,15 @@ RecordedCollective CollectiveFromJson(const JsonReader& r, const DeviceMesh& mes
       }
     }
   }
+  // A rank takes part in one group of a collective, once. (Not every rank's group is listed: under
+  // LocalTensorMode one process sees every rank, and the recorder lists the groups it was given.)
+  std::vector<int64_t> members;
+  for (const std::vector<int64_t>& g : c.groups) members.insert(members.end(), g.begin(), g.end());
+  std::sort(members.begin(), members.end());
+  const auto twice = std::adjacent_find(members.begin(), members.end());
+  if (twice != members.end()) {
+    r.At("groups").Fail(StrCat("rank ", *twice, " is listed twice; a rank is in one group, once"));
+  }
   c.ranks = r.Ints("ranks", 0, max_rank);
   for (size_t i = 0; i < c.ranks.size(); ++i) {
     if (!mesh.FindCoordinate(c.ranks[i]))
@@ -249,6 +258,41 @@ std::vector<RankState> RecordedStatesFromJson(const JsonReader& r, const DTensor
   return out;
 }
 
+// Each state's local shape is the one its spec gives its rank: on a submesh, the rank's own
+// submesh (its coordinate on `submesh_dims` of the root). _StridedShard placements are left out:
+// upstream's local shapes of uneven ones follow its own split, which replay compares instead.
+void CheckLocalShapes(const JsonReader& list, const std::vector<RankState>& states,
+                      const DTensorSpec& spec, const DeviceMesh& root,
+                      const std::vector<std::string>& submesh_dims) {
+  for (const Placement& p : spec.placements())
+    if (p.is_strided_shard()) return;
+  std::vector<size_t> dims;  // the root dims of the submesh, in its order
+  for (const std::string& name : submesh_dims) {
+    const auto& names = root.names();
+    dims.push_back(
+        static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin()));
+  }
+  std::vector<int64_t> coordinate;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const std::vector<int64_t> at_root = root.GetCoordinate(states[i].rank);
+    if (dims.empty()) {
+      coordinate = at_root;
+    } else {
+      coordinate.clear();
+      for (size_t d : dims) coordinate.push_back(at_root.at(d));
+    }
+    const std::vector<int64_t> expected =
+        LocalShapeAt(spec.shape(), spec.mesh().shape(), coordinate, spec.placements());
+    if (states[i].local_shape != expected) {
+      list.At(i)
+          .At("local_shape")
+          .Fail(StrCat(IntListToString(states[i].local_shape), ", but ", spec.ToString(),
+                       " gives rank ", states[i].rank, " the local shape ",
+                       IntListToString(expected)));
+    }
+  }
+}
+
 RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
                                               std::optional<int64_t> data_file_bytes) {
   r.ExpectObject();
@@ -287,6 +331,10 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   if (out.ranks_after.size() != world)
     r.At("ranks_after")
         .Fail(StrCat("has ", out.ranks_after.size(), " ranks; the mesh has ", world));
+  CheckLocalShapes(r.At("ranks_before"), out.ranks_before, out.src, src_root.mesh(),
+                   out.submesh_dims);
+  CheckLocalShapes(r.At("ranks_after"), out.ranks_after, out.dst, dst_root.mesh(),
+                   out.submesh_dims);
   out.time_us = TimesFromJson(r.At("time_us"), out.ranks_before);
   if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), out.ranks_before);
   const JsonReader cs = r.At("collectives");

@@ -401,6 +401,15 @@ BAD_INPUTS = [
     Row("replay-world-of-a-million-on-a-4-rank-mesh", ["replay", "r.json"], "recording",
         ["redistributions[0].src.mesh", "holds 4 ranks, but meta.world_size is 1000000"],
         files={"r.json": recording_text(lambda d: d["meta"].update(world_size=1000000))}),
+    Row("replay-recording-group-lists-a-rank-twice", ["replay", "r.json"], "recording",
+        ["redistributions[0].collectives[0].groups", "rank 0 is listed twice; a rank is in one group, once"],
+        files={"r.json": recording_text(lambda d: d["redistributions"][0]["collectives"][0].update(
+            groups=[[0, 0, 1, 2]]))}),
+    Row("replay-recording-local-shape-not-the-specs", ["replay", "r.json"], "recording",
+        ["redistributions[0].ranks_before[1].local_shape",
+         "[2], but mesh[4] [S(0)] shape=[4] float32 gives rank 1 the local shape [1]"],
+        files={"r.json": recording_text(lambda d: d["redistributions"][0]["ranks_before"][1].update(
+            local_shape=[2]))}),
     # A recording's events (dtsim record, dtsim run --trace): validated in trace-diff as in replay.
     Row("trace-diff-events-of-a-rank-outside-the-world", ["trace-diff", "r.json", "r.json"], "recording",
         ["events", "has events for '99', which is no rank of a world of 4"],

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,6 +19,7 @@
 #include "cli_common.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/trace.h"
 
 namespace dtsim::fuzz {
 
@@ -130,6 +134,50 @@ void SweepOnce(const char* target, size_t max_bytes, Run run) {
   std::fprintf(stderr, "%s sweep (seed %llu): %lld mutated inputs, %lld accepted, %lld refused\n",
                target, static_cast<unsigned long long>(seed), static_cast<long long>(n),
                static_cast<long long>(accepted), static_cast<long long>(n - accepted));
+}
+
+// A structured target's input: its bytes read one at a time (zeros once they run out), each
+// choosing the next mutation or its operands.
+class Program {
+ public:
+  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t Next() { return pos_ < size_ ? data_[pos_++] : 0; }
+  bool done() const { return pos_ >= size_; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+// One of `from`, chosen by the program's next byte.
+template <typename T>
+const T& Pick(Program& p, const std::vector<T>& from) {
+  return from[p.Next() % from.size()];
+}
+
+// Thrown by a mutation that no longer fits what earlier ones left (an empty list to pick from):
+// the mutation is skipped.
+struct SkipMutation {};
+
+// The index of one of `n` things, chosen by the program's next byte; SkipMutation when n is 0.
+inline size_t AnyIndex(Program& p, size_t n) {
+  if (n == 0) throw SkipMutation{};
+  return p.Next() % n;
+}
+
+// One element of the JSON array `list`, chosen by the program's next byte; SkipMutation when
+// `list` is no array or empty.
+inline nlohmann::json& AnyOf(Program& p, nlohmann::json& list) {
+  if (!list.is_array()) throw SkipMutation{};
+  return list[AnyIndex(p, list.size())];
+}
+
+// A structured target's seed: the JSON file at `path`, read with dtsim's limits.
+inline nlohmann::json ReadSeedJson(const std::filesystem::path& path, const char* field) {
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ParseJsonText(text, field, path.string());
 }
 
 }  // namespace dtsim::fuzz

@@ -41,34 +41,16 @@ using Json = nlohmann::json;
 
 const Json& Seed() {
   static const Json seed = [] {
-    const std::filesystem::path path =
-        std::filesystem::path(DTSIM_SOURCE_DIR) / "tests/fuzz/data/model_trace.json";
-    std::ifstream in(path);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    Json j = dtsim::ParseJsonText(text, "trace", path.string());
+    Json j = dtsim::fuzz::ReadSeedJson(
+        std::filesystem::path(DTSIM_SOURCE_DIR) / "tests/fuzz/data/model_trace.json", "trace");
     dtsim::ModelTraceFromJson(j);  // the seed is valid, or the target has nothing to lie about
     return j;
   }();
   return seed;
 }
 
-// The program's bytes, read one at a time (zeros once they run out).
-class Program {
- public:
-  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint64_t Next() { return pos_ < size_ ? data_[pos_++] : 0; }
-  bool done() const { return pos_ >= size_; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-template <typename T>
-const T& Pick(Program& p, const std::vector<T>& from) {
-  return from[p.Next() % from.size()];
-}
+using dtsim::fuzz::Pick;
+using dtsim::fuzz::Program;
 
 // Events that hold a tensor, and those that hold collectives.
 std::vector<size_t> EventsWith(const Json& doc, const char* key) {
