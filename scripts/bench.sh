@@ -19,6 +19,9 @@
 #   bench run_meta_1024 ratio <x>      60 s / the wall time of a TP + FSDP2 step at 1,024 metadata-only ranks
 #   bench recording_65536 ratio <x>   10 s / replay + Perfetto export of a 2^16-rank recording (issue 36,
 #                                      bench/recording_scale_bench.py; linear in ranks: groups written once)
+#   bench recording_65536_viewer ratio <x>   10 s / the viewer's headless screenshot of that recording
+#   bench recording_65536_memory ratio <x>   1 GiB / the largest peak RSS of replay, export and the viewer on it
+#   bench recording_1M_linearity ratio <x>   16 x t(2^16) / t(2^20), t = replay + export + viewer (1 = linear)
 #   bench recorder_overhead ratio <x>  an upstream TP program on 4 Gloo ranks (torchrun, bench/recorder_bench.py):
 #                                      time per iteration without / with dtsim.record around it (target >= 0.8)
 # Issue 32 (bench/record_ops_bench.py):
@@ -104,8 +107,11 @@ fi
 # Issue 33: the model command on a busy machine (4 spinning processes beside it), default against serial ranks.
 echo "bench: model_busy_vs_serial (4 spinning processes beside the model command, about a minute) ..." >&2
 "$DTSIM_PY" "$DTSIM_ROOT/bench/busy_bench.py" "$DTSIM_BUILD/dtsim" > "$out/busy.json"
-# Issue 36: replay and export of a 2^16-rank recording (bench/recording_scale_bench.py).
-"$DTSIM_PY" "$DTSIM_ROOT/bench/recording_scale_bench.py" "$DTSIM_BUILD/dtsim" > "$out/recording_scale.json"
+# Issue 36: replay, export and the viewer on recordings of 2^16 and 2^20 ranks (bench/recording_scale_bench.py).
+echo "bench: recording_65536 and recording_1M (replay, export, viewer at 2^16 and 2^20 ranks, about 2 minutes) ..." >&2
+configure_and_build --target dtsim-viewer >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/recording_scale_bench.py" "$DTSIM_BUILD/dtsim" "$DTSIM_BUILD/viewer/dtsim-viewer" \
+  65536 1048576 > "$out/recording_scale.json"
 # The MPI backend's overhead over the raw MPI calls, 8 ranks x 16 MiB (all ranks on this machine).
 if [ -x "$DTSIM_BUILD/bench/dtsim_mpi_bench" ]; then
   "$DTSIM_ROOT/tests/backends/mpirun.sh" 8 "$DTSIM_BUILD/bench/dtsim_mpi_bench" 15 > "$out/mpi.json"
@@ -214,10 +220,23 @@ bz = json.load(open(os.path.join(out, "busy.json")))
 print(f"bench model_busy_vs_serial ratio {bz['model_busy_vs_serial']:.2f}   (the README's model command beside 4 "
       f"spinning processes: {bz['serial_s']:.2f} s with serial ranks over {bz['default_s']:.2f} s as dtsim runs it, "
       f"medians of {bz['runs']} alternating runs; target >= 0.9)")
-rs = json.load(open(os.path.join(out, "recording_scale.json")))
-print(f"bench recording_65536 ratio {rs['recording_65536']:.2f}   (10 s over replay {rs['replay_s']:.2f} s + export "
-      f"{rs['export_s']:.2f} s of a {rs['ranks']}-rank recording, {rs['recording_mib']:.0f} MiB; export "
-      f"{rs['export_mib']:.0f} MiB, peak RSS {rs['peak_mib']:.0f} MiB; target >= 1)")
+scale = json.load(open(os.path.join(out, "recording_scale.json")))
+rs, rm = scale["65536"], scale["1048576"]
+peak = lambda r: max(r["replay_peak_mib"], r["export_peak_mib"], r["viewer_peak_mib"])
+work = lambda r: r["replay_s"] + r["export_s"] + r["viewer_s"]
+print(f"bench recording_65536 ratio {10 / (rs['replay_s'] + rs['export_s']):.2f}   (10 s over replay {rs['replay_s']:.2f} s "
+      f"+ export {rs['export_s']:.2f} s of a 65536-rank recording, {rs['recording_mib']:.0f} MiB; export "
+      f"{rs['export_mib']:.0f} MiB; target >= 1)")
+print(f"bench recording_65536_viewer ratio {10 / rs['viewer_s']:.2f}   (10 s over the viewer's headless screenshot of it: "
+      f"{rs['viewer_s']:.2f} s, Xvfb; target >= 1)")
+print(f"bench recording_65536_memory ratio {1024 / peak(rs):.2f}   (1 GiB over the largest peak RSS: replay "
+      f"{rs['replay_peak_mib']:.0f} MiB, export {rs['export_peak_mib']:.0f} MiB, viewer {rs['viewer_peak_mib']:.0f} MiB; "
+      f"target >= 1)")
+print(f"bench recording_1M_linearity ratio {16 * work(rs) / work(rm):.2f}   (16 x the 2^16 time over the 2^20 time of "
+      f"replay + export + viewer: {work(rs):.1f} s and {work(rm):.1f} s (replay {rm['replay_s']:.1f} s, export "
+      f"{rm['export_s']:.1f} s, viewer {rm['viewer_s']:.1f} s); peak RSS at 2^20: replay {rm['replay_peak_mib']:.0f} MiB, "
+      f"export {rm['export_peak_mib']:.0f} MiB, viewer {rm['viewer_peak_mib']:.0f} MiB for a {rm['recording_mib']:.0f} MiB "
+      f"recording; 1 = linear in ranks)")
 if os.path.exists(os.path.join(out, "run.json")):
     rn = json.load(open(os.path.join(out, "run.json")))
     print(f"bench run_vs_torchrun ratio {rn['run_vs_torchrun']:.2f}   (wall time of torchrun + Gloo "

@@ -79,10 +79,9 @@ int RunExport(const Args& args) {
   // A recording of an upstream run (dtsim.record): its redistributions per rank, as measured.
   TraceText first_text = ReadTraceText(o.files[0]);
   if (first_text.format == kRecordingFormat) {
-    const nlohmann::json first_json = ParseTraceText(first_text);
     if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
-    const Recording rec = WithFileName(o.files[0], [&] { return RecordingFromJson(first_json); });
-    WriteFileAtomically(out, SafeDump(viewer::RecordingToPerfetto(rec)) + "\n", "file");
+    const Recording rec = RecordingFromText(std::exchange(first_text, {}));
+    WriteFileAtomically(out, viewer::RecordingToPerfetto(rec), "file");
     return 0;
   }
   // A model trace (dtsim model --trace): modules, ops and collectives nested per rank; a second

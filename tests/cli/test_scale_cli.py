@@ -1,14 +1,19 @@
 """Big worlds from the outside (issue 11): --meta on layout, plan, redistribute and distribute; --memory; --ranks and
 the shape summary of big worlds; metadata-only traces that trace-diff compares with data traces; worlds beyond the
-former 65,536-rank limit. Expected values are closed forms (torch.chunk sizes, bytes worked out by hand) or the data
-run of the same case."""
+former 65,536-rank limit; recordings of 2^16 and 2^20 ranks through replay, export and the viewer (issue 36).
+Expected values are closed forms (torch.chunk sizes, bytes worked out by hand) or the data run of the same case."""
 import json
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
 DTSIM = os.environ.get("DTSIM_BIN", "dtsim")
+VIEWER = os.environ.get("DTSIM_VIEWER_BIN")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from recording_scale_bench import write_recording  # noqa: E402  (one S(0) -> R all_gather over every rank)
 
 
 def run(*args):
@@ -133,3 +138,49 @@ def test_bad_input_is_a_clear_error(args, field, message):
     assert out.stdout == ""
     assert out.stderr.startswith(f"dtsim: error: {field}: "), out.stderr
     assert message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("n", [1 << 16, 1 << 20])
+def test_recordings_of_a_big_world_replay_and_export_linear_in_ranks(tmp_path, n):
+    """A recorded S(0) -> R over n ranks: replay checks the layouts and the one all_gather (no shard data: exit 3, said
+    so); the Perfetto export has one slice per rank, each naming its group by id, and the group of all n ranks written
+    once, so the export grows linearly (bytes per rank bounded). Time and memory bounds: bench recording_* lines."""
+    path, exported = tmp_path / "r.json", tmp_path / "p.json"
+    write_recording(path, n)
+    out = run("replay", str(path))
+    assert out.returncode == 3, out.stderr
+    assert f"mesh[{n}] [{n}] float32  [S(0)] -> [R]  equal: layouts, 1 collective" in out.stdout, out.stdout
+    assert "no shard was checked" in out.stdout
+    out = run("export", "--format", "perfetto", str(path), str(exported))
+    assert out.returncode == 0, out.stderr
+    text = exported.read_text()
+    assert text.count('"ph":"X"') == n  # one slice per rank
+    assert text.count(f'"group":"g0 ({n} ranks)"') == n  # each names the group by id ...
+    assert len(text) < 700 * n  # ... so no slice holds the group's n ranks
+    tail = text[text.rindex('"otherData":'):]
+    assert tail.count('"g0":[0,1,2,') == 1 and tail.count(f",{n - 1}]") == 1  # written once, whole
+    if n == 1 << 16:
+        doc = json.loads(text)
+        slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+        assert sorted(e["pid"] for e in slices) == list(range(1, n + 1))
+        assert {e["args"]["collectives"][0]["input_bytes"] for e in slices} == {4}
+        assert {e["args"]["collectives"][0]["output_bytes"] for e in slices} == {4 * n}
+        assert doc["otherData"]["groups"] == {"g0": list(range(n))}
+
+
+@pytest.mark.skipif(not VIEWER or not shutil.which("xvfb-run"), reason="needs DTSIM_VIEWER_BIN and xvfb-run")
+def test_the_viewer_opens_a_recording_of_65536_ranks(tmp_path):
+    """The viewer draws the 2^16-rank recording headless, at its final frame: the mesh panel says how many ranks it
+    wraps, and going to the last rank selects it."""
+    n = 1 << 16
+    path = tmp_path / "r.json"
+    write_recording(path, n)
+    records = tmp_path / "records.json"
+    out = subprocess.run(["xvfb-run", "-a", VIEWER, str(path), "--screenshot", str(tmp_path / "v.png"),
+                          "--dump-records", str(records), "--goto", str(n - 1), "--step", "final"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(records.read_text())
+    assert d["error"] == "" and d["goto_error"] == "" and d["selected_rank"] == n - 1
+    texts = [t["text"] for t in d["panels"]["mesh"]["texts"]]
+    assert any(t.startswith(f"dim 0 ({n} ranks, wrapped every") for t in texts), texts[:5]

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/layout/json_reader.h"
 #include "rank_details.h"
 
 namespace dtsim::viewer {
@@ -219,9 +220,17 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
             {"groups", groups.Table()}}}};
 }
 
-nlohmann::json RecordingToPerfetto(const Recording& recording) {
+std::string RecordingToPerfetto(const Recording& recording) {
   PerfettoGroups groups;
-  nlohmann::json events = nlohmann::json::array();
+  // Each event is written as soon as it is made: a DOM of every rank's events would cost far more
+  // than their text.
+  std::string out = "{\"traceEvents\":[";
+  bool first = true;
+  auto emit = [&](const nlohmann::json& event) {
+    if (!first) out += ',';
+    first = false;
+    out += SafeDump(event);
+  };
   auto ns = [](double us) {
     return static_cast<int64_t>(std::llround(std::min(1e15, std::max(0.0, us)) * 1000.0));
   };
@@ -252,20 +261,19 @@ nlohmann::json RecordingToPerfetto(const Recording& recording) {
       const int64_t rank = r.ranks_before[i].rank;
       if (!next_free.count(rank)) {
         next_free[rank] = 0;
-        events.push_back(
-            {{"ph", "M"},
-             {"name", "process_name"},
-             {"pid", rank + 1},
-             {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
-        events.push_back({{"ph", "M"},
-                          {"name", "process_sort_index"},
-                          {"pid", rank + 1},
-                          {"args", {{"sort_index", rank}}}});
-        events.push_back({{"ph", "M"},
-                          {"name", "thread_name"},
-                          {"pid", rank + 1},
-                          {"tid", kStepsTid},
-                          {"args", {{"name", "redistributions"}}}});
+        emit({{"ph", "M"},
+              {"name", "process_name"},
+              {"pid", rank + 1},
+              {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
+        emit({{"ph", "M"},
+              {"name", "process_sort_index"},
+              {"pid", rank + 1},
+              {"args", {{"sort_index", rank}}}});
+        emit({{"ph", "M"},
+              {"name", "thread_name"},
+              {"pid", rank + 1},
+              {"tid", kStepsTid},
+              {"args", {{"name", "redistributions"}}}});
       }
       // Measured start when recorded, never before the end of the previous slice of the track.
       const int64_t start =
@@ -285,36 +293,37 @@ nlohmann::json RecordingToPerfetto(const Recording& recording) {
              {"output_bytes", c.output_bytes[k]}});
       }
       const std::string what = r.call == "implicit" ? r.op : r.call;
-      events.push_back({{"ph", "X"},
-                        {"cat", kCategory},
-                        {"name", StrCat("#", r.index, " ", what, " ", ToString(r.src.placements()),
-                                        " -> ", ToString(r.dst.placements()))},
-                        {"pid", rank + 1},
-                        {"tid", kStepsTid},
-                        {"ts", us(start)},
-                        {"dur", us(dur)},
-                        {"args",
-                         {{"index", r.index},
-                          {"call", r.call},
-                          {"op", r.op},
-                          {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
-                          {"mesh", r.src.mesh().ToString()},
-                          {"shape", r.src.shape()},
-                          {"dtype", ToString(r.src.dtype())},
-                          {"from", ToString(r.src.placements())},
-                          {"to", ToString(r.dst.placements())},
-                          {"collectives", collectives},
-                          {"time_us", r.time_us[i]}}}});
+      emit({{"ph", "X"},
+            {"cat", kCategory},
+            {"name", StrCat("#", r.index, " ", what, " ", ToString(r.src.placements()), " -> ",
+                            ToString(r.dst.placements()))},
+            {"pid", rank + 1},
+            {"tid", kStepsTid},
+            {"ts", us(start)},
+            {"dur", us(dur)},
+            {"args",
+             {{"index", r.index},
+              {"call", r.call},
+              {"op", r.op},
+              {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
+              {"mesh", r.src.mesh().ToString()},
+              {"shape", r.src.shape()},
+              {"dtype", ToString(r.src.dtype())},
+              {"from", ToString(r.src.placements())},
+              {"to", ToString(r.dst.placements())},
+              {"collectives", collectives},
+              {"time_us", r.time_us[i]}}}});
     }
   }
-  return {{"traceEvents", std::move(events)},
-          {"otherData",
-           {{"generator", "dtsim export --format perfetto"},
-            {"recording",
-             {{"backend", recording.backend},
-              {"torch_version", recording.torch_version},
-              {"argv", recording.argv}}},
-            {"groups", groups.Table()}}}};
+  out += "],\"otherData\":";
+  out += SafeDump({{"generator", "dtsim export --format perfetto"},
+                   {"recording",
+                    {{"backend", recording.backend},
+                     {"torch_version", recording.torch_version},
+                     {"argv", recording.argv}}},
+                   {"groups", groups.Table()}});
+  out += "}\n";
+  return out;
 }
 
 }  // namespace dtsim::viewer

@@ -57,7 +57,8 @@ inline constexpr int64_t kPerfettoPidStride = 10'000'000;
 // [S(0)] -> [S(1)]" (implicit ones by their op), with args: index, call, op, arg, mesh, shape,
 // dtype, from, to, and the collectives this rank took part in (op, group, input and output bytes).
 // Recordings without start times lay the redistributions end to end.
-nlohmann::json RecordingToPerfetto(const Recording& recording);
+// Returned as the JSON text (one line and a newline), written event by event.
+std::string RecordingToPerfetto(const Recording& recording);
 
 // Groups in exported events. A group of at most kInlineGroupRanks ranks is written in place (its
 // ranks); a larger one once, in otherData.groups under an id, and referred to as "g3 (4096
