@@ -13,6 +13,7 @@
 #include "dtsim/core/redistribute.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/transition.h"
+#include "dtsim/ops/custom_handlers.h"
 #include "dtsim/ops/loss_parallel.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
@@ -298,30 +299,102 @@ bool IsShapeArgOp(const std::string& name) {
   return false;
 }
 
-void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  // Upstream's custom op handlers come first (loss_parallel.h), as in its op dispatcher.
-  if (LossParallelEnabled() && RunLossParallelOp(op, stack)) return;
-  const c10::FunctionSchema& schema = op.schema();
-  const size_t n_args = schema.arguments().size();
-  const size_t base = stack->size() - n_args;
-  // The op's names, made once per operator.
-  thread_local std::unordered_map<const void*, std::pair<std::string, std::string>> names;
-  auto named = names.find(&schema);
-  if (named == names.end()) {
-    std::string full = OpName(op);
-    named = names.emplace(&schema, std::make_pair(full, full.substr(full.find("::") + 2))).first;
+// The op's names and custom handlers, found once per operator.
+struct OpNames {
+  std::string name;                               // "aten::add.Tensor"
+  std::string short_name;                         // "add.Tensor"
+  CustomHandler handler = nullptr;                // set kAlways
+  CustomHandler loss_parallel_handler = nullptr;  // set kLossParallel
+};
+
+const OpNames& NamesOf(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, OpNames> names;
+  const void* key = &op.schema();
+  auto it = names.find(key);
+  if (it == names.end()) {
+    OpNames n;
+    n.name = OpName(op);
+    n.short_name = n.name.substr(n.name.find("::") + 2);
+    n.handler = FindCustomHandler(HandlerSet::kAlways, n.name);
+    n.loss_parallel_handler = FindCustomHandler(HandlerSet::kLossParallel, n.name);
+    it = names.emplace(key, std::move(n)).first;
   }
-  const std::string& name = named->second.first;
-  const std::string& short_name = named->second.second;
+  return it->second;
+}
+
+// One call of an op on DTensors through the kernel's stages, each a member function run after the
+// one before: Unwrap (the arguments: DTensor inputs and their placements) -> Propagate (the
+// sharding decision and output metadata, from the cache or propagated) -> Redistribute (the inputs
+// that need it, to the decision's placements) -> RunLocal (the op on the local data) -> Wrap (the
+// results as DTensors) -> Finish (the results replace the arguments on the stack; the observer
+// hears of the call). Custom handlers (custom_handlers.h) run some stages and do the rest their own
+// way.
+class KernelCall {
+ public:
+  KernelCall(const c10::OperatorHandle& op, const OpNames& names, torch::jit::Stack* stack)
+      : op(op),
+        schema(op.schema()),
+        stack(stack),
+        n_args(schema.arguments().size()),
+        base(stack->size() - n_args),
+        names(names),
+        name(names.name),
+        short_name(names.short_name),
+        observe(g_observer != nullptr) {
+    call.schema = &schema;
+    call.name = name;
+  }
 
   // 1. Classify the arguments.
-  OpCallInfo call;  // name and schema always; the rest only when needed (fill_call below)
-  call.schema = &schema;
-  call.name = name;
+  void Unwrap();
+  // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
+  void Propagate();
+  // 3. Redistribute the inputs that need it (fills `locals`).
+  void Redistribute();
+  // 4. Run the op on the local data: its results, per rank.
+  torch::jit::Stack RunLocal();
+  // 5. Wrap the local results as DTensors with the decision's specs.
+  std::vector<c10::IValue> Wrap(const torch::jit::Stack& local_stack);
+  // Replaces the arguments by the results; the observer hears of the call first (the arguments,
+  // and the DTensors `ref` and `inputs` point into, are alive until the drop).
+  void Finish(std::vector<c10::IValue> results);
+  // Stages 3 to the end, for a call that has been unwrapped and propagated.
+  void RunGeneric() {
+    Redistribute();
+    Finish(Wrap(RunLocal()));
+  }
+
+  const c10::OperatorHandle& op;
+  const c10::FunctionSchema& schema;
+  torch::jit::Stack* stack;
+  const size_t n_args;
+  const size_t base;
+  const OpNames& names;
+  const std::string& name;
+  const std::string& short_name;
+  // The OpCallInfo: name and schema always; the rest only when needed (fill_call).
+  OpCallInfo call;
   bool call_filled = false;
   std::vector<Input> inputs;
   std::vector<size_t> input_arg;  // the argument each input comes from
   const DTensor* ref = nullptr;   // the first DTensor argument
+  std::shared_ptr<Collectives> collectives;
+  std::vector<Placements> current;  // each input's placements before any redistribution
+  std::shared_ptr<const CachedCall> cached;
+  bool cache_hit = false;
+  std::vector<at::Tensor> locals;  // each input's local data, redistributed
+  OpEvent event;
+  const bool observe;
+
+ private:
+  void fill_call();
+  const DeviceMesh& mesh() const { return ref->mesh(); }
+  void FixMetaOutputs();
+  void LocalShapeArguments(torch::jit::Stack& local_stack);
+  at::Tensor SqueezeGlobalOnes();
+};
+
+void KernelCall::Unwrap() {
   auto add_tensor = [&](const at::Tensor& t, size_t a, bool in_list) {
     if (DTensorImpl* impl = FindImpl(t)) {
       if (ref && impl->dtensor().mesh() != ref->mesh()) {
@@ -364,34 +437,58 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     }
   }
   DTSIM_CHECK(ref != nullptr, "DTensor kernel reached without a DTensor argument: ", name);
-  const DeviceMesh& mesh = ref->mesh();
-  const std::shared_ptr<Collectives> collectives = ref->collectives_ptr();
-  std::vector<Placements> current;
+  collectives = ref->collectives_ptr();
   current.reserve(inputs.size());
   for (const Input& in : inputs) {
     current.push_back(in.dt ? in.dt->placements()
-                            : Placements(mesh.ndim(), Placement::Replicate()));
+                            : Placements(mesh().ndim(), Placement::Replicate()));
   }
-  auto fill_call = [&] {
-    if (call_filled) return;
-    call_filled = true;
-    call.meta.assign(n_args, std::nullopt);
-    call.list_meta.assign(n_args, {});
-    for (size_t a = 0; a < n_args; ++a) {
-      const c10::IValue& v = (*stack)[base + a];
-      if (v.isTensor() && v.toTensor().defined()) {
-        call.meta[a] = MetaOf(v.toTensor());
-      } else if (v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorList()) call.list_meta[a].push_back(MetaOf(t));
+}
+
+void KernelCall::fill_call() {
+  if (call_filled) return;
+  call_filled = true;
+  call.meta.assign(n_args, std::nullopt);
+  call.list_meta.assign(n_args, {});
+  for (size_t a = 0; a < n_args; ++a) {
+    const c10::IValue& v = (*stack)[base + a];
+    if (v.isTensor() && v.toTensor().defined()) {
+      call.meta[a] = MetaOf(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) call.list_meta[a].push_back(MetaOf(t));
+    }
+  }
+  call.mesh_shape = mesh().shape();
+  for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper));
+  call.args.assign(stack->begin() + base, stack->end());
+  call.current = current;
+}
+
+// Output metadata where LibTorch's C++ meta kernels disagree with its CPU kernels and upstream's
+// fake tensors.
+void KernelCall::FixMetaOutputs() {
+  // LibTorch's C++ meta kernel of native_layer_norm gives mean/rstd the input's sizes for an
+  // empty input; the CPU kernel and upstream's fake tensors give the normalised dims size 1.
+  if (name == "aten::native_layer_norm" && call.outputs.size() == 3 && call.outputs[1] &&
+      call.outputs[2]) {
+    const std::vector<int64_t>& in_shape = call.inputs[0].shape;
+    const int64_t axis =
+        static_cast<int64_t>(in_shape.size()) - static_cast<int64_t>(call.IntList(1).size());
+    std::vector<int64_t> stats(in_shape.begin(), in_shape.begin() + std::max<int64_t>(axis, 0));
+    stats.resize(in_shape.size(), 1);
+    for (size_t o : {size_t{1}, size_t{2}}) {
+      TensorMeta& m = *call.outputs[o];
+      m.shape = stats;
+      m.stride.assign(stats.size(), 1);
+      for (int64_t d = static_cast<int64_t>(stats.size()) - 2; d >= 0; --d) {
+        m.stride[d] = m.stride[d + 1] * std::max<int64_t>(stats[d + 1], 1);
       }
     }
-    call.mesh_shape = mesh.shape();
-    for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper));
-    call.args.assign(stack->begin() + base, stack->end());
-    call.current = current;
-  };
+  }
+}
 
-  // 2. The decision: from the cache, or propagated (output metadata from the op on meta tensors).
+void KernelCall::Propagate() {
+  const DeviceMesh& mesh = this->mesh();
   thread_local std::string key;  // reused: keeps its capacity from call to call
   key.assign(name);
   key += '|';
@@ -435,8 +532,6 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       key += ';';
     }
   }
-  std::shared_ptr<const CachedCall> cached;
-  bool cache_hit = false;
   {
     Cache& cache = GetCache();
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -508,24 +603,7 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
         for (const at::Tensor& t : r.toTensorList()) call.outputs.push_back(MetaOf(t));
       }
     }
-    // LibTorch's C++ meta kernel of native_layer_norm gives mean/rstd the input's sizes for an
-    // empty input; the CPU kernel and upstream's fake tensors give the normalised dims size 1.
-    if (name == "aten::native_layer_norm" && call.outputs.size() == 3 && call.outputs[1] &&
-        call.outputs[2]) {
-      const std::vector<int64_t>& in_shape = call.inputs[0].shape;
-      const int64_t axis =
-          static_cast<int64_t>(in_shape.size()) - static_cast<int64_t>(call.IntList(1).size());
-      std::vector<int64_t> stats(in_shape.begin(), in_shape.begin() + std::max<int64_t>(axis, 0));
-      stats.resize(in_shape.size(), 1);
-      for (size_t o : {size_t{1}, size_t{2}}) {
-        TensorMeta& m = *call.outputs[o];
-        m.shape = stats;
-        m.stride.assign(stats.size(), 1);
-        for (int64_t d = static_cast<int64_t>(stats.size()) - 2; d >= 0; --d) {
-          m.stride[d] = m.stride[d + 1] * std::max<int64_t>(stats[d + 1], 1);
-        }
-      }
-    }
+    FixMetaOutputs();
     auto entry = std::make_shared<CachedCall>();
     entry->decision = PropagateSharding(call, mesh, current);
     entry->outputs = call.outputs;
@@ -549,42 +627,11 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.entries.emplace(key, cached);
   }
-  const ShardingDecision& decision = cached->decision;
+}
 
-  // 3. Redistribute the inputs that need it.
-  OpEvent event;
-  const bool observe = g_observer != nullptr;
-  // Replaces the arguments by the results; the observer hears of the call first (the arguments, and
-  // the DTensors `ref` and `inputs` point into, are alive until the drop).
-  auto finish = [&](std::vector<c10::IValue> results) {
-    if (observe) {
-      fill_call();
-      event.op = name;
-      event.inputs = call.inputs;
-      event.input_placements = current;
-      event.decision = decision;
-      event.cache_hit = cache_hit;
-      g_observer->OnOp(event);
-    }
-    torch::jit::drop(*stack, n_args);
-    for (auto& r : results) stack->push_back(std::move(r));
-  };
-  if ((name == "aten::argmax" || name == "aten::argmin") && inputs.size() == 1 && inputs[0].dt) {
-    // Upstream's custom handler (argminmax_handler), not the registered strategy, runs these: see
-    // ArgMinMax.
-    const c10::IValue& dim = (*stack)[base + 1];
-    at::Tensor local =
-        ArgMinMax(*inputs[0].dt, name == "aten::argmax",
-                  dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
-                  (*stack)[base + 2].toBool(), observe ? &event.redistributions : nullptr);
-    const TensorMeta& m = *cached->outputs.at(0);
-    DTensorSpec spec = DTensorSpec::Create(mesh, *decision.output_placements.at(0), m.shape,
-                                           FromScalarType(m.dtype));
-    if (observe) event.outputs.push_back(spec);
-    finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride)))});
-    return;
-  }
-  std::vector<at::Tensor> locals(inputs.size());
+void KernelCall::Redistribute() {
+  const ShardingDecision& decision = cached->decision;
+  locals.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     const Placements& target = decision.input_placements[i];
@@ -624,8 +671,47 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     locals[i] = dt.to_local();
     if (observe) event.redistributions.push_back(std::move(r));
   }
+}
 
-  // 4. Run the op on the local data.
+// Shape arguments are global: each rank gets its local output shape (upstream's
+// op_to_shape_and_stride_idx).
+void KernelCall::LocalShapeArguments(torch::jit::Stack& local_stack) {
+  const ShardingDecision& decision = cached->decision;
+  const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
+  if (!decision.output_placements.empty() && decision.output_placements[0] && out_meta[0]) {
+    const Placements& p = *decision.output_placements[0];
+    if (std::any_of(p.begin(), p.end(), [](const Placement& x) { return x.is_shard_like(); })) {
+      const DTensor& any = *ref;
+      local_stack[1] = c10::IValue(LocalSizes(any, out_meta[0]->shape, p));
+      if (name == "aten::new_empty_strided") {
+        throw InputError("op", "aten.new_empty_strided on a sharded output is not supported yet");
+      }
+    }
+  }
+}
+
+// Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze
+// rewrite).
+at::Tensor KernelCall::SqueezeGlobalOnes() {
+  const auto& shape = inputs[0].dt->shape();
+  std::vector<int64_t> dims;
+  std::vector<int64_t> asked;
+  if (n_args == 1) {
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) asked.push_back(d);
+  } else {
+    fill_call();
+    asked = call.IntList(1);
+  }
+  for (int64_t d : asked) {
+    const int64_t nd = NormalizeDim(d, static_cast<int64_t>(shape.size()));
+    if (nd < static_cast<int64_t>(shape.size()) && shape[nd] == 1) dims.push_back(nd);
+  }
+  return call.inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
+                        : at::_ops::squeeze_dims::call(locals[0], dims);
+}
+
+torch::jit::Stack KernelCall::RunLocal() {
+  const ShardingDecision& decision = cached->decision;
   torch::jit::Stack local_stack(stack->begin() + base, stack->end());
   {
     size_t i = 0;
@@ -640,55 +726,31 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       }
     }
   }
-  const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
-  // Shape arguments are global: give each rank its local output shape (upstream's
-  // op_to_shape_and_stride_idx).
-  if (IsShapeArgOp(name) && !decision.output_placements.empty() && decision.output_placements[0] &&
-      out_meta[0]) {
-    const Placements& p = *decision.output_placements[0];
-    if (std::any_of(p.begin(), p.end(), [](const Placement& x) { return x.is_shard_like(); })) {
-      const DTensor& any = *ref;
-      local_stack[1] = c10::IValue(LocalSizes(any, out_meta[0]->shape, p));
-      if (name == "aten::new_empty_strided") {
-        throw InputError("op", "aten.new_empty_strided on a sharded output is not supported yet");
-      }
-    }
-  }
+  if (IsShapeArgOp(name)) LocalShapeArguments(local_stack);
   std::optional<at::Tensor> masked;
   if (name == "aten::embedding" && !decision.output_placements.empty() &&
       decision.output_placements[0]) {
     masked =
-        MaskedEmbedding(mesh, *collectives, inputs[0].dt->shape(), decision.input_placements[0],
+        MaskedEmbedding(mesh(), *collectives, inputs[0].dt->shape(), decision.input_placements[0],
                         *decision.output_placements[0], locals[0], locals[1]);
   }
   if (masked) {
     local_stack.clear();
     local_stack.emplace_back(*masked);
   } else if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
-    // Squeeze only the dims that are 1 globally: a sharded dim may be 1 locally (upstream's squeeze
-    // rewrite).
-    const auto& shape = inputs[0].dt->shape();
-    std::vector<int64_t> dims;
-    std::vector<int64_t> asked;
-    if (n_args == 1) {
-      for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) asked.push_back(d);
-    } else {
-      fill_call();
-      asked = call.IntList(1);
-    }
-    for (int64_t d : asked) {
-      const int64_t nd = NormalizeDim(d, static_cast<int64_t>(shape.size()));
-      if (nd < static_cast<int64_t>(shape.size()) && shape[nd] == 1) dims.push_back(nd);
-    }
-    at::Tensor out = call.inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
-                                    : at::_ops::squeeze_dims::call(locals[0], dims);
+    at::Tensor out = SqueezeGlobalOnes();
     local_stack.clear();
-    local_stack.emplace_back(out);
+    local_stack.emplace_back(std::move(out));
   } else {
     op.callBoxed(&local_stack);
   }
+  return local_stack;
+}
 
-  // 5. Wrap the results.
+std::vector<c10::IValue> KernelCall::Wrap(const torch::jit::Stack& local_stack) {
+  const ShardingDecision& decision = cached->decision;
+  const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
+  const DeviceMesh& mesh = this->mesh();
   std::vector<c10::IValue> results;
   size_t k = 0;
   auto wrap = [&](const at::Tensor& local, size_t out_index) -> at::Tensor {
@@ -736,7 +798,56 @@ void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       results.push_back(v);
     }
   }
-  finish(std::move(results));
+  return results;
+}
+
+void KernelCall::Finish(std::vector<c10::IValue> results) {
+  if (observe) {
+    fill_call();
+    event.op = name;
+    event.inputs = call.inputs;
+    event.input_placements = current;
+    event.decision = cached->decision;
+    event.cache_hit = cache_hit;
+    g_observer->OnOp(event);
+  }
+  torch::jit::drop(*stack, n_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+// Upstream's argminmax_handler, a custom handler (custom_handlers.h): the strategy gives the
+// output placements, ArgMinMax the values. Calls with other than one DTensor input take the
+// generic stages.
+void ArgMinMaxHandler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  KernelCall k(op, NamesOf(op), stack);
+  k.Unwrap();
+  k.Propagate();
+  if (k.inputs.size() != 1 || !k.inputs[0].dt) return k.RunGeneric();
+  const ShardingDecision& decision = k.cached->decision;
+  const c10::IValue& dim = (*stack)[k.base + 1];
+  at::Tensor local =
+      ArgMinMax(*k.inputs[0].dt, k.name == "aten::argmax",
+                dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
+                (*stack)[k.base + 2].toBool(), k.observe ? &k.event.redistributions : nullptr);
+  const TensorMeta& m = *k.cached->outputs.at(0);
+  DTensorSpec spec = DTensorSpec::Create(k.ref->mesh(), *decision.output_placements.at(0), m.shape,
+                                         FromScalarType(m.dtype));
+  if (k.observe) k.event.outputs.push_back(spec);
+  k.Finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, k.collectives, m.stride)))});
+}
+
+// The kernel every ATen op with a DTensor argument reaches: the op's custom handler where one is
+// enabled (upstream's dispatcher consults _custom_op_handlers first), else the stages.
+void DTensorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const OpNames& names = NamesOf(op);
+  if (names.loss_parallel_handler != nullptr && LossParallelEnabled()) {
+    return names.loss_parallel_handler(op, stack);
+  }
+  if (names.handler != nullptr) return names.handler(op, stack);
+  KernelCall k(op, names, stack);
+  k.Unwrap();
+  k.Propagate();
+  k.RunGeneric();
 }
 
 struct Registration {
@@ -763,6 +874,25 @@ at::Tensor SdpaMath(c10::DispatchKeySet, const at::Tensor& q, const at::Tensor& 
 }
 
 }  // namespace
+
+const std::vector<CustomHandlerEntry>& CustomHandlers() {
+  static const std::vector<CustomHandlerEntry>* table = [] {
+    auto* t = new std::vector<CustomHandlerEntry>{
+        {HandlerSet::kAlways, "aten::argmax", &ArgMinMaxHandler},
+        {HandlerSet::kAlways, "aten::argmin", &ArgMinMaxHandler},
+    };
+    for (const CustomHandlerEntry& e : LossParallelHandlers()) t->push_back(e);
+    return t;
+  }();
+  return *table;
+}
+
+CustomHandler FindCustomHandler(HandlerSet set, const std::string& op) {
+  for (const CustomHandlerEntry& e : CustomHandlers()) {
+    if (e.set == set && op == e.op) return e.handler;
+  }
+  return nullptr;
+}
 
 void EnsureDTensorDispatch() {
   static std::once_flag once;

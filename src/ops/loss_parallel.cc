@@ -285,21 +285,18 @@ LossParallel::LossParallel() : saved_(g_enabled) { g_enabled = true; }
 LossParallel::~LossParallel() { g_enabled = saved_; }
 bool LossParallelEnabled() { return g_enabled; }
 
-bool RunLossParallelOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (!g_enabled) return false;
-  const c10::OperatorName& name = op.operator_name();
-  if (name.name == "aten::_log_softmax" && name.overload_name.empty()) {
-    LogSoftmax(stack);
-  } else if (name.name == "aten::_log_softmax_backward_data" && name.overload_name.empty()) {
-    LogSoftmaxBackward(stack);
-  } else if (name.name == "aten::nll_loss_forward" && name.overload_name.empty()) {
-    NllLossForward(stack);
-  } else if (name.name == "aten::nll_loss_backward" && name.overload_name.empty()) {
-    NllLossBackward(stack);
-  } else {
-    return false;
-  }
-  return true;
+std::vector<CustomHandlerEntry> LossParallelHandlers() {
+  // Each entry adapts a stack function of this file to the handler signature.
+  return {
+      {HandlerSet::kLossParallel, "aten::_log_softmax",
+       [](const c10::OperatorHandle&, torch::jit::Stack* stack) { LogSoftmax(stack); }},
+      {HandlerSet::kLossParallel, "aten::_log_softmax_backward_data",
+       [](const c10::OperatorHandle&, torch::jit::Stack* stack) { LogSoftmaxBackward(stack); }},
+      {HandlerSet::kLossParallel, "aten::nll_loss_forward",
+       [](const c10::OperatorHandle&, torch::jit::Stack* stack) { NllLossForward(stack); }},
+      {HandlerSet::kLossParallel, "aten::nll_loss_backward",
+       [](const c10::OperatorHandle&, torch::jit::Stack* stack) { NllLossBackward(stack); }},
+  };
 }
 
 }  // namespace ops

@@ -14,8 +14,9 @@
 //   loss.backward();                                            // inside the scope, as upstream's
 #pragma once
 
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
+#include <vector>
+
+#include "dtsim/ops/custom_handlers.h"
 
 namespace dtsim {
 namespace ops {
@@ -31,11 +32,13 @@ class LossParallel {
   bool saved_;
 };
 
+// True while a LossParallel scope lives on this thread: the DTensor kernel then runs the
+// kLossParallel custom handlers (custom_handlers.h).
 bool LossParallelEnabled();
 
-// The DTensor kernel's hook: runs `op` as loss parallelism does when the scope is on and `op` is
-// one of its ops (pushing the results on `stack`, returning true); false otherwise.
-bool RunLossParallelOp(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Loss parallelism's custom handlers (set kLossParallel): _log_softmax, _log_softmax_backward_data,
+// nll_loss_forward and nll_loss_backward.
+std::vector<CustomHandlerEntry> LossParallelHandlers();
 
 }  // namespace ops
 }  // namespace dtsim
