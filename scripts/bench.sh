@@ -222,18 +222,18 @@ print(f"bench model_busy_vs_serial ratio {bz['model_busy_vs_serial']:.2f}   (the
       f"medians of {bz['runs']} alternating runs; target >= 0.9)")
 scale = json.load(open(os.path.join(out, "recording_scale.json")))
 rs, rm = scale["65536"], scale["1048576"]
-peak = lambda r: max(r["replay_peak_mib"], r["export_peak_mib"], r["viewer_peak_mib"])
-work = lambda r: r["replay_s"] + r["export_s"] + r["viewer_s"]
+rec_peak = lambda r: max(r["replay_peak_mib"], r["export_peak_mib"], r["viewer_peak_mib"])
+rec_work = lambda r: r["replay_s"] + r["export_s"] + r["viewer_s"]
 print(f"bench recording_65536 ratio {10 / (rs['replay_s'] + rs['export_s']):.2f}   (10 s over replay {rs['replay_s']:.2f} s "
       f"+ export {rs['export_s']:.2f} s of a 65536-rank recording, {rs['recording_mib']:.0f} MiB; export "
       f"{rs['export_mib']:.0f} MiB; target >= 1)")
 print(f"bench recording_65536_viewer ratio {10 / rs['viewer_s']:.2f}   (10 s over the viewer's headless screenshot of it: "
       f"{rs['viewer_s']:.2f} s, Xvfb; target >= 1)")
-print(f"bench recording_65536_memory ratio {1024 / peak(rs):.2f}   (1 GiB over the largest peak RSS: replay "
+print(f"bench recording_65536_memory ratio {1024 / rec_peak(rs):.2f}   (1 GiB over the largest peak RSS: replay "
       f"{rs['replay_peak_mib']:.0f} MiB, export {rs['export_peak_mib']:.0f} MiB, viewer {rs['viewer_peak_mib']:.0f} MiB; "
       f"target >= 1)")
-print(f"bench recording_1M_linearity ratio {16 * work(rs) / work(rm):.2f}   (16 x the 2^16 time over the 2^20 time of "
-      f"replay + export + viewer: {work(rs):.1f} s and {work(rm):.1f} s (replay {rm['replay_s']:.1f} s, export "
+print(f"bench recording_1M_linearity ratio {16 * rec_work(rs) / rec_work(rm):.2f}   (16 x the 2^16 time over the 2^20 time of "
+      f"replay + export + viewer: {rec_work(rs):.1f} s and {rec_work(rm):.1f} s (replay {rm['replay_s']:.1f} s, export "
       f"{rm['export_s']:.1f} s, viewer {rm['viewer_s']:.1f} s); peak RSS at 2^20: replay {rm['replay_peak_mib']:.0f} MiB, "
       f"export {rm['export_peak_mib']:.0f} MiB, viewer {rm['viewer_peak_mib']:.0f} MiB for a {rm['recording_mib']:.0f} MiB "
       f"recording; 1 = linear in ranks)")
