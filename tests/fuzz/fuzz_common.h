@@ -173,11 +173,42 @@ inline nlohmann::json& AnyOf(Program& p, nlohmann::json& list) {
   return list[AnyIndex(p, list.size())];
 }
 
+// Applies up to `max_mutations` of `mutate(p, doc)` while the program lasts; a mutation that no
+// longer fits what earlier ones left (a JSON error, SkipMutation) is skipped, and the JSON stays
+// valid.
+template <typename Mutate>
+void ApplyMutations(Program& p, nlohmann::json& doc, int max_mutations, Mutate mutate) {
+  for (int m = 0; m < max_mutations && !p.done(); ++m) {
+    try {
+      mutate(p, doc);
+    } catch (const nlohmann::json::exception&) {
+    } catch (const SkipMutation&) {
+    }
+  }
+}
+
+// A refusal as every target expects it: an InputError of `field` with a capped message.
+inline void ExpectRefusal(const InputError& e, const char* field) {
+  DTSIM_FUZZ_EXPECT(e.field() == field, e.what());
+  DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
+                    "capped message: ", std::string(e.what()).size());
+}
+
 // A structured target's seed: the JSON file at `path`, read with dtsim's limits.
 inline nlohmann::json ReadSeedJson(const std::filesystem::path& path, const char* field) {
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return ParseJsonText(text, field, path.string());
+}
+
+// A structured target's LLVMFuzzerTestOneInput: its fixed sweep once (SweepOnce), then this input.
+// `run(data, size)` returns true when the mutated input was accepted.
+template <typename Run>
+int RunStructuredTarget(const char* target, size_t max_bytes, const uint8_t* data, size_t size,
+                        Run run) {
+  SweepOnce(target, max_bytes, run);
+  run(data, size);
+  return 0;
 }
 
 }  // namespace dtsim::fuzz

@@ -186,32 +186,18 @@ std::optional<std::string> Impossible(const dtsim::ModelTrace& t) {
   return std::nullopt;
 }
 
-struct Counts {
-  int64_t accepted = 0;
-  int64_t refused = 0;
-};
-
-void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
+// True when the mutated input was accepted.
+bool RunProgram(const uint8_t* data, size_t size) {
   Program p(data, size);
   Json doc = Seed();
-  for (int m = 0; m < 6 && !p.done(); ++m) {
-    try {
-      Mutate(p, doc);
-    } catch (const nlohmann::json::exception&) {
-      // a mutation that no longer fits what earlier ones left: skipped; the JSON stays valid
-    }
-  }
+  dtsim::fuzz::ApplyMutations(p, doc, 6, Mutate);
   dtsim::ModelTrace t;
   try {
     t = dtsim::ModelTraceFromJson(doc);
   } catch (const InputError& e) {
-    DTSIM_FUZZ_EXPECT(e.field() == "trace", e.what());
-    DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
-                      "capped message: ", std::string(e.what()).size());
-    ++counts->refused;
-    return;
+    dtsim::fuzz::ExpectRefusal(e, "trace");
+    return false;
   }
-  ++counts->accepted;
   if (auto why = Impossible(t)) {
     dtsim::fuzz::Fail(StrCat("an impossible model trace was accepted: ", *why));
   }
@@ -225,17 +211,11 @@ void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
   DTSIM_FUZZ_EXPECT(dtsim::ToJson(again) == written, "round trip");
   const auto diffs = dtsim::DiffModelTraces(t, again);
   DTSIM_FUZZ_EXPECT(diffs.empty(), "a model trace differs from its own copy: ", diffs[0].where);
+  return true;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  dtsim::fuzz::SweepOnce("model_trace_semantic", 24, [](const uint8_t* program, size_t bytes) {
-    Counts counts;
-    RunProgram(program, bytes, &counts);
-    return counts.accepted > 0;
-  });
-  Counts counts;
-  RunProgram(data, size, &counts);
-  return 0;
+  return dtsim::fuzz::RunStructuredTarget("model_trace_semantic", 24, data, size, RunProgram);
 }

@@ -300,32 +300,18 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
   return std::nullopt;
 }
 
-struct Counts {
-  int64_t accepted = 0;
-  int64_t refused = 0;
-};
-
-void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
+// True when the mutated input was accepted.
+bool RunProgram(const uint8_t* data, size_t size) {
   Program p(data, size);
   Json doc = Seed();
-  for (int m = 0; m < 6 && !p.done(); ++m) {
-    try {
-      Mutate(p, doc);
-    } catch (const nlohmann::json::exception&) {
-      // a mutation that no longer fits what earlier ones left: skipped; the JSON stays valid
-    } catch (const dtsim::fuzz::SkipMutation&) {
-      // a mutation that no longer fits what earlier ones left: skipped; the JSON stays valid
-    }
-  }
+  dtsim::fuzz::ApplyMutations(p, doc, 6, Mutate);
   const std::string text = doc.dump();
   std::optional<std::string> dom_error, text_error;
   dtsim::Recording rec;
   try {
     rec = dtsim::RecordingFromJson(doc, kDataBytes);
   } catch (const InputError& e) {
-    DTSIM_FUZZ_EXPECT(e.field() == "recording", e.what());
-    DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
-                      "capped message: ", std::string(e.what()).size());
+    dtsim::fuzz::ExpectRefusal(e, "recording");
     dom_error = e.what();
   }
   try {
@@ -335,11 +321,7 @@ void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
   }
   DTSIM_FUZZ_EXPECT(dom_error.has_value() == text_error.has_value(), "the readers disagree: DOM ",
                     dom_error.value_or("accepts"), "; text ", text_error.value_or("accepts"));
-  if (dom_error) {
-    ++counts->refused;
-    return;
-  }
-  ++counts->accepted;
+  if (dom_error) return false;
   if (auto why = Impossible(rec)) {
     dtsim::fuzz::Fail(StrCat("an impossible recording was accepted: ", *why));
   }
@@ -347,17 +329,11 @@ void RunProgram(const uint8_t* data, size_t size, Counts* counts) {
     const dtsim::EventDiff self = dtsim::DiffRunEvents(*rec.events, *rec.events);
     DTSIM_FUZZ_EXPECT(self.first.empty() && self.differing == 0, "events differ from themselves");
   }
+  return true;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  dtsim::fuzz::SweepOnce("recording_semantic", 24, [](const uint8_t* program, size_t bytes) {
-    Counts counts;
-    RunProgram(program, bytes, &counts);
-    return counts.accepted > 0;
-  });
-  Counts counts;
-  RunProgram(data, size, &counts);
-  return 0;
+  return dtsim::fuzz::RunStructuredTarget("recording_semantic", 24, data, size, RunProgram);
 }
