@@ -66,9 +66,21 @@ _FUNCTIONAL = {
     "all_to_all_single": ("all_to_all", 3),
     "broadcast": ("broadcast", 2),
 }
+try:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor as _AsyncCollectiveTensor
+except ImportError:  # a torch without distributed: no functional collectives to wait for
+    class _AsyncCollectiveTensor:  # noqa: D101
+        pass
+
+
 def digest(t: torch.Tensor) -> Dict[str, Any]:
     """One local tensor's digest (module docstring; the hash and sketch are dtsim._C.shard_digest's, one pass in C++).
     Runs no op a dispatch mode above would record."""
+    if isinstance(t, _AsyncCollectiveTensor):
+        # A functional collective's result not yet waited for (RowwiseParallel's output under a dispatch mode, such
+        # as dtsim run's memory meter): a wrapper without data of its own. Its value is the waited tensor, which the
+        # op about to read it waits for anyway.
+        t = t.trigger_wait()
     t = t.detach()
     if t.device.type == "meta":
         return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,

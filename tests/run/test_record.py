@@ -100,6 +100,27 @@ def test_diff_is_symmetric_in_verdict(tmp_path, sim):
     assert diff(sim, real).returncode == 1
 
 
+def test_functional_collective_results_are_digested_under_the_memory_meter(tmp_path):
+    """RowwiseParallel's reduce-scatter result reaches the next op as an AsyncCollectiveTensor when a dispatch mode
+    (the memory meter of --report-json) is active: its digest is the waited value's, equal to the run without the
+    meter, not "unavailable" (40 of them in tp_sp.py before)."""
+    script = os.path.join(ROOT, "examples", "python", "run", "tp_sp.py")
+    traces = {}
+    for name, extra in (("metered", ["--report-json", str(tmp_path / "r.json")]), ("plain", [])):
+        path = str(tmp_path / f"{name}.json")
+        p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, *extra, script])
+        assert p.returncode == 0, p.stderr[-3000:]
+        with open(path) as f:
+            traces[name] = json.load(f)["events"]
+    for name, events in traces.items():
+        missing = [(r, e["op"], e.get("line")) for r, evs in events.items() for e in evs
+                   for d in e.get("inputs", []) + (e.get("outputs") or []) if d.get("hash") is None]
+        assert not missing, (name, missing[:5])
+    hashes = {name: [[d["hash"] for d in e.get("inputs", [])] for r in sorted(ev) for e in ev[r]]
+              for name, ev in traces.items()}
+    assert hashes["metered"] == hashes["plain"]
+
+
 def test_ddp_buckets_divided_after_the_all_reduce_are_not_misjudged(tmp_path):
     """DDP divides each gradient bucket in place as soon as its all-reduce completes. The recorder digests the bucket
     when the work completes, and keeps no digest where the division came first (its version counter moved): such an
