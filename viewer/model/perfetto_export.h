@@ -1,28 +1,26 @@
 // Traces as Chrome / Perfetto trace-event JSON (`dtsim export --format perfetto`): open the result
 // in ui.perfetto.dev or chrome://tracing to see every rank's steps and collectives on a time axis.
 //
+// clang-format off
 // Mapping (JSON Object Format of the Trace Event Format):
 //   * one process per rank: pid = rank + 1 (Perfetto reserves pid 0 for the idle process), named
 //     "rank 3 [dp=0, tp=3]" ("<label>: rank 3 ..." when several traces are exported together),
 //     sorted by rank; two threads: "steps" (tid 1) and "collectives" (tid 2);
 //   * on "steps", one complete slice ("ph": "X") per step, "step 2: dp(0) S(0) -> R" (args: step,
-//   mesh_dim,
-//     transition, collective, placements_after, est_us); on "collectives", one slice per collective
-//     the rank took part in, named by the op ("all_gather"), with args: step, mesh_dim, transition,
-//     group (PerfettoGroups: its ranks, or an id into otherData.groups), bytes_sent,
+//     mesh_dim, transition, collective, placements_after, est_us); on "collectives", one slice per
+//     collective the rank took part in, named by the op ("all_gather"), with args: step, mesh_dim,
+//     transition, group (PerfettoGroups: its ranks, or an id into otherData.groups), bytes_sent,
 //     bytes_received, input_shape, output_shape, time_us, time_source;
 //   * times in microseconds, kept on a whole-nanosecond grid (written with at most 3 decimals, so
-//   readers convert
-//     them exactly); consecutive slices of one track are 1 ns apart. Simulated runs: the plan
-//     step's est_us (the cost model; split evenly between a step's collectives). Real runs: each
-//     rank's measured time_us. A trace records durations, not start times, so every step starts
-//     when the slowest rank has finished the previous one;
+//     readers convert them exactly); consecutive slices of one track are 1 ns apart. Simulated
+//     runs: the plan step's est_us (the cost model; split evenly between a step's collectives).
+//     Real runs: each rank's measured time_us. A trace records durations, not start times, so
+//     every step starts when the slowest rank has finished the previous one;
 //   * flow arrows ("ph": "s" / "t" / "f" with "bp": "e", one id per group) chain the ranks of each
-//   group of a
-//     collective, each point in the middle of that rank's collective slice;
+//     group of a collective, each point in the middle of that rank's collective slice;
 //   * "M" metadata names processes and threads; "otherData" names the source traces. No
-//   "displayTimeUnit" (some
-//     Perfetto versions read it as the unit of "ts").
+//     "displayTimeUnit" (some Perfetto versions read it as the unit of "ts").
+// clang-format on
 //
 // Example: ToPerfetto({{&trace, ""}}) for traces/uneven_2x4_S0R_to_RS1.json has 8 processes; step
 // 2's all_gather slices last est_us = 7.2 us each, and 4 flows ([0, 4], [1, 5], [2, 6], [3, 7])

@@ -11,11 +11,13 @@
 // scalar; any other plain tensor is refused, as upstream does.
 //
 // Example (8 simulated ranks):
+// clang-format off
 //   DeviceMesh mesh = DeviceMesh::Create({2, 4}, {"dp", "tp"});
 //   at::Tensor x = AsTensor(DistributeTensor(at::randn({8, 16}), mesh, ParsePlacements("S(0),R")));
-//   at::Tensor w = AsTensor(DistributeTensor(at::randn({16, 12}), mesh,
-//   ParsePlacements("R,S(1)"))); at::Tensor y = at::mm(x, w);          // no communication: y is
-//   [S(0), S(1)] of shape [8, 12] GetDTensor(y).placements()            // [S(0), S(1)]
+//   at::Tensor w = AsTensor(DistributeTensor(at::randn({16, 12}), mesh, ParsePlacements("R,S(1)")));
+//   at::Tensor y = at::mm(x, w);     // no communication: y is [S(0), S(1)] of shape [8, 12]
+//   GetDTensor(y).placements();      // [S(0), S(1)]
+// clang-format on
 #pragma once
 
 #include <ATen/core/Tensor.h>
