@@ -3,7 +3,8 @@ an async all-reduce. Planted in the real torchrun + Gloo run only (never under d
 DTSIM_TEST_FAULT=skip_all_reduce makes rank 1 skip that all-reduce, which would hang the job.
 
 With DTSIM_TEST_FR_DIR (the real run), every rank then writes its Flight Recorder dump (run with
-TORCH_FR_BUFFER_SIZE set) to DTSIM_TEST_FR_DIR/rank<r>, as the watchdog writes them, and leaves without waiting.
+TORCH_FR_BUFFER_SIZE set) to DTSIM_TEST_FR_DIR/rank<r>, as the watchdog writes them, and leaves without waiting for
+its collective once every rank has dumped.
 
     TORCH_FR_BUFFER_SIZE=2000 DTSIM_TEST_FR_DIR=fr DTSIM_TEST_FAULT=skip_all_reduce \\
         torchrun --standalone --nproc_per_node 4 rank_hang.py
@@ -65,8 +66,16 @@ def main():
         if work is not None and os.environ.get("DTSIM_TEST_FAULT") != "skip_all_reduce":
             work.wait()
             settle_flight_recorder()
-        with open(os.path.join(folder, f"rank{rank}"), "wb") as f:
-            f.write(c10d._dump_fr_trace(True, True, False))
+        dump = c10d._dump_fr_trace(True, True, False)
+        with open(os.path.join(folder, f".rank{rank}"), "wb") as f:
+            f.write(dump)
+        os.rename(os.path.join(folder, f".rank{rank}"), os.path.join(folder, f"rank{rank}"))
+        # As in a hung job, no rank leaves before every rank has dumped: a rank that left earlier would close its
+        # connections, and Gloo would end the others' pending all-reduce with an error, which their dumps then show
+        # as completed (bounded: 60 s).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(1 for n in os.listdir(folder) if n.startswith("rank")) < 4:
+            time.sleep(0.01)
         os._exit(0)  # a hung job's ranks are killed after the dump, not shut down
     work.wait()
     if rank == 0:
