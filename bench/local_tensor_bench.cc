@@ -156,6 +156,46 @@ void BM_PairedAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_PairedAdd)->Iterations(1);
 
+// Shards as a sharded tensor's ranks hold them: n row blocks of one [16 n, 16] tensor (what
+// DistributeTensor gives for Shard(0)), so the LocalTensor ops run batched (rank_batch.h).
+std::vector<at::Tensor> RowBlocks(int64_t n, int64_t salt) {
+  at::Tensor global = at::arange(n * 256, at::kFloat).reshape({n * 16, 16}) + salt;
+  return global.chunk(n, 0);
+}
+
+std::vector<int64_t> Ranks(int64_t n) {
+  std::vector<int64_t> r(n);
+  for (int64_t i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+// a = n direct at::add calls on the row blocks, b = one LocalTensor add over them (batched).
+void BM_PairedAddBatched(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<at::Tensor> a = RowBlocks(n, 0), b = RowBlocks(n, 1);
+  at::Tensor la = dtsim::MakeLocalTensor(Ranks(n), a), lb = dtsim::MakeLocalTensor(Ranks(n), b);
+  Paired(
+      state,
+      [&] {
+        for (int64_t r = 0; r < n; ++r) benchmark::DoNotOptimize(at::add(a[r], b[r]));
+      },
+      [&] { benchmark::DoNotOptimize(la + lb); }, 400, 50);
+}
+BENCHMARK(BM_PairedAddBatched)->Arg(8)->Arg(64)->Iterations(1);
+
+// The same for the chain.
+void BM_PairedChainBatched(benchmark::State& state) {
+  std::vector<at::Tensor> a = RowBlocks(kRanks, 0), b = RowBlocks(kRanks, 1);
+  at::Tensor la = dtsim::MakeLocalTensor(World(), a), lb = dtsim::MakeLocalTensor(World(), b);
+  Paired(
+      state,
+      [&] {
+        for (int64_t r = 0; r < kRanks; ++r) benchmark::DoNotOptimize(Chain(a[r], b[r]));
+      },
+      [&] { benchmark::DoNotOptimize(Chain(la, lb)); }, 200, 10);
+}
+BENCHMARK(BM_PairedChainBatched)->Iterations(1);
+
 // a = the chain on 8 shards directly, b = the chain on LocalTensors.
 void BM_PairedChain(benchmark::State& state) {
   std::vector<at::Tensor> a = Shards(0), b = Shards(1);

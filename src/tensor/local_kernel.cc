@@ -32,6 +32,7 @@
 #include "dtsim/tensor/memory_meter.h"
 #include "dtsim/tensor/sim_world.h"
 #include "tensor/local_tensor_impl.h"
+#include "tensor/rank_batch.h"
 
 namespace dtsim {
 namespace internal {
@@ -80,9 +81,6 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
   }
   return cache.emplace(key, std::move(info)).first->second;
 }
-
-// How an argument is unwrapped per rank.
-enum class ArgKind : uint8_t { kPass, kLocal, kList, kSymInt, kSymIntList };
 
 // Below this many bytes in the first rank's tensor arguments an op's ranks run serially: forking
 // and joining LibTorch's threads costs more than a call on a few scalars. (At 16 x 16 float32 the
@@ -462,8 +460,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     }
   }
 
-  // 3. Run the op once per rank (LibTorch's threads fitted to the machine's load first).
+  // 3. Run the op once for all ranks where that is exact (rank_batch.h), else once per rank
+  // (LibTorch's threads fitted to the machine's load first).
   AdaptThreadsToLoad();
+  if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world})) return;
   const size_t n_ranks = ranks->size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
   // them per call; they are cleared on exit so no shard outlives the call.

@@ -34,10 +34,53 @@ LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Ten
   Init(std::move(ranks), std::move(shards), uneven);
 }
 
+LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, at::Tensor stacked,
+                                 std::shared_ptr<SimWorld> world)
+    : c10::TensorImpl(kLocalKeys, stacked.dtype(), stacked.device()), world_(std::move(world)) {
+  DTSIM_CHECK(world_ != nullptr, "a LocalTensor needs its SimWorld");
+  InitStacked(std::move(ranks), std::move(stacked));
+}
+
+void LocalTensorImpl::InitStacked(std::vector<int64_t> ranks, at::Tensor stacked) {
+  DTSIM_CHECK(stacked.dim() >= 1 && stacked.size(0) == static_cast<int64_t>(ranks.size()),
+              "stacked shards need a leading dim of one slice per rank");
+  ranks_ = std::move(ranks);
+  {
+    std::lock_guard<std::mutex> lock(shards_mutex_);
+    shards_.clear();
+    shards_ready_.store(false, std::memory_order_release);
+  }
+  stacked_ = std::move(stacked);
+  dim_ = stacked_.dim() - 1;
+  uneven_ = false;
+  bool allow = allow_tensor_metadata_change();
+  set_allow_tensor_metadata_change(true);
+  set_custom_sizes_strides(SizesStridesPolicy::Default);
+  set_sizes_and_strides(stacked_.sizes().slice(1), stacked_.strides().slice(1));
+  set_allow_tensor_metadata_change(allow);
+  sym_sizes_.clear();
+  sym_strides_.clear();
+}
+
+void LocalTensorImpl::MakeShardViews() const {
+  std::lock_guard<std::mutex> lock(shards_mutex_);
+  if (shards_ready_.load(std::memory_order_relaxed)) return;
+  std::vector<at::Tensor> views;
+  views.reserve(ranks_.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(ranks_.size()); ++i) views.push_back(stacked_[i]);
+  shards_ = std::move(views);
+  shards_ready_.store(true, std::memory_order_release);
+}
+
 void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                            std::optional<bool> uneven) {
   ranks_ = std::move(ranks);
-  shards_ = std::move(shards);
+  {
+    std::lock_guard<std::mutex> lock(shards_mutex_);
+    shards_ = std::move(shards);
+    shards_ready_.store(true, std::memory_order_release);
+  }
+  stacked_ = at::Tensor();
   const at::Tensor& first = shards_[0];
   dim_ = first.dim();
   uneven_ = false;
@@ -84,7 +127,7 @@ std::string LocalTensorImpl::PerRankSizes() const {
   std::ostringstream out;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     out << (i ? ", " : "") << "rank " << ranks_[i] << ": "
-        << JoinInts(ToVector(shards_[i].sizes()));
+        << JoinInts(ToVector(shards()[i].sizes()));
   }
   return out.str();
 }
@@ -102,8 +145,8 @@ c10::IntArrayRef LocalTensorImpl::strides_custom() const { ThrowUneven("strides(
 int64_t LocalTensorImpl::numel_custom() const { ThrowUneven("numel()"); }
 int64_t LocalTensorImpl::dim_custom() const { return dim_; }
 int64_t LocalTensorImpl::storage_offset_custom() const {
-  int64_t off = shards_[0].storage_offset();
-  for (const auto& s : shards_) {
+  int64_t off = shards()[0].storage_offset();
+  for (const auto& s : shards()) {
     if (s.storage_offset() != off) ThrowUneven("storage_offset()");
   }
   return off;
@@ -113,28 +156,28 @@ c10::SymIntArrayRef LocalTensorImpl::sym_strides_custom() const { return sym_str
 c10::SymInt LocalTensorImpl::sym_numel_custom() const { return sym_numel_; }
 c10::SymInt LocalTensorImpl::sym_storage_offset_custom() const {
   std::vector<int64_t> v;
-  for (const auto& s : shards_) v.push_back(s.storage_offset());
+  for (const auto& s : shards()) v.push_back(s.storage_offset());
   return PerRankSymInt(ranks_, v);
 }
 c10::SymBool LocalTensorImpl::sym_is_contiguous_custom(at::MemoryFormat memory_format) const {
-  return c10::SymBool(std::all_of(shards_.begin(), shards_.end(), [&](const at::Tensor& s) {
+  return c10::SymBool(std::all_of(shards().begin(), shards().end(), [&](const at::Tensor& s) {
     return s.is_contiguous(memory_format);
   }));
 }
 bool LocalTensorImpl::is_strides_like_custom(at::MemoryFormat memory_format) const {
-  return std::all_of(shards_.begin(), shards_.end(), [&](const at::Tensor& s) {
+  return std::all_of(shards().begin(), shards().end(), [&](const at::Tensor& s) {
     return s.unsafeGetTensorImpl()->is_strides_like(memory_format);
   });
 }
 c10::SymBool LocalTensorImpl::sym_is_non_overlapping_and_dense_custom() const {
-  return c10::SymBool(std::all_of(shards_.begin(), shards_.end(), [](const at::Tensor& s) {
+  return c10::SymBool(std::all_of(shards().begin(), shards().end(), [](const at::Tensor& s) {
     return s.unsafeGetTensorImpl()->is_non_overlapping_and_dense();
   }));
 }
 
 c10::intrusive_ptr<c10::TensorImpl> LocalTensorImpl::shallow_copy_and_detach(
     const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
-  auto impl = c10::make_intrusive<LocalTensorImpl>(ranks_, shards_, world_);
+  auto impl = Copy();
   impl->set_version_counter(version_counter);
   impl->set_allow_tensor_metadata_change(allow_tensor_metadata_change);
   return impl;
@@ -142,7 +185,7 @@ c10::intrusive_ptr<c10::TensorImpl> LocalTensorImpl::shallow_copy_and_detach(
 
 c10::intrusive_ptr<c10::TensorImpl> LocalTensorImpl::shallow_copy_and_detach(
     c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const {
-  auto impl = c10::make_intrusive<LocalTensorImpl>(ranks_, shards_, world_);
+  auto impl = Copy();
   impl->set_version_counter(std::move(version_counter));
   impl->set_allow_tensor_metadata_change(allow_tensor_metadata_change);
   return impl;
@@ -155,7 +198,16 @@ void LocalTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl
                      "set_data: a LocalTensor can only take the data of another LocalTensor");
   }
   world_ = other->world_;
-  Init(other->ranks_, other->shards_);
+  if (other->stacked_.defined()) {
+    InitStacked(other->ranks_, other->stacked_);
+  } else {
+    Init(other->ranks_, other->shards());
+  }
+}
+
+c10::intrusive_ptr<LocalTensorImpl> LocalTensorImpl::Copy() const {
+  if (stacked_.defined()) return c10::make_intrusive<LocalTensorImpl>(ranks_, stacked_, world_);
+  return c10::make_intrusive<LocalTensorImpl>(ranks_, shards(), world_);
 }
 
 LocalTensorImpl* FindLocalImpl(const at::Tensor& t) {

@@ -6,9 +6,11 @@
 #include <c10/core/SymNodeImpl.h>
 #include <c10/core/TensorImpl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,9 +108,20 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // `world` (not null) is the SimWorld the tensor belongs to.
   LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                   std::shared_ptr<SimWorld> world, std::optional<bool> uneven = std::nullopt);
+  // Stacked shards: `stacked` has one leading dim of ranks.size(), and rank ranks[i]'s shard is
+  // stacked[i] (a view, made when shards() is first read). The batched kernel (rank_batch.h) makes
+  // them; the shards are even.
+  LocalTensorImpl(std::vector<int64_t> ranks, at::Tensor stacked, std::shared_ptr<SimWorld> world);
 
   const std::vector<int64_t>& ranks() const { return ranks_; }
-  const std::vector<at::Tensor>& shards() const { return shards_; }
+  // One shard per rank. For stacked shards the views are made on the first call (thread-safe).
+  const std::vector<at::Tensor>& shards() const {
+    if (!shards_ready_.load(std::memory_order_acquire)) MakeShardViews();
+    return shards_;
+  }
+  // The tensor whose slice i is the shard of ranks()[i], for stacked shards; undefined otherwise
+  // (and once a write changed a shard's shape).
+  const at::Tensor& stacked() const { return stacked_; }
   bool uneven() const { return uneven_; }
   const std::shared_ptr<SimWorld>& world() const { return world_; }
   // Index of `rank` in ranks(), or -1.
@@ -135,6 +148,8 @@ class LocalTensorImpl final : public c10::TensorImpl {
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const override;
   void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+  // A new impl over the same shards (stacked ones stay stacked).
+  c10::intrusive_ptr<LocalTensorImpl> Copy() const;
 
  private:
   const char* tensorimpl_type_name() const override { return "dtsim::LocalTensorImpl"; }
@@ -143,9 +158,14 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // when uneven).
   void Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
             std::optional<bool> uneven = std::nullopt);
+  void InitStacked(std::vector<int64_t> ranks, at::Tensor stacked);
+  void MakeShardViews() const;
 
   std::vector<int64_t> ranks_;
-  std::vector<at::Tensor> shards_;
+  mutable std::vector<at::Tensor> shards_;  // filled from stacked_ on first read
+  mutable std::atomic<bool> shards_ready_{false};
+  mutable std::mutex shards_mutex_;
+  at::Tensor stacked_;
   bool uneven_ = false;
   std::shared_ptr<SimWorld> world_;
   int64_t dim_ = 0;

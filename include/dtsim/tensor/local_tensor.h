@@ -143,4 +143,32 @@ std::string ShardToString(const at::Tensor& shard);
 void SetParallelRanks(bool enabled);
 bool ParallelRanks();
 
+// Whether an operator may run ONCE for all ranks instead of once per rank (docs/local-tensor.md,
+// "Batched ranks"): as one ATen call over the ranks' shards stacked along a leading dim, or once
+// for ranks that all hold one replica. Only where every rank's result is bit for bit what its own
+// call gives: a table of elementwise ops, shards that already lie in one buffer at a constant
+// distance, no per-rank sizes. On by default; DTSIM_BATCHED_RANKS=0 switches it off at start.
+// Process-wide; set it before running ops, not while they run.
+void SetBatchedRanks(bool enabled);
+bool BatchedRanks();
+
+// How the last LocalTensor operator on this thread ran: "aten::add.Tensor: batched (one call over
+// 8 stacked shards)", "...: computed once (every rank holds the same replica)", or "...: per rank
+// (uneven shards)" with the reason it was not batched. Empty before the first.
+std::string LastRankExecution();
+
+// How many LocalTensor operators ran each way since the process started (all threads).
+struct RankExecutionCounts {
+  int64_t batched = 0;        // one call over stacked shards
+  int64_t computed_once = 0;  // one call for ranks holding one replica
+  int64_t per_rank = 0;       // one call per rank
+};
+RankExecutionCounts GetRankExecutionCounts();
+
+// A LocalTensor over `ranks` whose rank ranks[i] holds stacked[i]: a view of `stacked`, which
+// stays the tensors' one storage (writes to a shard show in `stacked`). `stacked` needs a leading
+// dim of ranks.size(); InputError otherwise, or for ranks not distinct and ascending.
+at::Tensor MakeStackedLocalTensor(std::vector<int64_t> ranks, const at::Tensor& stacked,
+                                  std::shared_ptr<SimWorld> world = nullptr);
+
 }  // namespace dtsim

@@ -1,0 +1,413 @@
+// Batched ranks: the table of ops that may run once for all ranks, the stacked view of a
+// LocalTensor's shards, and the batched path of the LocalTensor kernel (see rank_batch.h).
+#include "tensor/rank_batch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/TensorIterator.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/tensor/local_tensor.h"
+#include "dtsim/tensor/memory_meter.h"
+#include "dtsim/tensor/sim_world.h"
+#include "tensor/local_tensor_impl.h"
+
+namespace dtsim {
+namespace internal {
+namespace {
+
+// clang-format off
+// Ops whose vector and scalar kernels give the same bits for every element, wherever the element
+// lies: IEEE-exact arithmetic (one rounding), comparisons, selection, integer and bool ops.
+constexpr const char* kElementwiseOps[] = {
+  "aten::add.Tensor", "aten::sub.Tensor",  // alpha 1 on floating dtypes (a fused multiply-add else)
+  "aten::add.Scalar", "aten::sub.Scalar",
+  "aten::mul.Tensor", "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar",
+  "aten::neg", "aten::abs", "aten::relu", "aten::maximum", "aten::minimum",
+  "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::reciprocal",
+  "aten::eq.Tensor", "aten::ne.Tensor", "aten::lt.Tensor", "aten::le.Tensor", "aten::gt.Tensor",
+  "aten::ge.Tensor", "aten::eq.Scalar", "aten::ne.Scalar", "aten::lt.Scalar", "aten::le.Scalar",
+  "aten::gt.Scalar", "aten::ge.Scalar",
+  "aten::where.self", "aten::logical_not", "aten::logical_and", "aten::logical_or",
+  "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor", "aten::bitwise_xor.Tensor",
+  "aten::bitwise_not", "aten::sign", "aten::floor", "aten::ceil", "aten::trunc",
+};
+// Ops whose vectorized kernel may round differently from the scalar one the per-rank call uses for
+// a shard's last elements (tests/rank_batch_test.cc finds sigmoid and log1p do on this machine).
+constexpr const char* kElementwiseAlignedOps[] = {
+  "aten::sigmoid", "aten::exp", "aten::tanh", "aten::log", "aten::sqrt", "aten::rsqrt",
+  "aten::silu", "aten::gelu", "aten::log1p", "aten::expm1", "aten::erf", "aten::sin",
+  "aten::cos", "aten::pow.Tensor_Scalar",
+};
+// clang-format on
+
+// Elements a per-rank shard of an aligned op must count a multiple of: twice the widest vector of
+// any dtype's lanes (64 bytes of 1-byte elements), so that every rank's elements start a vector
+// loop's block in the stacked call as in its own.
+constexpr int64_t kLaneAlignment = 64;
+
+const std::unordered_map<std::string, BatchRule>& RuleTable() {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, BatchRule>();
+    for (const char* name : kElementwiseOps) t->emplace(name, BatchRule::kElementwise);
+    for (const char* name : kElementwiseAlignedOps)
+      t->emplace(name, BatchRule::kElementwiseAligned);
+    return t;
+  }();
+  return *table;
+}
+
+// What the batched path needs of a schema, computed once.
+struct BatchInfo {
+  BatchRule rule = BatchRule::kNone;
+  int alpha_arg = -1;  // the index of an "alpha" argument, or -1
+};
+
+const BatchInfo& GetBatchInfo(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, BatchInfo> cache;
+  auto it = cache.find(&schema);
+  if (it != cache.end()) return it->second;
+  BatchInfo info;
+  info.rule = BatchRuleOf(schema);
+  const auto& args = schema.arguments();
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (args[a].name() == "alpha") info.alpha_arg = static_cast<int>(a);
+    // Written or aliased arguments (in-place and out= overloads) never batch.
+    if (args[a].alias_info() != nullptr) info.rule = BatchRule::kNone;
+  }
+  if (schema.returns().size() != 1 ||
+      !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
+    info.rule = BatchRule::kNone;
+  return cache.emplace(&schema, info).first->second;
+}
+
+std::atomic<bool>& BatchedRanksFlag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("DTSIM_BATCHED_RANKS");
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
+  }()};
+  return flag;
+}
+
+enum class How : uint8_t { kNone, kBatched, kOnce, kPerRank };
+
+struct Decision {
+  const c10::FunctionSchema* schema = nullptr;
+  How how = How::kNone;
+  const char* why = "";  // for kPerRank
+  size_t n_ranks = 0;
+};
+thread_local Decision last_decision;
+
+std::atomic<int64_t> g_batched{0}, g_once{0}, g_per_rank{0};
+
+bool PerRank(const char* why) {
+  last_decision.how = How::kPerRank;
+  last_decision.why = why;
+  g_per_rank.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+// One LocalTensor argument seen as stacked shards: either the stacked tensor of an impl that has
+// one (`stacked`, whose slice i is rank i's shard), or the first rank's shard, the others lying
+// rank_stride elements apart in its storage.
+struct StackedArg {
+  at::Tensor t;
+  bool stacked = false;
+  int64_t rank_stride = 0;  // 0: every rank holds one replica
+
+  c10::IntArrayRef ShardSizes() const { return stacked ? t.sizes().slice(1) : t.sizes(); }
+  c10::IntArrayRef ShardStrides() const { return stacked ? t.strides().slice(1) : t.strides(); }
+  int64_t ShardDim() const { return stacked ? t.dim() - 1 : t.dim(); }
+};
+
+// The stacked form of `impl`'s shards, or nullopt with the reason in *why. The shards must be even,
+// contiguous, on the CPU, non-empty, and lie in the first shard's storage at a constant distance of
+// 0 (one replica) or at least a shard's size (a leading rank dim whose slices do not overlap).
+std::optional<StackedArg> StackedForm(const LocalTensorImpl& impl, const char** why) {
+  if (impl.uneven()) {
+    *why = "uneven shards";
+    return std::nullopt;
+  }
+  const at::Tensor& stacked = impl.stacked();
+  if (stacked.defined()) {
+    if (!stacked.is_contiguous()) {
+      *why = "non-contiguous shards";
+      return std::nullopt;
+    }
+    if (stacked.numel() == 0) {
+      *why = "zero-size shards";
+      return std::nullopt;
+    }
+    return StackedArg{stacked, true, stacked.stride(0)};
+  }
+  const std::vector<at::Tensor>& shards = impl.shards();
+  const at::Tensor& s0 = shards[0];
+  if (s0.is_meta()) {
+    *why = "meta tensors";
+    return std::nullopt;
+  }
+  if (!s0.is_cpu() || s0.layout() != at::kStrided || !s0.has_storage()) {
+    *why = "shards not on the CPU";
+    return std::nullopt;
+  }
+  if (s0.numel() == 0) {
+    *why = "zero-size shards";
+    return std::nullopt;
+  }
+  if (!s0.is_contiguous()) {
+    *why = "non-contiguous shards";
+    return std::nullopt;
+  }
+  const int64_t elem = static_cast<int64_t>(s0.element_size());
+  const int64_t bytes = s0.numel() * elem;
+  const char* p0 = static_cast<const char*>(s0.const_data_ptr());
+  const int64_t n = static_cast<int64_t>(shards.size());
+  const int64_t delta = static_cast<const char*>(shards[1].const_data_ptr()) - p0;
+  if (delta % elem != 0 || (delta != 0 && delta < bytes)) {
+    *why = "shards not stacked in one buffer";
+    return std::nullopt;
+  }
+  for (int64_t i = 2; i < n; ++i) {
+    if (static_cast<const char*>(shards[i].const_data_ptr()) != p0 + i * delta) {
+      *why = "shards not stacked in one buffer";
+      return std::nullopt;
+    }
+  }
+  // Every rank's shard must lie in the first shard's storage, through which the view reads.
+  const c10::Storage& storage = s0.storage();
+  const char* begin = static_cast<const char*>(storage.data());
+  if (p0 < begin || p0 + (n - 1) * delta + bytes > begin + static_cast<int64_t>(storage.nbytes())) {
+    *why = "shards not stacked in one buffer";
+    return std::nullopt;
+  }
+  return StackedArg{s0, false, delta / elem};
+}
+
+// `a` as a tensor of `dims` + 1 dims: the rank dim (stride rank_stride), ones up to `dims`, then
+// the shard's own dims.
+at::Tensor StackedView(const StackedArg& a, int64_t n_ranks, int64_t dims) {
+  if (a.stacked && a.ShardDim() == dims) return a.t;
+  std::vector<int64_t> sizes{n_ranks}, strides{a.rank_stride};
+  for (int64_t d = a.ShardDim(); d < dims; ++d) {
+    sizes.push_back(1);
+    strides.push_back(1);
+  }
+  for (int64_t d = 0; d < a.ShardDim(); ++d) {
+    sizes.push_back(a.ShardSizes()[d]);
+    strides.push_back(a.ShardStrides()[d]);
+  }
+  return a.t.as_strided(sizes, strides, a.t.storage_offset());
+}
+
+bool PythonDispatchActive() {
+  const c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
+  const c10::DispatchKeySet python({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+  return !(tls.included_ & python).empty() || c10::impl::TorchDispatchModeTLS::any_modes_set();
+}
+
+}  // namespace
+
+BatchRule BatchRuleOf(const c10::FunctionSchema& schema) {
+  const auto& table = RuleTable();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  auto it = table.find(name);
+  return it == table.end() ? BatchRule::kNone : it->second;
+}
+
+bool RunBatched(const BatchCall& call) {
+  const c10::FunctionSchema& schema = call.op.schema();
+  last_decision.schema = &schema;
+  last_decision.n_ranks = call.ranks.size();
+  if (!BatchedRanksFlag().load(std::memory_order_relaxed)) return PerRank("batched ranks are off");
+  const BatchInfo& info = GetBatchInfo(schema);
+  if (info.rule == BatchRule::kNone) return PerRank("no batch rule for this op");
+  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  if (n < 2) return PerRank("one rank");
+  if (PythonDispatchActive()) return PerRank("a Python dispatch mode or key is active");
+  torch::jit::Stack& stack = *call.stack;
+
+  // The arguments: every LocalTensor in its stacked form; plain tensors as they are.
+  std::vector<std::optional<StackedArg>> local(call.n_args);
+  bool all_replicas = true;
+  bool zero_dim_shard = false;
+  std::optional<at::ScalarType> dtype;
+  bool mixed_dtypes = false;
+  int64_t dims = 0;
+  auto note_dtype = [&](at::ScalarType t) {
+    mixed_dtypes = mixed_dtypes || (dtype && *dtype != t);
+    dtype = t;
+  };
+  for (size_t a = 0; a < call.n_args; ++a) {
+    const c10::IValue& v = stack[call.base + a];
+    switch (call.kinds[a]) {
+      case ArgKind::kList:
+        return PerRank("a tensor list argument");
+      case ArgKind::kSymInt:
+      case ArgKind::kSymIntList:
+        return PerRank("a per-rank integer argument");
+      case ArgKind::kLocal: {
+        const char* why = "";
+        local[a] = StackedForm(*FindLocalImpl(v.toTensor()), &why);
+        if (!local[a]) return PerRank(why);
+        all_replicas = all_replicas && local[a]->rank_stride == 0;
+        zero_dim_shard = zero_dim_shard || local[a]->ShardDim() == 0;
+        dims = std::max<int64_t>(dims, local[a]->ShardDim());
+        note_dtype(local[a]->t.scalar_type());
+        break;
+      }
+      case ArgKind::kPass:
+        if (v.isTensor() && v.toTensor().defined()) {
+          const at::Tensor& t = v.toTensor();
+          if (t.unsafeGetTensorImpl()->is_wrapped_number()) break;  // a Python scalar
+          if (!t.is_cpu() || t.layout() != at::kStrided)
+            return PerRank("a plain tensor not on the CPU");
+          dims = std::max<int64_t>(dims, t.dim());
+          note_dtype(t.scalar_type());
+        }
+        break;
+    }
+  }
+  // A 0-dim shard would take part in type promotion as a dimensioned tensor once stacked.
+  if (zero_dim_shard && mixed_dtypes) return PerRank("a 0-dim shard among tensors of mixed dtypes");
+  if (info.alpha_arg >= 0 && dtype && at::isFloatingType(*dtype)) {
+    const c10::IValue& alpha = stack[call.base + info.alpha_arg];
+    if (!(alpha.isInt() && alpha.toInt() == 1) && !(alpha.isDouble() && alpha.toDouble() == 1.0))
+      return PerRank("alpha other than 1 (a fused multiply-add in the vector kernel)");
+  }
+  if (info.rule == BatchRule::kElementwiseAligned) {
+    // Every tensor argument of one shape (no broadcasting), its elements a multiple of the lanes,
+    // and few enough that neither the stacked nor a rank's own call splits over threads.
+    std::optional<std::vector<int64_t>> shape;
+    bool same = true;
+    for (size_t a = 0; a < call.n_args && same; ++a) {
+      const c10::IValue& v = stack[call.base + a];
+      std::vector<int64_t> sizes;
+      if (local[a]) {
+        sizes = local[a]->ShardSizes().vec();
+      } else if (v.isTensor() && v.toTensor().defined() &&
+                 !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+        sizes = v.toTensor().sizes().vec();
+      } else {
+        continue;
+      }
+      if (shape && *shape != sizes) same = false;
+      shape = std::move(sizes);
+    }
+    int64_t numel = 1;
+    for (int64_t d : shape.value_or(std::vector<int64_t>{})) numel *= d;
+    if (!same || numel % kLaneAlignment != 0 || numel * n > at::internal::GRAIN_SIZE)
+      return PerRank(
+          "shards not lane-aligned for an op whose vector and scalar kernels may round apart");
+  }
+
+  // Computed once: every rank holds one replica of every LocalTensor argument.
+  if (all_replicas) {
+    torch::jit::Stack s(stack.begin() + call.base, stack.end());
+    for (size_t a = 0; a < call.n_args; ++a) {
+      if (local[a]) s[a] = local[a]->t;
+    }
+    std::vector<at::Tensor> shards(n);
+    {
+      RankScope scope(call.ranks[0]);
+      OpBoundaryScope boundary(call.ranks[0]);
+      call.op.callBoxed(s);
+    }
+    shards[0] = s[0].toTensor();
+    for (int64_t i = 1; i < n; ++i) {
+      RankScope scope(call.ranks[i]);
+      shards[i] = ShareReplica(shards[0], call.world.get());
+    }
+    torch::jit::drop(stack, call.n_args);
+    stack.emplace_back(at::Tensor(c10::make_intrusive<LocalTensorImpl>(
+        call.ranks, std::move(shards), call.world, /*uneven=*/false)));
+    last_decision.how = How::kOnce;
+    g_once.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Stacked: one call over views with a leading rank dim. Its result is one allocation, which a
+  // MemoryMeter could not charge to each rank as their own calls' results.
+  if (MemoryMeter::Current() != nullptr)
+    return PerRank("a memory meter is on (one stacked allocation is no rank's own)");
+  torch::jit::Stack s(stack.begin() + call.base, stack.end());
+  for (size_t a = 0; a < call.n_args; ++a) {
+    if (local[a]) s[a] = StackedView(*local[a], n, dims);
+  }
+  call.op.callBoxed(s);
+  at::Tensor out = s[0].toTensor();
+  DTSIM_CHECK(out.dim() == dims + 1 && out.size(0) == n, schema.name(),
+              ": the batched call's result has no leading rank dim");
+  if (!out.is_contiguous()) out = out.contiguous();
+  torch::jit::drop(stack, call.n_args);
+  stack.emplace_back(
+      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
+  last_decision.how = How::kBatched;
+  g_batched.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace internal
+
+void SetBatchedRanks(bool enabled) { internal::BatchedRanksFlag().store(enabled); }
+bool BatchedRanks() { return internal::BatchedRanksFlag().load(); }
+
+std::string LastRankExecution() {
+  const internal::Decision& d = internal::last_decision;
+  if (d.schema == nullptr || d.how == internal::How::kNone) return "";
+  std::string name = d.schema->name();
+  if (!d.schema->overload_name().empty()) name += "." + d.schema->overload_name();
+  switch (d.how) {
+    case internal::How::kBatched:
+      return StrCat(name, ": batched (one call over ", d.n_ranks, " stacked shards)");
+    case internal::How::kOnce:
+      return StrCat(name, ": computed once (every rank holds the same replica)");
+    default:
+      return StrCat(name, ": per rank (", d.why, ")");
+  }
+}
+
+RankExecutionCounts GetRankExecutionCounts() {
+  RankExecutionCounts c;
+  c.batched = internal::g_batched.load();
+  c.computed_once = internal::g_once.load();
+  c.per_rank = internal::g_per_rank.load();
+  return c;
+}
+
+at::Tensor MakeStackedLocalTensor(std::vector<int64_t> ranks, const at::Tensor& stacked,
+                                  std::shared_ptr<SimWorld> world) {
+  if (ranks.empty()) throw InputError("ranks", "a LocalTensor needs at least one rank");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      throw InputError(
+          "ranks", StrCat("ranks must be distinct and ascending, got ", internal::JoinInts(ranks)));
+    }
+  }
+  if (!stacked.defined() || internal::FindLocalImpl(stacked) != nullptr) {
+    throw InputError("stacked", "needs a plain tensor");
+  }
+  if (stacked.dim() < 1 || stacked.size(0) != static_cast<int64_t>(ranks.size())) {
+    throw InputError("stacked", StrCat("sizes ", internal::JoinInts(stacked.sizes().vec()),
+                                       " have no leading dim of ", ranks.size(), " ranks"));
+  }
+  if (stacked.requires_grad()) {
+    throw InputError("stacked", "requires grad; call requires_grad_() on the LocalTensor instead");
+  }
+  if (!world) world = SimWorld::Create();
+  internal::EnsureLocalTensorDispatch();
+  return at::Tensor(
+      c10::make_intrusive<internal::LocalTensorImpl>(std::move(ranks), stacked, std::move(world)));
+}
+
+}  // namespace dtsim
