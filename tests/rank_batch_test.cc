@@ -207,9 +207,17 @@ TEST_F(RankBatchTest, EveryTableOpGivesEachRankItsOwnBitsOnEveryLayout) {
 }
 
 TEST_F(RankBatchTest, ShardsOutsideOneBufferRunPerRankAndSaySo) {
-  const OpCase add = Cases()[0];
-  EXPECT_THAT(CheckCase(add, 4, 4, 16, at::kFloat, {Layout::kSeparate, Layout::kRows}),
+  // Shards in buffers of their own that the caller still holds: moving them would break the
+  // caller's aliases, so the op runs per rank, and a write through the caller's tensor still shows.
+  std::vector<at::Tensor> held;
+  for (int r = 0; r < 4; ++r) held.push_back(at::full({4, 16}, float(r)));
+  at::Tensor own = MakeLocalTensor(Ranks(4), held);
+  at::Tensor sum = own + own;
+  EXPECT_THAT(LastRankExecution(),
               ::testing::HasSubstr("per rank (shards not stacked in one buffer)"));
+  held[2].fill_(7);
+  EXPECT_TRUE(at::equal(LocalShard(own, 2), at::full({4, 16}, 7.0f)));
+  EXPECT_TRUE(at::equal(LocalShard(sum, 2), at::full({4, 16}, 4.0f)));
   // Uneven shards (rows 3, 3, 3, 0).
   at::Tensor g = at::randn({9, 4});
   at::Tensor uneven = MakeLocalTensor(
@@ -237,6 +245,39 @@ TEST_F(RankBatchTest, ShardsOutsideOneBufferRunPerRankAndSaySo) {
   SetBatchedRanks(false);
   (void)(rows + rows);
   EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank (batched ranks are off)"));
+}
+
+TEST_F(RankBatchTest, ShardsNobodyElseSeesMoveIntoOneStackedBuffer) {
+  // Each rank's shard its own allocation, held by the LocalTensor alone (as a redistribution leaves
+  // them): the first batched op copies them into one stacked buffer, and later ops read it.
+  const OpCase add = Cases()[0];
+  EXPECT_THAT(CheckCase(add, 4, 4, 16, at::kFloat, {Layout::kSeparate, Layout::kRows}),
+              ::testing::HasSubstr("batched"));
+  at::Tensor lt = MakeLocalTensor(Ranks(4), [](int64_t r) { return at::full({2, 8}, float(r)); });
+  const void* before = LocalShard(lt, 1).const_data_ptr();
+  at::Tensor y = lt * 3;
+  EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("batched"));
+  EXPECT_NE(LocalShard(lt, 1).const_data_ptr(), before);
+  EXPECT_EQ(static_cast<const float*>(LocalShard(lt, 1).const_data_ptr()),
+            static_cast<const float*>(LocalShard(lt, 0).const_data_ptr()) + 16);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_TRUE(at::equal(LocalShard(lt, r), at::full({2, 8}, float(r)))) << r;
+    EXPECT_TRUE(at::equal(LocalShard(y, r), at::full({2, 8}, float(3 * r)))) << r;
+  }
+  // A view of a shard is an alias: those shards stay where they are.
+  at::Tensor lt2 = MakeLocalTensor(Ranks(4), [](int64_t r) { return at::full({2, 8}, float(r)); });
+  at::Tensor view = LocalShard(lt2, 3).view({16});
+  (void)(lt2 * 3);
+  EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
+  view.fill_(-1);
+  EXPECT_TRUE(at::equal(LocalShard(lt2, 3), at::full({2, 8}, -1.0f)));
+  // Under a MemoryMeter every rank's buffer stays its own.
+  at::Tensor lt3 = MakeLocalTensor(Ranks(4), [](int64_t r) { return at::full({2, 8}, float(r)); });
+  {
+    MemoryMeter meter;
+    (void)(lt3 * 3);
+    EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
+  }
 }
 
 TEST_F(RankBatchTest, ZeroDimShardsWithMixedDtypesKeepPerRankTypePromotion) {

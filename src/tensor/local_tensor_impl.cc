@@ -72,6 +72,16 @@ void LocalTensorImpl::MakeShardViews() const {
   shards_ready_.store(true, std::memory_order_release);
 }
 
+void LocalTensorImpl::AdoptStacked(at::Tensor stacked) {
+  DTSIM_CHECK(!uneven_ && stacked.dim() == dim_ + 1 &&
+                  stacked.size(0) == static_cast<int64_t>(ranks_.size()),
+              "AdoptStacked needs one slice per rank of the shards' shape");
+  const std::vector<at::Tensor>& current = shards();
+  std::lock_guard<std::mutex> lock(shards_mutex_);
+  for (size_t i = 0; i < current.size(); ++i) shards_[i] = stacked[static_cast<int64_t>(i)];
+  stacked_ = std::move(stacked);
+}
+
 void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                            std::optional<bool> uneven) {
   ranks_ = std::move(ranks);

@@ -122,6 +122,10 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // The tensor whose slice i is the shard of ranks()[i], for stacked shards; undefined otherwise
   // (and once a write changed a shard's shape).
   const at::Tensor& stacked() const { return stacked_; }
+  // Moves the shards into `stacked` (a copy of them with a leading rank dim): each shard becomes
+  // stacked[i], in place in shards(). For shards no other tensor can see (rank_batch.cc checks),
+  // so no alias of the old storages is left to tell the difference.
+  void AdoptStacked(at::Tensor stacked);
   bool uneven() const { return uneven_; }
   const std::shared_ptr<SimWorld>& world() const { return world_; }
   // Index of `rank` in ranks(), or -1.

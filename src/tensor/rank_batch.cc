@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/TensorIterator.h>
+#include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
@@ -129,6 +130,20 @@ struct StackedArg {
   int64_t ShardDim() const { return stacked ? t.dim() - 1 : t.dim(); }
 };
 
+// Whether the shards may move into one stacked buffer unseen: no MemoryMeter (which charges each
+// rank's own buffer), and no tensor but the LocalTensor's own shard refers to any shard's storage
+// (no view, no replica, no autograd record, no caller's handle).
+bool MayRestack(const std::vector<at::Tensor>& shards) {
+  if (MemoryMeter::Current() != nullptr) return false;
+  for (const at::Tensor& s : shards) {
+    if (s.use_count() != 1 || !s.has_storage() || s.storage().use_count() != 1 ||
+        !c10::impl::cow::has_simple_data_ptr(*s.storage().unsafeGetStorageImpl()) ||
+        s.is_inference())
+      return false;
+  }
+  return true;
+}
+
 // The stacked form of `impl`'s shards, or nullopt with the reason in *why. The shards must be even,
 // contiguous, on the CPU, non-empty, and lie in the first shard's storage at a constant distance of
 // 0 (one replica) or at least a shard's size (a leading rank dim whose slices do not overlap).
@@ -172,24 +187,24 @@ std::optional<StackedArg> StackedForm(const LocalTensorImpl& impl, const char** 
   const char* p0 = static_cast<const char*>(s0.const_data_ptr());
   const int64_t n = static_cast<int64_t>(shards.size());
   const int64_t delta = static_cast<const char*>(shards[1].const_data_ptr()) - p0;
-  if (delta % elem != 0 || (delta != 0 && delta < bytes)) {
-    *why = "shards not stacked in one buffer";
-    return std::nullopt;
-  }
-  for (int64_t i = 2; i < n; ++i) {
-    if (static_cast<const char*>(shards[i].const_data_ptr()) != p0 + i * delta) {
-      *why = "shards not stacked in one buffer";
-      return std::nullopt;
-    }
+  bool regular = delta % elem == 0 && (delta == 0 || delta >= bytes);
+  for (int64_t i = 2; i < n && regular; ++i) {
+    regular = static_cast<const char*>(shards[i].const_data_ptr()) == p0 + i * delta;
   }
   // Every rank's shard must lie in the first shard's storage, through which the view reads.
   const c10::Storage& storage = s0.storage();
   const char* begin = static_cast<const char*>(storage.data());
-  if (p0 < begin || p0 + (n - 1) * delta + bytes > begin + static_cast<int64_t>(storage.nbytes())) {
-    *why = "shards not stacked in one buffer";
-    return std::nullopt;
+  regular = regular && p0 >= begin &&
+            p0 + (n - 1) * delta + bytes <= begin + static_cast<int64_t>(storage.nbytes());
+  if (regular) return StackedArg{s0, false, delta / elem};
+  // Shards in buffers of their own that nothing else refers to (what a redistribution or an op run
+  // per rank leaves) move into one stacked buffer: one copy now, batched calls from then on.
+  if (MayRestack(shards)) {
+    const_cast<LocalTensorImpl&>(impl).AdoptStacked(at::stack(shards));
+    return StackedArg{impl.stacked(), true, impl.stacked().stride(0)};
   }
-  return StackedArg{s0, false, delta / elem};
+  *why = "shards not stacked in one buffer";
+  return std::nullopt;
 }
 
 // `a` as a tensor of `dims` + 1 dims: the rank dim (stride rank_stride), ones up to `dims`, then
