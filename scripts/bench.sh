@@ -2,7 +2,10 @@
 # Builds dtsim_bench, runs it and upstream's LocalTensorMode (bench/upstream_bench.py) on the same cases in the same
 # run, and prints one line per comparison (numbers in docs/performance.md):
 #   bench <case> ratio <x>             add/chain/all_gather_vs_upstream: upstream time / dtsim time
-#   bench <case>_vs_direct ratio <x>   direct ATen calls on the 8 shards / dtsim time (1.0 = no overhead)
+#   bench <case>_vs_direct ratio <x>   direct ATen calls on the 8 shards / dtsim time (1.0 = no overhead); the
+#                                      shards are the caller's own tensors, so the op runs per rank
+#   bench add_vs_direct_batched, add_vs_direct_64, chain_vs_direct_batched ratio <x>   the same on row blocks of one
+#                                      tensor (8 and 64 ranks), which dtsim runs batched (issue 33, targets >= 2, >= 10)
 #   bench all_gather ratio <x>         dtsim all_gather's fraction of memcpy bandwidth (memcpy time / dtsim time),
 #                                      fresh destination memory for both; all_gather_warm: with reused pages
 #   bench all_gather_peak_memory ratio <x>   peak resident memory growth of one all_gather / (inputs + outputs)
@@ -167,6 +170,14 @@ for case, name in (("add", "BM_PairedAdd"), ("chain", "BM_PairedChain")):
           f"(upstream {up[case + '_us']:.1f} us, dtsim {b['b_us']:.2f} us)")
     print(f"bench {case}_vs_direct ratio {b['a_us'] / b['b_us']:.3f}   "
           f"(direct {b['a_us']:.2f} us, dtsim {b['b_us']:.2f} us)")
+# Batched ranks (issue 33): the same ops on row blocks of one tensor, as a sharded tensor's ranks hold them.
+batched = {b["name"].split("/iterations")[0]: b for b in json.load(open(os.path.join(out, "paired.json")))["benchmarks"]}
+for line, name, what in (("add_vs_direct_batched", "BM_PairedAddBatched/8", "8 ranks"),
+                         ("add_vs_direct_64", "BM_PairedAddBatched/64", "64 ranks"),
+                         ("chain_vs_direct_batched", "BM_PairedChainBatched", "8 ranks")):
+    b = batched[name]
+    print(f"bench {line} ratio {b['a_us'] / b['b_us']:.2f}   (direct per-rank calls {b['a_us']:.2f} us, dtsim "
+          f"{b['b_us']:.2f} us; {what}, 16x16 float32 row blocks of one tensor)")
 ag = paired["BM_PairedAllGather"]
 print(f"bench all_gather ratio {ag['a_us'] / ag['b_us']:.3f}   (fresh destination pages: dtsim {ag['b_us'] / 1e3:.1f} ms "
       f"vs memcpy {ag['a_us'] / 1e3:.1f} ms; 8 ranks x 16 MiB, 1 GiB written)")

@@ -463,10 +463,13 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     op_list.push_back({{"op", e.op},
                        {"strategy", e.decision.ToString()},
                        {"reason", e.decision.reason},
-                       {"redistributes", own}});
+                       {"redistributes", own},
+                       {"local_execution", e.local_execution}});
   }
   answer["redistributes"] = redistributes;
   if (composite) answer["ops"] = op_list;
+  // How the local op ran over the simulated ranks (docs/local-tensor.md, "Batched ranks").
+  if (!ev.local_execution.empty()) answer["local_execution"] = ev.local_execution;
   json counts = json::object();
   for (const char* k : {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"}) counts[k] = 0;
   for (const auto& [k, n] : counter.counts) counts[k] = n;
@@ -567,6 +570,7 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     }
     out << "strategy: " << ev.decision.ToString() << "  (" << ev.decision.reason << ", cost "
         << std::fixed << std::setprecision(2) << ev.decision.cost << " us)\n";
+    if (!ev.local_execution.empty()) out << "local op: " << ev.local_execution << "\n";
     out << "candidates (" << ev.decision.candidates.size() << ", upstream's order; * = chosen):\n";
     for (size_t s = 0; s < ev.decision.candidates.size(); ++s) {
       const auto& cand = ev.decision.candidates[s];

@@ -24,10 +24,18 @@ std::vector<int64_t> Ranks(int64_t n) {
   return r;
 }
 
-// Restores batched ranks (on) when a test ends.
+// Turns batched ranks on for each test and restores the suite's setting (DTSIM_BATCHED_RANKS)
+// after.
 class RankBatchTest : public ::testing::Test {
  protected:
-  void TearDown() override { SetBatchedRanks(true); }
+  void SetUp() override {
+    saved_ = BatchedRanks();
+    SetBatchedRanks(true);  // these tests are about the batched path, whatever the suite's setting
+  }
+  void TearDown() override { SetBatchedRanks(saved_); }
+
+ private:
+  bool saved_ = true;
 };
 
 // Bit-for-bit equality of two plain tensors, with their sizes, strides and dtype (NaN payloads
@@ -57,7 +65,8 @@ enum class Layout {
   kRows,         // row blocks of one tensor (what DistributeTensor gives for Shard(0))
   kReplica,      // one copy-on-write replica on every rank
   kStackedView,  // an earlier batched result (stacked storage)
-  kSeparate,     // each rank's shard its own allocation: falls back
+  kSeparate,     // each rank's shard its own allocation, held by the LocalTensor alone
+  kTransposed,   // stacked storage whose shards are dense but column-major (a transposing view's)
 };
 
 at::Tensor Local(const at::Tensor& global, int64_t n, Layout layout,
@@ -74,6 +83,12 @@ at::Tensor Local(const at::Tensor& global, int64_t n, Layout layout,
     case Layout::kStackedView:
       return MakeStackedLocalTensor(Ranks(n), global.reshape({n, -1, global.size(1)}).clone(),
                                     world);
+    case Layout::kTransposed: {
+      const int64_t rows = global.size(0) / n, cols = global.size(1);
+      at::Tensor col_major =
+          global.reshape({n, rows, cols}).transpose(1, 2).contiguous().transpose(1, 2);
+      return MakeStackedLocalTensor(Ranks(n), col_major, world);
+    }
     case Layout::kSeparate: {
       std::vector<at::Tensor> shards;
       for (const at::Tensor& s : global.chunk(n, 0)) shards.push_back(s.clone());
@@ -154,8 +169,8 @@ std::string CheckCase(const OpCase& c, int64_t n, int64_t rows, int64_t cols, at
     at::Tensor expected = unsharded.chunk(n, 0)[r];
     if (!c.aligned) {
       // Elementwise ops of one rounding: the unsharded op gives the same bits.
-      EXPECT_TRUE(
-          at::equal(LocalShard(batched, r).view(at::kByte), expected.contiguous().view(at::kByte)))
+      EXPECT_TRUE(at::equal(LocalShard(batched, r).contiguous().view(at::kByte),
+                            expected.contiguous().view(at::kByte)))
           << what << " rank " << r << " against the unsharded op";
     } else {
       EXPECT_TRUE(at::allclose(LocalShard(batched, r), expected, 1e-6, 1e-6))
@@ -171,6 +186,8 @@ TEST_F(RankBatchTest, EveryTableOpGivesEachRankItsOwnBitsOnEveryLayout) {
       {Layout::kStackedView, Layout::kRows},
       {Layout::kRows, Layout::kReplica},
       {Layout::kReplica, Layout::kReplica},
+      {Layout::kTransposed, Layout::kTransposed},
+      {Layout::kTransposed, Layout::kRows},
   };
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{3, 5}, {4, 16}, {16, 16}, {1, 7}};
   const RankExecutionCounts before = GetRankExecutionCounts();
@@ -278,6 +295,83 @@ TEST_F(RankBatchTest, ShardsNobodyElseSeesMoveIntoOneStackedBuffer) {
     (void)(lt3 * 3);
     EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
   }
+}
+
+TEST_F(RankBatchTest, ViewsOfStackedShardsAreLaidOverEveryRank) {
+  // Views run once on rank 0's shard; every rank's view is where its own call puts it, and a chain
+  // through a transpose stays batched.
+  at::Tensor g = at::randn({4 * 6, 8});
+  auto views = std::vector<std::pair<std::string, std::function<at::Tensor(const at::Tensor&)>>>{
+      {"transpose", [](const at::Tensor& x) { return x.transpose(0, 1); }},
+      {"narrow", [](const at::Tensor& x) { return x.narrow(1, 2, 3); }},
+      {"select", [](const at::Tensor& x) { return x.select(0, 4); }},
+      {"view",
+       [](const at::Tensor& x) {
+         return x.view({3, 2, 8});
+       }},
+      {"unsqueeze", [](const at::Tensor& x) { return x.unsqueeze(-1); }},
+      {"expand",
+       [](const at::Tensor& x) {
+         return x.unsqueeze(0).expand({5, 6, 8});
+       }},
+      {"slice_step", [](const at::Tensor& x) { return x.slice(1, 1, 7, 2); }},
+      {"permute",
+       [](const at::Tensor& x) {
+         return x.view({2, 3, 8}).permute({2, 0, 1});
+       }},
+  };
+  for (Layout layout : {Layout::kRows, Layout::kStackedView}) {
+    for (const auto& [name, fn] : views) {
+      at::Tensor lt = Local(g, 4, layout, SimWorld::Create());
+      SetBatchedRanks(true);
+      at::Tensor batched = fn(lt);
+      const std::string how = LastRankExecution();
+      EXPECT_THAT(how, ::testing::HasSubstr("batched")) << name;
+      SetBatchedRanks(false);
+      at::Tensor per_rank = fn(lt);
+      SetBatchedRanks(true);
+      for (int64_t r = 0; r < 4; ++r) {
+        const at::Tensor a = LocalShard(batched, r), b = LocalShard(per_rank, r);
+        EXPECT_EQ(a.sizes(), b.sizes()) << name;
+        EXPECT_EQ(a.strides(), b.strides()) << name;
+        EXPECT_EQ(a.storage_offset(), b.storage_offset()) << name;
+        EXPECT_EQ(a.const_data_ptr(), b.const_data_ptr()) << name;
+        EXPECT_TRUE(at::equal(a, fn(g.chunk(4, 0)[r]))) << name;
+      }
+    }
+  }
+  // A write through a view of one rank changes that rank's shard only.
+  at::Tensor lt = Local(g, 4, Layout::kStackedView, SimWorld::Create());
+  at::Tensor t = lt.transpose(0, 1);
+  LocalShard(t, 1).select(0, 0).fill_(9);
+  EXPECT_TRUE(at::equal(LocalShard(lt, 1).select(1, 0), at::full({6}, 9.0f)));
+  EXPECT_TRUE(at::equal(LocalShard(lt, 2), g.chunk(4, 0)[2]));
+  // The chain of the bench: a transposed operand still batches, with the per-rank layout.
+  at::Tensor y = (lt + 1).transpose(0, 1) * lt.transpose(0, 1);
+  EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("batched"));
+  SetBatchedRanks(false);
+  at::Tensor z = (lt + 1).transpose(0, 1) * lt.transpose(0, 1);
+  SetBatchedRanks(true);
+  for (int64_t r = 0; r < 4; ++r)
+    ExpectSameBits(LocalShard(y, r), LocalShard(z, r), "chain rank " + std::to_string(r));
+  // Views of replicas stay per rank: each rank's replica is its own copy-on-write storage.
+  at::Tensor one = at::randn({3, 4});
+  at::Tensor reps = MakeLocalTensor(Ranks(4), [&](int64_t) { return ShareReplica(one); });
+  (void)reps.transpose(0, 1);
+  EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
+  // as_strided places its view at an absolute storage offset: per rank.
+  (void)lt.as_strided({2, 2}, {1, 1}, 0);
+  EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
+}
+
+TEST_F(RankBatchTest, AShardGivenOtherStorageDropsTheStackedForm) {
+  at::Tensor g = at::arange(16, at::kFloat).reshape({4, 4});
+  at::Tensor lt = MakeStackedLocalTensor(Ranks(4), g.clone());
+  at::Tensor other = at::full({4}, 100.0f);
+  LocalShard(lt, 2).set_(other);  // rank 2's shard is no longer a slice of the stacked storage
+  at::Tensor y = lt + 1;
+  EXPECT_TRUE(at::equal(LocalShard(y, 2), at::full({4}, 101.0f)));
+  EXPECT_TRUE(at::equal(LocalShard(y, 1), g[1] + 1));
 }
 
 TEST_F(RankBatchTest, ZeroDimShardsWithMixedDtypesKeepPerRankTypePromotion) {

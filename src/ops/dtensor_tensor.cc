@@ -743,6 +743,7 @@ torch::jit::Stack KernelCall::RunLocal() {
     local_stack.emplace_back(std::move(out));
   } else {
     op.callBoxed(&local_stack);
+    if (observe && collectives->simulated()) event.local_execution = LastRankExecution();
   }
   return local_stack;
 }

@@ -82,6 +82,25 @@ void LocalTensorImpl::AdoptStacked(at::Tensor stacked) {
   stacked_ = std::move(stacked);
 }
 
+bool LocalTensorImpl::StackedIsCurrent() {
+  if (!stacked_.defined()) return false;
+  if (!shards_ready_.load(std::memory_order_acquire)) return true;  // no shard was handed out
+  const c10::StorageImpl* storage = stacked_.storage().unsafeGetStorageImpl();
+  const c10::IntArrayRef sizes = stacked_.sizes().slice(1), strides = stacked_.strides().slice(1);
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const at::Tensor& s = shards_[i];
+    const bool same = s.has_storage() && s.storage().unsafeGetStorageImpl() == storage &&
+                      s.storage_offset() == stacked_.storage_offset() +
+                                                static_cast<int64_t>(i) * stacked_.stride(0) &&
+                      s.sizes() == sizes && s.strides() == strides;
+    if (!same) {
+      stacked_ = at::Tensor();
+      return false;
+    }
+  }
+  return true;
+}
+
 void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                            std::optional<bool> uneven) {
   ranks_ = std::move(ranks);
@@ -208,7 +227,7 @@ void LocalTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl
                      "set_data: a LocalTensor can only take the data of another LocalTensor");
   }
   world_ = other->world_;
-  if (other->stacked_.defined()) {
+  if (other->StackedIsCurrent()) {
     InitStacked(other->ranks_, other->stacked_);
   } else {
     Init(other->ranks_, other->shards());
@@ -216,7 +235,8 @@ void LocalTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl
 }
 
 c10::intrusive_ptr<LocalTensorImpl> LocalTensorImpl::Copy() const {
-  if (stacked_.defined()) return c10::make_intrusive<LocalTensorImpl>(ranks_, stacked_, world_);
+  if (const_cast<LocalTensorImpl*>(this)->StackedIsCurrent())
+    return c10::make_intrusive<LocalTensorImpl>(ranks_, stacked_, world_);
   return c10::make_intrusive<LocalTensorImpl>(ranks_, shards(), world_);
 }
 

@@ -126,6 +126,10 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // stacked[i], in place in shards(). For shards no other tensor can see (rank_batch.cc checks),
   // so no alias of the old storages is left to tell the difference.
   void AdoptStacked(at::Tensor stacked);
+  // Whether stacked() is defined and each shard still is its slice i (same storage, offset, sizes
+  // and strides). A write that gave a shard other storage or metadata (set_ on a shard,
+  // as_strided_) makes it stale: then the stacked form is dropped and false returned.
+  bool StackedIsCurrent();
   bool uneven() const { return uneven_; }
   const std::shared_ptr<SimWorld>& world() const { return world_; }
   // Index of `rank` in ranks(), or -1.

@@ -8,6 +8,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -87,6 +88,18 @@ const BatchInfo& GetBatchInfo(const c10::FunctionSchema& schema) {
   if (schema.returns().size() != 1 ||
       !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
     info.rule = BatchRule::kNone;
+  // A view of its first argument: its result is the same metadata function of every rank's shard,
+  // so rank i's view lies a rank's distance from rank 0's (not for views placed at an absolute
+  // storage offset).
+  const auto* ret_alias = schema.returns().empty() ? nullptr : schema.returns()[0].alias_info();
+  const bool aten = schema.name().rfind("aten::", 0) == 0;
+  bool absolute_offset = schema.name() == "aten::as_strided";
+  for (const auto& arg : args) absolute_offset = absolute_offset || arg.name() == "storage_offset";
+  if (aten && schema.returns().size() == 1 && ret_alias != nullptr && !ret_alias->isWrite() &&
+      !args.empty() && args[0].alias_info() != nullptr && !args[0].alias_info()->isWrite() &&
+      args[0].alias_info()->beforeSets() == ret_alias->beforeSets() && !absolute_offset &&
+      schema.returns()[0].type()->kind() == c10::TypeKind::TensorType)
+    info.rule = BatchRule::kView;
   return cache.emplace(&schema, info).first->second;
 }
 
@@ -130,6 +143,25 @@ struct StackedArg {
   int64_t ShardDim() const { return stacked ? t.dim() - 1 : t.dim(); }
 };
 
+// The number of elements of a layout that is non-overlapping and dense (strides a permutation of
+// a contiguous layout's), or -1.
+int64_t DenseExtent(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  int64_t numel = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    numel *= sizes[d];
+    if (sizes[d] > 1) dims.emplace_back(strides[d], sizes[d]);
+  }
+  if (numel == 0) return 0;
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return -1;
+    expected *= size;
+  }
+  return numel;
+}
+
 // Whether the shards may move into one stacked buffer unseen: no MemoryMeter (which charges each
 // rank's own buffer), and no tensor but the LocalTensor's own shard refers to any shard's storage
 // (no view, no replica, no autograd record, no caller's handle).
@@ -147,19 +179,23 @@ bool MayRestack(const std::vector<at::Tensor>& shards) {
 // The stacked form of `impl`'s shards, or nullopt with the reason in *why. The shards must be even,
 // contiguous, on the CPU, non-empty, and lie in the first shard's storage at a constant distance of
 // 0 (one replica) or at least a shard's size (a leading rank dim whose slices do not overlap).
-std::optional<StackedArg> StackedForm(const LocalTensorImpl& impl, const char** why) {
+std::optional<StackedArg> StackedForm(LocalTensorImpl& impl, const char** why) {
   if (impl.uneven()) {
     *why = "uneven shards";
     return std::nullopt;
   }
-  const at::Tensor& stacked = impl.stacked();
-  if (stacked.defined()) {
-    if (!stacked.is_contiguous()) {
-      *why = "non-contiguous shards";
-      return std::nullopt;
-    }
+  if (impl.StackedIsCurrent()) {
+    const at::Tensor& stacked = impl.stacked();
     if (stacked.numel() == 0) {
       *why = "zero-size shards";
+      return std::nullopt;
+    }
+    // Each shard dense (a permutation of a contiguous layout, as a transposing view leaves it) and
+    // the rank dim outermost: then the elementwise kernel lays out each rank's result as the rank's
+    // own call does.
+    const int64_t extent = DenseExtent(stacked.sizes().slice(1), stacked.strides().slice(1));
+    if (extent < 0 || stacked.stride(0) < extent) {
+      *why = "non-contiguous shards";
       return std::nullopt;
     }
     return StackedArg{stacked, true, stacked.stride(0)};
@@ -200,7 +236,7 @@ std::optional<StackedArg> StackedForm(const LocalTensorImpl& impl, const char** 
   // Shards in buffers of their own that nothing else refers to (what a redistribution or an op run
   // per rank leaves) move into one stacked buffer: one copy now, batched calls from then on.
   if (MayRestack(shards)) {
-    const_cast<LocalTensorImpl&>(impl).AdoptStacked(at::stack(shards));
+    impl.AdoptStacked(at::stack(shards));
     return StackedArg{impl.stacked(), true, impl.stacked().stride(0)};
   }
   *why = "shards not stacked in one buffer";
@@ -239,6 +275,63 @@ BatchRule BatchRuleOf(const c10::FunctionSchema& schema) {
   return it == table.end() ? BatchRule::kNone : it->second;
 }
 
+// A view op (BatchRule::kView) on a LocalTensor whose shards share one storage a constant distance
+// apart: run on rank 0's shard alone, and the result laid over every rank at that distance.
+bool RunView(const BatchCall& call) {
+  torch::jit::Stack& stack = *call.stack;
+  for (size_t a = 1; a < call.n_args; ++a) {
+    const c10::IValue& v = stack[call.base + a];
+    if (call.kinds[a] != ArgKind::kPass) return PerRank("a per-rank argument of a view");
+    if (v.isTensor() && v.toTensor().defined()) return PerRank("a view with a tensor argument");
+  }
+  if (call.kinds[0] != ArgKind::kLocal) return PerRank("a view of no LocalTensor");
+  LocalTensorImpl& impl = *FindLocalImpl(stack[call.base].toTensor());
+  if (impl.uneven()) return PerRank("uneven shards");
+  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  at::Tensor base, first;  // what the result is laid over; rank 0's shard
+  int64_t rank_stride = 0;
+  if (impl.StackedIsCurrent()) {
+    base = impl.stacked();
+    rank_stride = base.stride(0);
+    first = base.select(0, 0);
+  } else {
+    const std::vector<at::Tensor>& shards = impl.shards();
+    first = shards[0];
+    if (!first.is_cpu() || first.layout() != at::kStrided || !first.has_storage() ||
+        first.is_meta())
+      return PerRank("shards not on the CPU");
+    const c10::StorageImpl* storage = first.storage().unsafeGetStorageImpl();
+    rank_stride = shards[1].storage_offset() - first.storage_offset();
+    for (int64_t i = 1; i < n; ++i) {
+      const at::Tensor& s = shards[i];
+      if (!s.has_storage() || s.storage().unsafeGetStorageImpl() != storage ||
+          s.storage_offset() != first.storage_offset() + i * rank_stride)
+        return PerRank("shards not views of one storage a constant distance apart");
+    }
+    if (rank_stride <= 0)
+      return PerRank("shards not views of one storage a constant distance apart");
+    base = first;
+  }
+  torch::jit::Stack s(stack.begin() + call.base, stack.end());
+  s[0] = first;
+  call.op.callBoxed(s);
+  const at::Tensor view = s[0].toTensor();
+  if (!view.defined() || !view.has_storage() ||
+      view.storage().unsafeGetStorageImpl() != first.storage().unsafeGetStorageImpl() ||
+      view.scalar_type() != first.scalar_type())
+    return PerRank("the view changes dtype or storage");
+  std::vector<int64_t> sizes{n}, strides{rank_stride};
+  sizes.insert(sizes.end(), view.sizes().begin(), view.sizes().end());
+  strides.insert(strides.end(), view.strides().begin(), view.strides().end());
+  at::Tensor out = base.as_strided(sizes, strides, view.storage_offset());
+  torch::jit::drop(stack, call.n_args);
+  stack.emplace_back(
+      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
+  last_decision.how = How::kBatched;
+  g_batched.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool RunBatched(const BatchCall& call) {
   const c10::FunctionSchema& schema = call.op.schema();
   last_decision.schema = &schema;
@@ -249,6 +342,7 @@ bool RunBatched(const BatchCall& call) {
   const int64_t n = static_cast<int64_t>(call.ranks.size());
   if (n < 2) return PerRank("one rank");
   if (PythonDispatchActive()) return PerRank("a Python dispatch mode or key is active");
+  if (info.rule == BatchRule::kView) return RunView(call);
   torch::jit::Stack& stack = *call.stack;
 
   // The arguments: every LocalTensor in its stacked form; plain tensors as they are.
@@ -362,7 +456,6 @@ bool RunBatched(const BatchCall& call) {
   at::Tensor out = s[0].toTensor();
   DTSIM_CHECK(out.dim() == dims + 1 && out.size(0) == n, schema.name(),
               ": the batched call's result has no leading rank dim");
-  if (!out.is_contiguous()) out = out.contiguous();
   torch::jit::drop(stack, call.n_args);
   stack.emplace_back(
       at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));

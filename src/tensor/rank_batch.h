@@ -37,9 +37,10 @@ namespace internal {
 enum class ArgKind : uint8_t { kPass, kLocal, kList, kSymInt, kSymIntList };
 
 enum class BatchRule : uint8_t {
-  kNone,               // per rank
-  kElementwise,        // one elementwise call over stacked ranks gives each rank's bits
-  kElementwiseAligned  // only with lane-aligned shards and one thread both ways
+  kNone,                // per rank
+  kElementwise,         // one elementwise call over stacked ranks gives each rank's bits
+  kElementwiseAligned,  // only with lane-aligned shards and one thread both ways
+  kView                 // a view of the first argument: laid over every rank from rank 0's
 };
 
 // The rule of `schema` in the table (kNone for an op not listed).

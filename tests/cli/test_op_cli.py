@@ -195,3 +195,26 @@ def test_batch_line_may_name_its_trace(tmp_path):
     t = json.loads(trace.read_text())
     assert [r["arg"] for r in t["redistributions"]] == [1]
     assert t["redistributions"][0]["trace"]["steps"][0]["collective"] == "all_to_all"
+
+
+def test_the_answer_says_how_the_local_op_ran_over_the_ranks():
+    """docs/local-tensor.md, "Batched ranks": even row blocks batch into one call, and the verdict (the outputs
+    against the op on the global tensors) still holds; uneven shards, zero-size shards and ops outside the batch
+    table run per rank and say why, in the JSON answer and in the text."""
+    cases = [
+        (["add", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "8x16:S(0)"], "batched (one call over 4 stacked"),
+        (["add", "--mesh", "4", "--arg", "9x16:S(0)", "--arg", "9x16:S(0)"], "per rank (uneven shards)"),
+        (["mul", "--mesh", "4", "--arg", "0x16:S(0)", "--arg", "0x16:S(0)"], "per rank (zero-size shards)"),
+        (["mm", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "16x4:R"], "per rank (no batch rule for this op)"),
+        # Every rank holds the same replica: one call, the others share its result.
+        (["sigmoid", "--mesh", "4", "--arg", "8x16:R"], "computed once (every rank holds the same replica)"),
+    ]
+    for args, expected in cases:
+        out = run("op", *args, "--json")
+        assert out.returncode == 0, (args, out.stderr)
+        obj = json.loads(out.stdout)
+        assert expected in obj["local_execution"], (args, obj["local_execution"])
+        assert obj["verdict"] == "OK", args
+        text = run("op", *args)
+        assert text.returncode == 0, text.stderr
+        assert f"local op: aten::" in text.stdout and expected in text.stdout, text.stdout

@@ -58,6 +58,9 @@ struct OpEvent {
   std::vector<OpRedistribution> redistributions;
   std::vector<std::optional<DTensorSpec>> outputs;  // per tensor output (nullopt: undefined)
   bool cache_hit = false;  // the decision came from the (op, input specs) cache
+  // How the local op ran over the simulated ranks: batched, computed once, or per rank and why
+  // (LastRankExecution, local_tensor.h); empty on real ranks.
+  std::string local_execution;
 };
 
 // A collective a caller ran directly on a Collectives object (not a plan step).
