@@ -202,9 +202,9 @@ def test_the_answer_says_how_the_local_op_ran_over_the_ranks():
     against the op on the global tensors) still holds; uneven shards, zero-size shards and ops outside the batch
     table run per rank and say why, in the JSON answer and in the text."""
     cases = [
-        (["add", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "8x16:S(0)"], "batched (one call over 4 stacked"),
-        (["add", "--mesh", "4", "--arg", "9x16:S(0)", "--arg", "9x16:S(0)"], "per rank (uneven shards)"),
-        (["mul", "--mesh", "4", "--arg", "0x16:S(0)", "--arg", "0x16:S(0)"], "per rank (zero-size shards)"),
+        (["add.Tensor", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "8x16:S(0)"], "batched (one call over 4 stacked"),
+        (["add.Tensor", "--mesh", "4", "--arg", "9x16:S(0)", "--arg", "9x16:S(0)"], "per rank (uneven shards)"),
+        (["mul.Tensor", "--mesh", "4", "--arg", "0x16:S(0)", "--arg", "0x16:S(0)"], "per rank (zero-size shards)"),
         (["mm", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "16x4:R"], "per rank (no batch rule for this op)"),
         # Every rank holds the same replica: one call, the others share its result.
         (["sigmoid", "--mesh", "4", "--arg", "8x16:R"], "computed once (every rank holds the same replica)"),
