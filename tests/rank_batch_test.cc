@@ -252,9 +252,9 @@ TEST_F(RankBatchTest, ShardsOutsideOneBufferRunPerRankAndSaySo) {
   EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank (non-contiguous shards)"));
   // Ops outside the table.
   at::Tensor rows = MakeLocalTensor(Ranks(4), at::randn({8, 16}).chunk(4, 0));
-  (void)rows.sum(1);
+  (void)at::mm(rows, at::randn({16, 4}));
   EXPECT_THAT(LastRankExecution(),
-              ::testing::HasSubstr("aten::sum.dim_IntList: per rank (no batch rule for this op)"));
+              ::testing::HasSubstr("aten::mm: per rank (no batch rule for this op)"));
   // alpha != 1 on floats: ATen's vector kernel fuses the multiply-add.
   (void)at::add(rows, rows, 3);
   EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank (alpha other than 1"));
@@ -295,6 +295,63 @@ TEST_F(RankBatchTest, ShardsNobodyElseSeesMoveIntoOneStackedBuffer) {
     (void)(lt3 * 3);
     EXPECT_THAT(LastRankExecution(), ::testing::HasSubstr("per rank"));
   }
+}
+
+TEST_F(RankBatchTest, ReductionsGiveEachRankItsOwnBits) {
+  using Fn = std::function<at::Tensor(const at::Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> reductions = {
+      {"sum_dim0", [](const at::Tensor& x) { return x.sum(0); }},
+      {"sum_dim1", [](const at::Tensor& x) { return x.sum(1); }},
+      {"sum_last_keepdim", [](const at::Tensor& x) { return x.sum(-1, true); }},
+      {"sum_all_dims",
+       [](const at::Tensor& x) {
+         return x.sum(at::IntArrayRef{0, 1});
+       }},
+      {"mean_dim1", [](const at::Tensor& x) { return x.mean(1); }},
+      {"mean_dims",
+       [](const at::Tensor& x) {
+         return x.mean(at::IntArrayRef{-2, -1}, true);
+       }},
+      {"amax", [](const at::Tensor& x) { return at::amax(x, 1); }},
+      {"amin_all", [](const at::Tensor& x) { return at::amin(x, at::IntArrayRef{}); }},
+      {"softmax", [](const at::Tensor& x) { return at::_softmax(x, -1, false); }},
+      {"log_softmax0", [](const at::Tensor& x) { return at::_log_softmax(x, 0, false); }},
+  };
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{3, 5},   {1, 7},  {4, 16},
+                                                           {16, 16}, {7, 33}, {2, 300}};
+  int batched = 0;
+  for (const auto& [name, fn] : reductions) {
+    for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+      for (int64_t n : {2, 8}) {
+        for (auto [rows, cols] : shapes) {
+          for (Layout layout : {Layout::kRows, Layout::kStackedView, Layout::kTransposed}) {
+            at::Tensor g = Global(n, rows, cols, dtype, rows * 31 + cols);
+            at::Tensor lt = Local(g, n, layout, SimWorld::Create());
+            SetBatchedRanks(true);
+            at::Tensor a = fn(lt);
+            const std::string how = LastRankExecution();
+            SetBatchedRanks(false);
+            at::Tensor b = fn(lt);
+            SetBatchedRanks(true);
+            const std::string what = name + " " + std::to_string(n) + "x[" + std::to_string(rows) +
+                                     "," + std::to_string(cols) + "] " + c10::toString(dtype) +
+                                     " (" + how + ")";
+            if (how.find("batched") != std::string::npos) ++batched;
+            if (n * rows * cols > 32768) {
+              EXPECT_THAT(how, ::testing::HasSubstr("too large for one thread")) << what;
+            } else if (layout != Layout::kTransposed) {
+              EXPECT_THAT(how, ::testing::HasSubstr("batched")) << what;
+            }
+            for (int64_t r = 0; r < n; ++r) {
+              ExpectSameBits(LocalShard(a, r), LocalShard(b, r), what);
+              EXPECT_TRUE(at::allclose(LocalShard(a, r), fn(g.chunk(n, 0)[r]), 1e-5, 1e-6)) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(batched, 100);
 }
 
 TEST_F(RankBatchTest, ViewsOfStackedShardsAreLaidOverEveryRank) {

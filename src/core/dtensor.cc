@@ -143,7 +143,7 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
 }
 
 at::Tensor DTensor::FullTensor() const {
-  if (local_.is_meta() || (IsLocalTensor(local_) && LocalShards(local_).front().is_meta())) {
+  if (local_.is_meta()) {  // a LocalTensor's device is its shards'
     throw InputError("tensor", StrCat("full_tensor of a metadata-only DTensor (", spec_.ToString(),
                                       "): its shards are meta tensors, there are no values"));
   }

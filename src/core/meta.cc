@@ -26,8 +26,7 @@ DTensor MakeMetaDTensor(const DTensorSpec& spec, std::shared_ptr<Collectives> co
 
 bool IsMetaData(const at::Tensor& local) {
   if (!local.defined()) return false;
-  if (IsLocalTensor(local)) return local.is_meta() || LocalShards(local).front().is_meta();
-  return local.is_meta();
+  return local.is_meta();  // a LocalTensor's device is its shards' (local_tensor_impl.h)
 }
 
 std::optional<std::string> FindShapeMismatch(const DTensorSpec& spec, const at::Tensor& local,

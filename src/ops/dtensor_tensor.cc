@@ -30,10 +30,8 @@ constexpr c10::DispatchKeySet kDTensorKeys =
     c10::DispatchKeySet({c10::DispatchKey::PrivateUse2, c10::DispatchKey::ADInplaceOrView,
                          c10::DispatchKey::AutogradPrivateUse2});
 
-c10::Device DeviceOf(const at::Tensor& local) {
-  if (IsLocalTensor(local)) return LocalShards(local).front().device();
-  return local.device();
-}
+// A LocalTensor's own device is its shards' (local_tensor_impl.h).
+c10::Device DeviceOf(const at::Tensor& local) { return local.device(); }
 
 class DTensorImpl final : public c10::TensorImpl {
  public:

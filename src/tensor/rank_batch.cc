@@ -49,6 +49,13 @@ constexpr const char* kElementwiseAlignedOps[] = {
   "aten::silu", "aten::gelu", "aten::log1p", "aten::expm1", "aten::erf", "aten::sin",
   "aten::cos", "aten::pow.Tensor_Scalar",
 };
+// Reductions over some of a shard's dims (their `dim` argument moves one dim out, past the rank
+// dim). Batched only where neither the stacked call nor a rank's own splits over threads, so each
+// output element is reduced in the same order both ways.
+constexpr const char* kReductionOps[] = {
+  "aten::sum.dim_IntList", "aten::mean.dim", "aten::amax", "aten::amin",
+  "aten::_softmax", "aten::_log_softmax",
+};
 // clang-format on
 
 // Elements a per-rank shard of an aligned op must count a multiple of: twice the widest vector of
@@ -62,6 +69,7 @@ const std::unordered_map<std::string, BatchRule>& RuleTable() {
     for (const char* name : kElementwiseOps) t->emplace(name, BatchRule::kElementwise);
     for (const char* name : kElementwiseAlignedOps)
       t->emplace(name, BatchRule::kElementwiseAligned);
+    for (const char* name : kReductionOps) t->emplace(name, BatchRule::kReduction);
     return t;
   }();
   return *table;
@@ -71,6 +79,7 @@ const std::unordered_map<std::string, BatchRule>& RuleTable() {
 struct BatchInfo {
   BatchRule rule = BatchRule::kNone;
   int alpha_arg = -1;  // the index of an "alpha" argument, or -1
+  int dim_arg = -1;    // the index of a "dim" argument, or -1
 };
 
 const BatchInfo& GetBatchInfo(const c10::FunctionSchema& schema) {
@@ -82,6 +91,7 @@ const BatchInfo& GetBatchInfo(const c10::FunctionSchema& schema) {
   const auto& args = schema.arguments();
   for (size_t a = 0; a < args.size(); ++a) {
     if (args[a].name() == "alpha") info.alpha_arg = static_cast<int>(a);
+    if (args[a].name() == "dim") info.dim_arg = static_cast<int>(a);
     // Written or aliased arguments (in-place and out= overloads) never batch.
     if (args[a].alias_info() != nullptr) info.rule = BatchRule::kNone;
   }
@@ -296,21 +306,29 @@ bool RunView(const BatchCall& call) {
     first = base.select(0, 0);
   } else {
     const std::vector<at::Tensor>& shards = impl.shards();
-    first = shards[0];
-    if (!first.is_cpu() || first.layout() != at::kStrided || !first.has_storage() ||
-        first.is_meta())
+    const at::Tensor& s0 = shards[0];  // a reference: a copy would count as another holder
+    if (!s0.is_cpu() || s0.layout() != at::kStrided || !s0.has_storage() || s0.is_meta())
       return PerRank("shards not on the CPU");
-    const c10::StorageImpl* storage = first.storage().unsafeGetStorageImpl();
-    rank_stride = shards[1].storage_offset() - first.storage_offset();
-    for (int64_t i = 1; i < n; ++i) {
+    const c10::StorageImpl* storage = s0.storage().unsafeGetStorageImpl();
+    rank_stride = shards[1].storage_offset() - s0.storage_offset();
+    bool one_storage = rank_stride > 0;
+    for (int64_t i = 1; i < n && one_storage; ++i) {
       const at::Tensor& s = shards[i];
-      if (!s.has_storage() || s.storage().unsafeGetStorageImpl() != storage ||
-          s.storage_offset() != first.storage_offset() + i * rank_stride)
-        return PerRank("shards not views of one storage a constant distance apart");
+      one_storage = s.has_storage() && s.storage().unsafeGetStorageImpl() == storage &&
+                    s.storage_offset() == s0.storage_offset() + i * rank_stride;
     }
-    if (rank_stride <= 0)
+    if (one_storage) {
+      first = s0;
+      base = s0;
+    } else if (s0.is_contiguous() && s0.numel() > 0 && MayRestack(shards)) {
+      // As for elementwise ops: shards nothing else refers to move into one stacked buffer.
+      impl.AdoptStacked(at::stack(shards));
+      base = impl.stacked();
+      rank_stride = base.stride(0);
+      first = base.select(0, 0);
+    } else {
       return PerRank("shards not views of one storage a constant distance apart");
-    base = first;
+    }
   }
   torch::jit::Stack s(stack.begin() + call.base, stack.end());
   s[0] = first;
@@ -332,6 +350,74 @@ bool RunView(const BatchCall& call) {
   return true;
 }
 
+// The `dim` argument of a reduction over a shard of `dims` dims, as the stacked call's: each dim
+// one further out; none or an empty list (every dim) spelled out. nullopt for a dim out of range
+// (the per-rank call then raises ATen's own error).
+std::optional<c10::IValue> StackedDims(const c10::IValue& dim, int64_t dims) {
+  auto moved = [&](int64_t d) -> std::optional<int64_t> {
+    if (d < -dims || d >= dims) return std::nullopt;
+    return (d < 0 ? d + dims : d) + 1;
+  };
+  if (dim.isInt()) {
+    std::optional<int64_t> d = moved(dim.toInt());
+    if (!d) return std::nullopt;
+    return c10::IValue(*d);
+  }
+  std::vector<int64_t> out;
+  if (dim.isNone() || dim.toIntVector().empty()) {
+    for (int64_t d = 1; d <= dims; ++d) out.push_back(d);
+  } else {
+    for (int64_t d : dim.toIntVector()) {
+      std::optional<int64_t> m = moved(d);
+      if (!m) return std::nullopt;
+      out.push_back(*m);
+    }
+  }
+  return c10::IValue(out);
+}
+
+// A reduction (BatchRule::kReduction) of one LocalTensor over some of its shard dims.
+bool RunReduction(const BatchCall& call, const BatchInfo& info) {
+  torch::jit::Stack& stack = *call.stack;
+  for (size_t a = 1; a < call.n_args; ++a) {
+    const c10::IValue& v = stack[call.base + a];
+    if (call.kinds[a] != ArgKind::kPass) return PerRank("a per-rank argument of a reduction");
+    if (v.isTensor() && v.toTensor().defined())
+      return PerRank("a reduction with a tensor argument");
+  }
+  if (call.kinds[0] != ArgKind::kLocal || info.dim_arg < 0)
+    return PerRank("no LocalTensor to reduce");
+  const char* why = "";
+  const std::optional<StackedArg> in =
+      StackedForm(*FindLocalImpl(stack[call.base].toTensor()), &why);
+  if (!in) return PerRank(why);
+  if (in->rank_stride == 0) return PerRank("replicas (computed per rank, as reductions are)");
+  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  const int64_t dims = in->ShardDim();
+  int64_t numel = 1;
+  for (int64_t d : in->ShardSizes()) numel *= d;
+  if (dims == 0) return PerRank("0-dim shards");
+  if (numel * n > at::internal::GRAIN_SIZE)
+    return PerRank("shards too large for one thread (the reduction order would differ)");
+  if (MemoryMeter::Current() != nullptr)
+    return PerRank("a memory meter is on (one stacked allocation is no rank's own)");
+  std::optional<c10::IValue> dim = StackedDims(stack[call.base + info.dim_arg], dims);
+  if (!dim) return PerRank("a dim out of range");
+  torch::jit::Stack s(stack.begin() + call.base, stack.end());
+  s[0] = StackedView(*in, n, dims);
+  s[info.dim_arg] = *dim;
+  call.op.callBoxed(s);
+  at::Tensor out = s[0].toTensor();
+  DTSIM_CHECK(out.dim() >= 1 && out.size(0) == n, call.op.schema().name(),
+              ": the batched reduction's result has no leading rank dim");
+  torch::jit::drop(stack, call.n_args);
+  stack.emplace_back(
+      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
+  last_decision.how = How::kBatched;
+  g_batched.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool RunBatched(const BatchCall& call) {
   const c10::FunctionSchema& schema = call.op.schema();
   last_decision.schema = &schema;
@@ -343,6 +429,7 @@ bool RunBatched(const BatchCall& call) {
   if (n < 2) return PerRank("one rank");
   if (PythonDispatchActive()) return PerRank("a Python dispatch mode or key is active");
   if (info.rule == BatchRule::kView) return RunView(call);
+  if (info.rule == BatchRule::kReduction) return RunReduction(call, info);
   torch::jit::Stack& stack = *call.stack;
 
   // The arguments: every LocalTensor in its stacked form; plain tensors as they are.

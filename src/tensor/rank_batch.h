@@ -40,7 +40,8 @@ enum class BatchRule : uint8_t {
   kNone,                // per rank
   kElementwise,         // one elementwise call over stacked ranks gives each rank's bits
   kElementwiseAligned,  // only with lane-aligned shards and one thread both ways
-  kView                 // a view of the first argument: laid over every rank from rank 0's
+  kView,                // a view of the first argument: laid over every rank from rank 0's
+  kReduction            // over some shard dims, where one thread runs the call both ways
 };
 
 // The rule of `schema` in the table (kNone for an op not listed).
