@@ -62,6 +62,10 @@ struct Unit {
   // their buffers were freed after it: FSDP2 frees the unsharded parameters' storage when it
   // reshards after forward (resize to 0) and all-gathers into the same storage before backward.
   std::vector<at::Tensor> unsharded_locals;
+  // Every rank's shard of unsharded_locals, held so that batched ranks never moves them into one
+  // stacked buffer (docs/local-tensor.md, "Batched ranks"): the freeing and re-gathering below find
+  // each rank's buffer by its storage.
+  std::vector<at::Tensor> pinned_shards;
   bool buffers_freed = false;
   std::vector<size_t> post_forward_indices;
 
@@ -274,6 +278,11 @@ struct UnshardFn : torch::autograd::Function<UnshardFn> {
     std::vector<at::Tensor> full =
         GatherGroup(*unit, locals, "fully_shard all-gather of " + unit->label());
     unit->unsharded_locals = full;
+    unit->pinned_shards.clear();
+    for (const at::Tensor& local : full) {
+      for (int64_t r : unit->coll->HeldRanks(local))
+        unit->pinned_shards.push_back(unit->coll->Shard(local, r));
+    }
     unit->buffers_freed = false;
     torch::autograd::variable_list out;
     for (size_t i = 0; i < full.size(); ++i)
@@ -308,6 +317,7 @@ struct UnshardFn : torch::autograd::Function<UnshardFn> {
     // parameters unsharded between passes frees them too: the next forward all-gathers anew).
     FreeUnshardedBuffers(*u);
     u->unsharded_locals.clear();
+    u->pinned_shards.clear();
     u->unsharded = false;
     torch::autograd::variable_list out;
     for (size_t i = 0; i < reduced.size(); ++i) {

@@ -12,12 +12,16 @@
 //   one ATen call over a view with a leading rank dim, and the result keeps that stacked storage
 //   (LocalTensorImpl's stacked constructor), so a chain of batched ops never unstacks.
 //
+// - Views: a view op of shards that share one storage runs on rank 0's shard, and the result is
+//   laid over every rank at the same distance.
+//
 // Which ops may run batched is a table (BatchRuleOf): elementwise ops whose vector and scalar
-// kernels round alike (kElementwise: IEEE arithmetic, comparisons, integer and bool ops), and
+// kernels round alike (kElementwise: IEEE arithmetic, comparisons, integer and bool ops);
 // elementwise ops whose vectorized and scalar paths may differ in the last bit
 // (kElementwiseAligned: transcendental functions), batched only where every rank's elements fall on
-// the same vector lanes and one thread runs the call both ways. Everything else runs per rank, and
-// LastRankExecution says why.
+// the same vector lanes and one thread runs the call both ways; reductions over shard dims
+// (kReduction), where one thread runs the call both ways; and every aten:: view of its first
+// argument (kView) but as_strided. Everything else runs per rank, and LastRankExecution says why.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
