@@ -460,11 +460,12 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
       if (composite) entry["op"] = e.op;
       redistributes.push_back(entry);
     }
-    op_list.push_back({{"op", e.op},
-                       {"strategy", e.decision.ToString()},
-                       {"reason", e.decision.reason},
-                       {"redistributes", own},
-                       {"local_execution", e.local_execution}});
+    json op_entry = {{"op", e.op},
+                     {"strategy", e.decision.ToString()},
+                     {"reason", e.decision.reason},
+                     {"redistributes", own}};
+    if (!e.local_execution.empty()) op_entry["local_execution"] = e.local_execution;
+    op_list.push_back(std::move(op_entry));
   }
   answer["redistributes"] = redistributes;
   if (composite) answer["ops"] = op_list;

@@ -6,6 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/TensorImpl.h>
 
+#include <charconv>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -107,9 +109,41 @@ struct Input {
                                 // stack); null for a plain scalar tensor
 };
 
+void AppendInt(std::string& key, int64_t x) {
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), x).ptr;
+  key.append(buf, end);
+}
+
 void AppendInts(std::string& key, c10::IntArrayRef v) {
   for (int64_t x : v) {
-    key += std::to_string(x);
+    AppendInt(key, x);
+    key += ',';
+  }
+}
+
+// The placements in the decision cache's key, one code each (no string built per call).
+void AppendPlacements(std::string& key, const Placements& placements) {
+  for (const Placement& p : placements) {
+    switch (p.kind()) {
+      case Placement::Kind::kShard:
+        key += 'S';
+        AppendInt(key, p.dim());
+        break;
+      case Placement::Kind::kStridedShard:
+        key += 's';
+        AppendInt(key, p.dim());
+        key += '/';
+        AppendInt(key, p.split_factor());
+        break;
+      case Placement::Kind::kReplicate:
+        key += 'R';
+        break;
+      case Placement::Kind::kPartial:
+        key += 'P';
+        AppendInt(key, static_cast<int64_t>(p.reduce_op()));
+        break;
+    }
     key += ',';
   }
 }
@@ -505,7 +539,7 @@ void KernelCall::Propagate() {
         AppendInts(key, t.sizes());
         key += '/';
         AppendInts(key, t.strides());
-        if (DTensorImpl* impl = FindImpl(t)) key += ToString(impl->dtensor().placements());
+        if (DTensorImpl* impl = FindImpl(t)) AppendPlacements(key, impl->dtensor().placements());
         key += "];";
       };
       if (v.isTensor()) {
@@ -514,7 +548,14 @@ void KernelCall::Propagate() {
         for (const at::Tensor& t : v.toTensorList()) add(t);
       }
     } else if (v.isInt()) {
-      key += std::to_string(v.toInt());
+      AppendInt(key, v.toInt());
+      key += ';';
+    } else if (v.isDouble()) {  // a Scalar such as add's alpha: its bits
+      const double d = v.toDouble();
+      int64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof(bits));
+      key += 'd';
+      AppendInt(key, bits);
       key += ';';
     } else if (v.isBool()) {
       key += v.toBool() ? "T;" : "F;";

@@ -7,6 +7,7 @@
 #include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
@@ -156,6 +157,17 @@ struct StackedArg {
 // The number of elements of a layout that is non-overlapping and dense (strides a permutation of
 // a contiguous layout's), or -1.
 int64_t DenseExtent(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  // Contiguous (the common case): no list to sort.
+  int64_t expected_stride = 1;
+  bool contiguous = true;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected_stride) {
+      contiguous = false;
+      break;
+    }
+    expected_stride *= sizes[d];
+  }
+  if (contiguous) return expected_stride;
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
   int64_t numel = 1;
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -403,14 +415,13 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
     return PerRank("a memory meter is on (one stacked allocation is no rank's own)");
   std::optional<c10::IValue> dim = StackedDims(stack[call.base + info.dim_arg], dims);
   if (!dim) return PerRank("a dim out of range");
-  torch::jit::Stack s(stack.begin() + call.base, stack.end());
-  s[0] = StackedView(*in, n, dims);
-  s[info.dim_arg] = *dim;
-  call.op.callBoxed(s);
-  at::Tensor out = s[0].toTensor();
+  stack[call.base] = StackedView(*in, n, dims);
+  stack[call.base + info.dim_arg] = *dim;
+  call.op.callBoxed(stack);
+  at::Tensor out = std::move(stack.back()).toTensor();
+  stack.pop_back();
   DTSIM_CHECK(out.dim() >= 1 && out.size(0) == n, call.op.schema().name(),
               ": the batched reduction's result has no leading rank dim");
-  torch::jit::drop(stack, call.n_args);
   stack.emplace_back(
       at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
   last_decision.how = How::kBatched;
@@ -433,7 +444,7 @@ bool RunBatched(const BatchCall& call) {
   torch::jit::Stack& stack = *call.stack;
 
   // The arguments: every LocalTensor in its stacked form; plain tensors as they are.
-  std::vector<std::optional<StackedArg>> local(call.n_args);
+  c10::SmallVector<std::optional<StackedArg>, 8> local(call.n_args);
   bool all_replicas = true;
   bool zero_dim_shard = false;
   std::optional<at::ScalarType> dtype;
@@ -535,15 +546,15 @@ bool RunBatched(const BatchCall& call) {
   // MemoryMeter could not charge to each rank as their own calls' results.
   if (MemoryMeter::Current() != nullptr)
     return PerRank("a memory meter is on (one stacked allocation is no rank's own)");
-  torch::jit::Stack s(stack.begin() + call.base, stack.end());
+  // The arguments are replaced on the stack itself, which the call then turns into its result.
   for (size_t a = 0; a < call.n_args; ++a) {
-    if (local[a]) s[a] = StackedView(*local[a], n, dims);
+    if (local[a]) stack[call.base + a] = StackedView(*local[a], n, dims);
   }
-  call.op.callBoxed(s);
-  at::Tensor out = s[0].toTensor();
+  call.op.callBoxed(stack);
+  at::Tensor out = std::move(stack.back()).toTensor();
+  stack.pop_back();
   DTSIM_CHECK(out.dim() == dims + 1 && out.size(0) == n, schema.name(),
               ": the batched call's result has no leading rank dim");
-  torch::jit::drop(stack, call.n_args);
   stack.emplace_back(
       at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
   last_decision.how = How::kBatched;
