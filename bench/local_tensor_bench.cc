@@ -169,30 +169,28 @@ std::vector<int64_t> Ranks(int64_t n) {
   return r;
 }
 
-// a = n direct at::add calls on the row blocks, b = one LocalTensor add over them (batched).
-void BM_PairedAddBatched(benchmark::State& state) {
-  const int64_t n = state.range(0);
+// a = `f` on each of n row blocks directly, b = `f` on the LocalTensors over them (batched).
+template <typename F>
+void PairedOnRowBlocks(benchmark::State& state, int64_t n, F f, int rounds, int batch) {
   std::vector<at::Tensor> a = RowBlocks(n, 0), b = RowBlocks(n, 1);
   at::Tensor la = dtsim::MakeLocalTensor(Ranks(n), a), lb = dtsim::MakeLocalTensor(Ranks(n), b);
   Paired(
       state,
       [&] {
-        for (int64_t r = 0; r < n; ++r) benchmark::DoNotOptimize(at::add(a[r], b[r]));
+        for (int64_t r = 0; r < n; ++r) benchmark::DoNotOptimize(f(a[r], b[r]));
       },
-      [&] { benchmark::DoNotOptimize(la + lb); }, 400, 50);
+      [&] { benchmark::DoNotOptimize(f(la, lb)); }, rounds, batch);
+}
+
+void BM_PairedAddBatched(benchmark::State& state) {
+  PairedOnRowBlocks(
+      state, state.range(0), [](const at::Tensor& x, const at::Tensor& y) { return x + y; }, 400,
+      50);
 }
 BENCHMARK(BM_PairedAddBatched)->Arg(8)->Arg(64)->Iterations(1);
 
-// The same for the chain.
 void BM_PairedChainBatched(benchmark::State& state) {
-  std::vector<at::Tensor> a = RowBlocks(kRanks, 0), b = RowBlocks(kRanks, 1);
-  at::Tensor la = dtsim::MakeLocalTensor(World(), a), lb = dtsim::MakeLocalTensor(World(), b);
-  Paired(
-      state,
-      [&] {
-        for (int64_t r = 0; r < kRanks; ++r) benchmark::DoNotOptimize(Chain(a[r], b[r]));
-      },
-      [&] { benchmark::DoNotOptimize(Chain(la, lb)); }, 200, 10);
+  PairedOnRowBlocks(state, kRanks, Chain, 200, 10);
 }
 BENCHMARK(BM_PairedChainBatched)->Iterations(1);
 

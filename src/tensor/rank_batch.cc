@@ -141,6 +141,16 @@ bool PerRank(const char* why) {
   return false;
 }
 
+// Pushes `stacked` (one slice per rank) as the call's result, a LocalTensor that keeps it as its
+// storage, and records the batched decision.
+bool PushStacked(const BatchCall& call, at::Tensor stacked) {
+  call.stack->emplace_back(
+      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(stacked), call.world)));
+  last_decision.how = How::kBatched;
+  g_batched.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // One LocalTensor argument seen as stacked shards: either the stacked tensor of an impl that has
 // one (`stacked`, whose slice i is rank i's shard), or the first rank's shard, the others lying
 // rank_stride elements apart in its storage.
@@ -355,11 +365,7 @@ bool RunView(const BatchCall& call) {
   strides.insert(strides.end(), view.strides().begin(), view.strides().end());
   at::Tensor out = base.as_strided(sizes, strides, view.storage_offset());
   torch::jit::drop(stack, call.n_args);
-  stack.emplace_back(
-      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
-  last_decision.how = How::kBatched;
-  g_batched.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return PushStacked(call, std::move(out));
 }
 
 // The `dim` argument of a reduction over a shard of `dims` dims, as the stacked call's: each dim
@@ -422,11 +428,7 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
   stack.pop_back();
   DTSIM_CHECK(out.dim() >= 1 && out.size(0) == n, call.op.schema().name(),
               ": the batched reduction's result has no leading rank dim");
-  stack.emplace_back(
-      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
-  last_decision.how = How::kBatched;
-  g_batched.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return PushStacked(call, std::move(out));
 }
 
 bool RunBatched(const BatchCall& call) {
@@ -555,11 +557,7 @@ bool RunBatched(const BatchCall& call) {
   stack.pop_back();
   DTSIM_CHECK(out.dim() == dims + 1 && out.size(0) == n, schema.name(),
               ": the batched call's result has no leading rank dim");
-  stack.emplace_back(
-      at::Tensor(c10::make_intrusive<LocalTensorImpl>(call.ranks, std::move(out), call.world)));
-  last_decision.how = How::kBatched;
-  g_batched.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return PushStacked(call, std::move(out));
 }
 
 }  // namespace internal
