@@ -1,8 +1,10 @@
 // LocalTensor: an at::Tensor that holds one shard per rank of a rank set, so one process simulates
 // a whole world.
 //
-// Any ATen operator called with LocalTensor arguments runs once per rank on that rank's shards and
-// returns LocalTensors; plain tensors mixed in act as the same value on every rank. Shards may
+// Any ATen operator called with LocalTensor arguments gives each rank the operator's result on that
+// rank's shards (run once per rank, or once for all ranks where that gives the same bits:
+// SetBatchedRanks below) and returns LocalTensors; plain tensors mixed in act as the same value on
+// every rank. Shards may
 // differ in shape per rank (uneven sharding, zero-size shards). See docs/local-tensor.md for how
 // the dispatch works.
 //
