@@ -218,3 +218,32 @@ def test_the_answer_says_how_the_local_op_ran_over_the_ranks():
         text = run("op", *args)
         assert text.returncode == 0, text.stderr
         assert f"local op: aten::" in text.stdout and expected in text.stdout, text.stdout
+
+
+def test_batched_and_per_rank_answers_are_equal_bit_for_bit():
+    """The same DTensor ops with batched ranks on (the default) and off (DTSIM_BATCHED_RANKS=0): every rank's output
+    values are the same, printed exactly, and only `local_execution` differs (docs/local-tensor.md, "Batched
+    ranks"). The cases cover each op family of the batch table and its fallbacks."""
+    cases = [  # (args, how the default run executes the local op)
+        (["add.Tensor", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "8x16:S(0)"], "batched"),
+        (["mul.Tensor", "--mesh", "2x2", "--arg", "6x8:S(0),S(1)", "--arg", "6x8:S(0),S(1)"], "batched"),
+        (["sigmoid", "--mesh", "4", "--arg", "16x16:S(0)"], "batched"),
+        (["sigmoid", "--mesh", "4", "--arg", "12x5:S(0)"], "per rank (shards not lane-aligned"),
+        (["sum.dim_IntList", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "[1]"], "batched"),
+        (["_softmax", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "1", "--arg", "false"], "batched"),
+        (["transpose.int", "--mesh", "4", "--arg", "8x6:S(0)", "--arg", "0", "--arg", "1"], "batched"),
+        (["mm", "--mesh", "4", "--arg", "8x16:S(0)", "--arg", "16x4:R"], "per rank (no batch rule"),
+        (["add.Tensor", "--mesh", "4", "--arg", "9x16:S(0)", "--arg", "9x16:S(0)"], "per rank (uneven shards)"),
+    ]
+    for args, how in cases:
+        batched = run("op", *args, "--json", "--values")
+        per_rank = subprocess.run([DTSIM, "op", *args, "--json", "--values"], capture_output=True, text=True,
+                                  timeout=600, env={**os.environ, "DTSIM_BATCHED_RANKS": "0"})
+        assert batched.returncode == 0 and per_rank.returncode == 0, batched.stderr + per_rank.stderr
+        a, b = json.loads(batched.stdout), json.loads(per_rank.stdout)
+        assert how in a["local_execution"], (args, a["local_execution"])
+        assert "per rank (batched ranks are off)" in b["local_execution"], b["local_execution"]
+        a.pop("local_execution")
+        b.pop("local_execution")
+        assert a == b, args
+        assert a["verdict"] == "OK", args
