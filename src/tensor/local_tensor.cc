@@ -48,6 +48,22 @@ ParallelShardFnsScope::ParallelShardFnsScope(bool enabled) : saved_(g_parallel_s
 }
 ParallelShardFnsScope::~ParallelShardFnsScope() { g_parallel_shard_fns = saved_; }
 
+namespace {
+
+// A LocalTensor's rank list: non-empty, every rank non-negative, distinct and ascending.
+void CheckRanks(const std::vector<int64_t>& ranks) {
+  if (ranks.empty()) throw InputError("ranks", "a LocalTensor needs at least one rank");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      throw InputError(
+          "ranks", StrCat("ranks must be distinct and ascending, got ", internal::JoinInts(ranks)));
+    }
+  }
+}
+
+}  // namespace
+
 at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                            std::shared_ptr<SimWorld> world) {
   if (ranks.empty()) throw InputError("ranks", "a LocalTensor needs at least one rank");
@@ -55,13 +71,9 @@ at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> s
     throw InputError("shards", StrCat("got ", shards.size(), " shards for ", ranks.size(),
                                       " ranks ", internal::JoinInts(ranks)));
   }
+  CheckRanks(ranks);
   bool uneven = false;  // computed here, in the one pass over the shards
   for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
-    if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      throw InputError(
-          "ranks", StrCat("ranks must be distinct and ascending, got ", internal::JoinInts(ranks)));
-    }
     if (!shards[i].defined())
       throw InputError("shards", StrCat("the shard of rank ", ranks[i], " is undefined"));
     if (FindLocalImpl(shards[i])) {
@@ -93,6 +105,25 @@ at::Tensor MakeLocalTensor(std::vector<int64_t> ranks, std::vector<at::Tensor> s
   }
   if (!world) world = SimWorld::Create();
   return internal::WrapShards(std::move(ranks), std::move(shards), std::move(world), uneven);
+}
+
+at::Tensor MakeStackedLocalTensor(std::vector<int64_t> ranks, const at::Tensor& stacked,
+                                  std::shared_ptr<SimWorld> world) {
+  CheckRanks(ranks);
+  if (!stacked.defined() || internal::FindLocalImpl(stacked) != nullptr) {
+    throw InputError("stacked", "needs a plain tensor");
+  }
+  if (stacked.dim() < 1 || stacked.size(0) != static_cast<int64_t>(ranks.size())) {
+    throw InputError("stacked", StrCat("sizes ", internal::JoinInts(stacked.sizes().vec()),
+                                       " have no leading dim of ", ranks.size(), " ranks"));
+  }
+  if (stacked.requires_grad()) {
+    throw InputError("stacked", "requires grad; call requires_grad_() on the LocalTensor instead");
+  }
+  if (!world) world = SimWorld::Create();
+  internal::EnsureLocalTensorDispatch();
+  return at::Tensor(
+      c10::make_intrusive<internal::LocalTensorImpl>(std::move(ranks), stacked, std::move(world)));
 }
 
 at::Tensor MakeLocalTensor(const std::vector<int64_t>& ranks,

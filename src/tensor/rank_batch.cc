@@ -588,30 +588,4 @@ RankExecutionCounts GetRankExecutionCounts() {
   return c;
 }
 
-at::Tensor MakeStackedLocalTensor(std::vector<int64_t> ranks, const at::Tensor& stacked,
-                                  std::shared_ptr<SimWorld> world) {
-  if (ranks.empty()) throw InputError("ranks", "a LocalTensor needs at least one rank");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
-    if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      throw InputError(
-          "ranks", StrCat("ranks must be distinct and ascending, got ", internal::JoinInts(ranks)));
-    }
-  }
-  if (!stacked.defined() || internal::FindLocalImpl(stacked) != nullptr) {
-    throw InputError("stacked", "needs a plain tensor");
-  }
-  if (stacked.dim() < 1 || stacked.size(0) != static_cast<int64_t>(ranks.size())) {
-    throw InputError("stacked", StrCat("sizes ", internal::JoinInts(stacked.sizes().vec()),
-                                       " have no leading dim of ", ranks.size(), " ranks"));
-  }
-  if (stacked.requires_grad()) {
-    throw InputError("stacked", "requires grad; call requires_grad_() on the LocalTensor instead");
-  }
-  if (!world) world = SimWorld::Create();
-  internal::EnsureLocalTensorDispatch();
-  return at::Tensor(
-      c10::make_intrusive<internal::LocalTensorImpl>(std::move(ranks), stacked, std::move(world)));
-}
-
 }  // namespace dtsim
