@@ -30,6 +30,7 @@ as not checked, never as a divergence.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -122,7 +123,16 @@ def _placements(dt) -> str:
 
 
 _OWN_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + (os.path.dirname(__file__) + os.sep,)
-_LIBRARY_FILES = ("/threading.py", "/contextlib.py", "/functools.py")
+_LIBRARY_FILES = ("/threading.py", "/contextlib.py", "/functools.py", "/typing_extensions.py", "/warnings.py")
+# torch's package in any installation: a Flight Recorder dump's frames are those of the machine that wrote it.
+_ANY_TORCH = re.compile(r"[/\\](?:site|dist)-packages[/\\]torch[/\\]")
+
+
+def is_library_file(name: str) -> bool:
+    """Whether a stack frame's file is torch's (of this or another installation), dtsim's, or a standard wrapper's
+    (`functools`, `typing_extensions`' deprecation wrapper, ...) rather than the program's own."""
+    return (name.startswith(_OWN_DIRS) or name.endswith(_LIBRARY_FILES) or name.startswith("<frozen")
+            or _ANY_TORCH.search(name) is not None)
 
 
 def program_line(depth: int = 1) -> str:
@@ -133,7 +143,7 @@ def program_line(depth: int = 1) -> str:
     frame = sys._getframe(depth)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_OWN_DIRS) and not name.endswith(_LIBRARY_FILES) and not name.startswith("<frozen"):
+        if not is_library_file(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"

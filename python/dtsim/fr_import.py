@@ -5,8 +5,8 @@ behind it in the simulation (docs/recording.md, "Flight Recorder").
 
 A dump is what `torch._C._distributed_c10d._dump_fr_trace()` returns and the watchdog writes to
 `$TORCH_FR_DUMP_TEMP_FILE<rank>` (a pickle), or `_dump_fr_trace_json()`'s JSON: {"version", "entries", "pg_config",
-"pg_status", ...}, format versions 2.x (torch 2.13 writes "2.10"). Pickles are read with an unpickler that builds
-only plain containers and numbers (no class, no code), so a hostile file cannot run anything.
+"pg_status", ...}, format versions 2.x (torch 2.11 to 2.15 write "2.10"), of Gloo and NCCL. Pickles are read with an
+unpickler that builds only plain containers and numbers (no class, no code), so a hostile file cannot run anything.
 
 What each entry becomes: a collective event with its kind (from the c10d call behind it where the dump names it:
 Gloo runs `reduce_scatter_single` as an all-reduce and names it so), its group (pg_config's ranks; Gloo's dumps carry
@@ -43,7 +43,7 @@ _CALLS = {"all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "bro
 # Profiling names ("gloo:all_gather") by dtsim's kinds.
 _NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
           "broadcast": "broadcast", "all_gather": "all_gather", "allgather": "all_gather",
-          "_allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+          "_allgather_base": "all_gather", "_all_gather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
           "all_gather_into_tensor_coalesced": "all_gather", "reduce_scatter": "reduce_scatter",
           "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
           "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all", "reduce": "reduce",
@@ -114,11 +114,13 @@ def _rank_of(path: str, doc: Dict[str, Any], given: Optional[int]) -> int:
     return int(m.group(1))
 
 
-def _line(entry: Dict[str, Any], torch_dir: str) -> str:
+def _line(entry: Dict[str, Any]) -> str:
+    from .events import is_library_file
+
     frames = entry.get("frames")
     if isinstance(frames, list):
         for f in frames:
-            if isinstance(f, dict) and isinstance(f.get("filename"), str) and not f["filename"].startswith(torch_dir):
+            if isinstance(f, dict) and isinstance(f.get("filename"), str) and not is_library_file(f["filename"]):
                 return f"{f['filename']}:{f.get('line', '?')}"
     return ""
 
@@ -140,7 +142,7 @@ def _kind(entry: Dict[str, Any], path: str, i: int) -> Optional[str]:
     return kind
 
 
-def convert(paths: Sequence[str], torch_dir: str = "") -> Dict[str, Any]:
+def convert(paths: Sequence[str]) -> Dict[str, Any]:
     """The recording (a dict) of the dumps' collective sequences."""
     dumps: Dict[int, tuple] = {}
     for path in paths:
@@ -201,7 +203,7 @@ def convert(paths: Sequence[str], torch_dir: str = "") -> Dict[str, Any]:
                 state = "completed" if seq <= pg_state["last_completed_collective"] else \
                     ("started" if seq <= pg_state.get("last_started_collective", -1) else "scheduled")
             used.setdefault(name, set()).add(rank)
-            out.append((kind, name, seq, sizes, dtypes, state, entry.get("time_created_ns"), _line(entry, torch_dir)))
+            out.append((kind, name, seq, sizes, dtypes, state, entry.get("time_created_ns"), _line(entry)))
         rows[rank] = out
     events: Dict[str, List[Dict[str, Any]]] = {}
     for rank, out in rows.items():
@@ -246,9 +248,7 @@ def main(argv: Sequence[str]) -> int:
         for d in args.dumps:
             if os.path.exists(args.output) and os.path.exists(d) and os.path.samefile(d, args.output):
                 raise BadInput(f"output: '{args.output}' is the input dump '{d}'; give another file")
-        import torch
-
-        doc = convert(args.dumps, os.path.dirname(torch.__file__) + os.sep)
+        doc = convert(args.dumps)
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return 2

@@ -503,6 +503,35 @@ RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size) 
   return out;
 }
 
+namespace {
+
+// Why a collective that `e` (a rank's Flight Recorder entry) shows issued never completed: the
+// group's members whose dumps lack it (no entry of that group with its sequence number), or, when
+// every member issued it, the work queued before it on the ranks' devices or the transport.
+std::string PendingReason(const RunEvents& run, const RunEvent& e) {
+  std::vector<int64_t> absent;
+  for (int64_t member : e.group) {
+    auto found = run.find(member);
+    if (found == run.end()) continue;  // no dump of that rank: not known
+    bool issued = false;
+    for (const RunEvent& other : found->second)
+      if (other.kind == RunEvent::Kind::kCollective && other.group == e.group &&
+          other.seq == e.seq) {
+        issued = true;
+        break;
+      }
+    if (!issued) absent.push_back(member);
+  }
+  if (!absent.empty())
+    return StrCat(
+        "this rank waits here for the group's other members: never issued by ",
+        absent.size() > 1 ? StrCat("ranks ", IntListToString(absent)) : StrCat("rank ", absent[0]));
+  return "every member of the group issued it: it waits for work queued before it on the ranks' "
+         "devices, or for the transport";
+}
+
+}  // namespace
+
 EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool collectives_only) {
   using Cause = EventDivergence::Cause;
   EventDiff diff;
@@ -555,9 +584,8 @@ EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool col
         if (!diverged) {
           diverged = true;
           d.cause = Cause::kPending;
-          d.what = StrCat("issued but never completed (", state,
-                          " in the Flight Recorder dump): this rank waits here for the group's "
-                          "other members");
+          d.what = StrCat("issued but never completed (", state, " in the Flight Recorder dump): ",
+                          PendingReason(x.state.empty() ? b : a, x.state.empty() ? y : x));
           diff.first.push_back(std::move(d));
         }
         continue;

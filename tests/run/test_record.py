@@ -24,10 +24,10 @@ def run(argv, env=None, timeout=300):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env or ENV)
 
 
-def simulate(folder, script):
-    """`dtsim run --trace` of `script` on 4 simulated ranks: the reference recording."""
+def simulate(folder, script, nproc=4):
+    """`dtsim run --trace` of `script` on `nproc` simulated ranks: the reference recording."""
     path = str(folder / "sim.json")
-    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", path, script])
+    p = run([DTSIM, "run", "--nproc-per-node", str(nproc), "--trace", path, script])
     assert p.returncode == 0, p.stderr
     return path
 
@@ -215,6 +215,70 @@ def test_flight_recorder_hang_is_explained(tmp_path, hang_sim):
     assert "rank_hang.py:" in by_rank[1]
     for r in (0, 2, 3):
         assert "(never completed): all_reduce over [0, 1, 2, 3]" in by_rank[r], by_rank[r]
+
+
+# ---- Flight Recorder dumps that other torch releases and NCCL wrote (tests/run/fr_dumps/README.md) ----
+FR_DUMPS = os.path.join(os.path.dirname(__file__), "fr_dumps")
+
+
+def import_fr(tmp_path, folder, name):
+    dumps = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("rank"))
+    out = str(tmp_path / f"{name}.json")
+    p = run([DTSIM, "import-fr", "-o", out] + dumps)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+@pytest.mark.parametrize("release", ["gloo-torch-2.14.1", "gloo-torch-2.15.0"])
+def test_flight_recorder_dumps_of_newer_torch_releases(tmp_path, hang_sim, release):
+    # rank_hang.py's real Gloo dumps, written by those releases' own torchrun: the clean run agrees, and the hang is
+    # explained as with this venv's torch.
+    clean = import_fr(tmp_path, os.path.join(FR_DUMPS, release, "clean"), "clean")
+    with open(clean) as f:
+        doc = json.load(f)
+    assert doc["meta"]["fr_version"].startswith("2.") and sorted(doc["events"]) == ["0", "1", "2", "3"]
+    p = diff(clean, hang_sim)
+    assert p.returncode == 0, p.stdout
+    assert "collectives in the same order" in p.stdout and "every one completed" in p.stdout
+    p = diff(import_fr(tmp_path, os.path.join(FR_DUMPS, release, "hang"), "hang"), hang_sim)
+    assert p.returncode == 1, p.stdout
+    by_rank = {int(line.split()[1].rstrip(",")): line for line in p.stdout.splitlines() if line.startswith("  rank ")}
+    assert set(by_rank) == {0, 1, 2, 3}, p.stdout
+    assert "(missing): all_reduce over [0, 1, 2, 3] in Global (forward) at" in by_rank[1], by_rank[1]
+    for r in (0, 2, 3):
+        assert "(never completed): all_reduce over [0, 1, 2, 3]" in by_rank[r], by_rank[r]
+        assert "never issued by rank 1" in by_rank[r], by_rank[r]
+
+
+def test_flight_recorder_nccl_dump_of_a_pending_collective(tmp_path):
+    # A real NCCL dump (one rank on an H200, torch 2.11): five completed collectives, then an all-reduce queued behind
+    # a long kernel. Both forms (the pickle and the JSON) give the same recording; against the simulation, the
+    # collectives agree and the last one is pending with every member having issued it.
+    sim = simulate(tmp_path, os.path.join(os.path.dirname(__file__), "scripts", "nccl_pending.py"), nproc=1)
+    folder = os.path.join(FR_DUMPS, "nccl-torch-2.11.0")
+    pickled = import_fr(tmp_path, folder, "pickled")
+    from_json = import_fr(tmp_path, os.path.join(folder, "json"), "json")
+    with open(pickled) as f:
+        events = json.load(f)["events"]["0"]
+    with open(from_json) as f:
+        json_events = json.load(f)["events"]["0"]
+    assert [e["op"] for e in events] == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+                                         "all_reduce"]
+    assert [e["state"] for e in events] == ["completed"] * 5 + ["scheduled"]
+    # The JSON form has no stack frames: everything but the program's line is the same.
+    assert [dict(e, line="") for e in events] == json_events
+    # The program's line skips torch's frames, though they are another machine's installation, and the simulation's
+    # skips the deprecation wrapper around all_gather_into_tensor and reduce_scatter_tensor (typing_extensions).
+    with open(sim) as f:
+        sim_events = [e for e in json.load(f)["events"]["0"] if e["kind"] == "collective"]
+    for e in events + sim_events:
+        assert "nccl_pending.py:" in e["line"], e
+    for fr in (pickled, from_json):
+        p = diff(fr, sim)
+        assert p.returncode == 1, p.stdout
+        firsts = [line for line in p.stdout.splitlines() if line.startswith("  rank ")]
+        assert len(firsts) == 1 and "rank 0, event 5 (never completed): all_reduce over [0]" in firsts[0], p.stdout
+        assert "every member of the group issued it" in firsts[0], firsts[0]
 
 
 def test_import_fr_refuses_bad_dumps(tmp_path):
