@@ -28,6 +28,8 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from ._files import check_outputs, write_output
+
 _MAX_DUMP_BYTES = 1 << 30
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
            "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
@@ -240,21 +242,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("dumps", nargs="+", help="one dump per rank, named <prefix><rank>")
     try:
         args = p.parse_args(argv)
-        folder = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(folder):
-            raise BadInput(f"output: folder '{folder}' does not exist")
-        if os.path.exists(args.output) and not os.path.isfile(args.output):
-            raise BadInput(f"output: '{args.output}' exists and is not a regular file; not replaced")
-        for d in args.dumps:
-            if os.path.exists(args.output) and os.path.exists(d) and os.path.samefile(d, args.output):
-                raise BadInput(f"output: '{args.output}' is the input dump '{d}'; give another file")
+        check_outputs([(args.output, "output")], [(d, "dump") for d in args.dumps])
         doc = convert(args.dumps)
-    except BadInput as e:
+        write_output(args.output, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()], "output")
+    except (BadInput, ValueError) as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return 2
-    from .recorder import _write_atomically
-
-    _write_atomically(args.output, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
     n = sum(len(v) for v in doc["events"].values())
     notes = []
     if doc["meta"]["missing_ranks"]:

@@ -70,18 +70,15 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _check_output(path: str, command: List[str]) -> None:
-    if not path:
-        raise BadInput("output: empty")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise BadInput(f"output: folder '{folder}' does not exist")
-    for p in (path, path + ".data"):
-        if os.path.exists(p):
-            if not os.path.isfile(p):
-                raise BadInput(f"output: '{p}' exists and is not a regular file; not replaced")
-            for word in command:
-                if os.path.isfile(word) and os.path.samefile(word, p):
-                    raise BadInput(f"output: '{p}' is the command's input '{word}'; give another file")
+    """The recording and its data sidecar: writable, and neither one a file the command names."""
+    from ._files import check_outputs, check_recording_path
+
+    try:
+        check_recording_path(path, "output")
+        check_outputs([(path, "output"), (path + ".data", "output (its data sidecar)")],
+                      [(word, "the command") for word in command if os.path.isfile(word)])
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
 
 def _die_with_parent() -> None:

@@ -37,7 +37,6 @@ import itertools
 import json
 import os
 import pickle
-import stat
 import sys
 import threading
 import time
@@ -586,8 +585,11 @@ class _Recorder:
                 for rank, evs in (p.get("events") or {}).items():
                     merged.setdefault(int(rank), []).extend(evs)
             doc["events"] = {str(r): merged[r] for r in sorted(merged)}
-        _write_atomically(data_path, [b.numpy() for b in blobs]) if blobs else None
-        _write_atomically(self.path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
+        from ._files import write_output
+
+        if blobs:
+            write_output(data_path, [b.numpy() for b in blobs], "path (its data sidecar)")
+        write_output(self.path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()], "path")
 
 
 def _wrap_collective(op: Any, kind: str, name: str) -> Any:
@@ -791,28 +793,6 @@ def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None
     time.sleep(0.001)  # the GIL, for the thread's release of the Python objects it has just let go of
 
 
-def _write_atomically(path: str, chunks: List[Any]) -> None:
-    """A temporary file beside `path`, renamed into place; an existing special file (a device, a FIFO) is refused,
-    never replaced."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"path: '{path}' exists and is not a regular file; not replaced")
-    except FileNotFoundError:
-        pass
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:  # bytes or arrays, written as they are (no joined copy)
-                f.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @contextlib.contextmanager
 def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, ops: bool = False) -> Iterator[None]:
     """Records every DTensor redistribution run inside the block into `path` (rank 0 writes it; source shard values
@@ -828,12 +808,10 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, o
         raise ValueError("path: empty")
     if isinstance(max_data_bytes, bool) or not isinstance(max_data_bytes, int) or max_data_bytes < 0:
         raise ValueError(f"max_data_bytes: expected an int >= 0, got {max_data_bytes!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"path: folder '{folder}' does not exist")
-    for p in (path, path + ".data"):
-        if os.path.exists(p) and not os.path.isfile(p):
-            raise ValueError(f"path: '{p}' exists and is not a regular file; not replaced")
+    from ._files import check_outputs, check_recording_path
+
+    check_recording_path(path, "path")
+    check_outputs([(path, "path"), (path + ".data", "path (its data sidecar)")])
     if not isinstance(ops, bool):
         raise ValueError(f"ops: expected a bool, got {ops!r}")
     recorder = _Recorder(path, max_data_bytes, ops)
@@ -896,8 +874,10 @@ def _finish_part(self: "_Recorder", folder: str) -> None:
             "events": self._events_part(), "unsupported": getattr(self.event_log, "unsupported", None)}
     rows = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
     header = len(rows).to_bytes(8, "little")
-    _write_atomically(os.path.join(folder, f"rank-{self.rank}-{os.getpid()}.part"),
-                      [header, rows] + [b.numpy() for b in self.data])
+    from ._files import write_output
+
+    write_output(os.path.join(folder, f"rank-{self.rank}-{os.getpid()}.part"),
+                 [header, rows] + [b.numpy() for b in self.data], "part")
 
 
 _Recorder._finish_part = _finish_part

@@ -125,21 +125,25 @@ std::string Target(const std::string& path) {
 }
 
 // Writes all of `text` to `fd` (a write to a pipe whose reader left fails with EPIPE, not SIGPIPE).
-void WriteAll(int fd, const std::string& text, const std::string& path, const std::string& field) {
+void WriteAll(int fd, const std::vector<std::string_view>& chunks, const std::string& path,
+              const std::string& field) {
   sigset_t block, saved;
   sigemptyset(&block);
   sigaddset(&block, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &block, &saved);
-  size_t done = 0;
   int error = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      break;
+  for (const std::string_view text : chunks) {
+    size_t done = 0;
+    while (error == 0 && done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        error = errno;
+        break;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    if (error != 0) break;
   }
   if (error == EPIPE) {  // consume the pending SIGPIPE before unblocking it
     const struct timespec zero = {0, 0};
@@ -151,7 +155,7 @@ void WriteAll(int fd, const std::string& text, const std::string& path, const st
   }
 }
 
-void WriteStream(const std::string& path, const std::string& text, Kind kind,
+void WriteStream(const std::string& path, const std::vector<std::string_view>& chunks, Kind kind,
                  const std::string& field) {
   // A FIFO is opened without waiting: no reader, no write (ENXIO).
   const int fd =
@@ -163,7 +167,7 @@ void WriteStream(const std::string& path, const std::string& text, Kind kind,
   }
   if (kind == Kind::kFifo) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   try {
-    WriteAll(fd, text, path, field);
+    WriteAll(fd, chunks, path, field);
   } catch (...) {
     ::close(fd);
     throw;
@@ -171,7 +175,8 @@ void WriteStream(const std::string& path, const std::string& text, Kind kind,
   ::close(fd);
 }
 
-void WriteAtomically(const std::string& path, const std::string& text, const std::string& field) {
+void WriteAtomically(const std::string& path, const std::vector<std::string_view>& chunks,
+                     const std::string& field) {
   const std::string target = Target(path);
   CheckFolder(target, path, field);
   const std::string tmp = StrCat(target, ".tmp.", ::getpid());
@@ -180,7 +185,7 @@ void WriteAtomically(const std::string& path, const std::string& text, const std
     throw InputError(field, StrCat("cannot write ", Quoted(path), ": ", std::strerror(errno)));
   }
   try {
-    WriteAll(fd, text, path, field);
+    WriteAll(fd, chunks, path, field);
   } catch (...) {
     ::close(fd);
     std::remove(tmp.c_str());
@@ -248,13 +253,18 @@ void RunFiles::Output(const std::string& path, const std::string& field) {
   entries_.push_back({path, field, true});
 }
 
-void WriteOutputFile(const std::string& path, const std::string& text, const std::string& field) {
+void WriteOutputFile(const std::string& path, const std::vector<std::string_view>& chunks,
+                     const std::string& field) {
   const Kind kind = Classify(path, field);
   if (kind == Kind::kStream || kind == Kind::kFifo) {
-    WriteStream(path, text, kind, field);
+    WriteStream(path, chunks, kind, field);
   } else {
-    WriteAtomically(path, text, field);
+    WriteAtomically(path, chunks, field);
   }
+}
+
+void WriteOutputFile(const std::string& path, const std::string& text, const std::string& field) {
+  WriteOutputFile(path, std::vector<std::string_view>{text}, field);
 }
 
 std::string ReadInputFile(const std::string& path, const std::string& field, int64_t max_bytes) {

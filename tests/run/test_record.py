@@ -145,11 +145,12 @@ def test_record_refuses_bad_input(tmp_path):
     cases = [
         ([DTSIM, "record", "--", "true"], "output"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json")], "command: missing"),
-        ([DTSIM, "record", "-o", str(tmp_path / "no" / "r.json"), "--", "true"], "does not exist"),
+        ([DTSIM, "record", "-o", str(tmp_path / "no" / "r.json"), "--", "true"], "No such file or directory"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "-1", "--", "true"], "max-data-bytes"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "x", "--", "true"], "max-data-bytes"),
         ([DTSIM, "record", "-o", str(tmp_path), "--", "true"], "not a regular file"),
-        ([DTSIM, "record", "-o", SCRIPT, "--", sys.executable, SCRIPT], "is the command's input"),
+        ([DTSIM, "record", "-o", SCRIPT, "--", sys.executable, SCRIPT], "is the same file as the input of the command"),
+        ([DTSIM, "record", "-o", "/dev/null", "--", "true"], "'/dev/null' is not a regular file"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--", "/nonexistent/cmd"], "cannot run"),
         # A command that starts no rank records nothing: refused, nothing written.
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--", "true"], "no rank recorded"),
@@ -311,4 +312,4 @@ def test_import_fr_refuses_bad_dumps(tmp_path):
     assert not (tmp_path / "pwned").exists()
     assert not os.path.exists(out)
     p = run([DTSIM, "import-fr", "-o", str(tmp_path / "a0"), str(tmp_path / "a0")])
-    assert p.returncode == 2 and "is the input dump" in p.stderr
+    assert p.returncode == 2 and "is the same file as the input of dump" in p.stderr

@@ -357,7 +357,7 @@ def test_report_json_output_is_checked_before_the_run(tmp_path):
     copy = tmp_path / "s.py"
     copy.write_text(open(script).read())
     same = run([DTSIM, "run", "--report-json", str(copy), str(copy)])
-    assert same.returncode == 2 and "is the program being run" in same.stderr
+    assert same.returncode == 2 and "is the same file as the input of the program" in same.stderr
     assert copy.read_text() == open(script).read()
 
 
@@ -534,8 +534,9 @@ def test_run_trace_records_an_unmodified_script(tmp_path):
     causes = {r["cause"] for r in json.loads(open(report).read())["rows"]}
     assert "dtsim run --trace (gathering the recording to rank 0)" in causes, causes
     script = os.path.join(SCRIPTS, "counted.py")
-    for bad, says in ((str(tmp_path / "no" / "t.json"), "trace: cannot write"), (script, "is the program being run"),
-                      (report, "also --report-json's file")):
+    for bad, says in ((str(tmp_path / "no" / "t.json"), "trace: cannot write"),
+                      (script, "is the same file as the input of the program"),
+                      (report, "is the same file as the output of report-json")):
         out = run([DTSIM, "run", "--trace", bad, "--report-json", report, script])
         assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
 

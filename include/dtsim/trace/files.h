@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtsim {
@@ -57,6 +58,10 @@ bool SameFile(const std::string& a, const std::string& b);
 // Writes `text` to `path` by the policy above (atomically for regular and new files, as a stream
 // for the special files it allows). InputError(field) naming the path and the reason.
 void WriteOutputFile(const std::string& path, const std::string& text, const std::string& field);
+// The same, for an output held in pieces (a recording's data sidecar: many shards' bytes), written
+// in order without joining them.
+void WriteOutputFile(const std::string& path, const std::vector<std::string_view>& chunks,
+                     const std::string& field);
 
 // The input side of the policy: every file dtsim reads whole (traces, op traces, plans) goes
 // through ReadInputFile, so no read is unbounded.

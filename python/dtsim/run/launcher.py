@@ -211,19 +211,19 @@ class _RankOutput(io.TextIOBase):
         self._real.flush()
 
 
-def _check_output(path: str, script: str, field: str = "report-json") -> None:
-    """An output file (--report-json, --trace and its .data): refused before any rank runs when it cannot be written
-    or would replace the program."""
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    if not path or os.path.isdir(path):
-        raise BadInput(field, f"'{path}' is a directory, not a file")
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise BadInput(field, f"cannot write '{path}': its folder does not exist or is not writable")
-    if os.path.exists(path):
-        if not os.path.isfile(path):
-            raise BadInput(field, f"'{path}' is not a regular file")
-        if script and os.path.exists(script) and os.path.samefile(path, script):
-            raise BadInput(field, f"'{path}' is the program being run; give another file")
+def _check_outputs(outputs, script: str, recording: Optional[str]) -> None:
+    """The run's (path, field) outputs (--report-json, --trace and its .data): refused before any rank runs when one
+    cannot be written, is another of them, or would replace the program (dtsim/_files.py). `recording`: the
+    --trace path, which must be a file."""
+    from .._files import check_outputs, check_recording_path
+
+    try:
+        if recording is not None:
+            check_recording_path(recording, "trace")
+        check_outputs(outputs, [(script, "the program")] if script and os.path.isfile(script) else [])
+    except ValueError as e:
+        field = str(e).split(":", 1)[0]
+        raise BadInput(field.split(" ", 1)[0], str(e)[len(field) + 2:]) from None
 
 
 class _Tracing:
@@ -314,8 +314,6 @@ def main(argv: Sequence[str]) -> int:
         if args.no_python:
             raise BadInput("no-python", "dtsim run runs Python programs in its own process")
         program = _Program(args.script, args.module)
-        if args.report_json is not None:
-            _check_output(args.report_json, program.path)
         if args.check_ops and args.meta:
             raise BadInput("check-ops", "a metadata-only run (--meta) has no values to check; check ops on a run "
                            "with values")
@@ -323,11 +321,10 @@ def main(argv: Sequence[str]) -> int:
             if args.meta:
                 raise BadInput("trace", "a metadata-only run (--meta) has no shard values to hash or keep; trace a "
                                "run with values, or use --report-json for the collectives of a --meta run")
-            _check_output(args.trace, program.path, "trace")
-            _check_output(args.trace + ".data", program.path, "trace")
-            if args.report_json is not None and os.path.abspath(args.report_json) in (
-                    os.path.abspath(args.trace), os.path.abspath(args.trace + ".data")):
-                raise BadInput("trace", f"'{args.trace}' is also --report-json's file; give two files")
+        outputs = [] if args.report_json is None else [(args.report_json, "report-json")]
+        if args.trace is not None:
+            outputs += [(args.trace, "trace"), (args.trace + ".data", "trace (its data sidecar)")]
+        _check_outputs(outputs, program.path, args.trace)
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -478,13 +475,13 @@ def _add_run_collectives(path: str, log, real_err) -> None:
     and output hash) to the recording rank 0 wrote."""
     import json
 
-    from ..recorder import _write_atomically
+    from .._files import write_output
 
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
         doc["collectives"] = log
-        _write_atomically(path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()])
+        write_output(path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()], "trace")
     except (OSError, ValueError) as e:
         real_err.write(f"dtsim run: error: trace: cannot add the run's collectives to '{path}': {e}\n")
 
@@ -499,8 +496,8 @@ def _write_report(report, args, real_err, complete: bool) -> None:
         report.complete = complete
         try:
             report.write_json(args.report_json)
-        except OSError as e:
-            real_err.write(f"dtsim run: error: report-json: cannot write '{args.report_json}': {e.strerror}\n")
+        except ValueError as e:
+            real_err.write(f"dtsim run: error: {e}\n")
 
 
 def _finish(real_out, real_err, text: Optional[str], code: int) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from typing import Dict, List, Optional, Tuple
 
 _INTERNAL = ("/torch/", "/dtsim/run/", "/dtsim/recorder.py", "/threading.py", "/contextlib.py", "<frozen ")
@@ -181,17 +180,11 @@ class Report:
         return out
 
     def write_json(self, path: str) -> None:
-        """Atomically: a temporary file beside `path`, renamed over it."""
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".dtsim-report-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f, indent=1)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        """By dtsim's output policy (dtsim/_files.py): atomically for a regular or new file; ValueError when it
+        cannot be written."""
+        from .._files import write_output
+
+        write_output(path, [(json.dumps(self.to_json(), indent=1) + "\n").encode()], "report-json")
 
 
 def _group_label(row: Dict) -> str:

@@ -1,0 +1,44 @@
+"""The output-path policy of dtsim's Python writers: `dtsim record`, `dtsim import-fr`, `dtsim.record` and
+`dtsim run`'s --trace and --report-json. It is the C++ writers' policy (include/dtsim/trace/files.h), run by the same
+code through dtsim._C, so every command refuses and writes alike:
+- an output is never an input or another output of the run, however spelled (a relative path, `..`, a link);
+- a directory, a device other than /dev/null or the process's own standard output or error, a socket, or a FIFO no
+  process reads is refused; a folder that is missing or not writable is refused;
+- a regular or new file is written atomically (a temporary file beside it, renamed), a symlink is written through,
+  and the special files allowed are written as streams.
+Refusals raise ValueError("<field>: <why>")."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence, Tuple
+
+
+def check_outputs(outputs: Sequence[Tuple[str, str]], inputs: Iterable[Tuple[str, str]] = ()) -> None:
+    """Checks each (path, field) output against the policy, the run's (path, field) inputs and the outputs named
+    before it; nothing is written."""
+    from . import _C
+
+    _C.check_outputs([(str(p), f) for p, f in outputs], [(str(p), f) for p, f in inputs])
+
+
+def check_recording_path(path: str, field: str) -> None:
+    """A recording is written with its data sidecar (`<path>.data`) beside it, so it must be a regular or new file
+    (not /dev/null or a stream, whose sidecar would be a new file in /dev); check_outputs checks the rest."""
+    import os
+
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise ValueError(f"{field}: '{path}' is not a regular file: a recording is a file with its data sidecar "
+                         f"('{path}.data') beside it")
+
+
+def write_output(path: str, chunks: Sequence[Any], field: str) -> None:
+    """Writes the contiguous buffers (bytes, numpy arrays) in order to `path`, without joining them."""
+    from . import _C
+
+    _C.write_output(str(path), list(chunks), field)
+
+
+def reason(error: ValueError, field: str) -> str:
+    """A refusal's message without its leading "<field>: " (for commands that print the field themselves)."""
+    text = str(error)
+    return text[len(field) + 2:] if text.startswith(field + ": ") else text
