@@ -76,11 +76,24 @@ int PrintEventDiff(const Recording& a, const Recording& b,
   const EventDiff ev = DiffRunEvents(*a.events, *b.events, fr);
   const bool differ = !ev.first.empty() || !ev.ranks_only_in_a.empty() ||
                       !ev.ranks_only_in_b.empty() || !diffs.empty();
+  // The same race in both runs: no divergence, but the program's bug, said after the verdict.
+  auto races = [&ev, limit] {
+    size_t shown = 0;
+    for (const EventDivergence& d : ev.races_in_both) {
+      if (shown++ == limit) {
+        std::cout << "  … " << ev.races_in_both.size() - limit << " more races\n";
+        break;
+      }
+      std::cout << "  race in the program: rank " << d.rank << ", event " << d.index << ": "
+                << d.where << ": " << d.what << "\n";
+    }
+  };
   if (!differ && fr) {
     std::cout << "recordings agree: " << ev.compared
               << " collectives in the same order, with the same kinds, groups and input sizes on "
                  "every rank, every one completed; values not checked (a Flight Recorder dump "
                  "records none)\n";
+    races();
     return 0;
   }
   if (!differ) {
@@ -95,6 +108,7 @@ int PrintEventDiff(const Recording& a, const Recording& b,
       std::cout << "; " << ev.not_checked << " events' outputs not recorded, not checked";
     std::cout << "; " << a.redistributions.size() << " redistributions agree in structure"
               << RunCollectivesNote(a, b) << "\n";
+    races();
     return 0;
   }
   auto cause = [fr](Cause c) {
@@ -109,6 +123,8 @@ int PrintEventDiff(const Recording& a, const Recording& b,
         return fr ? "missing" : "length";
       case Cause::kPending:
         return "never completed";
+      case Cause::kRace:
+        return "read before wait";
     }
     return "";
   };
@@ -145,6 +161,7 @@ int PrintEventDiff(const Recording& a, const Recording& b,
   for (int64_t r : ev.ranks_only_in_b)
     std::cout << "  rank " << r << ": events only in the second\n";
   for (const TraceDifference& d : diffs) std::cout << "  " << d.where << ": " << d.what << "\n";
+  races();
   return 1;
 }
 

@@ -188,6 +188,10 @@ class EventLog:
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
         self.digests = None  # WeakIdKeyDictionary: local tensor -> (version, digest), set on first use
+        # Collectives whose work has not completed: id(work) -> (work, event, storage addresses of what it writes).
+        # An op that touches one of those storages before the work completes reads (or writes) bytes that may not
+        # have arrived: the collective's event gets "read_before_wait" (the op and its line), once.
+        self.pending: Dict[int, Tuple[Any, Dict[str, Any], frozenset]] = {}
 
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
         from torch.utils.weak import WeakIdKeyDictionary
@@ -269,15 +273,41 @@ class EventLog:
         else:
             event["outputs"] = None
             waiting = _Waiting(event, received)
+            storages = frozenset(t.untyped_storage().data_ptr() for t in received if t.device.type != "meta")
             with self.lock:
                 self.waiting[id(work)] = waiting
                 self.works[id(work)] = work
+                self.pending[id(work)] = (work, event, storages)
         return out
+
+    def check_reads(self, func, tensors: List[torch.Tensor]) -> None:
+        """Marks the pending collectives whose output storage `func` touches now, before their work completed;
+        forgets those that completed."""
+        with self.lock:
+            items = list(self.pending.items())
+        done = [k for k, (work, _, _) in items if _completed(work)]
+        if done:
+            with self.lock:
+                for k in done:
+                    self.pending.pop(k, None)
+            items = [kv for kv in items if kv[0] not in done]
+        if not items:
+            return
+        touched = set()
+        for t in tensors:
+            local = getattr(t, "_local_tensor", None)
+            t = local if isinstance(local, torch.Tensor) else t
+            if t.device.type != "meta":
+                touched.add(t.untyped_storage().data_ptr())
+        for k, (work, event, storages) in items:
+            if "read_before_wait" not in event and touched & storages:
+                event["read_before_wait"] = {"op": str(func), "line": self.line()}
 
     def on_wait(self, work) -> None:
         with self.lock:
             waiting = self.waiting.pop(id(work), None)
             self.works.pop(id(work), None)
+            self.pending.pop(id(work), None)
         if waiting is not None:
             waiting.digest()
 
@@ -288,6 +318,8 @@ class EventLog:
         with self.lock:
             done = [k for k, w in self.works.items() if at_end or _completed(w)]
             items = [(self.waiting.pop(k), self.works.pop(k)) for k in done]
+            if at_end:
+                self.pending.clear()
         for waiting, work in items:
             if at_end:
                 try:
@@ -321,6 +353,8 @@ class EventMode(TorchDispatchMode):
         namespace = func.namespace
         if self.log.simulated and namespace in ("c10d", "_c10d_functional"):
             return func(*args, **kwargs)
+        if self.log.pending and namespace != "c10d" and not func.is_view:
+            self.log.check_reads(func, _tensors(list(args) + list(kwargs.values())))
         if namespace == "c10d":
             spec = _C10D.get(func._opname)
             if spec is not None:
@@ -380,6 +414,11 @@ def watch_waits(log: EventLog) -> None:
     original = Work.wait
 
     def wait(self, *args, **kwargs):
+        # The program waits: what runs from here on (a backend's own copies inside the wait) is no early read.
+        for each in list(_LOGS):
+            if each.pending:
+                with each.lock:
+                    each.pending.pop(id(self), None)
         result = original(self, *args, **kwargs)
         for each in list(_LOGS):
             if each.waiting:

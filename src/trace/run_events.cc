@@ -114,6 +114,15 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
     e.at_end = true;
   }
   if (r.Has("written")) e.written = r.Bool("written");
+  if (r.Has("read_before_wait")) {
+    const JsonReader read = r.At("read_before_wait");
+    read.ExpectObject();
+    read.OnlyKeys({"op", "line"});
+    e.read_before_wait =
+        RunEvent::Read{read.String("op"), read.Has("line") ? read.String("line") : ""};
+    if (e.read_before_wait->op.empty() || e.read_before_wait->op.size() > 256)
+      read.At("op").Fail("expected an op name");
+  }
   return e;
 }
 
@@ -577,6 +586,31 @@ EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool col
         ++diff.differing_by_rank[rank];
         stopped = true;
         break;
+      }
+      if (x.read_before_wait || y.read_before_wait) {
+        const RunEvent& raced = x.read_before_wait ? x : y;
+        d.cause = Cause::kRace;
+        d.what = StrCat(
+            raced.read_before_wait->op,
+            raced.read_before_wait->line.empty() ? std::string()
+                                                 : StrCat(" at ", raced.read_before_wait->line),
+            " touched this collective's output before its work completed",
+            x.read_before_wait && y.read_before_wait
+                ? " (in both runs)"
+                : (&raced == &x ? " (in the first run only)" : " (in the second run only)"),
+            ": the program may have read bytes that had not arrived");
+        if (x.read_before_wait && y.read_before_wait) {
+          diff.races_in_both.push_back(std::move(d));
+        } else {
+          if (!diverged) {
+            diverged = true;
+            diff.first.push_back(std::move(d));
+          }
+          ++diff.differing;
+          ++diff.differing_by_rank[rank];
+          ++diff.compared;
+          continue;
+        }
       }
       ++diff.compared;
       const std::string& state = !x.state.empty() ? x.state : y.state;

@@ -791,6 +791,11 @@ BAD_INPUTS = [
     Row("import-fr-two-dumps-of-one-rank", ["import-fr", "-o", "fr.json", "a1", "b1"], "dump",
         ["are both rank 1's"], files={"a1": '{"version": "2.10", "entries": []}',
                                       "b1": '{"version": "2.10", "entries": []}'}),
+    Row("trace-diff-event-read-before-wait-without-op", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.0[0].read_before_wait.op", "expected an op name"],
+        files={"r.json": recording_text(lambda d: d.update(events={"0": [
+            {"kind": "collective", "op": "all_reduce", "group": [0, 1], "module": "", "pass": "forward",
+             "inputs": [], "outputs": None, "read_before_wait": {"op": "", "line": "t.py:3"}}]}))}),
     Row("trace-diff-event-unknown-state", ["trace-diff", "r.json", "r.json"], "recording",
         ["events.0[0].state", "expected scheduled, started or completed, got 'stuck'"],
         files={"r.json": recording_text(lambda d: d.update(events={"0": [

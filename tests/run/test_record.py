@@ -95,6 +95,33 @@ def test_averaging_reduce_scatter_is_located_on_every_rank(tmp_path, sim):
     assert "written outside the recorded ops and collectives" in firsts[0]
 
 
+def test_async_read_before_its_wait_is_located_at_the_collective_and_the_read(tmp_path, sim):
+    real = record(tmp_path, "async_read_early")
+    p = diff(real, sim)
+    assert p.returncode == 1, p.stdout
+    firsts = [line for line in p.stdout.splitlines() if line.startswith("  rank ")]
+    # Rank 0 alone read the final all-reduce's result (`seen.item()`) before waiting; the recorder saw the read while
+    # the work had not completed. No other rank and no earlier event diverges.
+    assert len(firsts) == 1 and firsts[0].startswith("  rank 0, event "), p.stdout
+    assert "(read before wait): all_reduce over [0, 1, 2, 3] in Global (forward) at" in firsts[0], firsts[0]
+    assert "aten._local_scalar_dense.default at " in firsts[0] and "env_faults.py:" in firsts[0], firsts[0]
+    assert "(in the first run only)" in firsts[0], firsts[0]
+    # The same race in both runs is the program's bug, not a divergence: the verdict agrees and names it.
+    with open(real) as f:
+        raced = json.load(f)
+    with open(sim) as f:
+        simulated = json.load(f)
+    marked = [(i, e["read_before_wait"]) for i, e in enumerate(raced["events"]["0"]) if "read_before_wait" in e]
+    assert len(marked) == 1, marked
+    simulated["events"]["0"][marked[0][0]]["read_before_wait"] = marked[0][1]
+    both = tmp_path / "sim-raced.json"
+    both.write_text(json.dumps(simulated))
+    p = diff(real, str(both))
+    assert p.returncode == 0, p.stdout
+    assert "recordings agree" in p.stdout and "race in the program: rank 0, event " in p.stdout, p.stdout
+    assert "(in both runs)" in p.stdout, p.stdout
+
+
 def test_diff_is_symmetric_in_verdict(tmp_path, sim):
     real = record(tmp_path, "allgather_corrupt")
     assert diff(sim, real).returncode == 1

@@ -44,6 +44,12 @@ struct RunEvent {
   // gives ("scheduled", "started", "completed"; "" elsewhere).
   std::optional<int64_t> seq;
   std::string state;
+  // A collective whose output an op touched before its work completed (dtsim record: a race in the
+  // program, which may have read bytes that had not arrived): that op and its program line.
+  struct Read {
+    std::string op, line;
+  };
+  std::optional<Read> read_before_wait;
 };
 
 // rank -> that rank's events, in its order.
@@ -69,6 +75,7 @@ struct EventDivergence {
                  // written outside the recorded events, or read before a collective completed
     kLength,     // one run's rank ran more events than the other's
     kPending,    // a collective a Flight Recorder dump shows as issued but never completed
+    kRace,       // one run's program touched a collective's output before its work completed
   };
   Cause cause = Cause::kStructure;
   int64_t rank = 0;
@@ -86,6 +93,9 @@ struct EventDiff {
   int64_t differing = 0;    // events whose outputs differ, first divergences included
   std::map<int64_t, int64_t> differing_by_rank;
   std::vector<int64_t> ranks_only_in_a, ranks_only_in_b;
+  // Collectives whose output the program touched before the work completed in both runs (the same
+  // race in each: not a divergence, but a bug of the program), each with cause kRace.
+  std::vector<EventDivergence> races_in_both;
 };
 
 // Aligns `a` and `b` rank by rank, event by event: kind, op, group, module, pass and placements
@@ -98,6 +108,9 @@ struct EventDiff {
 // reduce-scatter as an all-reduce and its dumps name it so: the two match), each divergence is
 // labelled with the other side's module, pass and line, and the first collective of each rank that
 // the dump shows as never completed is reported (kPending): where a job hangs.
+//
+// A collective that one run's program touched before its work completed (read_before_wait) is that
+// rank's divergence (kRace); one that both did is listed in races_in_both.
 EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b, bool collectives_only = false);
 
 // "aten.mm.default in layers.0.wo (backward) at train.py:42".

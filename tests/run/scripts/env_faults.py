@@ -4,7 +4,9 @@ dtsim run, whose simulated backend is the reference): DTSIM_TEST_FAULT=
 - allgather_corrupt: rank 1's second FSDP2 all-gather delivers one corrupted element (its bytes are changed once the
   backend has completed it, before the program's wait returns: what a faulty transport does);
 - reduce_scatter_avg: every FSDP2 reduce-scatter averages where it should sum: its input is divided by the dp group's
-  size on the way in (a wrong pre-divide factor, computed on plain tensors no recorder sees).
+  size on the way in (a wrong pre-divide factor, computed on plain tensors no recorder sees);
+- async_read_early: rank 0 reads the result of the final async all-reduce (the samples the world has seen) before it
+  waits for it, while the other ranks issue theirs a second late, so the read comes before the collective completes.
 
     dtsim record -o real.json -- torchrun --standalone --nproc_per_node 4 env_faults.py
     dtsim run --nproc-per-node 4 --trace sim.json env_faults.py
@@ -93,7 +95,8 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     fault = os.environ.get("DTSIM_TEST_FAULT")
-    if fault and os.environ.get("DTSIM_RUN") != "1":
+    real = os.environ.get("DTSIM_RUN") != "1"
+    if fault and real and fault != "async_read_early":
         plant(fault, rank)
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
@@ -112,6 +115,18 @@ def main():
         opt.step()
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
+    # The samples the world has seen, for the log: an async all-reduce (int64: exact), waited for before its result is
+    # read.
+    early = real and fault == "async_read_early"
+    if early and rank != 0:
+        time.sleep(1.0)  # the other ranks come late: rank 0's read below is before the all-reduce can complete
+    seen = torch.tensor([BATCH * STEPS])
+    work = dist.all_reduce(seen, async_op=True)
+    if early and rank == 0:
+        print(f"samples seen {seen.item()}", flush=True)  # the planted bug: read before the wait
+    work.wait()
+    if rank == 0 and not early:
+        print(f"samples seen {seen.item()}", flush=True)
     dist.destroy_process_group()
 
 
