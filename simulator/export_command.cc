@@ -1,12 +1,12 @@
 // dtsim export: a trace in another tool's format.
 //
 //   dtsim export --format perfetto trace.json out.json [--with other.json]
-// Writes Chrome / Perfetto trace-event JSON (viewer/model/perfetto_export.h): one process per rank,
+// Writes Chrome / Perfetto trace-event JSON (include/dtsim/trace/perfetto.h): one process per rank,
 // one slice per step and per collective (estimated time for simulated runs, measured time for real
 // ones), flow arrows between the ranks of each group. --with adds a second trace's ranks as further
 // processes, so a simulated and a real run sit side by side in one Perfetto view. A model trace
 // (`dtsim model --trace`) is exported as nested slices per rank — modules, their ops, the ops'
-// collectives (viewer/model/model_perfetto.h) — beside a second model trace with --with; a
+// collectives (include/dtsim/trace/model_perfetto.h) — beside a second model trace with --with; a
 // recording as its redistributions per rank. The output is written atomically; bad input is exit 2
 // with no file written.
 #include <boost/program_options.hpp>
@@ -17,12 +17,12 @@
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/model_perfetto.h"
 #include "dtsim/trace/model_trace.h"
+#include "dtsim/trace/perfetto.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 #include "file_arguments.h"
-#include "viewer/model/model_perfetto.h"
-#include "viewer/model/perfetto_export.h"
 
 namespace po = boost::program_options;
 
@@ -81,7 +81,7 @@ int RunExport(const Args& args) {
   if (first_text.format == kRecordingFormat) {
     if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
     const Recording rec = RecordingFromText(std::exchange(first_text, {}));
-    WriteFileAtomically(out, viewer::RecordingToPerfetto(rec), "file");
+    WriteFileAtomically(out, RecordingToPerfetto(rec), "file");
     return 0;
   }
   // A model trace (dtsim model --trace): modules, ops and collectives nested per rank; a second
@@ -90,7 +90,7 @@ int RunExport(const Args& args) {
     const ModelTrace first = WithFileName(o.files[0], [&] {
       return ModelTraceFromJson(ParseTraceText(std::exchange(first_text, {})));
     });
-    std::vector<viewer::ModelPerfettoSource> sources = {{&first, ""}};
+    std::vector<ModelPerfettoSource> sources = {{&first, ""}};
     ModelTrace second;
     if (!o.with.empty()) {
       const TraceText second_text = ReadTraceText(o.with);
@@ -103,22 +103,21 @@ int RunExport(const Args& args) {
       }
       second =
           WithFileName(o.with, [&] { return ModelTraceFromJson(ParseTraceText(second_text)); });
-      sources[0].label = StrCat(viewer::BackendLabel(first.meta), " ", BaseName(o.files[0]));
-      sources.push_back(
-          {&second, StrCat(viewer::BackendLabel(second.meta), " ", BaseName(o.with))});
+      sources[0].label = StrCat(BackendLabel(first.meta), " ", BaseName(o.files[0]));
+      sources.push_back({&second, StrCat(BackendLabel(second.meta), " ", BaseName(o.with))});
     }
-    WriteFileAtomically(out, SafeDump(viewer::ModelTraceToPerfetto(sources)) + "\n", "file");
+    WriteFileAtomically(out, SafeDump(ModelTraceToPerfetto(sources)) + "\n", "file");
     return 0;
   }
   const Trace first = TraceFromText(std::exchange(first_text, {}));
-  std::vector<viewer::PerfettoSource> sources = {{&first, ""}};
+  std::vector<PerfettoSource> sources = {{&first, ""}};
   Trace second;
   if (!o.with.empty()) {
     second = ReadTrace(o.with);
-    sources[0].label = StrCat(viewer::BackendLabel(first), " ", BaseName(o.files[0]));
-    sources.push_back({&second, StrCat(viewer::BackendLabel(second), " ", BaseName(o.with))});
+    sources[0].label = StrCat(BackendLabel(first), " ", BaseName(o.files[0]));
+    sources.push_back({&second, StrCat(BackendLabel(second), " ", BaseName(o.with))});
   }
-  WriteFileAtomically(out, SafeDump(viewer::ToPerfetto(sources)) + "\n", "file");
+  WriteFileAtomically(out, SafeDump(ToPerfetto(sources)) + "\n", "file");
   return 0;
 }
 

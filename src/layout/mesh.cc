@@ -411,4 +411,11 @@ bool DeviceMesh::SameMesh(const DeviceMesh& other) const {
   return is_root() || root().SameMesh(other.root());
 }
 
+std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
+  if (mesh.names().empty()) return IntListToString(c);
+  std::string out = "[";
+  for (size_t d = 0; d < c.size(); ++d) out += StrCat(d ? ", " : "", mesh.DimLabel(d), "=", c[d]);
+  return out + "]";
+}
+
 }  // namespace dtsim

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <set>
 
@@ -518,6 +519,80 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
     add("events", StrCat(a.events.size(), " vs ", b.events.size(), " events"));
   }
   return out;
+}
+
+namespace {
+
+std::string Fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string BytesText(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v,
+                  units[u]);
+  }
+  return buf;
+}
+
+std::string ShortName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return "AG";
+    case CollectiveKind::kReduceScatter:
+      return "RS";
+    case CollectiveKind::kAllReduce:
+      return "AR";
+    case CollectiveKind::kAllToAll:
+      return "A2A";
+    default:
+      return std::string(ToString(kind));
+  }
+}
+
+void CommCounts::Add(const ModelTraceCollective& c) {
+  ++by_kind[static_cast<size_t>(c.kind)];
+  ++count;
+  bytes += c.bytes_sent;
+  est_us += c.est_us;
+}
+
+void CommCounts::Add(const CommCounts& o) {
+  for (size_t k = 0; k < kKinds; ++k) by_kind[k] += o.by_kind[k];
+  count += o.count;
+  bytes += o.bytes;
+  est_us += o.est_us;
+}
+
+std::string CommCounts::Text(bool short_names) const {
+  if (count == 0) return "none";
+  // Kinds in the order `dtsim model` prints them (alphabetical names).
+  std::vector<std::pair<std::string, int64_t>> kinds;
+  for (size_t k = 0; k < kKinds; ++k) {
+    if (by_kind[k] == 0) continue;
+    const auto kind = static_cast<CollectiveKind>(k);
+    kinds.emplace_back(short_names ? ShortName(kind) : std::string(ToString(kind)), by_kind[k]);
+  }
+  std::sort(kinds.begin(), kinds.end());
+  std::string out;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    out += StrCat(i ? ", " : "", kinds[i].first, " ", kinds[i].second);
+  if (short_names) return StrCat(out, " | ", BytesText(bytes));
+  return StrCat(out, " | ", BytesText(bytes), "/rank, ", Fixed(est_us, 1), " us");
 }
 
 }  // namespace dtsim

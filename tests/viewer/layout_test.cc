@@ -7,6 +7,7 @@
 #include <set>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/model_trace.h"
 #include "model_test_support.h"
 #include "test_support.h"
 #include "viewer/model/colors.h"

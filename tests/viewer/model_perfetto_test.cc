@@ -4,7 +4,7 @@
 // (module calls, backward, ops, each collective of each op, standalone collectives, parameters,
 // loss, gradients) in the right parent, collectives too long for their op are scaled to fit, and
 // large worlds export a documented sample of ranks.
-#include "viewer/model/model_perfetto.h"
+#include "dtsim/trace/model_perfetto.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include <map>
 #include <set>
 
+#include "dtsim/trace/perfetto.h"
 #include "model_trace_support.h"
 #include "test_support.h"
-#include "viewer/model/perfetto_export.h"
 
 namespace dtsim::viewer {
 namespace {

@@ -1,8 +1,6 @@
 // Perfetto / Chrome trace-event export: processes per rank, slices with the cost model's or the
 // measured times, flows per group. The format itself is validated event by event in
 // test_viewer_cli.py.
-#include "viewer/model/perfetto_export.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "dtsim/trace/perfetto.h"
 #include "test_support.h"
 #include "viewer/tools/meta_trace.h"
 

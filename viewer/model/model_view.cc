@@ -8,6 +8,7 @@
 #include "colors.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/model_trace.h"
 #include "timeline_layout.h"
 
 namespace dtsim::viewer {

@@ -7,17 +7,11 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
-#include "perfetto_export.h"
+#include "dtsim/trace/perfetto.h"
 #include "timeline_layout.h"
 
 namespace dtsim::viewer {
 namespace {
-
-std::string Fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
 
 std::string RankListText(const std::vector<int64_t>& ranks, size_t max = 16) {
   std::string s;
@@ -27,52 +21,6 @@ std::string RankListText(const std::vector<int64_t>& ranks, size_t max = 16) {
 }
 
 }  // namespace
-
-std::string ShortName(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return "AG";
-    case CollectiveKind::kReduceScatter:
-      return "RS";
-    case CollectiveKind::kAllReduce:
-      return "AR";
-    case CollectiveKind::kAllToAll:
-      return "A2A";
-    default:
-      return std::string(ToString(kind));
-  }
-}
-
-void CommCounts::Add(const ModelTraceCollective& c) {
-  ++by_kind[static_cast<size_t>(c.kind)];
-  ++count;
-  bytes += c.bytes_sent;
-  est_us += c.est_us;
-}
-
-void CommCounts::Add(const CommCounts& o) {
-  for (size_t k = 0; k < kKinds; ++k) by_kind[k] += o.by_kind[k];
-  count += o.count;
-  bytes += o.bytes;
-  est_us += o.est_us;
-}
-
-std::string CommCounts::Text(bool short_names) const {
-  if (count == 0) return "none";
-  // Kinds in the order `dtsim model` prints them (alphabetical names).
-  std::vector<std::pair<std::string, int64_t>> kinds;
-  for (size_t k = 0; k < kKinds; ++k) {
-    if (by_kind[k] == 0) continue;
-    const auto kind = static_cast<CollectiveKind>(k);
-    kinds.emplace_back(short_names ? ShortName(kind) : std::string(ToString(kind)), by_kind[k]);
-  }
-  std::sort(kinds.begin(), kinds.end());
-  std::string out;
-  for (size_t i = 0; i < kinds.size(); ++i)
-    out += StrCat(i ? ", " : "", kinds[i].first, " ", kinds[i].second);
-  if (short_names) return StrCat(out, " | ", BytesText(bytes));
-  return StrCat(out, " | ", BytesText(bytes), "/rank, ", Fixed(est_us, 1), " us");
-}
 
 ModuleTree ModuleTree::Load(const std::string& path) { return FromText(ReadTraceText(path)); }
 

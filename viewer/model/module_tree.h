@@ -37,22 +37,6 @@ inline constexpr int kBackward = 1;
 
 // Collectives counted as `dtsim model` reports them: per kind, how many, the bytes each rank sends
 // (the largest over ranks, summed over the calls) and the cost model's time.
-struct CommCounts {
-  static constexpr size_t kKinds = static_cast<size_t>(CollectiveKind::kBarrier) + 1;
-  std::array<int64_t, kKinds> by_kind{};
-  int64_t count = 0;
-  int64_t bytes = 0;
-  double est_us = 0;
-
-  void Add(const ModelTraceCollective& c);
-  void Add(const CommCounts& other);
-  // "all_gather 3, reduce_scatter 2 | 833 KiB/rank, 50.6 us" ("none" without collectives);
-  // `short_names`: "AG 3, RS 2 | 833 KiB" (the tree's columns). Bytes as BytesText prints them.
-  std::string Text(bool short_names = false) const;
-};
-
-// "AG" for all_gather, "RS", "AR", "A2A"; the full name for the rarer kinds.
-std::string ShortName(CollectiveKind kind);
 
 // One forward call of a module: the indices of its module_begin and module_end events.
 struct ModuleCall {

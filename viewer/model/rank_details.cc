@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/model_trace.h"
 #include "timeline_layout.h"
 
 namespace dtsim::viewer {
@@ -17,13 +18,6 @@ std::string IntervalsText(const std::vector<Interval>& intervals) {
     out += StrCat(i ? ", " : "", intervals[i].lo, ":", intervals[i].hi);
   if (shown < intervals.size()) out += StrCat(", ... (", intervals.size(), " intervals)");
   return out;
-}
-
-std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& c) {
-  if (mesh.names().empty()) return IntListToString(c);  // an unnamed mesh: [1, 2]
-  std::string out = "[";
-  for (size_t d = 0; d < c.size(); ++d) out += StrCat(d ? ", " : "", mesh.DimLabel(d), "=", c[d]);
-  return out + "]";
 }
 
 std::vector<std::string> RankDetails(const TraceModel& model, int64_t frame_index, int64_t position,

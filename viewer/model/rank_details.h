@@ -25,7 +25,4 @@ std::vector<std::string> RankDetails(const TraceModel& model, int64_t frame, int
 // "0:5" / "0:2, 4:6" / "-" (nothing owned).
 std::string IntervalsText(const std::vector<Interval>& intervals);
 
-// "[dp=0, tp=3]".
-std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& coordinate);
-
 }  // namespace dtsim::viewer

@@ -7,26 +7,9 @@
 
 #include "colors.h"
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/model_trace.h"
 
 namespace dtsim::viewer {
-
-std::string BytesText(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v,
-                  units[u]);
-  }
-  return buf;
-}
 
 std::string FrameBoxLabel(const TraceModel& model, int64_t frame) {
   const Frame& f = model.frame(frame);

@@ -42,7 +42,4 @@ struct BytesChart {
 BytesChart LayoutBytesChart(const TraceModel& model, const Frame& frame, const Highlight& highlight,
                             const Rect& area, const TextMetrics& metrics);
 
-// "1.5 KiB", "80 B".
-std::string BytesText(int64_t bytes);
-
 }  // namespace dtsim::viewer

@@ -8,10 +8,10 @@
 #include <cmath>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/perfetto.h"
 #include "panels.h"
 #include "viewer/model/colors.h"
 #include "viewer/model/find.h"
-#include "viewer/model/perfetto_export.h"
 
 namespace dtsim::viewer {
 namespace {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dtsim/trace/model_trace.h"
 #include "panels.h"
 #include "viewer/model/find.h"
 #include "viewer/model/rank_details.h"

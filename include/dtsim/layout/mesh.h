@@ -132,5 +132,7 @@ std::vector<int64_t> ParseIntList(std::string_view text, const std::string& fiel
 std::vector<std::string> ParseNameList(std::string_view text);
 // "[5, 10]"
 std::string IntListToString(const std::vector<int64_t>& values);
+// A rank's coordinate by the mesh's dim names: "[dp=0, tp=3]" ("[0, 3]" for an unnamed mesh).
+std::string CoordinateText(const DeviceMesh& mesh, const std::vector<int64_t>& coordinate);
 
 }  // namespace dtsim

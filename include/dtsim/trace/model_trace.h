@@ -55,6 +55,27 @@ struct ModelTraceCollective {
   bool implicit = false;  // caused by an op's sharding propagation
 };
 
+// Collectives summed by kind: what a module (or a Perfetto slice) issued.
+struct CommCounts {
+  static constexpr size_t kKinds = static_cast<size_t>(CollectiveKind::kBarrier) + 1;
+  std::array<int64_t, kKinds> by_kind{};
+  int64_t count = 0;
+  int64_t bytes = 0;
+  double est_us = 0;
+
+  void Add(const ModelTraceCollective& c);
+  void Add(const CommCounts& other);
+  // "all_gather 3, reduce_scatter 2 | 833 KiB/rank, 50.6 us" ("none" without collectives);
+  // `short_names`: "AG 3, RS 2 | 833 KiB" (the tree's columns). Bytes as BytesText prints them.
+  std::string Text(bool short_names = false) const;
+};
+
+// "AG" for all_gather, "RS", "AR", "A2A"; the full name for the rarer kinds.
+std::string ShortName(CollectiveKind kind);
+
+// A byte count in binary units with three significant digits: "512 B", "1.50 KiB", "833 KiB".
+std::string BytesText(int64_t bytes);
+
 // A tensor at a module boundary.
 struct ModelTraceTensor {
   std::string placements;           // "[S(1), R]"; "local" for a plain per-rank tensor

@@ -1,5 +1,6 @@
-// Model traces as trace-event JSON for Perfetto / chrome://tracing (see model_perfetto.h).
-#include "model_perfetto.h"
+// Model traces as trace-event JSON for Perfetto / chrome://tracing (see
+// include/dtsim/trace/model_perfetto.h).
+#include "dtsim/trace/model_perfetto.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +9,9 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/mesh.h"
-#include "module_tree.h"
-#include "perfetto_export.h"
-#include "rank_details.h"
+#include "dtsim/trace/perfetto.h"
 
-namespace dtsim::viewer {
+namespace dtsim {
 namespace {
 
 constexpr int64_t kModelTid = 1;
@@ -419,4 +418,4 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
             {"groups", groups.Table()}}}};
 }
 
-}  // namespace dtsim::viewer
+}  // namespace dtsim

@@ -41,7 +41,7 @@
 
 #include "dtsim/trace/model_trace.h"
 
-namespace dtsim::viewer {
+namespace dtsim {
 
 inline constexpr int64_t kMaxExportedRanks = 64;
 
@@ -60,4 +60,4 @@ std::vector<int64_t> ExportedRanks(const std::vector<int64_t>& mesh_shape,
 // values differ between them are exported too (large worlds).
 nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sources);
 
-}  // namespace dtsim::viewer
+}  // namespace dtsim

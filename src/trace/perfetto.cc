@@ -1,5 +1,5 @@
-// Trace-event JSON for Perfetto / chrome://tracing (see perfetto_export.h).
-#include "perfetto_export.h"
+// Trace-event JSON for Perfetto / chrome://tracing (see include/dtsim/trace/perfetto.h).
+#include "dtsim/trace/perfetto.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,8 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
-#include "rank_details.h"
 
-namespace dtsim::viewer {
+namespace dtsim {
 namespace {
 
 constexpr const char* kCategory = "dtsim";
@@ -326,4 +325,4 @@ std::string RecordingToPerfetto(const Recording& recording) {
   return out;
 }
 
-}  // namespace dtsim::viewer
+}  // namespace dtsim

@@ -35,7 +35,7 @@
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
 
-namespace dtsim::viewer {
+namespace dtsim {
 
 struct PerfettoSource {
   const Trace* trace = nullptr;
@@ -83,4 +83,4 @@ inline constexpr size_t kInlineGroupRanks = 16;
 std::string BackendLabel(const Trace& trace);
 std::string BackendLabel(const TraceMeta& meta);
 
-}  // namespace dtsim::viewer
+}  // namespace dtsim
