@@ -7,21 +7,19 @@
 // processes, so a simulated and a real run sit side by side in one Perfetto view. A model trace
 // (`dtsim model --trace`) is exported as nested slices per rank — modules, their ops, the ops'
 // collectives (include/dtsim/trace/model_perfetto.h) — beside a second model trace with --with; a
-// recording as its redistributions per rank. The output is written atomically; bad input is exit 2
-// with no file written.
+// recording as its redistributions per rank; an op trace has no export. The first file's format
+// driver exports it (include/dtsim/trace/formats.h). The output is written atomically; bad input
+// is exit 2 with no file written.
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <optional>
 #include <utility>
 
 #include "commands.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/trace/files.h"
-#include "dtsim/trace/model_perfetto.h"
-#include "dtsim/trace/model_trace.h"
-#include "dtsim/trace/perfetto.h"
-#include "dtsim/trace/recording.h"
-#include "dtsim/trace/trace.h"
+#include "dtsim/trace/formats.h"
 #include "file_arguments.h"
 
 namespace po = boost::program_options;
@@ -35,11 +33,6 @@ struct ExportOptions {
   std::vector<std::string> files;  // the trace and the output path
   std::string with;                // "": one trace; else a second trace exported beside the first
 };
-
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 }  // namespace
 
@@ -76,48 +69,17 @@ int RunExport(const Args& args) {
   files.Input(o.files[0], "file");
   if (!o.with.empty()) files.Input(o.with, "with");
   files.Output(out, "file");
-  // A recording of an upstream run (dtsim.record): its redistributions per rank, as measured.
-  TraceText first_text = ReadTraceText(o.files[0]);
-  if (first_text.format == kRecordingFormat) {
-    if (!o.with.empty()) throw InputError("with", "not with a recording (export it alone)");
-    const Recording rec = RecordingFromText(std::exchange(first_text, {}));
-    WriteFileAtomically(out, RecordingToPerfetto(rec), "file");
-    return 0;
+  // The driver of the first file's format exports it (include/dtsim/trace/formats.h).
+  TraceText first = ReadTraceText(o.files[0]);
+  const TraceFormatDriver& driver = TraceFormatDriverFor(first, first);
+  if (driver.to_perfetto == nullptr) {
+    throw InputError("trace", StrCat("'", ExcerptText(o.files[0]), "' is ", driver.what,
+                                     ": it has no Perfetto export (export the redistribution "
+                                     "traces of its steps, or a recording of the run)"));
   }
-  // A model trace (dtsim model --trace): modules, ops and collectives nested per rank; a second
-  // model trace (--with) beside it.
-  if (first_text.format == kModelTraceFormat) {
-    const ModelTrace first = WithFileName(o.files[0], [&] {
-      return ModelTraceFromJson(ParseTraceText(std::exchange(first_text, {})));
-    });
-    std::vector<ModelPerfettoSource> sources = {{&first, ""}};
-    ModelTrace second;
-    if (!o.with.empty()) {
-      const TraceText second_text = ReadTraceText(o.with);
-      if (second_text.format != kModelTraceFormat) {
-        throw InputError("with", StrCat("'", ExcerptText(o.with), "' is not a model trace (format ",
-                                        second_text.format.empty()
-                                            ? "missing"
-                                            : "\"" + ExcerptText(second_text.format) + "\"",
-                                        "): a model trace is exported beside another model trace"));
-      }
-      second =
-          WithFileName(o.with, [&] { return ModelTraceFromJson(ParseTraceText(second_text)); });
-      sources[0].label = StrCat(BackendLabel(first.meta), " ", BaseName(o.files[0]));
-      sources.push_back({&second, StrCat(BackendLabel(second.meta), " ", BaseName(o.with))});
-    }
-    WriteFileAtomically(out, SafeDump(ModelTraceToPerfetto(sources)) + "\n", "file");
-    return 0;
-  }
-  const Trace first = TraceFromText(std::exchange(first_text, {}));
-  std::vector<PerfettoSource> sources = {{&first, ""}};
-  Trace second;
-  if (!o.with.empty()) {
-    second = ReadTrace(o.with);
-    sources[0].label = StrCat(BackendLabel(first), " ", BaseName(o.files[0]));
-    sources.push_back({&second, StrCat(BackendLabel(second), " ", BaseName(o.with))});
-  }
-  WriteFileAtomically(out, SafeDump(ToPerfetto(sources)) + "\n", "file");
+  std::optional<TraceText> with;
+  if (!o.with.empty()) with = ReadTraceText(o.with);
+  WriteFileAtomically(out, driver.to_perfetto(first, with ? &*with : nullptr), "file");
   return 0;
 }
 

@@ -33,6 +33,7 @@
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/formats.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/recording.h"
@@ -260,20 +261,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("normalize_placements",
         [](const std::string& text) { return ToString(ParsePlacements(text)); });
   m.def("load_trace", [](const std::string& path) {
-    nlohmann::json json = ReadTraceJson(path);
-    WithFileName(path, [&] {
-      if (IsOpTrace(json)) {
-        OpTraceFromJson(json, TensorArgumentProblem);
-      } else if (IsRecording(json)) {
-        RecordingFromJson(json);
-      } else if (IsModelTrace(json)) {
-        ModelTraceFromJson(json);
-      } else {
-        TraceFromJson(json);
-      }
-      return 0;
-    });
-    return ToPython(json);
+    // Validated by its format's driver (include/dtsim/trace/formats.h), then handed over as JSON.
+    const TraceText text = ReadTraceText(path);
+    TraceFormatDriverFor(text, text).validate(text, TensorArgumentProblem);
+    return ToPython(ParseTraceText(text));
   });
   // The output-path policy of dtsim's C++ writers (include/dtsim/trace/files.h), for the Python
   // writers (dtsim record, import-fr, dtsim.record, dtsim run's --trace and --report-json):

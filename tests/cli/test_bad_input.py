@@ -732,6 +732,9 @@ BAD_INPUTS = [
     Row("export-with-invalid", ["export", "--format", "perfetto", "t.json", "o.json", "--with", "u.json"], "trace",
         ["u.json"], files={"t.json": GOOD_TRACE, "u.json": trace_text(version=99)}),
     # model traces (dtsim model --trace): exported as nested slices per rank, refused whole when invalid
+    Row("export-op-trace", ["export", "--format", "perfetto", "o.json", "out.json"], "trace",
+        ["'o.json' is one op's implicit redistributions (dtsim op --trace): it has no Perfetto export"],
+        files={"o.json": op_trace_text()}),
     Row("export-model-negative-time", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",
         ["'m.json'", "events[3].t_us", "-1 is not a time"], files={"m.json": model_trace_text(**{"events.3.t_us": -1})}),
     Row("export-model-unnested-module", ["export", "--format", "perfetto", "m.json", "o.json"], "trace",

@@ -182,7 +182,8 @@ def test_op_traces_that_are_not_valid_are_refused_naming_the_field(tmp_path):
         assert "dtsim: error: trace: " in out.stderr and words in out.stderr, (words, out.stderr)
     # An op trace where a redistribution trace is expected says what it is.
     out = run("export", "--format", "perfetto", str(good), str(tmp_path / "p.json"))
-    assert out.returncode == 2 and "an op trace of `dtsim op --trace`" in out.stderr
+    assert out.returncode == 2 and "is one op's implicit redistributions (dtsim op --trace): it has no Perfetto " \
+        "export" in out.stderr, out.stderr
 
 
 def test_batch_line_may_name_its_trace(tmp_path):

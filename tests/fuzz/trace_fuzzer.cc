@@ -7,10 +7,12 @@
 // the file reader (TraceTextOf + TraceFromText) agrees with the DOM reader on every input.
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/trace/formats.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/trace.h"
@@ -98,11 +100,42 @@ void CheckReadersAgree(std::string_view input) {
   if (dom_trace) DTSIM_FUZZ_EXPECT(ToJson(*dom_trace) == ToJson(*text_trace), "different traces");
 }
 
+// The format drivers' conformance properties (include/dtsim/trace/formats.h) on any input: a file
+// its driver validates agrees with itself (a recording may report a Flight Recorder hang against
+// itself, so recordings are left to the recording fuzzer), and its Perfetto export, where the
+// format has one, is JSON or an input error.
+void CheckDriver(std::string_view input) {
+  using namespace dtsim;
+  TraceText text;
+  try {
+    text = TraceTextOf("input", std::string(input));
+    TraceFormatDriverFor(text, text).validate(text, nullptr);
+  } catch (const InputError&) {
+    return;
+  }
+  const TraceFormatDriver& driver = TraceFormatDriverFor(text, text);
+  if (std::string_view(driver.format) != kRecordingFormat) {
+    TraceText a = text, b = text;
+    std::ostringstream out;
+    DTSIM_FUZZ_EXPECT(driver.diff(a, b, TraceDiffOptions{}, out) == 0, "a ", driver.format,
+                      " file differs from itself: ", out.str());
+  }
+  if (driver.to_perfetto != nullptr) {
+    TraceText c = text;
+    try {
+      const nlohmann::json exported = nlohmann::json::parse(driver.to_perfetto(c, nullptr));
+      DTSIM_FUZZ_EXPECT(exported.contains("traceEvents"), "an export without traceEvents");
+    } catch (const InputError&) {
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtsim;
   CheckReadersAgree(fuzz::AsText(data, size));
+  CheckDriver(fuzz::AsText(data, size));
   Trace trace;
   try {
     const nlohmann::json json = ParseJsonText(fuzz::AsText(data, size), "trace", "input");

@@ -1,0 +1,135 @@
+// The conformance checks every trace format driver (include/dtsim/trace/formats.h) passes, on a
+// file of its format that dtsim wrote: it is the driver picked for that file; it validates; it
+// agrees with itself; the same file with one shard hash changed differs; its Perfetto export (where
+// it has one) is trace-event JSON with events; and a file of another format is refused by its
+// validation, naming the format. A new driver gets these checks by adding its sample below.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "dtsim/layout/error.h"
+#include "dtsim/trace/formats.h"
+
+namespace dtsim {
+namespace {
+
+struct Sample {
+  const char* format;
+  const char* path;       // from the source tree
+  const char* differing;  // a file of the format that differs from it; nullptr: the same file with
+                          // one shard's hash (and value sketch) changed
+};
+
+// clang-format off
+const Sample kSamples[] = {
+    {"dtsim-model-trace", "tests/viewer/data/model_fsdp_tp_2x4_sim.json",
+                          "tests/viewer/data/model_fsdp_tp_2x4_real_fault.json"},
+    {"dtsim-recording",   "tests/fuzz/corpus/recording/seed-local-mlp", nullptr},
+    {"dtsim-op-trace",    "tests/fuzz/corpus/trace/seed-op-add-2x2",    nullptr},
+    {"dtsim-trace",       "traces/uneven_2x4_S0R_to_RS1.json",          nullptr},
+};
+// clang-format on
+
+TraceText ReadSource(const char* path) {
+  return ReadTraceText(StrCat(DTSIM_SOURCE_DIR, "/", path));
+}
+TraceText Read(const Sample& s) { return ReadSource(s.path); }
+
+// The last object with a shard hash ("hash": "xxh3:..."), in document order.
+nlohmann::json* LastHashed(nlohmann::json& j) {
+  nlohmann::json* found = nullptr;
+  if (j.is_object()) {
+    auto h = j.find("hash");
+    if (h != j.end() && h->is_string() && h->get<std::string>().rfind("xxh3:", 0) == 0) found = &j;
+  }
+  if (j.is_object() || j.is_array()) {
+    for (auto& child : j)
+      if (nlohmann::json* inner = LastHashed(child)) found = inner;
+  }
+  return found;
+}
+
+// The file with one shard's hash changed, and its value sketch moved well beyond float rounding
+// where it has one: another value, not a rounding of it.
+TraceText WithOneShardChanged(const TraceText& text) {
+  nlohmann::json j = nlohmann::json::parse(text.text);
+  nlohmann::json* shard = LastHashed(j);
+  EXPECT_NE(shard, nullptr) << text.path;
+  if (shard == nullptr) return text;
+  std::string hash = (*shard)["hash"];
+  hash[5] = hash[5] == '0' ? '1' : '0';
+  (*shard)["hash"] = hash;
+  if (shard->contains("sketch") && shard->contains("scale") && (*shard)["sketch"].is_number()) {
+    const double sketch = (*shard)["sketch"], scale = (*shard)["scale"];
+    (*shard)["sketch"] = std::abs(sketch) > scale / 4 ? -sketch : scale / 2;
+  }
+  return TraceTextOf(text.path + " (one shard changed)", j.dump());
+}
+
+TEST(TraceFormatDrivers, EveryFormatHasOneDriverAndOneSample) {
+  ASSERT_EQ(TraceFormatDrivers().size(), std::size(kSamples));
+  for (const TraceFormatDriver& d : TraceFormatDrivers()) {
+    int samples = 0;
+    for (const Sample& s : kSamples) samples += std::string(s.format) == d.format;
+    EXPECT_EQ(samples, 1) << d.format;
+    EXPECT_NE(d.validate, nullptr) << d.format;
+    EXPECT_NE(d.diff, nullptr) << d.format;
+  }
+}
+
+class Conformance : public ::testing::TestWithParam<Sample> {};
+
+TEST_P(Conformance, PickedValidatedSelfDiffedDiffedAndExported) {
+  const Sample& s = GetParam();
+  const TraceText text = Read(s);
+  ASSERT_EQ(text.format, s.format);
+  const TraceFormatDriver& driver = TraceFormatDriverFor(text, text);
+  ASSERT_STREQ(driver.format, s.format);
+  EXPECT_NO_THROW(driver.validate(text, nullptr));
+
+  TraceText a = text, b = text;
+  std::ostringstream same;
+  EXPECT_EQ(driver.diff(a, b, TraceDiffOptions{}, same), 0) << same.str();
+  EXPECT_NE(same.str().find("agree"), std::string::npos) << same.str();
+
+  TraceText c = text, d = s.differing ? ReadSource(s.differing) : WithOneShardChanged(text);
+  std::ostringstream changed;
+  EXPECT_EQ(driver.diff(c, d, TraceDiffOptions{}, changed), 1) << changed.str();
+  EXPECT_NE(changed.str().find("differ"), std::string::npos) << changed.str();
+
+  if (driver.to_perfetto != nullptr) {
+    TraceText e = text;
+    const nlohmann::json exported = nlohmann::json::parse(driver.to_perfetto(e, nullptr));
+    ASSERT_TRUE(exported.contains("traceEvents")) << s.path;
+    EXPECT_FALSE(exported["traceEvents"].empty()) << s.path;
+  }
+}
+
+TEST_P(Conformance, AFileOfAnotherFormatIsRefusedNamingItsFormat) {
+  const Sample& s = GetParam();
+  const TraceFormatDriver& driver = TraceFormatDriverFor(Read(s), Read(s));
+  for (const Sample& other : kSamples) {
+    if (std::string(other.format) == s.format) continue;
+    const TraceText text = Read(other);
+    try {
+      driver.validate(text, nullptr);
+      ADD_FAILURE() << s.format << " accepted " << other.path;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("format"), std::string::npos)
+          << s.format << " on " << other.path << ": " << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, Conformance, ::testing::ValuesIn(kSamples),
+                         [](const ::testing::TestParamInfo<Sample>& info) {
+                           std::string name = info.param.format;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace dtsim
