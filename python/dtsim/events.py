@@ -192,6 +192,7 @@ class EventLog:
         # An op that touches one of those storages before the work completes reads (or writes) bytes that may not
         # have arrived: the collective's event gets "read_before_wait" (the op and its line), once.
         self.pending: Dict[int, Tuple[Any, Dict[str, Any], frozenset]] = {}
+        self.pending_storages: frozenset = frozenset()  # every pending collective's storages, for the per-op test
 
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
         from torch.utils.weak import WeakIdKeyDictionary
@@ -268,46 +269,62 @@ class EventLog:
         if event is None:
             return out
         work = work_of(out)
-        if work is None or _completed(work):
+        if work is None:
             event["outputs"] = [digest(_joined(received))]
         else:
+            # Digested when the program waits, or at its next event once complete: what it then reads (a work
+            # complete already may still be written before the program looks, as a faulty transport would).
             event["outputs"] = None
             waiting = _Waiting(event, received)
-            storages = frozenset(t.untyped_storage().data_ptr() for t in received if t.device.type != "meta")
+            storages = frozenset() if _delivered(work) else \
+                frozenset(p for p in (_storage_of(t) for t in received) if p)
             with self.lock:
                 self.waiting[id(work)] = waiting
                 self.works[id(work)] = work
-                self.pending[id(work)] = (work, event, storages)
+                if storages:
+                    self.pending[id(work)] = (work, event, storages)
+                    self.pending_storages = self.pending_storages | storages
         return out
 
+    def forget(self, work_ids) -> None:
+        """Drops pending collectives (their program waited, or their work completed): call with the lock held."""
+        for k in work_ids:
+            self.pending.pop(k, None)
+        self.pending_storages = frozenset().union(*(s for _, _, s in self.pending.values()))
+
     def check_reads(self, func, tensors: List[torch.Tensor]) -> None:
-        """Marks the pending collectives whose output storage `func` touches now, before their work completed;
-        forgets those that completed."""
-        with self.lock:
-            items = list(self.pending.items())
-        done = [k for k, (work, _, _) in items if _completed(work)]
-        if done:
-            with self.lock:
-                for k in done:
-                    self.pending.pop(k, None)
-            items = [kv for kv in items if kv[0] not in done]
-        if not items:
-            return
-        touched = set()
+        """Marks the pending collectives whose output storage `func` touches now, before their work completed (the
+        first such op); forgets those found completed. Costs a storage lookup per tensor argument while any
+        collective is pending."""
+        pending = self.pending_storages
+        touched = []
         for t in tensors:
             local = getattr(t, "_local_tensor", None)
-            t = local if isinstance(local, torch.Tensor) else t
-            if t.device.type != "meta":
-                touched.add(t.untyped_storage().data_ptr())
-        for k, (work, event, storages) in items:
-            if "read_before_wait" not in event and touched & storages:
+            if local is not None:
+                t = local
+            ptr = _storage_of(t)
+            if ptr in pending:
+                touched.append(ptr)
+        if not touched:
+            return
+        with self.lock:
+            items = [(k, v) for k, v in self.pending.items() if any(p in v[2] for p in touched)]
+        done = []
+        for k, (work, event, _) in items:
+            if _delivered(work):
+                done.append(k)
+            elif "read_before_wait" not in event:
                 event["read_before_wait"] = {"op": str(func), "line": self.line()}
+        if done:
+            with self.lock:
+                self.forget(done)
 
     def on_wait(self, work) -> None:
         with self.lock:
             waiting = self.waiting.pop(id(work), None)
             self.works.pop(id(work), None)
-            self.pending.pop(id(work), None)
+            if id(work) in self.pending:
+                self.forget([id(work)])
         if waiting is not None:
             waiting.digest()
 
@@ -319,7 +336,7 @@ class EventLog:
             done = [k for k, w in self.works.items() if at_end or _completed(w)]
             items = [(self.waiting.pop(k), self.works.pop(k)) for k in done]
             if at_end:
-                self.pending.clear()
+                self.forget(list(self.pending))
         for waiting, work in items:
             if at_end:
                 try:
@@ -330,6 +347,26 @@ class EventLog:
                     continue
                 waiting.event["at"] = "end"
             waiting.digest()
+
+
+def _storage_of(t: torch.Tensor) -> int:
+    """The address of a tensor's storage; 0 for one without (meta, sparse)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _delivered(work) -> bool:
+    """Whether a collective's result is there for the program to read: its work completed, or its future is done
+    (a backend marks the future first, and a waiter on the future, as DDP's reducer, may read before the work says
+    it completed)."""
+    if _completed(work):
+        return True
+    try:
+        return bool(work.get_future().done())
+    except Exception:  # noqa: BLE001  a work without a future
+        return False
 
 
 def _completed(work) -> bool:
@@ -353,7 +390,7 @@ class EventMode(TorchDispatchMode):
         namespace = func.namespace
         if self.log.simulated and namespace in ("c10d", "_c10d_functional"):
             return func(*args, **kwargs)
-        if self.log.pending and namespace != "c10d" and not func.is_view:
+        if self.log.pending_storages and namespace != "c10d" and not func.is_view:
             self.log.check_reads(func, _tensors(list(args) + list(kwargs.values())))
         if namespace == "c10d":
             spec = _C10D.get(func._opname)
@@ -416,9 +453,9 @@ def watch_waits(log: EventLog) -> None:
     def wait(self, *args, **kwargs):
         # The program waits: what runs from here on (a backend's own copies inside the wait) is no early read.
         for each in list(_LOGS):
-            if each.pending:
+            if id(self) in each.pending:
                 with each.lock:
-                    each.pending.pop(id(self), None)
+                    each.forget([id(self)])
         result = original(self, *args, **kwargs)
         for each in list(_LOGS):
             if each.waiting:
