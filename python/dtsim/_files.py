@@ -37,8 +37,3 @@ def write_output(path: str, chunks: Sequence[Any], field: str) -> None:
 
     _C.write_output(str(path), list(chunks), field)
 
-
-def reason(error: ValueError, field: str) -> str:
-    """A refusal's message without its leading "<field>: " (for commands that print the field themselves)."""
-    text = str(error)
-    return text[len(field) + 2:] if text.startswith(field + ": ") else text
