@@ -22,7 +22,7 @@ namespace {
 
 class NullObserver : public dtsim::CollectiveObserver {
  public:
-  void OnCollective(const dtsim::CollectiveRecord&) override {}
+  void OnCollective(const dtsim::CollectiveEvent&) override {}
 };
 
 double Seconds(const std::chrono::steady_clock::time_point& a) {
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   dtsim::EnableCachingCpuAllocator();
   auto comm = dtsim::MakeMpiCollectives();
   NullObserver observer;
-  comm->SetObserver(&observer);
+  comm->AddObserver(&observer);
   const int64_t n = comm->world_size();
   std::vector<int64_t> world(n);
   std::iota(world.begin(), world.end(), 0);

@@ -200,14 +200,10 @@ c10::IValue ArgValue(const json& j, const c10::Argument& arg, const DeviceMesh& 
                                  " cannot be given on the command line (only null)"));
 }
 
-// Counts the collectives; forwards them to the trace being recorded, if any.
+// Counts the collectives.
 struct Counter : CollectiveObserver {
   std::map<std::string, int64_t> counts;
-  CollectiveObserver* also = nullptr;
-  void OnCollective(const CollectiveRecord& r) override {
-    ++counts[std::string(ToString(r.kind))];
-    if (also != nullptr) also->OnCollective(r);
-  }
+  void OnCollective(const CollectiveEvent& r) override { ++counts[std::string(ToString(r.kind))]; }
 };
 
 // The op events; with `record`, each implicit redistribution's trace (this rank's part on real
@@ -217,8 +213,8 @@ struct Recorder : ops::OpObserver {
   bool record = false;
   TraceMeta meta;
   Collectives* comm = nullptr;
-  Counter* counter = nullptr;
   std::optional<TraceRecorder> current;
+  std::optional<Collectives::ScopedObserver> observing;  // `current` hears the collectives
   std::vector<OpTraceRedistribution> traces;
 
   void OnOp(const ops::OpEvent& e) override { events.push_back(e); }
@@ -229,7 +225,7 @@ struct Recorder : ops::OpObserver {
     m.planner = ToString(plan.planner);
     current.emplace(m, /*hashes=*/meta.data);
     current->SetInitial(source.spec(), source.to_local(), *comm);
-    counter->also = &*current;
+    observing.emplace(*comm, &*current);
     traces.push_back({op, static_cast<int64_t>(input), Trace{}});
   }
   void OnRedistributeStep(const PlanStep& step, const DTensorSpec& spec,
@@ -238,7 +234,7 @@ struct Recorder : ops::OpObserver {
   }
   void OnRedistributeEnd(const DTensor& result) override {
     if (!current) return;
-    counter->also = nullptr;
+    observing.reset();
     current->SetFinal(result.spec(), result.to_local(), *comm, std::nullopt);
     traces.back().trace = std::move(current->trace());
     current.reset();
@@ -388,9 +384,9 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     recorder.meta.world_size = c.mesh.size();
     recorder.meta.data = !c.meta;
     recorder.comm = coll.get();
-    recorder.counter = &counter;
   }
-  coll->SetObserver(&counter);
+  std::optional<Collectives::ScopedObserver> count;  // the op's own collectives only
+  count.emplace(*coll, &counter);
   ops::OpObserver* previous = ops::SetOpObserver(&recorder);
   if (!coll->simulated()) coll->SetFault(c.fault);
   try {
@@ -399,18 +395,18 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     // The op itself refuses these inputs (as it would on plain tensors): bad input, not a dtsim
     // bug.
     ops::SetOpObserver(previous);
-    coll->SetObserver(nullptr);
+    recorder.observing.reset();
     if (!coll->simulated()) coll->SetFault(FaultSpec{});
     std::string what = e.what_without_backtrace();
     throw InputError("op", StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n'))));
   } catch (...) {
     ops::SetOpObserver(previous);
-    coll->SetObserver(nullptr);
+    recorder.observing.reset();
     if (!coll->simulated()) coll->SetFault(FaultSpec{});
     throw;
   }
   ops::SetOpObserver(previous);
-  coll->SetObserver(nullptr);
+  count.reset();
   if (!coll->simulated() && c.fault.active()) {
     const bool struck = AnyRank(*coll, coll->fault_struck());
     coll->SetFault(FaultSpec{});

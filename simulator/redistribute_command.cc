@@ -154,11 +154,12 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
           ? MakeArangeSource(c.src, collectives)
           : MakeSourceFromGlobal(c.src, ArangeGlobal(c.src).to(options.device), collectives);
   std::optional<TraceRecorder> recorder;
+  std::optional<Collectives::ScopedObserver> observing;  // the traced redistribution only
   if (options.trace_meta) {
     TraceMeta meta = *options.trace_meta;
     recorder.emplace(meta, /*hashes=*/!options.meta);
     recorder->SetInitial(source.spec(), source.to_local(), comm);
-    comm.SetObserver(&*recorder);
+    observing.emplace(comm, &*recorder);
   }
   RedistributeOptions redistribute;  // its on_step: memory rows and trace steps
   Outcome out;
@@ -196,7 +197,7 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
   result =
       MakeDTensor(DTensorSpec::Create(source.mesh(), c.to, source.shape(), source.spec().dtype()),
                   result.to_local(), result.collectives_ptr(), result.stride());
-  comm.SetObserver(nullptr);
+  observing.reset();
   if (!comm.simulated() && options.fault.active()) {
     const bool struck = AnyRank(comm, comm.fault_struck());
     comm.SetFault(FaultSpec{});

@@ -195,7 +195,7 @@ void CompareCollectives(Outcome& o, bool groups_exact) {
     return;
   }
   for (size_t k = 0; k < got.size(); ++k) {
-    const RecordedCollective& c = got[k];
+    const CollectiveEvent& c = got[k];
     const Expected& e = want[k];
     const std::string where = StrCat("collective ", k, " (", ToString(c.kind), ")");
     if (c.kind != e.kind) {
@@ -271,10 +271,10 @@ struct RunCheck {
   std::vector<int64_t> first_ranks;
 };
 
-RunCheck CheckRunCollectives(const std::vector<RecordedCollective>& collectives) {
+RunCheck CheckRunCollectives(const std::vector<CollectiveEvent>& collectives) {
   RunCheck out;
   for (size_t k = 0; k < collectives.size(); ++k) {
-    const RecordedCollective& c = collectives[k];
+    const CollectiveEvent& c = collectives[k];
     const bool equal_outputs = c.kind == CollectiveKind::kAllReduce ||
                                c.kind == CollectiveKind::kAllGather ||
                                c.kind == CollectiveKind::kBroadcast;
@@ -445,7 +445,7 @@ std::string Title(const RecordedRedistribution& r) {
 nlohmann::json ToJson(const Outcome& o) {
   const RecordedRedistribution& r = *o.rec;
   nlohmann::json recorded = nlohmann::json::array(), mine = nlohmann::json::array();
-  for (const RecordedCollective& c : r.collectives) {
+  for (const CollectiveEvent& c : r.collectives) {
     recorded.push_back({{"op", ToString(c.kind)},
                         {"groups", c.groups},
                         {"ranks", c.ranks},

@@ -87,8 +87,8 @@ inline std::vector<ConformanceParam> ConformanceParams(
 
 class CountingObserver : public CollectiveObserver {
  public:
-  void OnCollective(const CollectiveRecord& record) override { records.push_back(record); }
-  std::vector<CollectiveRecord> records;
+  void OnCollective(const CollectiveEvent& record) override { records.push_back(record); }
+  std::vector<CollectiveEvent> records;
 };
 
 class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam> {
@@ -97,7 +97,7 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
     mesh_ = std::make_unique<DeviceMesh>(DeviceMesh::Create(GetParam().mesh_shape));
     groups_ = GroupSet::AlongMeshDim(*mesh_, GetParam().mesh_dim);
     backend_ = GetParam().factory();
-    backend_->SetObserver(&observer_);
+    backend_->AddObserver(&observer_);
     world_ = mesh_->ranks();
     std::sort(world_.begin(), world_.end());
   }
@@ -375,8 +375,8 @@ TEST_P(CollectivesConformance, EveryCallIsReported) {
   EXPECT_EQ(observer_.records[1].kind, CollectiveKind::kAllReduce);
   EXPECT_EQ(observer_.records[2].kind, CollectiveKind::kBroadcast);
   EXPECT_EQ(observer_.records[3].kind, CollectiveKind::kBarrier);
-  const CollectiveRecord& ag = observer_.records[0];
-  EXPECT_EQ(ag.groups.ToString(), groups_.ToString());
+  const CollectiveEvent& ag = observer_.records[0];
+  EXPECT_EQ(ag.groups, groups_.groups);
   const int64_t n = static_cast<int64_t>(groups_.groups[0].size());
   for (size_t i = 0; i < ag.ranks.size(); ++i) {
     EXPECT_EQ(ag.input_shapes[i], (std::vector<int64_t>{1, 3}));

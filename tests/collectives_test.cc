@@ -134,7 +134,7 @@ TEST(LocalCollectivesTest, IsSimulatedAndNeedsLocalTensors) {
 TEST(LocalCollectivesTest, RecordsBytesPerRank) {
   auto c = MakeLocalCollectives();
   CountingObserver obs;
-  c->SetObserver(&obs);
+  c->AddObserver(&obs);
   at::Tensor x = Ranks4([](int64_t r) { return at::ones({4, 2}) * r; });  // 32 bytes a rank
   c->AllReduce(x, GroupSet{{{0, 1}, {2, 3}}}, ReduceOp::kSum);
   c->Reduce(x, GroupSet::Of({0, 1, 2, 3}), ReduceOp::kSum, 2);
@@ -151,6 +151,42 @@ TEST(LocalCollectivesTest, RecordsBytesPerRank) {
   EXPECT_EQ(obs.records[2].output_shapes[1], (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(obs.records[2].output_shapes[2],
             (std::vector<int64_t>{4, 2}));  // outside the group: keeps its input
+}
+
+// Any number of observers each hear every call, in the order they were added; a ScopedObserver
+// stops hearing when it goes, even when the call throws; PausedObservers silences all of them.
+TEST(LocalCollectivesTest, ObserversEachHearEveryCallWhileRegistered) {
+  auto c = MakeLocalCollectives();
+  at::Tensor x = Ranks4([](int64_t r) { return at::ones({2}) * r; });
+  const GroupSet world = GroupSet::Of({0, 1, 2, 3});
+  std::vector<std::string> heard;
+  struct Named : CollectiveObserver {
+    Named(std::string n, std::vector<std::string>& h) : name(std::move(n)), heard(h) {}
+    void OnCollective(const CollectiveEvent& e) override {
+      heard.push_back(name + " " + std::string(ToString(e.kind)));
+    }
+    std::string name;
+    std::vector<std::string>& heard;
+  };
+  Named a("a", heard), b("b", heard);
+  c->AddObserver(&a);
+  {
+    Collectives::ScopedObserver scoped(*c, &b);
+    c->AllReduce(x, world, ReduceOp::kSum);
+    {
+      Collectives::PausedObservers quiet(*c);
+      EXPECT_FALSE(c->observed());
+      c->AllGather(x, world, 0);
+    }
+    EXPECT_TRUE(c->observed());
+    EXPECT_THROW(c->AllGather(x, GroupSet::Of({0, 9}), 0), InputError);
+  }
+  c->Broadcast(x, world, 0);
+  c->RemoveObserver(&a);
+  c->RemoveObserver(&a);  // absent: nothing
+  c->Barrier(world, {0, 1, 2, 3});
+  EXPECT_FALSE(c->observed());
+  EXPECT_EQ(heard, (std::vector<std::string>{"a all_reduce", "b all_reduce", "a broadcast"}));
 }
 
 TEST(GroupSetTest, AlongMeshDimAndText) {

@@ -1,8 +1,9 @@
 // The conformance checks every trace format driver (include/dtsim/trace/formats.h) passes, on a
 // file of its format that dtsim wrote: it is the driver picked for that file; it validates; it
 // agrees with itself; the same file with one shard hash changed differs; its Perfetto export (where
-// it has one) is trace-event JSON with events; and a file of another format is refused by its
-// validation, naming the format. A new driver gets these checks by adding its sample below.
+// it has one) is trace-event JSON with events; it round-trips through its typed model (where dtsim
+// writes it from C++); and a file of another format is refused by its validation, naming the
+// format. A new driver gets these checks by adding its sample below.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,6 +77,8 @@ TEST(TraceFormatDrivers, EveryFormatHasOneDriverAndOneSample) {
     EXPECT_EQ(samples, 1) << d.format;
     EXPECT_NE(d.validate, nullptr) << d.format;
     EXPECT_NE(d.diff, nullptr) << d.format;
+    // Every format dtsim's C++ commands write has its writer here; recordings are Python's.
+    EXPECT_EQ(d.rewrite == nullptr, std::string(d.format) == kRecordingFormat) << d.format;
   }
 }
 
@@ -105,6 +108,23 @@ TEST_P(Conformance, PickedValidatedSelfDiffedDiffedAndExported) {
     ASSERT_TRUE(exported.contains("traceEvents")) << s.path;
     EXPECT_FALSE(exported["traceEvents"].empty()) << s.path;
   }
+}
+
+// Round trip: the sample (as dtsim wrote it) read into the typed model and written back is the same
+// JSON, key for key; written back once more it is unchanged; and it agrees with the file.
+TEST_P(Conformance, RoundTripsThroughItsTypedModel) {
+  const Sample& s = GetParam();
+  const TraceText text = Read(s);
+  const TraceFormatDriver& driver = TraceFormatDriverFor(text, text);
+  if (driver.rewrite == nullptr) GTEST_SKIP() << s.format << " has no C++ writer";
+  const nlohmann::json original = nlohmann::json::parse(text.text);
+  const nlohmann::json written = driver.rewrite(text, nullptr);
+  EXPECT_EQ(written, original) << s.path << "\nwritten: " << written.dump().substr(0, 2000);
+  const TraceText again = TraceTextOf(s.path + std::string(" (written back)"), written.dump());
+  EXPECT_EQ(driver.rewrite(again, nullptr), written) << s.path;
+  TraceText a = text, b = again;
+  std::ostringstream out;
+  EXPECT_EQ(driver.diff(a, b, TraceDiffOptions{}, out), 0) << out.str();
 }
 
 TEST_P(Conformance, AFileOfAnotherFormatIsRefusedNamingItsFormat) {

@@ -207,17 +207,18 @@ TEST(TraceTest, MergingPerRankTracesGivesTheWholeRun) {
     keep(part.final_state.ranks);
     for (TraceStep& step : part.steps) {
       keep(step.ranks_after);
-      for (TraceCollective& c : step.collectives) {
+      for (CollectiveEvent& c : step.collectives) {
         size_t i = std::find(c.ranks.begin(), c.ranks.end(), r.rank) - c.ranks.begin();
         ASSERT_LT(i, c.ranks.size());
-        c = TraceCollective{c.kind,
-                            c.groups,
-                            {c.ranks[i]},
-                            {c.input_shapes[i]},
-                            {c.output_shapes[i]},
-                            {c.bytes_sent[i]},
-                            {c.bytes_received[i]},
-                            {}};
+        CollectiveEvent row;  // this rank's row alone, as a real rank records it
+        row.kind = c.kind;
+        row.groups = c.groups;
+        row.ranks = {c.ranks[i]};
+        row.input_shapes = {c.input_shapes[i]};
+        row.output_shapes = {c.output_shapes[i]};
+        row.bytes_sent = {c.bytes_sent[i]};
+        row.bytes_received = {c.bytes_received[i]};
+        c = std::move(row);
       }
     }
     parts.push_back(std::move(part));
@@ -267,7 +268,7 @@ TEST(TraceDiffTest, FindsWhereTwoRunsPart) {
   Trace d = a;
   d.meta.backend = "mpi";
   for (TraceStep& s : d.steps) {
-    for (TraceCollective& col : s.collectives) col.time_us.assign(col.ranks.size(), 12.5);
+    for (CollectiveEvent& col : s.collectives) col.time_us.assign(col.ranks.size(), 12.5);
   }
   EXPECT_TRUE(DiffTraces(a, d).empty());
   Trace e = a;

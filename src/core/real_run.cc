@@ -12,17 +12,6 @@
 namespace dtsim {
 namespace {
 
-// Pauses the observer while a helper runs.
-class ObserverPause {
- public:
-  explicit ObserverPause(Collectives& c) : c_(c), saved_(c.observer()) { c_.SetObserver(nullptr); }
-  ~ObserverPause() { c_.SetObserver(saved_); }
-
- private:
-  Collectives& c_;
-  CollectiveObserver* saved_;
-};
-
 std::vector<int64_t> World(const Collectives& c) {
   std::vector<int64_t> ranks(c.world_size());
   std::iota(ranks.begin(), ranks.end(), 0);
@@ -70,14 +59,14 @@ bool IsReportingRank(const Collectives& collectives) {
 
 int64_t BroadcastFromRankZero(Collectives& collectives, int64_t value) {
   if (collectives.simulated()) return value;
-  ObserverPause pause(collectives);
+  Collectives::PausedObservers pause(collectives);
   at::Tensor v = at::full({1}, value, at::kLong);
   return collectives.Broadcast(v, GroupSet::Of(World(collectives)), /*src=*/0).item<int64_t>();
 }
 
 bool AnyRank(Collectives& collectives, bool mine) {
   if (collectives.simulated()) return mine;
-  ObserverPause pause(collectives);
+  Collectives::PausedObservers pause(collectives);
   at::Tensor v = at::full({1}, static_cast<int64_t>(mine), at::kLong);
   return collectives.AllReduce(v, GroupSet::Of(World(collectives)), ReduceOp::kMax)
              .item<int64_t>() != 0;
@@ -85,7 +74,7 @@ bool AnyRank(Collectives& collectives, bool mine) {
 
 std::vector<std::string> GatherToRankZero(Collectives& collectives, const std::string& mine) {
   if (collectives.simulated()) return {mine};
-  ObserverPause pause(collectives);
+  Collectives::PausedObservers pause(collectives);
   const GroupSet world = GroupSet::Of(World(collectives));
   at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
   const int64_t longest = collectives.AllReduce(length, world, ReduceOp::kMax).item<int64_t>();

@@ -195,27 +195,12 @@ std::vector<RankState> RankStates(const DTensorSpec& spec, const at::Tensor& loc
   return out;
 }
 
-TraceCollective ToTraceCollective(const CollectiveRecord& r) {
-  TraceCollective c;
-  c.kind = r.kind;
-  c.groups = r.groups.groups;
-  c.ranks = r.ranks;
-  c.input_shapes = r.input_shapes;
-  c.output_shapes = r.output_shapes;
-  c.bytes_sent = r.bytes_sent;
-  c.bytes_received = r.bytes_received;
-  c.time_us = r.time_us;
-  return c;
-}
-
 TraceRecorder::TraceRecorder(TraceMeta meta, bool hashes) : hashes_(hashes) {
   meta.data = hashes;
   trace_.meta = std::move(meta);
 }
 
-void TraceRecorder::OnCollective(const CollectiveRecord& record) {
-  pending_.push_back(ToTraceCollective(record));
-}
+void TraceRecorder::OnCollective(const CollectiveEvent& event) { pending_.push_back(event); }
 
 void TraceRecorder::SetInitial(const DTensorSpec& spec, const at::Tensor& local,
                                const Collectives& collectives) {
@@ -251,15 +236,15 @@ TracedRedistribution RedistributeWithTrace(const DTensor& source, const Placemen
   meta.planner = ToString(options.planner);
   TraceRecorder recorder(std::move(meta));
   recorder.SetInitial(source.spec(), source.to_local(), comm);
-  CollectiveObserver* saved = comm.observer();
-  comm.SetObserver(&recorder);
   auto user_step = options.on_step;
   options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
     recorder.EndStep(step, spec, local, comm);
     if (user_step) user_step(step, spec, local);
   };
-  DTensor result = source.Redistribute(source.mesh(), placements, options);
-  comm.SetObserver(saved);
+  DTensor result = [&] {
+    Collectives::ScopedObserver observe(comm, &recorder);
+    return source.Redistribute(source.mesh(), placements, options);
+  }();
   recorder.SetFinal(result.spec(), result.to_local(), comm, std::nullopt);
   return {result, GatherTrace(comm, recorder.trace())};
 }

@@ -95,13 +95,12 @@ void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_
           const std::string& cause) {
   ops::OpObserver* observer = ops::CurrentOpObserver();
   if (observer == nullptr || u.dp <= 1) return;
-  ops::CollectiveCall call;
+  CollectiveEvent call;
   call.kind = kind;
   call.mesh_dim = u.dp_mesh.DimLabel(0);
-  call.groups = static_cast<int64_t>(u.groups.groups.size());
-  call.group_size = u.dp;
-  call.bytes_sent = bytes_sent;
-  call.bytes_received = bytes_received;
+  call.groups = u.groups.groups;
+  call.max_bytes_sent = bytes_sent;
+  call.max_bytes_received = bytes_received;
   call.est_us = CostModel().EstimateUs(kind, u.dp, std::max(bytes_sent, bytes_received));
   call.cause = cause;
   observer->OnCollective(call);

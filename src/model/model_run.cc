@@ -185,32 +185,17 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     ops.push_back(OpRecord{e.op, text, 1});
   }
 
-  void OnCollective(const ops::CollectiveCall& call) override {
-    CollectiveEvent ev;
-    ev.kind = call.kind;
-    ev.mesh_dim = call.mesh_dim;
-    ev.groups = call.groups;
-    ev.group_size = call.group_size;
-    ev.bytes_sent = call.bytes_sent;
-    ev.bytes_received = call.bytes_received;
-    ev.est_us = call.est_us;
-    ev.cause = call.cause;
+  void OnCollective(const CollectiveEvent& call) override {
     if (trace_) {
       ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
-      ModelTraceCollective c;
-      c.kind = call.kind;
-      c.mesh_dim = call.mesh_dim;
+      CollectiveEvent c = call;
       // A style's collective runs in every group along its mesh dim (the submesh it was given
       // stands for all of them).
       if (auto d = mesh_.FindDim(call.mesh_dim)) c.groups = mesh_.GroupsAlong(*d);
-      c.bytes_sent = call.bytes_sent;
-      c.bytes_received = call.bytes_received;
-      c.est_us = call.est_us;
-      c.cause = call.cause;
       e.collectives.push_back(std::move(c));
       events_.push_back(std::move(e));
     }
-    Current().collectives[phase_].push_back(std::move(ev));
+    Current().collectives[phase_].push_back(call);
   }
 
   void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
@@ -222,33 +207,22 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
       CollectiveEvent ev;
       ev.kind = step.collective;
       ev.mesh_dim = source.mesh().DimLabel(step.mesh_dim);
-      ev.groups = static_cast<int64_t>(step.groups.size());
-      ev.group_size = step.groups.empty() ? 0 : static_cast<int64_t>(step.groups.front().size());
-      for (int64_t b : step.bytes_sent_per_rank) ev.bytes_sent = std::max(ev.bytes_sent, b);
+      ev.groups = step.groups;
+      for (int64_t b : step.bytes_sent_per_rank) ev.max_bytes_sent = std::max(ev.max_bytes_sent, b);
       for (int64_t b : step.bytes_received_per_rank)
-        ev.bytes_received = std::max(ev.bytes_received, b);
+        ev.max_bytes_received = std::max(ev.max_bytes_received, b);
       ev.est_us = step.est_us;
       ev.from = ToString(plan.src);
       ev.to = ToString(plan.dst);
       ev.cause = cause;
       ev.implicit = implicit;
       if (trace_) {
-        ModelTraceCollective c;
-        c.kind = ev.kind;
-        c.mesh_dim = ev.mesh_dim;
+        CollectiveEvent c = ev;
         // A plan on a submesh (the tp mesh standing for every dp group) runs in every group along
         // that dim of the world.
         const auto world_dim = mesh_.FindDim(ev.mesh_dim);
-        c.groups = source.mesh().size() == mesh_.size() || !world_dim
-                       ? step.groups
-                       : mesh_.GroupsAlong(*world_dim);
-        c.bytes_sent = ev.bytes_sent;
-        c.bytes_received = ev.bytes_received;
-        c.est_us = ev.est_us;
-        c.from = ev.from;
-        c.to = ev.to;
-        c.cause = ev.cause;
-        c.implicit = implicit;
+        if (source.mesh().size() != mesh_.size() && world_dim)
+          c.groups = mesh_.GroupsAlong(*world_dim);
         if (implicit) {
           pending_.push_back(std::move(c));  // nested in the op's event when it comes
         } else {
@@ -330,7 +304,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   bool trace_, hashes_;
   std::chrono::steady_clock::time_point start_;
   std::vector<ModelTraceEvent> events_;
-  std::vector<ModelTraceCollective> pending_;  // implicit redistributions of the op to come
+  std::vector<CollectiveEvent> pending_;  // implicit redistributions of the op to come
   Phase phase_ = kForward;
   std::vector<ModuleNode> nodes_;
   std::map<std::string, size_t> index_;
@@ -341,7 +315,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
 std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
   if (!pending_.empty()) {  // implicit redistributions whose op never reported (none expected)
     ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
-    for (ModelTraceCollective& c : pending_) {
+    for (CollectiveEvent& c : pending_) {
       e.collectives = {std::move(c)};
       events_.push_back(e);
     }
@@ -947,7 +921,7 @@ std::map<std::string, Totals> Inclusive(const ModelReport& r) {
     for (int ph = 0; ph < 2; ++ph) {
       for (const CollectiveEvent& e : n.collectives[ph]) {
         ++t.count[ph][std::string(ToString(e.kind))];
-        t.bytes[ph] += e.bytes_sent;
+        t.bytes[ph] += e.max_bytes_sent;
         t.us[ph] += e.est_us;
       }
     }
@@ -969,10 +943,10 @@ std::map<std::string, Totals> Inclusive(const ModelReport& r) {
 nlohmann::json EventJson(const CollectiveEvent& e) {
   return {{"kind", std::string(ToString(e.kind))},
           {"mesh_dim", e.mesh_dim},
-          {"groups", e.groups},
-          {"group_size", e.group_size},
-          {"bytes_sent_per_rank", e.bytes_sent},
-          {"bytes_received_per_rank", e.bytes_received},
+          {"groups", e.groups.size()},
+          {"group_size", e.group_size()},
+          {"bytes_sent_per_rank", e.max_bytes_sent},
+          {"bytes_received_per_rank", e.max_bytes_received},
           {"est_us", e.est_us},
           {"from", e.from},
           {"to", e.to},
@@ -1104,9 +1078,10 @@ std::string ReportToText(const ModelReport& r, bool with_ops) {
     for (int ph = 0; ph < 2; ++ph) {
       for (const CollectiveEvent& e : n.collectives[ph]) {
         o << pad << "    " << phase_names[ph] << " " << ToString(e.kind) << " on " << e.mesh_dim
-          << " (" << e.groups << " x " << e.group_size << " ranks) " << Bytes(e.bytes_sent)
-          << " -> " << Bytes(e.bytes_received) << "/rank " << std::setprecision(1) << e.est_us
-          << " us  " << (e.from.empty() ? "" : e.from + " -> " + e.to + "  ")
+          << " (" << e.groups.size() << " x " << e.group_size() << " ranks) "
+          << Bytes(e.max_bytes_sent) << " -> " << Bytes(e.max_bytes_received) << "/rank "
+          << std::setprecision(1) << e.est_us << " us  "
+          << (e.from.empty() ? "" : e.from + " -> " + e.to + "  ")
           << (e.implicit ? "implicit, " : "") << e.cause << "\n";
       }
       for (const OpRecord& op : with_ops ? n.operations[ph] : std::vector<OpRecord>{}) {

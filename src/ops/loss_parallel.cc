@@ -64,13 +64,12 @@ at::Tensor AllReduce(const DTensor& ref, int64_t mesh_dim, const at::Tensor& loc
       const at::Tensor s = coll.Shard(local, r);
       bytes = std::max<int64_t>(bytes, s.numel() * static_cast<int64_t>(s.element_size()));
     }
-    CollectiveCall call;
+    CollectiveEvent call;
     call.kind = CollectiveKind::kAllReduce;
     call.mesh_dim = mesh.DimLabel(mesh_dim);
-    call.groups = static_cast<int64_t>(groups.groups.size());
-    call.group_size = mesh.size(mesh_dim);
-    call.bytes_sent = bytes;
-    call.bytes_received = bytes;
+    call.groups = groups.groups;
+    call.max_bytes_sent = bytes;
+    call.max_bytes_received = bytes;
     call.est_us = CostModel().EstimateUs(CollectiveKind::kAllReduce, mesh.size(mesh_dim), bytes);
     call.cause = cause;
     observer->OnCollective(call);

@@ -391,10 +391,10 @@ at::Tensor Collectives::Run(const CallInfo& call, const at::Tensor& input, const
 
 void Collectives::Finish(const CallInfo& call, const at::Tensor& input, const at::Tensor& output,
                          double micros, const BytesFn& bytes) {
-  if (observer_ == nullptr) return;
-  CollectiveRecord record;
+  if (!observed()) return;
+  CollectiveEvent record;
   record.kind = call.kind;
-  record.groups = *call.groups;
+  record.groups = call.groups->groups;
   record.ranks = call.held;
   const std::vector<at::Tensor> in = ShardsOf(input, call);
   const std::vector<at::Tensor> out = ShardsOf(output, call);
@@ -413,7 +413,16 @@ void Collectives::Finish(const CallInfo& call, const at::Tensor& input, const at
     record.bytes_received.push_back(received);
     if (!simulated()) record.time_us.push_back(micros);
   }
-  observer_->OnCollective(record);
+  for (CollectiveObserver* observer : observers_) observer->OnCollective(record);
+}
+
+void Collectives::AddObserver(CollectiveObserver* observer) {
+  if (observer == nullptr) throw InternalError("Collectives::AddObserver: null observer");
+  observers_.push_back(observer);
+}
+
+void Collectives::RemoveObserver(CollectiveObserver* observer) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }
 
 at::Tensor Collectives::AllGather(const at::Tensor& input, const GroupSet& groups, int64_t dim) {

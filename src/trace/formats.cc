@@ -165,6 +165,9 @@ ModelTrace ReadModelTrace(const TraceText& text) {
 }
 
 void ValidateModelTrace(const TraceText& text, const OpArgumentCheck&) { ReadModelTrace(text); }
+nlohmann::json RewriteModelTrace(const TraceText& text, const OpArgumentCheck&) {
+  return ToJson(ReadModelTrace(text));
+}
 
 int DiffModelTraceFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& options,
                         std::ostream& out) {
@@ -253,6 +256,11 @@ void ValidateOpTrace(const TraceText& text, const OpArgumentCheck& check) {
   WithFileName(text.path, [&] { return OpTraceFromJson(json, check); });
 }
 
+nlohmann::json RewriteOpTrace(const TraceText& text, const OpArgumentCheck& check) {
+  const nlohmann::json json = ParseTraceText(text);
+  return ToJson(WithFileName(text.path, [&] { return OpTraceFromJson(json, check); }));
+}
+
 int DiffOpTraceFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& options,
                      std::ostream& out) {
   const nlohmann::json ja = ParseTraceText(ta);
@@ -275,6 +283,9 @@ int DiffOpTraceFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& optio
 
 // ---- dtsim-trace ----
 void ValidateTrace(const TraceText& text, const OpArgumentCheck&) { TraceFromText(text); }
+nlohmann::json RewriteTrace(const TraceText& text, const OpArgumentCheck&) {
+  return ToJson(TraceFromText(text));
+}
 
 int DiffTraceFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& options,
                    std::ostream& out) {
@@ -310,14 +321,14 @@ const std::vector<TraceFormatDriver>& TraceFormatDrivers() {
   // clang-format off
   static const std::vector<TraceFormatDriver> drivers = {
       {kModelTraceFormat, "a model run (dtsim model --trace)",
-       ValidateModelTrace, DiffModelTraceFiles, ModelTraceToPerfettoText},
+       ValidateModelTrace, RewriteModelTrace, DiffModelTraceFiles, ModelTraceToPerfettoText},
       {kRecordingFormat, "a recorded or simulated PyTorch run (dtsim.record, dtsim record, dtsim run --trace, "
                          "dtsim import-fr)",
-       ValidateRecording, DiffRecordingFiles, RecordingToPerfettoText},
+       ValidateRecording, nullptr, DiffRecordingFiles, RecordingToPerfettoText},
       {kOpTraceFormat, "one op's implicit redistributions (dtsim op --trace)",
-       ValidateOpTrace, DiffOpTraceFiles, nullptr},
+       ValidateOpTrace, RewriteOpTrace, DiffOpTraceFiles, nullptr},
       {kTraceFormat, "one redistribution (dtsim redistribute --trace, dtsim compare --trace)",
-       ValidateTrace, DiffTraceFiles, TraceToPerfettoText},
+       ValidateTrace, RewriteTrace, DiffTraceFiles, TraceToPerfettoText},
   };
   // clang-format on
   return drivers;

@@ -87,7 +87,7 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
     slices[slice].end = at - inset(slices[slice].depth);
   };
   // Leaves add their collectives to every open module: own to the innermost, total to all.
-  auto count = [&](const ModelTraceCollective& c) {
+  auto count = [&](const CollectiveEvent& c) {
     for (size_t k = 0; k < stack.size(); ++k) {
       Slice& s = slices[stack[k].slice];
       s.total.Add(c);
@@ -97,12 +97,12 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
   auto tensor_args = [&](Slice& s, const std::string& key, int64_t event) {
     if (events[event].tensor) s.tensors.emplace_back(key, event);
   };
-  auto collective_args = [](const ModelTraceCollective& c) {
+  auto collective_args = [](const CollectiveEvent& c) {
     return nlohmann::json{{"kind", std::string(ToString(c.kind))},
                           {"mesh_dim", c.mesh_dim},
                           {"groups", c.groups.size()},
-                          {"bytes_sent", c.bytes_sent},
-                          {"bytes_received", c.bytes_received},
+                          {"bytes_sent", c.max_bytes_sent},
+                          {"bytes_received", c.max_bytes_received},
                           {"est_us", c.est_us},
                           {"from", c.from},
                           {"to", c.to},
@@ -199,7 +199,7 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
         s.args = {{"phase", e.phase}};
         if (!e.module.empty()) s.args["module"] = e.module;
         if (e.kind == ModelEventKind::kCollective) {
-          const ModelTraceCollective& c = e.collectives.at(0);
+          const CollectiveEvent& c = e.collectives.at(0);
           s.name = StrCat(ToString(c.kind), " ", c.mesh_dim);
           s.cat = "collective";
           s.collective = 0;
@@ -235,7 +235,7 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
         if (n == 0) break;
         depth_of(child_depth);
         int64_t wanted = 0;
-        for (const ModelTraceCollective& c : e.collectives) wanted += Ns(c.est_us);
+        for (const CollectiveEvent& c : e.collectives) wanted += Ns(c.est_us);
         const int64_t room = (op_end - op_ts) - static_cast<int64_t>(n + 1);
         const bool scaled = wanted > room;
         const double scale =
@@ -243,7 +243,7 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
                    : 1.0;
         int64_t cursor = op_ts;
         for (size_t k = 0; k < n; ++k) {
-          const ModelTraceCollective& c = e.collectives[k];
+          const CollectiveEvent& c = e.collectives[k];
           Slice cs;
           cs.depth = child_depth;
           cs.ts = cursor + 1;
@@ -384,7 +384,7 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
           args["collectives_with_children"] = s.total.Text();
         }
         if (s.collective >= 0) {
-          const ModelTraceCollective& c = trace.events[s.event].collectives[s.collective];
+          const CollectiveEvent& c = trace.events[s.event].collectives[s.collective];
           // Each collective's rank -> group ref, made once (linear in ranks), not searched per
           // rank.
           auto [entry, added] = group_refs.try_emplace({s.event, s.collective});

@@ -34,12 +34,12 @@ constexpr double kMaxMicros = 1e15;
 constexpr int64_t kMaxWorld = int64_t{1} << 24;
 constexpr int64_t kMaxBytes = int64_t{1} << 62;
 
-nlohmann::json CollectiveJson(const ModelTraceCollective& c) {
+nlohmann::json CollectiveJson(const CollectiveEvent& c) {
   return {{"kind", std::string(ToString(c.kind))},
           {"mesh_dim", c.mesh_dim},
           {"groups", c.groups},
-          {"bytes_sent_per_rank", c.bytes_sent},
-          {"bytes_received_per_rank", c.bytes_received},
+          {"bytes_sent_per_rank", c.max_bytes_sent},
+          {"bytes_received_per_rank", c.max_bytes_received},
           {"est_us", c.est_us},
           {"from", c.from},
           {"to", c.to},
@@ -61,11 +61,11 @@ double Micros(const JsonReader& r) {
   return v;
 }
 
-ModelTraceCollective CollectiveFromJson(const JsonReader& r, int64_t world) {
+CollectiveEvent CollectiveFromJson(const JsonReader& r, int64_t world) {
   r.ExpectObject();
   r.OnlyKeys({"kind", "mesh_dim", "groups", "bytes_sent_per_rank", "bytes_received_per_rank",
               "est_us", "from", "to", "cause", "implicit"});
-  ModelTraceCollective c;
+  CollectiveEvent c;
   const JsonReader kind = r.At("kind");
   const std::optional<CollectiveKind> k = FindCollectiveKind(kind.AsString());
   if (!k || *k == CollectiveKind::kNone) {
@@ -83,8 +83,8 @@ ModelTraceCollective CollectiveFromJson(const JsonReader& r, int64_t world) {
         groups.Fail(StrCat("names rank ", rank, " in more than one place"));
     }
   }
-  c.bytes_sent = r.Int("bytes_sent_per_rank", 0, kMaxBytes);
-  c.bytes_received = r.Int("bytes_received_per_rank", 0, kMaxBytes);
+  c.max_bytes_sent = r.Int("bytes_sent_per_rank", 0, kMaxBytes);
+  c.max_bytes_received = r.Int("bytes_received_per_rank", 0, kMaxBytes);
   c.est_us = Micros(r.At("est_us"));
   c.from = r.String("from");
   c.to = r.String("to");
@@ -136,7 +136,7 @@ ModelTraceTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
 }
 
 // A collective runs along a dim of the trace's mesh, in groups of that dim's size.
-void CheckAlongMeshDim(const ModelTraceCollective& c, const JsonReader& r,
+void CheckAlongMeshDim(const CollectiveEvent& c, const JsonReader& r,
                        const std::vector<int64_t>& mesh_shape,
                        const std::vector<std::string>& mesh_names) {
   const auto dim = std::find(mesh_names.begin(), mesh_names.end(), c.mesh_dim);
@@ -195,9 +195,9 @@ std::string RankList(const std::vector<int64_t>& ranks, size_t max = 16) {
   return s;
 }
 
-std::string CollectiveText(const ModelTraceCollective& c) {
+std::string CollectiveText(const CollectiveEvent& c) {
   return StrCat(ToString(c.kind), " on ", c.mesh_dim, " (", c.groups.size(), " groups, ",
-                c.bytes_sent, " -> ", c.bytes_received, " B/rank, ", c.cause, ")");
+                c.max_bytes_sent, " -> ", c.max_bytes_received, " B/rank, ", c.cause, ")");
 }
 
 }  // namespace
@@ -255,7 +255,7 @@ nlohmann::json ToJson(const ModelTrace& t) {
     }
     if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
       nlohmann::json cs = nlohmann::json::array();
-      for (const ModelTraceCollective& c : e.collectives) cs.push_back(CollectiveJson(c));
+      for (const CollectiveEvent& c : e.collectives) cs.push_back(CollectiveJson(c));
       j["collectives"] = cs;
     }
     if (e.tensor) j["tensor"] = TensorJson(*e.tensor);
@@ -447,7 +447,7 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
             ? ""
             : StrCat("; the last collective before it: event ", last_collective);
     if (!x.collectives.empty()) {
-      const ModelTraceCollective& c = x.collectives.back();
+      const CollectiveEvent& c = x.collectives.back();
       last_collective =
           StrCat(i + 1, ", ", ToString(c.kind), " on ", c.mesh_dim, " (", c.cause, ")");
     }
@@ -465,10 +465,10 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
       add(where, StrCat(x.collectives.size(), " vs ", y.collectives.size(), " collectives"));
     } else {
       for (size_t c = 0; c < x.collectives.size(); ++c) {
-        const ModelTraceCollective& p = x.collectives[c];
-        const ModelTraceCollective& q = y.collectives[c];
+        const CollectiveEvent& p = x.collectives[c];
+        const CollectiveEvent& q = y.collectives[c];
         if (p.kind != q.kind || p.mesh_dim != q.mesh_dim || p.groups != q.groups ||
-            p.bytes_sent != q.bytes_sent || p.bytes_received != q.bytes_received ||
+            p.max_bytes_sent != q.max_bytes_sent || p.max_bytes_received != q.max_bytes_received ||
             p.from != q.from || p.to != q.to || p.cause != q.cause || p.implicit != q.implicit) {
           add(StrCat(where, ", collective ", c + 1),
               StrCat(CollectiveText(p), " vs ", CollectiveText(q)));
@@ -564,10 +564,10 @@ std::string ShortName(CollectiveKind kind) {
   }
 }
 
-void CommCounts::Add(const ModelTraceCollective& c) {
+void CommCounts::Add(const CollectiveEvent& c) {
   ++by_kind[static_cast<size_t>(c.kind)];
   ++count;
-  bytes += c.bytes_sent;
+  bytes += c.max_bytes_sent;
   est_us += c.est_us;
 }
 

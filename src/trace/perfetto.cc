@@ -69,7 +69,7 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
     // process too.
     std::vector<int64_t> ranks = mesh.ranks();
     for (const TraceStep& step : trace.steps) {
-      for (const TraceCollective& c : step.collectives)
+      for (const CollectiveEvent& c : step.collectives)
         ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
     }
     std::sort(ranks.begin(), ranks.end());
@@ -117,7 +117,7 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
       std::map<int64_t, int64_t> rank_end;  // rank -> end of its last collective in this step
       std::vector<std::map<int64_t, Slice>> slices(nc);  // [collective] rank -> slice
       for (size_t k = 0; k < nc; ++k) {
-        const TraceCollective& c = step.collectives[k];
+        const CollectiveEvent& c = step.collectives[k];
         const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
         for (size_t i = 0; i < c.ranks.size(); ++i) {
           const int64_t rank = c.ranks[i];
@@ -151,7 +151,7 @@ nlohmann::json ToPerfetto(const std::vector<PerfettoSource>& sources) {
       }
       // The collective slices and their flows.
       for (size_t k = 0; k < nc; ++k) {
-        const TraceCollective& c = step.collectives[k];
+        const CollectiveEvent& c = step.collectives[k];
         const bool measured = c.time_us.size() == c.ranks.size() && !c.ranks.empty();
         const std::string op(ToString(c.kind));
         std::map<int64_t, size_t> group_of;
@@ -245,7 +245,7 @@ std::string RecordingToPerfetto(const Recording& recording) {
     std::vector<std::map<int64_t, Member>> members(r.collectives.size());
     std::vector<std::vector<nlohmann::json>> refs(r.collectives.size());
     for (size_t k = 0; k < r.collectives.size(); ++k) {
-      const RecordedCollective& c = r.collectives[k];
+      const CollectiveEvent& c = r.collectives[k];
       for (const auto& g : c.groups) refs[k].push_back(groups.Ref(g));
       std::map<int64_t, size_t> group_of;
       for (size_t g = 0; g < c.groups.size(); ++g) {
@@ -281,7 +281,7 @@ std::string RecordingToPerfetto(const Recording& recording) {
       next_free[rank] = start + dur + 1;
       nlohmann::json collectives = nlohmann::json::array();
       for (size_t j = 0; j < r.collectives.size(); ++j) {
-        const RecordedCollective& c = r.collectives[j];
+        const CollectiveEvent& c = r.collectives[j];
         const auto at = members[j].find(rank);
         if (at == members[j].end()) continue;
         const size_t k = at->second.position;

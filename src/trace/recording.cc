@@ -94,9 +94,9 @@ std::vector<double> TimesFromJson(const JsonReader& r, const std::vector<RankSta
   return out;
 }
 
-RecordedCollective CollectiveFromJson(const JsonReader& r, const DeviceMesh& mesh) {
+CollectiveEvent CollectiveFromJson(const JsonReader& r, const DeviceMesh& mesh) {
   r.ExpectObject();
-  RecordedCollective c;
+  CollectiveEvent c;
   const std::string& op = r.String("op");
   const std::optional<CollectiveKind> kind = FindCollectiveKind(op);
   if (!kind) r.At("op").Fail(StrCat("unknown collective '", ExcerptText(op), "'"));

@@ -174,9 +174,9 @@ TraceState StateFromNode(const internal::JsonNode& node, bool need_hash) {
   return s;
 }
 
-TraceCollective CollectiveFromJson(const JsonReader& r) {
+CollectiveEvent CollectiveFromJson(const JsonReader& r) {
   r.ExpectObject();
-  TraceCollective c;
+  CollectiveEvent c;
   const JsonReader op = r.At("op");
   auto kind = FindCollectiveKind(op.AsString());
   if (!kind) op.Fail(StrCat("unknown collective ", Excerpt(op.json())));
@@ -260,7 +260,7 @@ void CheckPartition(const JsonReader& r, const std::vector<std::vector<int64_t>>
 
 // A collective's rows are ranks of the mesh, and its groups (CheckGroupList) hold every one of
 // them.
-void CheckGroups(const JsonReader& r, const TraceCollective& c, const DeviceMesh& mesh,
+void CheckGroups(const JsonReader& r, const CollectiveEvent& c, const DeviceMesh& mesh,
                  int64_t mesh_dim) {
   for (int64_t rank : c.ranks) {
     if (!mesh.FindCoordinate(rank)) {
@@ -396,7 +396,7 @@ nlohmann::json ToJson(const RankState& s) {
   return out;
 }
 
-nlohmann::json ToJson(const TraceCollective& c) {
+nlohmann::json TraceCollectiveJson(const CollectiveEvent& c) {
   nlohmann::json out = {{"op", std::string(ToString(c.kind))},
                         {"groups", c.groups},
                         {"ranks", c.ranks},
@@ -412,7 +412,7 @@ nlohmann::json ToJson(const TraceStep& step, size_t index, const std::vector<std
   nlohmann::json out = ToJson(step.plan, labels);
   out["index"] = index;
   nlohmann::json collectives = nlohmann::json::array();
-  for (const TraceCollective& c : step.collectives) collectives.push_back(ToJson(c));
+  for (const CollectiveEvent& c : step.collectives) collectives.push_back(TraceCollectiveJson(c));
   out["collectives"] = std::move(collectives);
   out["placements_after"] = ToString(step.placements_after);
   nlohmann::json ranks = nlohmann::json::array();
@@ -711,7 +711,7 @@ Trace TraceFromNode(const internal::JsonNode& root) {
       const size_t m = cs.ArraySize();
       for (size_t k = 0; k < m; ++k) {
         step.collectives.push_back(cs.At(k).Read([&](const JsonReader& r) {
-          TraceCollective c = CollectiveFromJson(r);
+          CollectiveEvent c = CollectiveFromJson(r);
           CheckGroups(r, c, spec.mesh(), step.plan.mesh_dim);
           return c;
         }));
@@ -817,16 +817,16 @@ std::vector<RankState> MergeStates(const std::vector<const std::vector<RankState
   return out;
 }
 
-TraceCollective MergeCollectives(const std::vector<const TraceCollective*>& parts,
+CollectiveEvent MergeCollectives(const std::vector<const CollectiveEvent*>& parts,
                                  const std::string& where) {
-  TraceCollective out = *parts[0];
+  CollectiveEvent out = *parts[0];
   struct Row {
     std::vector<int64_t> in, outs;
     int64_t sent, received;
     std::optional<double> time;
   };
   std::map<int64_t, Row> rows;
-  for (const TraceCollective* c : parts) {
+  for (const CollectiveEvent* c : parts) {
     if (c->kind != out.kind || c->groups != out.groups) {
       throw InputError(
           "trace",
@@ -903,7 +903,7 @@ Trace MergeRankTraces(const std::vector<Trace>& parts) {
       }
     }
     for (size_t k = 0; k < n; ++k) {
-      std::vector<const TraceCollective*> cs;
+      std::vector<const CollectiveEvent*> cs;
       for (const Trace& t : parts) cs.push_back(&t.steps[s].collectives[k]);
       step.collectives[k] = MergeCollectives(cs, StrCat(where, ", collective ", k));
     }

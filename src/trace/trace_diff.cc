@@ -98,7 +98,7 @@ class Differ {
     if (hashes_) PerRank("hash", rows(a, hash), rows(b, hash));
   }
 
-  void Collective(const TraceCollective& a, const TraceCollective& b) {
+  void Collective(const CollectiveEvent& a, const CollectiveEvent& b) {
     if (a.kind != b.kind)
       Add(StrCat("op \"", ToString(a.kind), "\" vs \"", ToString(b.kind), "\""));
     if (a.groups != b.groups) {
@@ -113,15 +113,15 @@ class Differ {
       Add(what, std::move(ranks));
     }
     RankSets(a.ranks, b.ranks, "collective rows");
-    auto rows = [](const TraceCollective& c, auto get) {
+    auto rows = [](const CollectiveEvent& c, auto get) {
       std::map<int64_t, std::string> m;
       for (size_t i = 0; i < c.ranks.size(); ++i) m[c.ranks[i]] = get(c, i);
       return m;
     };
-    auto in = [](const TraceCollective& c, size_t i) { return ShapeText(c.input_shapes[i]); };
-    auto out = [](const TraceCollective& c, size_t i) { return ShapeText(c.output_shapes[i]); };
-    auto sent = [](const TraceCollective& c, size_t i) { return std::to_string(c.bytes_sent[i]); };
-    auto received = [](const TraceCollective& c, size_t i) {
+    auto in = [](const CollectiveEvent& c, size_t i) { return ShapeText(c.input_shapes[i]); };
+    auto out = [](const CollectiveEvent& c, size_t i) { return ShapeText(c.output_shapes[i]); };
+    auto sent = [](const CollectiveEvent& c, size_t i) { return std::to_string(c.bytes_sent[i]); };
+    auto received = [](const CollectiveEvent& c, size_t i) {
       return std::to_string(c.bytes_received[i]);
     };
     PerRank("input shape", rows(a, in), rows(b, in));
@@ -222,7 +222,7 @@ namespace {
 
 // One recorded collective against another: op, groups, ranks, per-rank shapes and bytes, and the
 // per-rank hashes where both have them.
-void CompareRecorded(Differ& d, const RecordedCollective& cx, const RecordedCollective& cy) {
+void CompareRecorded(Differ& d, const CollectiveEvent& cx, const CollectiveEvent& cy) {
   if (cx.kind != cy.kind)
     d.Add(StrCat("op \"", ToString(cx.kind), "\" vs \"", ToString(cy.kind), "\""));
   if (cx.groups != cy.groups) {
@@ -230,17 +230,17 @@ void CompareRecorded(Differ& d, const RecordedCollective& cx, const RecordedColl
                  Differ::GroupsText(cy.groups)));
   }
   d.RankSets(cx.ranks, cy.ranks, "collective rows");
-  auto rows = [](const RecordedCollective& c, auto get) {
+  auto rows = [](const CollectiveEvent& c, auto get) {
     std::map<int64_t, std::string> m;
     for (size_t k = 0; k < c.ranks.size(); ++k) m[c.ranks[k]] = get(c, k);
     return m;
   };
-  auto in = [](const RecordedCollective& c, size_t k) { return ShapeText(c.input_shapes[k]); };
-  auto out = [](const RecordedCollective& c, size_t k) { return ShapeText(c.output_shapes[k]); };
-  auto in_bytes = [](const RecordedCollective& c, size_t k) {
+  auto in = [](const CollectiveEvent& c, size_t k) { return ShapeText(c.input_shapes[k]); };
+  auto out = [](const CollectiveEvent& c, size_t k) { return ShapeText(c.output_shapes[k]); };
+  auto in_bytes = [](const CollectiveEvent& c, size_t k) {
     return std::to_string(c.input_bytes[k]);
   };
-  auto out_bytes = [](const RecordedCollective& c, size_t k) {
+  auto out_bytes = [](const CollectiveEvent& c, size_t k) {
     return std::to_string(c.output_bytes[k]);
   };
   d.PerRank("input shape", rows(cx, in), rows(cy, in));
@@ -248,11 +248,11 @@ void CompareRecorded(Differ& d, const RecordedCollective& cx, const RecordedColl
   d.PerRank("input_bytes", rows(cx, in_bytes), rows(cy, in_bytes));
   d.PerRank("output_bytes", rows(cx, out_bytes), rows(cy, out_bytes));
   if (!cx.input_hashes.empty() && !cy.input_hashes.empty()) {
-    auto hash_in = [](const RecordedCollective& c, size_t k) { return c.input_hashes[k]; };
+    auto hash_in = [](const CollectiveEvent& c, size_t k) { return c.input_hashes[k]; };
     d.PerRank("input hash", rows(cx, hash_in), rows(cy, hash_in));
   }
   if (!cx.output_hashes.empty() && !cy.output_hashes.empty()) {
-    auto hash_out = [](const RecordedCollective& c, size_t k) { return c.output_hashes[k]; };
+    auto hash_out = [](const CollectiveEvent& c, size_t k) { return c.output_hashes[k]; };
     d.PerRank("output hash", rows(cx, hash_out), rows(cy, hash_out));
   }
 }
@@ -309,8 +309,8 @@ std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording&
   }
   if (a.collectives && b.collectives) {
     // The run's collectives (both recordings have them: dtsim run --trace), in completion order.
-    const std::vector<RecordedCollective>& ca = *a.collectives;
-    const std::vector<RecordedCollective>& cb = *b.collectives;
+    const std::vector<CollectiveEvent>& ca = *a.collectives;
+    const std::vector<CollectiveEvent>& cb = *b.collectives;
     const size_t m = std::min(ca.size(), cb.size());
     for (size_t j = 0; j < m && !d.full(); ++j) {
       d.At(Phase::kFinal, -1, static_cast<int64_t>(j),

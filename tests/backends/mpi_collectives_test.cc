@@ -66,14 +66,14 @@ TEST(MpiCollectivesTest, OwnsItsRankAndWorld) {
 TEST(MpiCollectivesTest, RecordsOneRowWithMeasuredTime) {
   auto c = MakeMpiCollectives();
   CountingObserver obs;
-  c->SetObserver(&obs);
+  c->AddObserver(&obs);
   std::vector<int64_t> world(WorldSize());
   std::iota(world.begin(), world.end(), 0);
   at::Tensor x =
       c->FromRankFn(world, [](int64_t r) { return at::full({3}, static_cast<float>(r)); });
   c->AllGather(x, GroupSet::Of(world), 0);
   ASSERT_EQ(obs.records.size(), 1u);
-  const CollectiveRecord& rec = obs.records[0];
+  const CollectiveEvent& rec = obs.records[0];
   EXPECT_EQ(rec.ranks, std::vector<int64_t>{c->rank()});
   ASSERT_EQ(rec.time_us.size(), 1u);
   EXPECT_GE(rec.time_us[0], 0.0);

@@ -160,7 +160,7 @@ std::optional<std::string> Impossible(const dtsim::ModelTrace& t) {
       return StrCat("model.", key, " is ", t.model[key].dump());
   }
   for (const dtsim::ModelTraceEvent& e : t.events) {
-    for (const dtsim::ModelTraceCollective& c : e.collectives) {
+    for (const dtsim::CollectiveEvent& c : e.collectives) {
       size_t dim = 0;
       while (dim < t.mesh_names.size() && t.mesh_names[dim] != c.mesh_dim) ++dim;
       if (dim == t.mesh_names.size()) return StrCat("a collective on dim '", c.mesh_dim, "'");

@@ -235,7 +235,7 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
       return "times of other ranks";
     for (double t : r.time_us)
       if (!std::isfinite(t) || t < 0) return "a time that is not one";
-    for (const dtsim::RecordedCollective& c : r.collectives) {
+    for (const dtsim::CollectiveEvent& c : r.collectives) {
       std::set<int64_t> members;
       for (const auto& g : c.groups) {
         for (int64_t m : g) {

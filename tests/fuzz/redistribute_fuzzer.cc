@@ -78,7 +78,7 @@ void Check(const Case& c) {
   meta.world_size = c.src.mesh().size();
   TraceRecorder recorder(meta);
   recorder.SetInitial(source.spec(), source.to_local(), *collectives);
-  collectives->SetObserver(&recorder);
+  collectives->AddObserver(&recorder);
   RedistributeOptions options;
   options.planner = c.planner;
   const Plan plan = PlanFor(source.spec(), c.to, c.planner);
@@ -86,7 +86,7 @@ void Check(const Case& c) {
     recorder.EndStep(step, spec, local, *collectives);
   };
   const DTensor result = source.Redistribute(source.mesh(), c.to, options);
-  collectives->SetObserver(nullptr);
+  collectives->RemoveObserver(&recorder);
   const std::string what =
       StrCat(c.src.ToString(), " -> ", ToString(c.to), " (", ToString(c.planner), ")");
 
@@ -133,7 +133,7 @@ void Check(const Case& c) {
     bool strided = given_strided;
     for (const Placement& p : step.placements_before) strided = strided || p.is_strided_shard();
     for (const Placement& p : step.placements_after) strided = strided || p.is_strided_shard();
-    for (const TraceCollective& col : trace.steps[s].collectives) {
+    for (const CollectiveEvent& col : trace.steps[s].collectives) {
       DTSIM_FUZZ_EXPECT(col.kind == step.collective, what, ": step ", s, " ran ",
                         ToString(col.kind), " not ", ToString(step.collective));
       for (size_t i = 0; i < col.ranks.size() && !strided; ++i) {

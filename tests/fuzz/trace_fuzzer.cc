@@ -102,8 +102,9 @@ void CheckReadersAgree(std::string_view input) {
 
 // The format drivers' conformance properties (include/dtsim/trace/formats.h) on any input: a file
 // its driver validates agrees with itself (a recording may report a Flight Recorder hang against
-// itself, so recordings are left to the recording fuzzer), and its Perfetto export, where the
-// format has one, is JSON or an input error.
+// itself, so recordings are left to the recording fuzzer), it reads back as itself once its writer
+// wrote it (where it has one), and its Perfetto export, where the format has one, is JSON or an
+// input error.
 void CheckDriver(std::string_view input) {
   using namespace dtsim;
   TraceText text;
@@ -119,6 +120,24 @@ void CheckDriver(std::string_view input) {
     std::ostringstream out;
     DTSIM_FUZZ_EXPECT(driver.diff(a, b, TraceDiffOptions{}, out) == 0, "a ", driver.format,
                       " file differs from itself: ", out.str());
+  }
+  if (driver.rewrite != nullptr) {
+    // What the reader accepted, the writer writes, the reader reads back to the same model, and it
+    // agrees with the input.
+    const nlohmann::json written = driver.rewrite(text, nullptr);
+    TraceText again;
+    try {
+      again = TraceTextOf("input (written back)", written.dump());
+      DTSIM_FUZZ_EXPECT(driver.rewrite(again, nullptr) == written, "a ", driver.format,
+                        " file written back reads as another");
+    } catch (const InputError& e) {
+      DTSIM_FUZZ_EXPECT(false, "a ", driver.format, " file written back is refused: ", e.what());
+      return;
+    }
+    TraceText a = text;
+    std::ostringstream out;
+    DTSIM_FUZZ_EXPECT(driver.diff(a, again, TraceDiffOptions{}, out) == 0, "a ", driver.format,
+                      " file differs from itself written back: ", out.str());
   }
   if (driver.to_perfetto != nullptr) {
     TraceText c = text;

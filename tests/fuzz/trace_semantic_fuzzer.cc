@@ -507,7 +507,7 @@ std::optional<std::string> Impossible(const dtsim::Trace& t) {
       return where + ": est_us";
     total += p.est_us;
     for (size_t k = 0; k < s.collectives.size(); ++k) {
-      const TraceCollective& c = s.collectives[k];
+      const CollectiveEvent& c = s.collectives[k];
       const std::string cw = StrCat(where, ".collectives[", k, "]");
       if (auto why = check_groups(c.groups, p.mesh_dim)) return cw + ": " + *why;
       std::set<int64_t> in_groups;

@@ -195,8 +195,10 @@ TEST(ModelTest, MetadataRunsGiveTheDataRunsFigures) {
         ASSERT_EQ(a.collectives[ph].size(), b.collectives[ph].size()) << what << " " << a.fqn;
         for (size_t i = 0; i < a.collectives[ph].size(); ++i) {
           EXPECT_EQ(a.collectives[ph][i].kind, b.collectives[ph][i].kind) << what;
-          EXPECT_EQ(a.collectives[ph][i].bytes_sent, b.collectives[ph][i].bytes_sent) << what;
-          EXPECT_EQ(a.collectives[ph][i].bytes_received, b.collectives[ph][i].bytes_received)
+          EXPECT_EQ(a.collectives[ph][i].max_bytes_sent, b.collectives[ph][i].max_bytes_sent)
+              << what;
+          EXPECT_EQ(a.collectives[ph][i].max_bytes_received,
+                    b.collectives[ph][i].max_bytes_received)
               << what;
         }
       }

@@ -106,7 +106,7 @@ TEST(ModelTraceTest, EveryModuleCallAndCollectiveOfTheReportIsInTheTrace) {
     }
     for (const ModelTraceEvent& e : t.events) {
       trace_collectives += static_cast<int64_t>(e.collectives.size());
-      for (const ModelTraceCollective& c : e.collectives) {
+      for (const CollectiveEvent& c : e.collectives) {
         // Groups partition the world (every rank once).
         std::vector<int64_t> seen(o.mesh.size(), 0);
         for (const auto& g : c.groups) {

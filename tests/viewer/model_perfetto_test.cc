@@ -106,7 +106,7 @@ void CheckEveryEvent(const ModelTrace& trace, const Track& track, int64_t rank,
     EXPECT_TRUE(found.emplace(std::make_pair(event, collective), i).second)
         << where << ": event " << event << " twice";
   }
-  auto in_group = [&](const ModelTraceCollective& c) {
+  auto in_group = [&](const CollectiveEvent& c) {
     if (c.groups.empty()) return true;
     for (const auto& g : c.groups) {
       if (std::find(g.begin(), g.end(), rank) != g.end()) return true;
@@ -138,7 +138,7 @@ void CheckEveryEvent(const ModelTrace& trace, const Track& track, int64_t rank,
         EXPECT_EQ(a["cause"], ev.collectives[k].cause);
         EXPECT_EQ(a["implicit"], ev.collectives[k].implicit);
         EXPECT_EQ(a["groups"], ev.collectives[k].groups.size());
-        EXPECT_EQ(a["bytes_sent"], ev.collectives[k].bytes_sent);
+        EXPECT_EQ(a["bytes_sent"], ev.collectives[k].max_bytes_sent);
         EXPECT_THAT(a["group"].get<std::vector<int64_t>>(), ::testing::Contains(rank));
       }
     }

@@ -95,12 +95,12 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
   };
   auto collective = [&](CollectiveKind kind, bool along_tp, double est_us, const std::string& cause,
                         bool implicit) {
-    ModelTraceCollective c;
+    CollectiveEvent c;
     c.kind = kind;
     c.mesh_dim = along_tp ? names.back() : names.front();
     c.groups = along_tp ? tp : dp;
-    c.bytes_sent = 1024;
-    c.bytes_received = 4096;
+    c.max_bytes_sent = 1024;
+    c.max_bytes_received = 4096;
     c.est_us = est_us;
     if (implicit) {
       c.from = "[S(1)]";
@@ -118,15 +118,14 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
     return e;
   };
   auto op = [&](const std::string& phase, const std::string& module, const std::string& name,
-                std::vector<ModelTraceCollective> cs) {
+                std::vector<CollectiveEvent> cs) {
     ModelTraceEvent e = event(ModelEventKind::kOp, phase, module);
     e.op = name;
     e.placements = "[S(0)], [S(1)] -> [S(0)]";
     e.collectives = std::move(cs);
     add(std::move(e));
   };
-  auto standalone = [&](const std::string& phase, const std::string& module,
-                        ModelTraceCollective c) {
+  auto standalone = [&](const std::string& phase, const std::string& module, CollectiveEvent c) {
     ModelTraceEvent e = event(ModelEventKind::kCollective, phase, module);
     e.collectives = {std::move(c)};
     add(std::move(e));

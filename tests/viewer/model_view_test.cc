@@ -160,7 +160,7 @@ TEST(ModelComparisonTest, RoundingIsNotADifferenceAndStructureConcernsEveryRank)
   // Another group list in a collective: a difference with no rank, so every rank's row shows it.
   ModelTrace c = a;
   const int64_t mm = EventWhere(a, ModelEventKind::kOp, "layers.0.attn");
-  c.events[mm].collectives[1].bytes_sent = 2048;
+  c.events[mm].collectives[1].max_bytes_sent = 2048;
   const ModelComparison s = CompareModelTraces(TreeOf(a), TreeOf(c));
   ASSERT_EQ(s.differences.size(), 1u);
   EXPECT_TRUE(s.events[mm].all_ranks);

@@ -81,7 +81,7 @@ TEST(PerfettoExportTest, MeasuredTraceUsesItsTimes) {
   const nlohmann::json out = ToPerfetto({{&t, ""}});
   double step_end = 0;
   for (size_t s = 0; s < t.steps.size(); ++s) {
-    const TraceCollective& c = t.steps[s].collectives.at(0);
+    const CollectiveEvent& c = t.steps[s].collectives.at(0);
     const std::string op(ToString(c.kind));
     double slowest = 0;
     for (size_t i = 0; i < c.ranks.size(); ++i) {

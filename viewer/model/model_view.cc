@@ -66,7 +66,7 @@ std::string EventCounts(const ModuleTree& tree, const std::vector<int64_t>& even
   return out;
 }
 
-std::string CollectiveLabel(const ModelTraceCollective& c) {
+std::string CollectiveLabel(const CollectiveEvent& c) {
   std::string out = StrCat(ToString(c.kind), " on ", c.mesh_dim);
   if (!c.from.empty() || !c.to.empty()) out += StrCat("  ", c.from, " -> ", c.to);
   if (c.implicit) out += "  implicit";
@@ -74,10 +74,10 @@ std::string CollectiveLabel(const ModelTraceCollective& c) {
   return out;
 }
 
-std::string CollectiveColumn(const std::vector<ModelTraceCollective>& cs) {
+std::string CollectiveColumn(const std::vector<CollectiveEvent>& cs) {
   if (cs.empty()) return "";
   CommCounts counts;
-  for (const ModelTraceCollective& c : cs) counts.Add(c);
+  for (const CollectiveEvent& c : cs) counts.Add(c);
   return counts.Text(true);
 }
 
@@ -573,15 +573,16 @@ std::vector<DetailLine> RowDetails(const ModelSession& s) {
       }
     }
   };
-  auto collective = [&](const ModelTraceCollective& c, bool differs) {
+  auto collective = [&](const CollectiveEvent& c, bool differs) {
     size_t largest = 0;
     for (const auto& g : c.groups) largest = std::max(largest, g.size());
     line(StrCat(ToString(c.kind), " on ", c.mesh_dim, ": ", c.groups.size(), " group",
                 c.groups.size() == 1 ? "" : "s", " of up to ", largest, " ranks",
                 c.from.empty() && c.to.empty() ? "" : StrCat(", ", c.from, " -> ", c.to)),
          differs);
-    line(StrCat("    sends ", BytesText(c.bytes_sent), ", receives ", BytesText(c.bytes_received),
-                " per rank (the largest), est ", Fixed(c.est_us, 1), " us"),
+    line(StrCat("    sends ", BytesText(c.max_bytes_sent), ", receives ",
+                BytesText(c.max_bytes_received), " per rank (the largest), est ",
+                Fixed(c.est_us, 1), " us"),
          differs);
     line(StrCat("    ", c.implicit ? "implicit redistribution: " : "cause: ", c.cause), differs);
     for (const auto& g : c.groups) {

@@ -103,7 +103,7 @@ void ModuleTree::Index() {
         const int32_t n = NodeFor(e.module, parent, "");
         const int pass = e.phase == "backward" ? kBackward : kForward;
         nodes_[n].events[pass].push_back(index);
-        for (const ModelTraceCollective& c : e.collectives) nodes_[n].own[pass].Add(c);
+        for (const CollectiveEvent& c : e.collectives) nodes_[n].own[pass].Add(c);
         node_of_event_[i] = n;
         break;
       }

@@ -37,16 +37,12 @@ std::vector<RankState> Rows(const DTensorSpec& spec, const std::vector<RankState
   return rows;
 }
 
-TraceCollective FromRecorded(const RecordedCollective& c) {
-  TraceCollective t;
-  t.kind = c.kind;
-  t.groups = c.groups;
-  t.ranks = c.ranks;
-  t.input_shapes = c.input_shapes;
-  t.output_shapes = c.output_shapes;
-  t.bytes_sent = c.input_bytes;
-  t.bytes_received = c.output_bytes;
-  return t;
+// A recorded collective as a trace step shows it: a recording holds the buffers each rank handed
+// in and got back, not the wire bytes, so the bytes columns show those.
+CollectiveEvent FromRecorded(CollectiveEvent c) {
+  if (c.bytes_sent.empty()) c.bytes_sent = c.input_bytes;
+  if (c.bytes_received.empty()) c.bytes_received = c.output_bytes;
+  return c;
 }
 
 }  // namespace

@@ -133,7 +133,7 @@ void TraceModel::Index() {
       f.bytes_observed = true;
       bool timed = true;
       std::vector<double> time(n, 0.0);
-      for (const TraceCollective& c : step.collectives) {
+      for (const CollectiveEvent& c : step.collectives) {
         if (c.time_us.size() != c.ranks.size()) timed = false;
         for (size_t i = 0; i < c.ranks.size(); ++i) {
           auto pos = FindPosition(c.ranks[i]);

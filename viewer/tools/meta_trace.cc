@@ -43,7 +43,7 @@ Trace MakeMetaTrace(const DTensorSpec& src, const Placements& dst,
         DTensorSpec::Create(mesh, step.placements_after, src.shape(), src.dtype());
     if (MovesData(step.collective)) {
       const std::vector<RankLayout> in = before.AllLayouts(), out = after.AllLayouts();
-      TraceCollective c;
+      CollectiveEvent c;
       c.kind = step.collective;
       c.groups = step.groups;
       for (size_t p = 0; p < in.size(); ++p) {

@@ -38,16 +38,12 @@ ShardDigestValues ShardDigest(const at::Tensor& shard);
 std::vector<RankState> RankStates(const DTensorSpec& spec, const at::Tensor& local,
                                   const Collectives& collectives, bool hashes = true);
 
-// The trace form of a collective record (its rows as recorded: every rank in simulation, one on a
-// real rank).
-TraceCollective ToTraceCollective(const CollectiveRecord& record);
-
 // Collects the collectives of one run step by step and the per-rank state after each step.
 class TraceRecorder : public CollectiveObserver {
  public:
   explicit TraceRecorder(TraceMeta meta, bool hashes = true);
 
-  void OnCollective(const CollectiveRecord& record) override;
+  void OnCollective(const CollectiveEvent& event) override;
 
   // Records the state before anything runs.
   void SetInitial(const DTensorSpec& spec, const at::Tensor& local, const Collectives& collectives);
@@ -65,7 +61,7 @@ class TraceRecorder : public CollectiveObserver {
  private:
   Trace trace_;
   bool hashes_;
-  std::vector<TraceCollective> pending_;
+  std::vector<CollectiveEvent> pending_;
 };
 
 // A redistribution with its trace: what user programs call to record a run that `dtsim trace-diff`

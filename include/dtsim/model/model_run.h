@@ -74,19 +74,6 @@ inline constexpr int64_t kModelBytesPerRankLayer = int64_t{24} << 10;
 const std::vector<std::string>& ModelPlanNames();
 void ValidateModelRun(const ModelRunOptions& options);
 
-struct CollectiveEvent {
-  CollectiveKind kind = CollectiveKind::kNone;
-  std::string mesh_dim;    // its name ("tp")
-  int64_t groups = 0;      // how many groups ran it at once
-  int64_t group_size = 0;  // ranks per group
-  int64_t bytes_sent = 0;  // per rank (the largest over ranks)
-  int64_t bytes_received = 0;
-  double est_us = 0;      // the cost model's time of the step (slowest group)
-  std::string from, to;   // the redistribution's placements before and after
-  std::string cause;      // "aten::mm arg 0" (implicit) or "RowwiseParallel output of ..."
-  bool implicit = false;  // caused by an op's sharding propagation
-};
-
 struct OpRecord {
   std::string op;          // "aten::mm"
   std::string placements;  // "[S(1)], [R] -> [S(1)]"

@@ -29,6 +29,7 @@
 #include "dtsim/core/dtensor.h"
 #include "dtsim/layout/plan.h"
 #include "dtsim/ops/sharding_prop.h"
+#include "dtsim/trace/collective_event.h"
 
 namespace dtsim {
 namespace ops {
@@ -63,18 +64,6 @@ struct OpEvent {
   std::string local_execution;
 };
 
-// A collective a caller ran directly on a Collectives object (not a plan step).
-struct CollectiveCall {
-  CollectiveKind kind = CollectiveKind::kNone;
-  std::string mesh_dim;  // the mesh dim label its groups run along
-  int64_t groups = 0;
-  int64_t group_size = 0;
-  int64_t bytes_sent = 0;  // per rank, the largest
-  int64_t bytes_received = 0;
-  double est_us = 0;
-  std::string cause;  // "fully_shard all-gather of layers.0"
-};
-
 // Receives every op call on DTensors made by this thread while installed.
 class OpObserver {
  public:
@@ -90,8 +79,9 @@ class OpObserver {
                                   const at::Tensor& local) {}
   virtual void OnRedistributeEnd(const DTensor& result) {}
   // A collective run outside any redistribution plan (fully_shard's all-gather and reduce-scatter
-  // of a parameter group, say), with what caused it. Default: nothing.
-  virtual void OnCollective(const CollectiveCall& call) {}
+  // of a parameter group, say) as planned: kind, mesh dim, groups, max bytes, est_us and cause, no
+  // rows. Default: nothing.
+  virtual void OnCollective(const CollectiveEvent& call) {}
 };
 
 // Installs `observer` for the calling thread (nullptr removes it) and returns the previous one.

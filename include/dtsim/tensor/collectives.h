@@ -10,15 +10,15 @@
 // Every collective call is SPMD: it runs on every group of a GroupSet at once (as every group along
 // one mesh dim does), and `input` holds what each held rank contributes. The public calls are a
 // non-virtual front that does, once for every backend: argument validation (clear InputErrors),
-// byte accounting, the record for the observer (one row per held rank, with the measured time on
-// real backends) and, on real backends, the agreement check before the call. Backends implement
-// only the Do* hooks, after validation:
-//   src/backends/local/   LocalCollectives (backends/local_collectives.h): results computed over
-//   the shards — the
-//                         reference every other backend is tested against
-//   src/backends/mpi/     MpiCollectives (backends/mpi_collectives.h): OpenMPI, one process per
-//   rank src/backends/nccl/    NcclCollectives (backends/nccl_collectives.h): NCCL on one GPU per
-//   rank
+// byte accounting, the event for the observers (a CollectiveEvent with one row per held rank, the
+// measured time on real backends) and, on real backends, the agreement check before the call.
+// Backends implement only the Do* hooks, after validation:
+// clang-format off
+//   src/backends/local/  LocalCollectives (backends/local_collectives.h): results computed over
+//                        the shards, the reference every other backend is tested against
+//   src/backends/mpi/    MpiCollectives (backends/mpi_collectives.h): OpenMPI, one process per rank
+//   src/backends/nccl/   NcclCollectives (backends/nccl_collectives.h): NCCL on one GPU per rank
+// clang-format on
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +36,7 @@
 #include "dtsim/layout/fault.h"
 #include "dtsim/layout/mesh.h"
 #include "dtsim/layout/placement.h"
+#include "dtsim/trace/collective_event.h"
 
 namespace dtsim {
 
@@ -54,26 +55,6 @@ struct GroupSet {
   std::string ToString() const;
   bool operator==(const GroupSet& o) const { return groups == o.groups; }
   bool operator<(const GroupSet& o) const { return groups < o.groups; }
-};
-
-// What one collective call did, as reported to an observer: one row per rank this process holds
-// (every rank in simulation, its own on a real rank), so a real run's rows are merged into one
-// record by rank 0.
-struct CollectiveRecord {
-  CollectiveKind kind = CollectiveKind::kNone;
-  GroupSet groups;
-  std::vector<int64_t> ranks;  // the rows below are listed in this order (ascending)
-  std::vector<std::vector<int64_t>> input_shapes;   // per row
-  std::vector<std::vector<int64_t>> output_shapes;  // per row
-  std::vector<int64_t> bytes_sent;                  // per row
-  std::vector<int64_t> bytes_received;              // per row
-  std::vector<double> time_us;  // per row, measured wall time (real backends; empty simulated)
-};
-
-class CollectiveObserver {
- public:
-  virtual ~CollectiveObserver() = default;
-  virtual void OnCollective(const CollectiveRecord& record) = 0;
 };
 
 // What the front worked out for one call, handed to the backend hooks.
@@ -175,9 +156,42 @@ class Collectives {
   // group must be one).
   void Barrier(const GroupSet& groups, const std::vector<int64_t>& ranks);
 
-  // Observers see every call (not owned; nullptr clears).
-  void SetObserver(CollectiveObserver* observer) { observer_ = observer; }
-  CollectiveObserver* observer() const { return observer_; }
+  // Observers see every call, each as one CollectiveEvent with a row per rank this process holds
+  // (every rank in simulation, its own on a real rank: rank 0 merges a real run's rows), in the
+  // order they were added. Not owned; an observer is added once and removed before it dies
+  // (ScopedObserver does both).
+  void AddObserver(CollectiveObserver* observer);
+  void RemoveObserver(CollectiveObserver* observer);  // absent: nothing
+  bool observed() const { return !observers_.empty() && paused_ == 0; }
+
+  // `observer` sees every call while this lives.
+  class ScopedObserver {
+   public:
+    ScopedObserver(Collectives& collectives, CollectiveObserver* observer)
+        : collectives_(collectives), observer_(observer) {
+      collectives_.AddObserver(observer_);
+    }
+    ~ScopedObserver() { collectives_.RemoveObserver(observer_); }
+    ScopedObserver(const ScopedObserver&) = delete;
+    ScopedObserver& operator=(const ScopedObserver&) = delete;
+
+   private:
+    Collectives& collectives_;
+    CollectiveObserver* observer_;
+  };
+  // No observer sees the calls made while this lives (helpers that gather a run's own results).
+  class PausedObservers {
+   public:
+    explicit PausedObservers(Collectives& collectives) : collectives_(collectives) {
+      ++collectives_.paused_;
+    }
+    ~PausedObservers() { --collectives_.paused_; }
+    PausedObservers(const PausedObservers&) = delete;
+    PausedObservers& operator=(const PausedObservers&) = delete;
+
+   private:
+    Collectives& collectives_;
+  };
 
   // Real backends: ends every process of the job at once, after printing "dtsim: error: real run:
   // rank R: <message>" on this rank's stderr (exit code `code` everywhere) — for failures that only
@@ -281,7 +295,8 @@ class Collectives {
   int64_t world_size_;
   std::optional<int64_t> rank_;
   int64_t sequence_ = 0;
-  CollectiveObserver* observer_ = nullptr;
+  std::vector<CollectiveObserver*> observers_;
+  int paused_ = 0;  // PausedObservers alive
   FaultSpec fault_;
   int64_t fault_seen_ = 0;  // eligible calls seen since the fault was armed
   bool fault_struck_ = false;

@@ -1,16 +1,17 @@
 // The trace formats dtsim reads, as one table of drivers (as upstream keeps its op tables): each
-// names its "format" value, reads and validates a file of it, compares two files of it (what
-// `dtsim trace-diff` prints) and exports it to Perfetto (`dtsim export`). The commands,
+// names its "format" value, reads and validates a file of it, writes its typed model back (the
+// writer dtsim's own commands use), compares two files of it (what `dtsim trace-diff` prints) and
+// exports it to Perfetto (`dtsim export`). The commands,
 // `dtsim.load_trace` and the trace fuzzer dispatch through this table; a new format is one more
 // driver, and tests/trace_formats_test.cc runs every driver through the same conformance checks.
 //
 // clang-format off
-//   format              what                                                      export --with
-//   dtsim-model-trace   a model run (dtsim model --trace)                          another model trace
-//   dtsim-recording     a recorded or simulated PyTorch run (dtsim.record, dtsim    no
+//   format              what                                                      write   export --with
+//   dtsim-model-trace   a model run (dtsim model --trace)                          C++     another model trace
+//   dtsim-recording     a recorded or simulated PyTorch run (dtsim.record, dtsim    Python  no
 //                       record, dtsim run --trace, dtsim import-fr)
-//   dtsim-op-trace      one op's implicit redistributions (dtsim op --trace)       (no export)
-//   dtsim-trace         one redistribution (dtsim redistribute / compare --trace)  another trace
+//   dtsim-op-trace      one op's implicit redistributions (dtsim op --trace)       C++     (no export)
+//   dtsim-trace         one redistribution (dtsim redistribute / compare --trace)  C++     another trace
 // clang-format on
 #pragma once
 
@@ -38,6 +39,10 @@ struct TraceFormatDriver {
   // Reads and validates a file's text (ReadTraceText's) of this format: InputError naming the file
   // and the JSON path of the first problem.
   void (*validate)(const TraceText& text, const OpArgumentCheck& op_argument_check);
+  // Reads `text` into this format's typed model and writes that back as the JSON dtsim's own
+  // commands write: a file dtsim wrote comes back equal, so reader and writer agree on every field.
+  // nullptr: written by the Python package only (python/dtsim), which has no C++ writer.
+  nlohmann::json (*rewrite)(const TraceText& text, const OpArgumentCheck& op_argument_check);
   // Compares two files (at least one of this format: the other is read as this format too, and
   // refused naming its own format when it is not): prints the verdict and the differences in run
   // order to `out`; returns 0 when they agree, 1 when they differ.

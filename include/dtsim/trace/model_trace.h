@@ -42,19 +42,6 @@ namespace dtsim {
 inline constexpr const char* kModelTraceFormat = "dtsim-model-trace";
 inline constexpr int kModelTraceVersion = 1;
 
-// One collective: the planned step of a redistribution (or a style's call), the same on every rank.
-struct ModelTraceCollective {
-  CollectiveKind kind = CollectiveKind::kNone;
-  std::string mesh_dim;                      // its name ("tp")
-  std::vector<std::vector<int64_t>> groups;  // global ranks; every group of the call
-  int64_t bytes_sent = 0;                    // per rank, the largest over ranks
-  int64_t bytes_received = 0;
-  double est_us = 0;      // the cost model's time
-  std::string from, to;   // the redistribution's placements ("" for a style's own call)
-  std::string cause;      // "aten::mm arg 1", "fully_shard all-gather of layers.0", ...
-  bool implicit = false;  // caused by an op's sharding propagation
-};
-
 // Collectives summed by kind: what a module (or a Perfetto slice) issued.
 struct CommCounts {
   static constexpr size_t kKinds = static_cast<size_t>(CollectiveKind::kBarrier) + 1;
@@ -63,7 +50,7 @@ struct CommCounts {
   int64_t bytes = 0;
   double est_us = 0;
 
-  void Add(const ModelTraceCollective& c);
+  void Add(const CollectiveEvent& c);
   void Add(const CommCounts& other);
   // "all_gather 3, reduce_scatter 2 | 833 KiB/rank, 50.6 us" ("none" without collectives);
   // `short_names`: "AG 3, RS 2 | 833 KiB" (the tree's columns). Bytes as BytesText prints them.
@@ -115,7 +102,7 @@ struct ModelTraceEvent {
   std::string name;               // kParameter, kGradient: the parameter's fqn
   std::string op;                 // kOp: "aten::mm"
   std::string placements;         // kOp: "[S(0)], [R] -> [S(0)]"
-  std::vector<ModelTraceCollective> collectives;
+  std::vector<CollectiveEvent> collectives;
   std::optional<ModelTraceTensor> tensor;
   double t_us = 0;
 };

@@ -26,22 +26,6 @@ namespace dtsim {
 inline constexpr const char* kRecordingFormat = "dtsim-recording";
 inline constexpr int kRecordingVersion = 1;
 
-// One collective upstream issued; per-rank vectors follow `ranks` (ascending).
-struct RecordedCollective {
-  CollectiveKind kind = CollectiveKind::kNone;
-  std::vector<std::vector<int64_t>> groups;  // as the ranks' process groups reported them
-  std::vector<int64_t> ranks;
-  std::vector<std::vector<int64_t>> input_shapes;
-  std::vector<std::vector<int64_t>> output_shapes;
-  std::vector<int64_t> input_bytes;
-  std::vector<int64_t> output_bytes;
-  // Each rank's input before and output after the collective ("xxh3:<16 hex>"), per `ranks`; empty
-  // when not recorded (the collectives of a redistribution; dtsim run --trace records them for
-  // the run's collectives).
-  std::vector<std::string> input_hashes;
-  std::vector<std::string> output_hashes;
-};
-
 // Where one rank's source shard lies in the sidecar file.
 struct RecordedData {
   int64_t rank = 0;
@@ -65,7 +49,7 @@ struct RecordedRedistribution {
   // Ranks whose shard the recorder could not hash ({"hash": null, "unavailable": "<why>"} in the
   // file; their RankState has no hash): rank → why.
   std::map<int64_t, std::string> unavailable_before, unavailable_after;
-  std::vector<RecordedCollective> collectives;
+  std::vector<CollectiveEvent> collectives;
   std::vector<double> time_us;   // per rank of ranks_before, measured (not compared)
   std::vector<double> start_us;  // per rank: since its dtsim.record began (its own clock); or empty
   std::optional<std::vector<RecordedData>> data;  // sources; nullopt: past the recorder's size cap
@@ -86,7 +70,7 @@ struct Recording {
   // DDP and direct calls alike; point-to-point excluded), with its group and every member's input
   // and output hash: "collectives" in the file, which `dtsim run --trace` writes (dtsim.record on
   // real ranks does not: nullopt).
-  std::optional<std::vector<RecordedCollective>> collectives;
+  std::optional<std::vector<CollectiveEvent>> collectives;
   // Every rank's DTensor ops and collectives in its order ("events" in the file: dtsim.record with
   // ops=True, dtsim record -- COMMAND, dtsim run --trace); nullopt when not recorded.
   std::optional<RunEvents> events;

@@ -26,6 +26,7 @@
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/layout/plan.h"
 #include "dtsim/layout/spec.h"
+#include "dtsim/trace/collective_event.h"
 
 namespace dtsim {
 
@@ -59,25 +60,11 @@ struct TraceState {
   std::vector<RankState> ranks;  // ascending by rank
 };
 
-// One collective as the backend observed it; per-rank vectors follow `ranks`.
-struct TraceCollective {
-  CollectiveKind kind = CollectiveKind::kNone;
-  std::vector<std::vector<int64_t>> groups;
-  std::vector<int64_t> ranks;
-  std::vector<std::vector<int64_t>> input_shapes;
-  std::vector<std::vector<int64_t>> output_shapes;
-  std::vector<int64_t> bytes_sent;
-  std::vector<int64_t> bytes_received;
-  // Measured wall time per rank in microseconds (real backends; the simulated backend writes none).
-  // Not compared.
-  std::vector<double> time_us;
-};
-
 // One plan step with what ran and every rank's state after it.
 struct TraceStep {
   PlanStep plan;              // the plan step (its JSON keys sit at the step's top level)
   std::string mesh_dim_name;  // "dp", or the index as text
-  std::vector<TraceCollective> collectives;
+  std::vector<CollectiveEvent> collectives;
   Placements placements_after;
   std::vector<RankState> ranks_after;
 };
@@ -97,7 +84,8 @@ nlohmann::json ToJson(const TraceMeta& meta);
 // The meta object ToJson(TraceMeta) wrote (InputError naming the path of anything invalid).
 TraceMeta TraceMetaFromJson(const JsonReader& r);
 nlohmann::json ToJson(const RankState& state);
-nlohmann::json ToJson(const TraceCollective& collective);
+// A collective's trace form: op, groups, ranks, shapes, bytes sent and received, time_us.
+nlohmann::json TraceCollectiveJson(const CollectiveEvent& collective);
 nlohmann::json ToJson(const TraceStep& step);
 // {"mesh": {"shape", "names", "ranks"}, "placements", "shape", "dtype"}.
 nlohmann::json SpecToJson(const DTensorSpec& spec);
