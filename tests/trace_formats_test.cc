@@ -23,6 +23,8 @@ struct Sample {
                           // one shard's hash (and value sketch) changed
 };
 
+void PrintTo(const Sample& s, std::ostream* os) { *os << s.format; }
+
 // clang-format off
 const Sample kSamples[] = {
     {"dtsim-model-trace", "tests/viewer/data/model_fsdp_tp_2x4_sim.json",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -176,9 +177,12 @@ class EventLog:
     """The events of the ranks this process runs, per rank. `where(rank)` names the module and pass a rank runs now
     ((path, "forward" | "backward")); `line()` the program's line."""
 
-    def __init__(self, where: Callable[[int], Tuple[str, str]], line: Callable[[], str]):
+    def __init__(self, where: Callable[[int], Tuple[str, str]], line: Callable[[], str],
+                 t0: Optional[float] = None):
         self.where = where
         self.line = line
+        # Events' "t_us" count from here (time.perf_counter(): the recorder's start, each rank's own clock).
+        self.t0 = time.perf_counter() if t0 is None else t0
         self.events: Dict[int, List[Dict[str, Any]]] = {}
         self.waiting: Dict[int, _Waiting] = {}  # id(work) -> the event waiting for it
         self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
@@ -238,14 +242,26 @@ class EventLog:
         inputs = [self._digest(x._local_tensor) for x in dtensors_in]
         args = [_placements(x) for x in dtensors_in]
         self.in_op[rank] = self.in_op.get(rank, 0) + 1
+        start = time.perf_counter()
         try:
             out = run()
         finally:
             self.in_op[rank] -= 1
+        end = time.perf_counter()
         results = [x for x in _tensors(out) if isinstance(x, DTensor)]
         self._add(rank, {"kind": "op", "op": str(func), "args": args, "results": [_placements(x) for x in results],
-                         "inputs": inputs, "outputs": [self._digest(x._local_tensor) for x in results]})
+                         "inputs": inputs, "outputs": [self._digest(x._local_tensor) for x in results],
+                         "t_us": self._us(start), "dur_us": (end - start) * 1e6})
         return out
+
+    def _us(self, t: float) -> float:
+        """`t` (a time.perf_counter() reading) as an event's "t_us"."""
+        return max(0.0, (t - self.t0) * 1e6)
+
+    def took(self, event: Optional[Dict[str, Any]], start: float) -> None:
+        """Sets a collective's "dur_us": from `start` (its issue) until now."""
+        if event is not None:
+            event["dur_us"] = (time.perf_counter() - start) * 1e6
 
     # ---- collectives ----
     def arrive(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
@@ -254,7 +270,7 @@ class EventLog:
             return None
         self.settle()
         event = {"kind": "collective", "op": kind, "group": group, "inputs": [digest(_joined(sent))],
-                 "outputs": None}
+                 "outputs": None, "t_us": self._us(time.perf_counter())}
         self._add(rank, event)
         return event
 
@@ -265,7 +281,9 @@ class EventLog:
     def collective(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor],
                    received: List[torch.Tensor], run: Callable[[], Any], work_of: Callable[[Any], Any]) -> Any:
         event = self.arrive(rank, kind, group, sent)
+        start = time.perf_counter()
         out = run()
+        self.took(event, start)
         if event is None:
             return out
         work = work_of(out)
@@ -410,10 +428,12 @@ class EventMode(TorchDispatchMode):
 
                 group = self.log._group(c10d._resolve_process_group(args[group_arg]))
                 event = self.log.arrive(self.rank, kind, group, [args[0]])
+                start = time.perf_counter()
                 out = func(*args, **kwargs)
                 # The result is complete once waited for: the functional op's own wait, issued here so the event
                 # holds what the rank received (functional results are waited for before any use).
                 torch.ops._c10d_functional.wait_tensor(out)
+                self.log.took(event, start)
                 if event is not None:
                     self.log.complete(event, [out])
                 return out

@@ -205,12 +205,20 @@ def convert(paths: Sequence[str]) -> Dict[str, Any]:
                 state = "completed" if seq <= pg_state["last_completed_collective"] else \
                     ("started" if seq <= pg_state.get("last_started_collective", -1) else "scheduled")
             used.setdefault(name, set()).add(rank)
-            out.append((kind, name, seq, sizes, dtypes, state, entry.get("time_created_ns"), _line(entry)))
+            created = entry.get("time_created_ns")
+            # The collective's own time, where the dump measured it (NCCL with timing enabled: duration_ms). The
+            # watchdog's time_discovered_completed_ns is when it noticed, not how long the collective took.
+            duration = entry.get("duration_ms")
+            took = float(duration) * 1000.0 if isinstance(duration, (int, float)) and not isinstance(duration, bool) \
+                and 0 <= duration < 1e12 else None
+            out.append((kind, name, seq, sizes, dtypes, state, created, took, _line(entry)))
         rows[rank] = out
     events: Dict[str, List[Dict[str, Any]]] = {}
     for rank, out in rows.items():
         evs = []
-        for kind, name, seq, sizes, dtypes, state, created, line in out:
+        # Times count from the rank's first collective in its dump (each rank's own clock).
+        origin = min((row[6] for row in out if isinstance(row[6], int)), default=None)
+        for kind, name, seq, sizes, dtypes, state, created, took, line in out:
             group = sorted(members.get(name) or used[name])
             if rank not in group:
                 group = sorted(set(group) | {rank})
@@ -218,8 +226,10 @@ def convert(paths: Sequence[str]) -> Dict[str, Any]:
                        "hash": None}] if len(sizes) == 1 and dtypes else []
             ev = {"kind": "collective", "op": kind, "group": group, "module": "", "pass": "forward", "line": line,
                   "inputs": inputs, "outputs": None, "seq": seq, "state": state}
-            if isinstance(created, int):
-                ev["time_ns"] = created
+            if isinstance(created, int) and origin is not None:
+                ev["t_us"] = (created - origin) / 1000.0
+            if took is not None:
+                ev["dur_us"] = took
             evs.append(ev)
         events[str(rank)] = evs
     return {"format": "dtsim-recording", "version": 1,

@@ -284,7 +284,7 @@ class _Recorder:
 
             def where(r: int):
                 return tracker.collective_keys(r)[-1]
-        self.event_log = events.EventLog(where, lambda: events.program_line(4))
+        self.event_log = events.EventLog(where, lambda: events.program_line(4), self.t0)
         self.event_log.simulated = RUN_WHERE is not None
         events.watch_waits(self.event_log)
         self.event_mode = events.EventMode(self.event_log, self.rank)

@@ -14,6 +14,7 @@ namespace {
 constexpr const char* kCategory = "dtsim";
 constexpr int64_t kStepsTid = 1;        // the thread of step slices
 constexpr int64_t kCollectivesTid = 2;  // the thread of collective slices
+constexpr int64_t kEventsTid = 3;       // a recording's run events (ops and collectives)
 
 }  // namespace
 
@@ -312,6 +313,57 @@ std::string RecordingToPerfetto(const Recording& recording) {
               {"to", ToString(r.dst.placements())},
               {"collectives", collectives},
               {"time_us", r.time_us[i]}}}});
+    }
+  }
+  // Every rank's run events on a track of their own: at their recorded time where the recorder
+  // measured one (each rank's own clock since its recording began), else right after the previous
+  // event; never overlapping the previous one.
+  if (recording.events) {
+    for (const auto& [rank, events] : *recording.events) {
+      if (!next_free.count(rank)) {
+        emit({{"ph", "M"},
+              {"name", "process_name"},
+              {"pid", rank + 1},
+              {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
+        emit({{"ph", "M"},
+              {"name", "process_sort_index"},
+              {"pid", rank + 1},
+              {"args", {{"sort_index", rank}}}});
+      }
+      emit({{"ph", "M"},
+            {"name", "thread_name"},
+            {"pid", rank + 1},
+            {"tid", kEventsTid},
+            {"args", {{"name", "ops and collectives"}}}});
+      int64_t free = 0;
+      for (size_t i = 0; i < events.size(); ++i) {
+        const RunEvent& e = events[i];
+        const int64_t start = std::max(free, e.t_us ? ns(*e.t_us) : free);
+        const int64_t dur = std::max<int64_t>(1, e.dur_us ? ns(*e.dur_us) : 1);
+        free = start + dur + 1;
+        nlohmann::json args = {
+            {"index", i},
+            {"module", e.module},
+            {"pass", e.pass},
+            {"line", e.line},
+            {"t_us", e.t_us ? nlohmann::json(*e.t_us) : nlohmann::json(nullptr)},
+            {"dur_us", e.dur_us ? nlohmann::json(*e.dur_us) : nlohmann::json(nullptr)}};
+        if (e.kind == RunEvent::Kind::kOp) {
+          args["args"] = e.args;
+          args["results"] = e.results;
+        } else {
+          args["group"] = groups.Ref(e.group);
+          if (!e.state.empty()) args["state"] = e.state;
+        }
+        emit({{"ph", "X"},
+              {"cat", kCategory},
+              {"name", e.kind == RunEvent::Kind::kOp ? e.op : StrCat("collective ", e.op)},
+              {"pid", rank + 1},
+              {"tid", kEventsTid},
+              {"ts", us(start)},
+              {"dur", us(dur)},
+              {"args", std::move(args)}});
+      }
     }
   }
   out += "],\"otherData\":";

@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kMaxEventsPerRank = size_t{1} << 24;
 constexpr size_t kMaxDigests = 4096;
+constexpr double kMaxEventMicros = 1e15;  // an event's t_us and dur_us (about 31 years)
 
 TensorDigest DigestFromJson(const JsonReader& r) {
   r.ExpectObject();
@@ -123,6 +124,13 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
     if (e.read_before_wait->op.empty() || e.read_before_wait->op.size() > 256)
       read.At("op").Fail("expected an op name");
   }
+  for (const char* key : {"t_us", "dur_us"}) {
+    if (!r.Has(key)) continue;
+    const double t = r.Number(key);
+    if (!(t >= 0) || t > kMaxEventMicros)
+      r.At(key).Fail("expected a finite time >= 0 (microseconds)");
+    (key[0] == 't' ? e.t_us : e.dur_us) = t;
+  }
   return e;
 }
 
@@ -198,6 +206,10 @@ class FastEvent {
       } else if (key == "unavailable") {
         std::string_view why;  // why the outputs were not digested (outputs null): shown by readers
         if (!String(&why)) return false;
+      } else if (key == "t_us" || key == "dur_us") {
+        double t = 0;
+        if (!Number(&t) || !(t >= 0) || t > kMaxEventMicros) return false;
+        (key == "t_us" ? e->t_us : e->dur_us) = t;
       } else if (key == "written") {
         Ws();
         if (t_.substr(p_, 4) == "true") {

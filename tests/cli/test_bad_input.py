@@ -804,6 +804,11 @@ BAD_INPUTS = [
         files={"r.json": recording_text(lambda d: d.update(events={"0": [
             {"kind": "collective", "op": "all_reduce", "group": [0, 1], "module": "", "pass": "forward",
              "inputs": [], "outputs": None, "state": "stuck"}]}))}),
+    Row("trace-diff-event-negative-time", ["trace-diff", "r.json", "r.json"], "recording",
+        ["events.0[0].dur_us", "expected a finite time >= 0 (microseconds)"],
+        files={"r.json": recording_text(lambda d: d.update(events={"0": [
+            {"kind": "collective", "op": "all_reduce", "group": [0, 1], "module": "", "pass": "forward",
+             "inputs": [], "outputs": None, "t_us": 5.0, "dur_us": -1.5}]}))}),
     Row("run-no-script", ["run"], "arguments", ["required: script"]),
     Row("run-missing-script", ["run", "--nproc-per-node", "2", "nope.py"], "script",
         ["cannot open 'nope.py'", "No such file or directory"]),

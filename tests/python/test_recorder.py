@@ -62,6 +62,23 @@ def test_ops_true_records_every_ranks_events_in_the_block(tmp_path):
     same = subprocess.run([DTSIM, "trace-diff", str(out), str(out)], capture_output=True, text=True, timeout=300)
     assert same.returncode == 0 and "recordings agree: " in same.stdout, same.stdout
     assert f"{sum(len(v) for v in doc['events'].values())} events" in same.stdout
+    # Times: each event's start and duration on its rank's clock, in the order the rank ran them, none overlapping
+    # the next (a collective inside an op is the op's, not an event).
+    for rank, events in doc["events"].items():
+        assert all(e["t_us"] >= 0 and e["dur_us"] >= 0 for e in events), rank
+        assert all(a["t_us"] + a["dur_us"] <= b["t_us"] + 1e-3 for a, b in zip(events, events[1:])), rank
+    # dtsim export puts them on a track of their own, at those times.
+    perfetto = tmp_path / "ops.perfetto.json"
+    r = subprocess.run([DTSIM, "export", "--format", "perfetto", str(out), str(perfetto)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    slices = [e for e in json.load(open(perfetto))["traceEvents"] if e["ph"] == "X" and e["tid"] == 3]
+    for rank, events in doc["events"].items():
+        mine = [e for e in slices if e["pid"] == int(rank) + 1]
+        assert [e["args"]["index"] for e in mine] == list(range(len(events)))
+        for s, e in zip(mine, events):
+            assert abs(s["ts"] - e["t_us"]) < 0.002 and abs(s["dur"] - max(e["dur_us"], 0.001)) < 0.002
+            assert s["name"] == (e["op"] if e["kind"] == "op" else "collective " + e["op"])
 
 
 def chunks(n, parts):

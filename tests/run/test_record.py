@@ -8,6 +8,7 @@ another event.
 """
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -293,6 +294,13 @@ def test_flight_recorder_nccl_dump_of_a_pending_collective(tmp_path):
     assert [e["op"] for e in events] == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
                                          "all_reduce"]
     assert [e["state"] for e in events] == ["completed"] * 5 + ["scheduled"]
+    # Times from the dump: each collective's creation since the rank's first, and NCCL's measured duration where the
+    # collective completed (the pending one has none).
+    with open(os.path.join(folder, "rank0"), "rb") as f:
+        entries = pickle.load(f)["entries"]
+    created = [e["time_created_ns"] for e in entries]
+    assert [e["t_us"] for e in events] == [(c - created[0]) / 1000.0 for c in created]
+    assert [e.get("dur_us") for e in events] == [e["duration_ms"] * 1000.0 for e in entries[:5]] + [None]
     # The JSON form has no stack frames: everything but the program's line is the same.
     assert [dict(e, line="") for e in events] == json_events
     # The program's line skips torch's frames, though they are another machine's installation, and the simulation's

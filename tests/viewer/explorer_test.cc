@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/trace/formats.h"
 #include "model_test_support.h"
 #include "test_support.h"
 #include "viewer/model/app_state.h"
@@ -454,12 +455,28 @@ TEST(RecordingViewTest, EachRecordedRedistributionIsATraceWithTheRecordedRows) {
   // A recording cannot be one of a pair.
   LoadTraces(app, {path, Golden(kUneven)});
   EXPECT_FALSE(app.loaded());
-  EXPECT_THAT(app.error, HasSubstr("is a recording: open it alone"));
+  EXPECT_THAT(app.error, HasSubstr("is a recording: the viewer opens one recording at a time"));
+  EXPECT_THAT(app.error, HasSubstr("`dtsim trace-diff A B` compares two recordings"));
   // A truncated recording is an error screen, not a crash.
   LoadTraces(app, {std::string(DTSIM_SOURCE_DIR) +
                    "/tests/fuzz/corpus/recording/seed-local-mlp-truncated"});
   EXPECT_FALSE(app.loaded());
   EXPECT_THAT(app.error, HasSubstr("recording"));
+}
+
+// Every trace format dtsim writes (the drivers' table) is one the viewer draws, except the op
+// trace, which it refuses naming the format and what to open instead.
+TEST(ExplorerTest, OpensEveryTraceFormatOrRefusesItByName) {
+  const std::vector<std::string> drawn = ViewerFormats();
+  for (const TraceFormatDriver& d : TraceFormatDrivers()) {
+    const bool is_drawn = std::find(drawn.begin(), drawn.end(), d.format) != drawn.end();
+    EXPECT_EQ(is_drawn, std::string(d.format) != kOpTraceFormat) << d.format;
+  }
+  App app;
+  LoadTraces(app, {std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/trace/seed-op-add-2x2"});
+  EXPECT_FALSE(app.loaded());
+  EXPECT_THAT(app.error, HasSubstr("format is \"dtsim-op-trace\""));
+  EXPECT_THAT(app.error, HasSubstr("each of its redistributions[k].trace is a dtsim trace"));
 }
 
 }  // namespace

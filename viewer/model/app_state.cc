@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 
 #include "dtsim/layout/error.h"
@@ -179,6 +180,91 @@ bool WriteRecentFiles(const std::string& path, const std::vector<std::string>& r
   }
 }
 
+namespace {
+
+// ---- how the viewer opens each trace format (the formats of include/dtsim/trace/formats.h) ----
+
+// A model trace, alone or beside another model trace of the same run.
+void OpenModelTrace(App& app, TraceText first, const std::vector<std::string>& paths) {
+  ModuleTree a = ModuleTree::FromText(first);
+  first = TraceText{};
+  if (paths.size() == 1) {
+    app.model.emplace(std::move(a));
+    return;
+  }
+  const TraceText other = ReadTraceText(paths[1]);
+  if (other.format != kModelTraceFormat) {
+    throw InputError(
+        "traces", StrCat("'", paths[0], "' is a model trace but '", paths[1], "' is not (format ",
+                         other.format.empty() ? "missing" : "\"" + other.format + "\"",
+                         "): compare two model traces of the same run"));
+  }
+  app.model.emplace(std::move(a), ModuleTree::FromText(other));
+}
+
+// A recording, alone: one redistribution at a time, at the first whose replicas disagree.
+void OpenRecording(App& app, TraceText first, const std::vector<std::string>& paths) {
+  first = TraceText{};
+  if (paths.size() == 2) {
+    throw InputError("traces",
+                     StrCat("'", paths[0],
+                            "' is a recording: the viewer opens one recording at a time (`dtsim "
+                            "trace-diff A B` compares two recordings' events rank by rank, `dtsim "
+                            "replay` one recording with the simulation)"));
+  }
+  app.recording = ViewsOfRecording(ReadRecording(paths[0]));
+  if (app.recording.empty()) {
+    throw InputError("recording", StrCat("'", paths[0], "' recorded no redistribution"));
+  }
+  app.first = TraceModel::FromTrace(app.recording.front().trace, paths[0]);
+  // A recording opens at its first redistribution whose replicas disagree (else its first).
+  int64_t index = 0;
+  for (size_t i = 0; i < app.recording.size(); ++i) {
+    if (!app.recording[i].replica_mismatches.empty()) {
+      index = static_cast<int64_t>(i);
+      break;
+    }
+  }
+  ShowRecorded(app, index);
+}
+
+// A redistribution trace, alone or beside another one (diff mode, at the first frame they part).
+// A file of no known format is read as one: its reader names the problem.
+void OpenTrace(App& app, TraceText first, const std::vector<std::string>& paths) {
+  TraceModel a = TraceModel::FromTrace(TraceFromText(std::exchange(first, TraceText{})), paths[0]);
+  if (paths.size() == 2) {
+    TraceModel b = TraceModel::Load(paths[1]);
+    TraceDiff d = DiffModels(a, b);
+    app.diff_reversed = DiffModels(b, a);
+    app.view.frame = d.first_frame.value_or(0);
+    app.diff = std::move(d);
+    app.second = std::move(b);
+  }
+  app.first = std::move(a);
+}
+
+struct FormatOpener {
+  const char* format;
+  void (*open)(App& app, TraceText first, const std::vector<std::string>& paths);
+};
+
+// One row per format the viewer draws; the last opens a file of any other format.
+// clang-format off
+const FormatOpener kOpeners[] = {
+    {kModelTraceFormat, OpenModelTrace},
+    {kRecordingFormat,  OpenRecording},
+    {kTraceFormat,      OpenTrace},
+};
+// clang-format on
+
+}  // namespace
+
+std::vector<std::string> ViewerFormats() {
+  std::vector<std::string> out;
+  for (const FormatOpener& o : kOpeners) out.push_back(o.format);
+  return out;
+}
+
 void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.paths = paths;
   app.stamps.clear();
@@ -200,62 +286,10 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
                        StrCat("give one trace, or two to compare (got ", paths.size(), ")"));
     }
     TraceText text = ReadTraceText(paths[0]);
-    if (text.format == kModelTraceFormat) {
-      ModuleTree a = ModuleTree::FromText(text);
-      text = TraceText{};
-      if (paths.size() == 1) {
-        app.model.emplace(std::move(a));
-        return;
-      }
-      const TraceText other = ReadTraceText(paths[1]);
-      if (other.format != kModelTraceFormat) {
-        throw InputError(
-            "traces",
-            StrCat("'", paths[0], "' is a model trace but '", paths[1], "' is not (format ",
-                   other.format.empty() ? "missing" : "\"" + other.format + "\"",
-                   "): compare two model traces of the same run"));
-      }
-      app.model.emplace(std::move(a), ModuleTree::FromText(other));
-      return;
-    }
-    std::optional<TraceModel> loaded;
-    try {
-      loaded = TraceModel::FromTrace(TraceFromText(std::exchange(text, TraceText{})), paths[0]);
-    } catch (const InputError& e) {
-      // A recording (dtsim.record) is drawn one redistribution at a time.
-      if (std::string(e.what()).find("\"dtsim-recording\"") == std::string::npos) throw;
-      if (paths.size() == 2) {
-        throw InputError("traces", StrCat("'", paths[0],
-                                          "' is a recording: open it alone (`dtsim "
-                                          "replay` compares a recording with the simulation)"));
-      }
-      app.recording = ViewsOfRecording(ReadRecording(paths[0]));
-      if (app.recording.empty()) {
-        throw InputError("recording", StrCat("'", paths[0], "' recorded no redistribution"));
-      }
-      loaded = TraceModel::FromTrace(app.recording.front().trace, paths[0]);
-    }
-    TraceModel a = std::move(*loaded);
-    if (paths.size() == 2) {
-      TraceModel b = TraceModel::Load(paths[1]);
-      TraceDiff d = DiffModels(a, b);
-      app.diff_reversed = DiffModels(b, a);
-      app.view.frame = d.first_frame.value_or(0);
-      app.diff = std::move(d);
-      app.second = std::move(b);
-    }
-    app.first = std::move(a);
-    if (!app.recording.empty()) {
-      // A recording opens at its first redistribution whose replicas disagree (else its first).
-      int64_t index = 0;
-      for (size_t i = 0; i < app.recording.size(); ++i) {
-        if (!app.recording[i].replica_mismatches.empty()) {
-          index = static_cast<int64_t>(i);
-          break;
-        }
-      }
-      ShowRecorded(app, index);
-    }
+    const FormatOpener* opener = &kOpeners[std::size(kOpeners) - 1];
+    for (const FormatOpener& o : kOpeners)
+      if (text.format == o.format) opener = &o;
+    opener->open(app, std::move(text), paths);
   } catch (const InputError& e) {
     app.recording.clear();
     app.model.reset();

@@ -96,6 +96,11 @@ struct App {
 // starts at the first frame where the traces part.
 void LoadTraces(App& app, const std::vector<std::string>& paths);
 
+// The trace formats (include/dtsim/trace/formats.h) the viewer draws, each opened by its row of one
+// table in app_state.cc; a file of any other format is read as a dtsim-trace, whose reader refuses
+// it naming its format.
+std::vector<std::string> ViewerFormats();
+
 // A recording is open: shows its redistribution `index` (InputError("redistribution") when there is
 // none such), the view starting afresh; ranks whose replicas disagree there (ReplicaMismatches) are
 // app.diff's differences, red in every panel, the view at the first of them. LoadTraces opens a

@@ -50,6 +50,10 @@ struct RunEvent {
     std::string op, line;
   };
   std::optional<Read> read_before_wait;
+  // When the rank began it, in microseconds since its recording began (its own clock), and how long
+  // it took: an op's run, a collective's issuing call (with its wait for a functional collective);
+  // nullopt when not recorded. Shown (dtsim export), never compared.
+  std::optional<double> t_us, dur_us;
 };
 
 // rank -> that rank's events, in its order.
