@@ -184,6 +184,9 @@ class EventLog:
         # Events' "t_us" count from here (time.perf_counter(): the recorder's start, each rank's own clock).
         self.t0 = time.perf_counter() if t0 is None else t0
         self.events: Dict[int, List[Dict[str, Any]]] = {}
+        # rank -> its memory at module boundaries, in order (the recording's "memory"); where the bytes come from.
+        self.memory: Dict[int, List[Dict[str, Any]]] = {}
+        self.memory_source: Optional[str] = None
         self.waiting: Dict[int, _Waiting] = {}  # id(work) -> the event waiting for it
         self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
         self.lock = threading.Lock()
@@ -253,6 +256,20 @@ class EventLog:
                          "inputs": inputs, "outputs": [self._digest(x._local_tensor) for x in results],
                          "t_us": self._us(start), "dur_us": (end - start) * 1e6})
         return out
+
+    def boundary(self, rank: int, module: str, pass_: str, at: str, live: Optional[int], peak: Optional[int]) -> None:
+        """A module boundary of `rank`: its live bytes then (dtsim run's meter), else the CUDA allocator's where this
+        process uses CUDA; nothing where neither measures (a real rank on the CPU)."""
+        source = self.memory_source
+        if live is None:
+            if not torch.cuda.is_initialized():  # a cheap flag: a CPU rank records no memory
+                return
+            live, peak, source = int(torch.cuda.memory_allocated()), None, "torch.cuda.memory_allocated"
+        sample = {"module": module, "pass": pass_, "at": at, "bytes": int(live), "t_us": self._us(time.perf_counter())}
+        if peak is not None:
+            sample["peak"] = int(peak)
+        self.memory_source = source or "dtsim run"
+        self.memory.setdefault(rank, []).append(sample)
 
     def _us(self, t: float) -> float:
         """`t` (a time.perf_counter() reading) as an event's "t_us"."""

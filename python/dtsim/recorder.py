@@ -281,6 +281,7 @@ class _Recorder:
             rank = self.rank
             tracker = Tracker(max(world, rank + 1), lambda: rank, modules=True, metered=False)
             self.module_hooks = install_module_hooks(tracker)
+            tracker.boundary = lambda *a: self.event_log.boundary(*a) if self.event_log is not None else None
 
             def where(r: int):
                 return tracker.collective_keys(r)[-1]
@@ -312,6 +313,11 @@ class _Recorder:
 
     def _events_part(self) -> Optional[Dict[int, List[Dict[str, Any]]]]:
         return None if self.event_log is None else self.event_log.events
+
+    def _memory_part(self) -> Optional[Dict[str, Any]]:
+        """This process's memory at module boundaries, and its source; None where nothing measured it."""
+        log = self.event_log
+        return None if log is None or not log.memory else {"source": log.memory_source, "ranks": log.memory}
 
     # ---- hashing, now or when the program waits ----
     def _observe(self, record: Dict[str, Any], states_key: str, data_key: Optional[str], t: torch.Tensor) -> None:
@@ -455,7 +461,7 @@ class _Recorder:
                 return  # dtsim run without a process group: rank 0 writes what it recorded
             world = dist.get_world_size() if dist.is_initialized() else 1
             parts = [{"records": self.records, "data": self.data, "complete": self.data_complete,
-                      "events": self._events_part()}]
+                      "events": self._events_part(), "memory": self._memory_part()}]
             self._write(parts, "torch-local", world, argv)
             return
         # Two collectives on the default group: every rank's two sizes (its pickled rows, its kept bytes), then one
@@ -466,7 +472,7 @@ class _Recorder:
         sizes = [int(b.numel()) for b in self.data]
         rows = b"" if rank == 0 else \
             pickle.dumps({"records": self.records, "sizes": sizes, "complete": self.data_complete,
-                          "events": self._events_part()},
+                          "events": self._events_part(), "memory": self._memory_part()},
                          protocol=pickle.HIGHEST_PROTOCOL)
         device = _collective_device(dist)
         lengths = [torch.empty(2, dtype=torch.int64, device=device) for _ in range(world)]
@@ -497,7 +503,7 @@ class _Recorder:
         if rank == 0:
             try:
                 parts = [{"records": self.records, "data": self.data, "complete": self.data_complete,
-                          "events": self._events_part()}]
+                          "events": self._events_part(), "memory": self._memory_part()}]
                 for buf, (n_rows, _) in zip(bufs[1:], lengths_list[1:]):
                     part = pickle.loads(buf[:n_rows].numpy().tobytes())
                     cuts, at = [], n_rows
@@ -585,6 +591,14 @@ class _Recorder:
                 for rank, evs in (p.get("events") or {}).items():
                     merged.setdefault(int(rank), []).extend(evs)
             doc["events"] = {str(r): merged[r] for r in sorted(merged)}
+        memory = [p["memory"] for p in parts if p.get("memory")]
+        if memory:
+            samples: Dict[int, List[Dict[str, Any]]] = {}
+            for m in memory:
+                for rank, rows in m["ranks"].items():
+                    samples.setdefault(int(rank), []).extend(rows)
+            doc["meta"]["memory_source"] = memory[0]["source"]
+            doc["memory"] = {str(r): samples[r] for r in sorted(samples)}
         from ._files import write_output
 
         if blobs:
@@ -871,7 +885,8 @@ def _finish_part(self: "_Recorder", folder: str) -> None:
     part = {"rank": self.rank, "world": dist.get_world_size() if initialized else int(os.environ.get("WORLD_SIZE", "1")),
             "backend": f"torch-{dist.get_backend()}" if initialized else "torch-gloo",
             "records": self.records, "sizes": [int(b.numel()) for b in self.data], "complete": self.data_complete,
-            "events": self._events_part(), "unsupported": getattr(self.event_log, "unsupported", None)}
+            "events": self._events_part(), "memory": self._memory_part(),
+            "unsupported": getattr(self.event_log, "unsupported", None)}
     rows = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
     header = len(rows).to_bytes(8, "little")
     from ._files import write_output

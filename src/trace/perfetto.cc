@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/json_reader.h"
@@ -236,6 +237,18 @@ std::string RecordingToPerfetto(const Recording& recording) {
   };
   auto us = [](int64_t t) { return static_cast<double>(t) / 1000.0; };
   std::map<int64_t, int64_t> next_free;  // rank -> first free nanosecond on its track
+  std::set<int64_t> named;               // ranks whose process is named
+  auto name_rank = [&](int64_t rank) {
+    if (!named.insert(rank).second) return;
+    emit({{"ph", "M"},
+          {"name", "process_name"},
+          {"pid", rank + 1},
+          {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
+    emit({{"ph", "M"},
+          {"name", "process_sort_index"},
+          {"pid", rank + 1},
+          {"args", {{"sort_index", rank}}}});
+  };
   for (const RecordedRedistribution& r : recording.redistributions) {
     // Per collective: each rank's position in its lists and its group's ref, found once (linear
     // in ranks) rather than by a search per rank.
@@ -261,14 +274,7 @@ std::string RecordingToPerfetto(const Recording& recording) {
       const int64_t rank = r.ranks_before[i].rank;
       if (!next_free.count(rank)) {
         next_free[rank] = 0;
-        emit({{"ph", "M"},
-              {"name", "process_name"},
-              {"pid", rank + 1},
-              {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
-        emit({{"ph", "M"},
-              {"name", "process_sort_index"},
-              {"pid", rank + 1},
-              {"args", {{"sort_index", rank}}}});
+        name_rank(rank);
         emit({{"ph", "M"},
               {"name", "thread_name"},
               {"pid", rank + 1},
@@ -320,16 +326,7 @@ std::string RecordingToPerfetto(const Recording& recording) {
   // event; never overlapping the previous one.
   if (recording.events) {
     for (const auto& [rank, events] : *recording.events) {
-      if (!next_free.count(rank)) {
-        emit({{"ph", "M"},
-              {"name", "process_name"},
-              {"pid", rank + 1},
-              {"args", {{"name", StrCat("rank ", rank, " (", recording.backend, ")")}}}});
-        emit({{"ph", "M"},
-              {"name", "process_sort_index"},
-              {"pid", rank + 1},
-              {"args", {{"sort_index", rank}}}});
-      }
+      name_rank(rank);
       emit({{"ph", "M"},
             {"name", "thread_name"},
             {"pid", rank + 1},
@@ -363,6 +360,22 @@ std::string RecordingToPerfetto(const Recording& recording) {
               {"ts", us(start)},
               {"dur", us(dur)},
               {"args", std::move(args)}});
+      }
+    }
+  }
+  // Every rank's memory at its module boundaries as a counter of its own, at the samples' times (a
+  // sample without one at the previous sample's).
+  if (recording.memory) {
+    for (const auto& [rank, samples] : *recording.memory) {
+      name_rank(rank);
+      double t = 0;
+      for (const MemorySample& m : samples) {
+        if (m.t_us) t = *m.t_us;
+        emit({{"ph", "C"},
+              {"name", "memory (bytes)"},
+              {"pid", rank + 1},
+              {"ts", us(ns(t))},
+              {"args", {{"bytes", m.bytes}}}});
       }
     }
   }

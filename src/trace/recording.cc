@@ -18,6 +18,7 @@ constexpr const char* kField = "recording";
 constexpr size_t kMaxRedistributions = size_t{1} << 24;
 constexpr size_t kMaxCollectives = 4096;
 constexpr size_t kMaxRunCollectives = size_t{1} << 24;  // a recording's run-wide "collectives"
+constexpr size_t kMaxMemorySamples = size_t{1} << 24;   // a rank's module boundaries
 
 std::vector<std::string> SubmeshDims(const JsonReader& spec) {
   return spec.Has("submesh") ? spec.At("submesh").AsStrings() : std::vector<std::string>{};
@@ -426,6 +427,56 @@ Recording RecordingFromText(const TraceText& text, std::optional<int64_t> data_f
 }
 
 namespace {
+// "memory": ranks of the world as keys, each a list of module boundaries.
+std::map<int64_t, std::vector<MemorySample>> MemoryFromJson(const JsonReader& r,
+                                                            int64_t world_size) {
+  r.ExpectObject();
+  std::map<int64_t, std::vector<MemorySample>> out;
+  for (const auto& item : r.json().items()) {
+    const std::string& key = item.key();
+    int64_t rank = -1;
+    if (!key.empty() && key.size() <= 10 &&
+        key.find_first_not_of("0123456789") == std::string::npos)
+      rank = std::stoll(key);
+    if (rank < 0 || rank >= world_size) {
+      r.Fail(StrCat("has memory for '", ExcerptText(key), "', which is no rank of a world of ",
+                    world_size));
+    }
+    const JsonReader list = r.At(key.c_str());
+    const size_t n = list.ArraySize(kMaxMemorySamples);
+    std::vector<MemorySample>& samples = out[rank];
+    for (size_t i = 0; i < n; ++i) {
+      const JsonReader s = list.At(i);
+      s.ExpectObject();
+      s.OnlyKeys({"module", "pass", "at", "bytes", "peak", "t_us"});
+      MemorySample m;
+      m.module = s.String("module");
+      if (m.module.size() > 4096) s.At("module").Fail("expected a module path");
+      m.pass = s.String("pass");
+      if (m.pass != "forward" && m.pass != "backward")
+        s.At("pass").Fail(StrCat("expected forward or backward, got '", ExcerptText(m.pass), "'"));
+      const std::string& at = s.String("at");
+      if (at != "begin" && at != "end")
+        s.At("at").Fail(StrCat("expected begin or end, got '", ExcerptText(at), "'"));
+      m.end = at == "end";
+      m.bytes = s.Int("bytes", 0, int64_t{1} << 62);
+      if (s.Has("peak")) {
+        m.peak = s.Int("peak", 0, int64_t{1} << 62);
+        if (!m.end) s.At("peak").Fail("a peak is a module's end's");
+        if (*m.peak < m.bytes)
+          s.At("peak").Fail(StrCat(*m.peak, " is below the bytes held then, ", m.bytes));
+      }
+      if (s.Has("t_us")) {
+        const double t = s.Number("t_us");
+        if (!(t >= 0) || t > 1e15) s.At("t_us").Fail("expected a finite time >= 0 (microseconds)");
+        m.t_us = t;
+      }
+      samples.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
 Recording RecordingWithoutEvents(const nlohmann::json& json,
                                  std::optional<int64_t> data_file_bytes) {
   const JsonReader r(json, kField);
@@ -476,6 +527,8 @@ Recording RecordingWithoutEvents(const nlohmann::json& json,
                  "ranks)"));
     }
   }
+  if (meta.Has("memory_source")) out.memory_source = meta.String("memory_source");
+  if (r.Has("memory")) out.memory = MemoryFromJson(r.At("memory"), out.world_size);
   if (r.Has("collectives")) {
     // The run's collectives: ranks of the world (0 to world_size - 1).
     const DeviceMesh world = DeviceMesh::Create({out.world_size});

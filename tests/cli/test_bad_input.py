@@ -809,6 +809,17 @@ BAD_INPUTS = [
         files={"r.json": recording_text(lambda d: d.update(events={"0": [
             {"kind": "collective", "op": "all_reduce", "group": [0, 1], "module": "", "pass": "forward",
              "inputs": [], "outputs": None, "t_us": 5.0, "dur_us": -1.5}]}))}),
+    Row("trace-diff-memory-sample-at-the-middle", ["trace-diff", "r.json", "r.json"], "recording",
+        ["memory.0[0].at", "expected begin or end, got 'middle'"],
+        files={"r.json": recording_text(lambda d: d.update(memory={"0": [
+            {"module": "MLP", "pass": "forward", "at": "middle", "bytes": 64}]}))}),
+    Row("trace-diff-memory-of-no-rank", ["trace-diff", "r.json", "r.json"], "recording",
+        ["memory", "has memory for '9', which is no rank of a world of"],
+        files={"r.json": recording_text(lambda d: d.update(memory={"9": []}))}),
+    Row("trace-diff-memory-peak-below-bytes", ["trace-diff", "r.json", "r.json"], "recording",
+        ["memory.0[0].peak", "64 is below the bytes held then, 128"],
+        files={"r.json": recording_text(lambda d: d.update(memory={"0": [
+            {"module": "MLP", "pass": "forward", "at": "end", "bytes": 128, "peak": 64}]}))}),
     Row("run-no-script", ["run"], "arguments", ["required: script"]),
     Row("run-missing-script", ["run", "--nproc-per-node", "2", "nope.py"], "script",
         ["cannot open 'nope.py'", "No such file or directory"]),

@@ -380,6 +380,37 @@ def test_memory_counters_have_their_closed_form_and_module_peaks_are_reported(tm
     assert all(g >= w for g, w in zip(modules[("Global", "forward")]["peak_bytes"], want))
 
 
+def test_memory_at_module_boundaries_is_in_the_trace(tmp_path):
+    """memory_meter.py under `dtsim run --trace`: every rank's memory at its module boundaries is in the recording, with
+    the script's closed form (Spike is entered holding the printed entry bytes, and ends holding its 16-byte output,
+    after a peak of (rank + 1) MiB more); `dtsim export` draws it as a counter per rank."""
+    import json
+
+    path = tmp_path / "t.json"
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", str(path), os.path.join(SCRIPTS, "memory_meter.py")])
+    assert out.returncode == 0, out.stderr[-3000:]
+    entry = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^entry rank (\d) (\d+)$", out.stdout, re.M)}
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["memory_source"] == "dtsim run" and sorted(doc["memory"]) == ["0", "1", "2", "3"]
+    for r in range(4):
+        samples = {(s["module"], s["pass"], s["at"]): s for s in doc["memory"][str(r)]}
+        peak = entry[r] + (r + 1) * (1 << 20) + 16
+        assert samples[("Outer.spike", "forward", "begin")]["bytes"] == entry[r]
+        assert samples[("Outer.spike", "forward", "end")]["bytes"] == entry[r] + 16
+        assert samples[("Outer.spike", "forward", "end")]["peak"] == peak
+        assert samples[("Outer", "forward", "end")]["bytes"] == entry[r] + 16
+        assert samples[("Outer", "forward", "end")]["peak"] == peak
+        times = [s["t_us"] for s in doc["memory"][str(r)]]
+        assert times == sorted(times)
+    perfetto = tmp_path / "p.json"
+    p = run([DTSIM, "export", "--format", "perfetto", str(path), str(perfetto)])
+    assert p.returncode == 0, p.stderr
+    counters = [e for e in json.loads(perfetto.read_text())["traceEvents"] if e["ph"] == "C"]
+    for r in range(4):
+        mine = [e["args"]["bytes"] for e in counters if e["pid"] == r + 1]
+        assert mine == [s["bytes"] for s in doc["memory"][str(r)]]
+
+
 def test_report_tree_attributes_collectives_to_modules(tmp_path):
     """tp_mlp.py: RowwiseParallel's output all-reduce (BATCH x DIM floats, 5 steps) counts in fc2 and in MLP, in
     forward; the input needs no gradient, so backward issues none. The estimate is planner.h's closed form."""

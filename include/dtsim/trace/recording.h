@@ -57,6 +57,19 @@ struct RecordedRedistribution {
   std::optional<std::vector<RecordedData>> data_after;
 };
 
+// One rank's memory at one module boundary ("memory" in the file): the bytes of the tensors its
+// program held then, and at a module's end the most it held while the module ran (dtsim run's
+// meter; a real CUDA rank records torch.cuda.memory_allocated() and no peak). Shown, never
+// compared.
+struct MemorySample {
+  std::string module;  // its path ("MLP.fc1"; "Global" for the whole backward pass)
+  std::string pass;    // "forward" or "backward"
+  bool end = false;    // "at": "end" (else "begin")
+  int64_t bytes = 0;
+  std::optional<int64_t> peak;  // at an end, where measured
+  std::optional<double> t_us;   // the rank's clock, as its events' t_us
+};
+
 struct Recording {
   std::string backend;  // "torch-gloo", "torch-nccl", "torch-local" (upstream's LocalTensorMode),
                         // "dtsim-run" (dtsim run --trace)
@@ -74,6 +87,11 @@ struct Recording {
   // Every rank's DTensor ops and collectives in its order ("events" in the file: dtsim.record with
   // ops=True, dtsim record -- COMMAND, dtsim run --trace); nullopt when not recorded.
   std::optional<RunEvents> events;
+  // Every rank's memory at its module boundaries, in its order, and where the bytes come from
+  // (meta.memory_source: "dtsim run", "torch.cuda.memory_allocated"); nullopt when not recorded
+  // (a real rank on the CPU has no allocator statistics).
+  std::optional<std::map<int64_t, std::vector<MemorySample>>> memory;
+  std::string memory_source;
 };
 
 // A rank whose recorded hash differs from its replicas': ranks whose coordinates differ only on

@@ -354,7 +354,7 @@ def main(argv: Sequence[str]) -> int:
     reporting = args.report or args.report_json is not None
     world.tracker = Tracker(world_size, scheduler.current_rank,
                             modules=reporting or args.check_ops or args.trace is not None,
-                            metered=args.memory or reporting or args.meta)
+                            metered=args.memory or reporting or args.meta or args.trace is not None)
     if reporting:
         from .report import Report
 
@@ -381,6 +381,13 @@ def main(argv: Sequence[str]) -> int:
         from .. import recorder
 
         recorder.RUN_WHERE = lambda rank: world.tracker.collective_keys(rank)[-1]
+
+        def boundary(*sample) -> None:  # every rank's memory at its module boundaries, into its own recording
+            current = recorder._current()
+            if current is not None and current.event_log is not None:
+                current.event_log.boundary(*sample)
+
+        world.tracker.boundary = boundary
         world.collective_log = []
         emulation.before_destroy(lambda group: tracing.close(scheduler.current_rank())
                                  if group is None or group is dist.GroupMember.WORLD else None)

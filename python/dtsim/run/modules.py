@@ -89,6 +89,9 @@ class Tracker:
         self.modules = modules  # the per-module tree is kept (--report); memory is counted either way
         self.stats: Dict[Tuple[str, str], ModuleStats] = {}
         self._lock = threading.Lock()
+        # Told of every module boundary (rank, module path, pass, "begin" | "end", the rank's live bytes or None when
+        # not metered, the module's peak bytes at its end or None): the recorder's per-rank memory.
+        self.boundary: Optional[Callable[[int, str, str, str, Optional[int], Optional[int]], None]] = None
 
     # ---- memory ---------------------------------------------------------------------------------------------------
 
@@ -190,6 +193,8 @@ class Tracker:
         if key not in self.stats:
             self.stats[key] = ModuleStats(path, type(module).__name__, path.count("."), pass_)
         state.active.append(_Entry(key, state.live))
+        if self.boundary is not None:
+            self.boundary(rank, path, pass_, "begin", state.live if self.metered else None, None)
 
     def leave(self, rank: int, module, pass_: str) -> None:
         state = self._ranks[rank]
@@ -200,23 +205,33 @@ class Tracker:
                 peaks = self.stats[key].peak
                 if entry.peak > peaks.get(rank, -1):
                     peaks[rank] = entry.peak
+                self._ended(rank, state, entry)
                 return
 
     def enter_global_backward(self, rank: int) -> None:
         key = (GLOBAL, BACKWARD)
         if key not in self.stats:
             self.stats[key] = ModuleStats(GLOBAL, "", 0, BACKWARD)
-        self._ranks[rank].active.insert(0, _Entry(key, self._ranks[rank].live))
+        state = self._ranks[rank]
+        state.active.insert(0, _Entry(key, state.live))
+        if self.boundary is not None:
+            self.boundary(rank, GLOBAL, BACKWARD, "begin", state.live if self.metered else None, None)
+
+    def _ended(self, rank: int, state: _Rank, entry: _Entry) -> None:
+        if self.boundary is not None:
+            self.boundary(rank, entry.key[0], entry.key[1], "end", state.live if self.metered else None,
+                          entry.peak if self.metered else None)
 
     def leave_backward(self, rank: int) -> None:
         """The backward pass ended: every module still open in backward on `rank` has ended with it."""
         state = self._ranks[rank]
         state.backward_task = -1
-        for entry in [e for e in state.active if e.key[1] == BACKWARD]:
+        for entry in reversed([e for e in state.active if e.key[1] == BACKWARD]):  # innermost first
             state.active.remove(entry)
             peaks = self.stats[entry.key].peak
             if entry.peak > peaks.get(rank, -1):
                 peaks[rank] = entry.peak
+            self._ended(rank, state, entry)
 
     def collective_keys(self, rank: int) -> List[Tuple[str, str]]:
         """The modules a collective issued now by `rank` counts in (Global first)."""
