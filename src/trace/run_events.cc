@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/placement.h"
@@ -558,9 +559,11 @@ EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool col
   EventDiff diff;
   RunEvents a_kept, b_kept;
   if (collectives_only) {
-    for (const auto* pair : {&a_all, &b_all}) {
-      RunEvents& kept = pair == &a_all ? a_kept : b_kept;
-      for (const auto& [rank, events] : *pair) {
+    // By position, not address: `a_all` and `b_all` may be one object (a dump against itself).
+    const std::pair<const RunEvents*, RunEvents*> sides[] = {{&a_all, &a_kept}, {&b_all, &b_kept}};
+    for (const auto& [all, kept_ptr] : sides) {
+      RunEvents& kept = *kept_ptr;
+      for (const auto& [rank, events] : *all) {
         std::vector<RunEvent>& out = kept[rank];
         for (const RunEvent& e : events)
           if (e.kind == RunEvent::Kind::kCollective) out.push_back(e);

@@ -9,6 +9,7 @@ another event.
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -51,6 +52,33 @@ def diff(a, b):
     return run([DTSIM, "trace-diff", a, b])
 
 
+VIEWER = os.environ.get("DTSIM_VIEWER_BIN", "")
+DIFF_RED = [235, 20, 20, 255]  # viewer/model/colors.h kDiffColor
+
+
+def viewer_events(tmp_path, *paths):
+    """dtsim-viewer opened headless on `paths`: its events window as --dump-records gives it, and the fill of each
+    rank's cell in the rank strip and of each event row (by key "e<index>"). Skips without the viewer or xvfb-run."""
+    if not VIEWER or shutil.which("xvfb-run") is None:
+        pytest.skip("needs dtsim-viewer and xvfb-run")
+    records = tmp_path / "records.json"
+    p = subprocess.run(["xvfb-run", "-a", VIEWER, *paths, "--screenshot", str(tmp_path / "events.png"),
+                        "--dump-records", str(records)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    dump = json.loads(records.read_text())
+    panels = dump["panels"]
+    cells = {r["rank"]: r["fill"] for r in panels["event_ranks"]["rects"] if r["role"] == "mesh_cell"}
+    rows = {r["key"]: r["fill"] for r in panels["event_rows"]["rects"] if r["role"] == "tree_row"}
+    return dump["events"], cells, rows
+
+
+def first_divergence(stdout):
+    """(rank, event) of trace-diff's first line: "recordings differ; first at rank R, event I: ..."."""
+    head = stdout.splitlines()[0]
+    rank, event = head.split("first at rank ")[1].split(":")[0].split(", event ")
+    return int(rank), int(event)
+
+
 def test_clean_run_agrees_event_for_event(tmp_path, sim):
     real = record(tmp_path)
     with open(real) as f:
@@ -75,13 +103,25 @@ def test_clean_run_agrees_event_for_event(tmp_path, sim):
 
 
 def test_corrupted_all_gather_is_located_at_its_collective(tmp_path, sim):
-    p = diff(record(tmp_path, "allgather_corrupt"), sim)
+    real = record(tmp_path, "allgather_corrupt")
+    p = diff(real, sim)
     assert p.returncode == 1, p.stdout
     first = p.stdout.splitlines()[1]
     # Rank 1's second FSDP2 all-gather: layers.1's, in the first forward.
     assert first.startswith("  rank 1, event "), first
     assert "(computed): all_gather over [1, 3] in FSDPModel.layers.1 (forward)" in first, first
     assert "the collective delivered another result to this rank while this rank's input was equal" in first
+    # The viewer on the same pair opens there, at rank 1; the ranks red in its rank strip are those trace-diff lists
+    # (the corrupted bytes reach the others later), rank 1's diverging event is the red row, the details name the
+    # cause.
+    rank, event = first_divergence(p.stdout)
+    listed = sorted(int(line.split()[1].rstrip(",")) for line in p.stdout.splitlines() if line.startswith("  rank "))
+    events, cells, rows = viewer_events(tmp_path, real, sim)
+    assert (events["rank"], events["event"]) == (rank, event) == (1, event)
+    assert events["ranks_diverging"] == listed
+    assert {r for r, fill in cells.items() if fill == DIFF_RED} == set(listed), cells
+    assert {k for k, fill in rows.items() if fill == DIFF_RED} == {f"e{event}"}, rows
+    assert any("the collective delivered another result" in line for line in events["details"]), events["details"]
 
 
 def test_averaging_reduce_scatter_is_located_on_every_rank(tmp_path, sim):
@@ -244,6 +284,21 @@ def test_flight_recorder_hang_is_explained(tmp_path, hang_sim):
     assert "rank_hang.py:" in by_rank[1]
     for r in (0, 2, 3):
         assert "(never completed): all_reduce over [0, 1, 2, 3]" in by_rank[r], by_rank[r]
+    # The viewer on the dumps alone: every rank's sequence, ranks 0, 2 and 3 red at the all-reduce they issued and
+    # never completed (the dumps' states say so), rank 1 not (everything it issued completed).
+    stuck = {r: next(i for i, e in enumerate(evs) if e["state"] != "completed")
+             for r, evs in ((int(r), evs) for r, evs in events.items())
+             if any(e["state"] != "completed" for e in evs)}
+    assert set(stuck) == {0, 2, 3}, stuck
+    shown, cells, rows = viewer_events(tmp_path, fr)
+    assert shown["ranks_diverging"] == [0, 2, 3]
+    assert (shown["rank"], shown["event"]) == (0, stuck[0])
+    assert {r for r, fill in cells.items() if fill == DIFF_RED} == {0, 2, 3}, cells
+    assert {k for k, fill in rows.items() if fill == DIFF_RED} == {f"e{stuck[0]}"}, rows
+    # Beside the simulation: all four ranks diverge, rank 1 at the all-reduce it never issued.
+    shown, cells, _ = viewer_events(tmp_path, fr, hang_sim)
+    assert shown["ranks_diverging"] == [0, 1, 2, 3]
+    assert {r for r, fill in cells.items() if fill == DIFF_RED} == {0, 1, 2, 3}, cells
 
 
 # ---- Flight Recorder dumps that other torch releases and NCCL wrote (tests/run/fr_dumps/README.md) ----

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <tuple>
 
 #include "dtsim/layout/error.h"
@@ -16,6 +17,7 @@
 #include "model_test_support.h"
 #include "test_support.h"
 #include "viewer/model/app_state.h"
+#include "viewer/model/colors.h"
 #include "viewer/model/find.h"
 #include "viewer/model/mesh_layout.h"
 #include "viewer/model/tensor_layout.h"
@@ -452,16 +454,132 @@ TEST(RecordingViewTest, EachRecordedRedistributionIsATraceWithTheRecordedRows) {
     EXPECT_THAT(app.recording[i].title, HasSubstr(r["call"].get<std::string>()));
   }
   EXPECT_THROW(ShowRecorded(app, 3), InputError);
-  // A recording cannot be one of a pair.
+  // A recording goes only with another recording, and a pair compares events, which this one
+  // did not record.
   LoadTraces(app, {path, Golden(kUneven)});
-  EXPECT_FALSE(app.loaded());
-  EXPECT_THAT(app.error, HasSubstr("is a recording: the viewer opens one recording at a time"));
-  EXPECT_THAT(app.error, HasSubstr("`dtsim trace-diff A B` compares two recordings"));
+  EXPECT_FALSE(app.opened());
+  EXPECT_THAT(app.error, HasSubstr("is a recording but"));
+  EXPECT_THAT(app.error, HasSubstr("is not (format \"dtsim-trace\")"));
+  LoadTraces(app, {path, path});
+  EXPECT_FALSE(app.opened());
+  EXPECT_THAT(app.error, HasSubstr("recorded no events (ops and collectives)"));
   // A truncated recording is an error screen, not a crash.
   LoadTraces(app, {std::string(DTSIM_SOURCE_DIR) +
                    "/tests/fuzz/corpus/recording/seed-local-mlp-truncated"});
   EXPECT_FALSE(app.loaded());
   EXPECT_THAT(app.error, HasSubstr("recording"));
+}
+
+// ---- run events (dtsim record, dtsim run --trace, dtsim import-fr) ----
+
+// The rank strip's fill of each rank.
+std::map<int64_t, Rgba> StripFills(const EventsSession& s) {
+  std::map<int64_t, Rgba> fills;
+  for (const DrawRect& r : LayoutRankStrip(s, 400, 30, TextMetrics{}).rects)
+    if (r.role == Role::kMeshCell) fills[r.rank] = r.fill;
+  return fills;
+}
+
+// Two recordings whose events part where the test planted it (rank 2's output of its event 3,
+// hash and sketch changed): the window opens there, rank 2 red in the strip, its event 3 the red
+// row, and the details say the op computed another result from equal inputs; every other rank
+// and row is not red.
+TEST(EventsViewTest, TwoRecordingsOpenAtThePlantedDivergenceRedInEveryPanel) {
+  const std::string path =
+      std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/recording/seed-events";
+  nlohmann::json doc = testing::ReadJson(path);
+  const int64_t rank = 2, event = 3;
+  nlohmann::json& out = doc["events"][std::to_string(rank)][event]["outputs"][0];
+  out["hash"] = testing::OtherHash(out["hash"].get<std::string>());
+  // Half the scale away (within it, as the reader requires): far past float32's tolerance.
+  const double sketch = out["sketch"].get<double>(), scale = out["scale"].get<double>();
+  out["sketch"] = sketch > 0 ? sketch - scale / 2 : sketch + scale / 2;
+  const std::string changed = testing::WriteText("events-changed.json", doc.dump());
+
+  App app;
+  LoadTraces(app, {path, changed});
+  ASSERT_TRUE(app.events_loaded()) << app.error;
+  EXPECT_FALSE(app.loaded());
+  const EventsSession& s = *app.events;
+  EXPECT_EQ(s.view.rank, rank);
+  EXPECT_EQ(s.view.event, event);
+  EXPECT_THAT(RanksThatDiverge(s), ElementsAre(rank));
+  EXPECT_THAT(s.summary, HasSubstr("recordings differ; first at rank 2, event 3"));
+  const std::map<int64_t, Rgba> fills = StripFills(s);
+  ASSERT_EQ(fills.size(), 4u);
+  for (const auto& [r, fill] : fills) EXPECT_EQ(fill == kDiffColor, r == rank) << r;
+  const std::vector<EventRow> rows = EventRows(s);
+  ASSERT_EQ(rows.size(), doc["events"]["2"].size());
+  for (const EventRow& row : rows) {
+    EXPECT_EQ(row.differs, row.index == event) << row.index;
+    const std::string op = doc["events"]["2"][row.index]["op"].get<std::string>();
+    EXPECT_EQ(row.op.substr(0, op.size()), op);  // a collective's group follows its kind
+  }
+  const DrawList list = LayoutEventRows(rows, s.view.event, true, 900, 20, 0, 1000, TextMetrics{});
+  for (const DrawRect& r : list.rects)
+    EXPECT_EQ(r.fill == kDiffColor, r.key == StrCat("e", event)) << r.key;
+  bool said = false;
+  for (const EventLine& line : EventDetails(s))
+    if (line.differs)
+      said |= line.text.find("computed another result from equal inputs") != std::string::npos;
+  EXPECT_TRUE(said);
+  // Another rank's list has no red row; stepping to the next divergence comes back to rank 2.
+  SelectEventsRank(*app.events, 0);
+  for (const EventRow& row : EventRows(*app.events)) EXPECT_FALSE(row.differs || row.after);
+  EXPECT_TRUE(SelectNextDivergence(*app.events, 1));
+  EXPECT_EQ(app.events->view.rank, rank);
+  EXPECT_EQ(app.events->view.event, event);
+  EXPECT_THROW(SelectEventsRank(*app.events, 4), InputError);
+
+  // The same file twice: no divergence, no red.
+  LoadTraces(app, {path, path});
+  ASSERT_TRUE(app.events_loaded()) << app.error;
+  EXPECT_TRUE(app.events->divergences.empty());
+  EXPECT_THAT(app.events->summary, HasSubstr("recordings agree: 16 events"));
+  for (const auto& [r, fill] : StripFills(*app.events)) EXPECT_NE(fill, kDiffColor) << r;
+
+  // Recordings of different world sizes are refused, naming both.
+  doc["meta"]["world_size"] = 8;
+  const std::string wider = testing::WriteText("events-wider.json", doc.dump());
+  LoadTraces(app, {path, wider});
+  EXPECT_FALSE(app.opened());
+  EXPECT_THAT(app.error, HasSubstr("are not recordings of the same job: 4 ranks vs 8"));
+}
+
+// A Flight Recorder import alone: every rank's collective sequence, each rank's first collective
+// that the dump shows issued but never completed red (read from the file's states here).
+TEST(EventsViewTest, FlightRecorderImportShowsEachRanksStuckCollective) {
+  const std::string path =
+      std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/recording/seed-flight-recorder";
+  const nlohmann::json doc = testing::ReadJson(path);
+  std::map<int64_t, int64_t> stuck;  // rank -> its first event not completed
+  for (const auto& [key, events] : doc["events"].items()) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (events[i].value("state", "completed") != "completed") {
+        stuck[std::stoll(key)] = static_cast<int64_t>(i);
+        break;
+      }
+    }
+  }
+  ASSERT_FALSE(stuck.empty());
+  App app;
+  LoadTraces(app, {path});
+  ASSERT_TRUE(app.events_loaded()) << app.error;
+  const EventsSession& s = *app.events;
+  EXPECT_TRUE(s.collectives_only);
+  std::vector<int64_t> ranks;
+  for (const auto& [r, i] : stuck) ranks.push_back(r);
+  EXPECT_EQ(RanksThatDiverge(s), ranks);
+  EXPECT_EQ(s.view.rank, stuck.begin()->first);
+  EXPECT_EQ(s.view.event, stuck.begin()->second);
+  for (const auto& [r, fill] : StripFills(s)) EXPECT_EQ(fill == kDiffColor, stuck.count(r) == 1);
+  for (const auto& [r, i] : stuck) {
+    SelectEventsRank(*app.events, r);
+    const std::vector<EventRow> rows = EventRows(*app.events);
+    for (const EventRow& row : rows) EXPECT_EQ(row.differs, row.index == i) << r;
+    EXPECT_EQ(rows[i].placements, doc["events"][std::to_string(r)][i]["state"]);
+  }
+  EXPECT_THAT(s.summary, HasSubstr("stuck: first at rank"));
 }
 
 // Every trace format dtsim writes (the drivers' table) is one the viewer draws, except the op

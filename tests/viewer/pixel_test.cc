@@ -631,6 +631,48 @@ TEST_F(ViewerPixelTest, ARecordingOpensOneRedistributionAtATime) {
                    "dtsim-viewer: error: redistribution: needs a recording");
 }
 
+// Two recordings whose events part where the test planted it (rank 2's output of its event 3): the
+// window opens there; the screen's pixels of rank 2's strip cell and of that row are the diff
+// colour, rank 0's cell is its own colour; keys step events, ranks and divergences.
+TEST_F(ViewerPixelTest, RecordingEventsOpenAtTheFirstDivergenceInRed) {
+  const std::string rec =
+      std::string(DTSIM_SOURCE_DIR) + "/tests/fuzz/corpus/recording/seed-events";
+  nlohmann::json doc = testing::ReadJson(rec);
+  nlohmann::json& out = doc["events"]["2"][3]["outputs"][0];
+  out["hash"] = testing::OtherHash(out["hash"].get<std::string>());
+  const double sketch = out["sketch"].get<double>(), scale = out["scale"].get<double>();
+  out["sketch"] = sketch > 0 ? sketch - scale / 2 : sketch + scale / 2;
+  const std::string changed = testing::WriteText("events_changed.json", doc.dump());
+  const Shot a = Screenshot("events0", rec + " " + changed);
+  EXPECT_EQ(a.records["events"]["rank"], 2);
+  EXPECT_EQ(a.records["events"]["event"], 3);
+  const auto cell2 = Find(a.panel("event_ranks"), "mesh_cell", 2);
+  const auto cell0 = Find(a.panel("event_ranks"), "mesh_cell", 0);
+  ASSERT_EQ(cell2.size(), 1u);
+  ASSERT_EQ(cell0.size(), 1u);
+  EXPECT_EQ(FreeColor(a, "event_ranks", cell2[0].first), kDiffColor);
+  EXPECT_EQ(FreeColor(a, "event_ranks", cell0[0].first), RankColor(0));
+  size_t red_rows = 0;
+  for (const auto& [i, r] : Find(a.panel("event_rows"), "tree_row")) {
+    if (r["key"] != "e3") continue;
+    EXPECT_EQ(FreeColor(a, "event_rows", i), kDiffColor);
+    ++red_rows;
+  }
+  EXPECT_EQ(red_rows, 1u);
+  // Up moves to event 2; minus to rank 1 (event 2 kept); F3 back to rank 2's divergence.
+  const Shot b = Screenshot("events1", rec + " " + changed + " --input 'key Up; key minus'");
+  EXPECT_EQ(b.records["events"]["rank"], 1);
+  EXPECT_EQ(b.records["events"]["event"], 2);
+  const Shot c = Screenshot("events2", rec + " " + changed + " --select-rank 0 --input 'key F3'");
+  EXPECT_EQ(c.records["events"]["rank"], 2);
+  EXPECT_EQ(c.records["events"]["event"], 3);
+  ExpectInputError(rec + " " + changed + " --select-rank 4",
+                   "dtsim-viewer: error: select-rank: rank 4 is not in the recording's 4 ranks");
+  ExpectInputError(rec + " " + changed + " --step 1", "dtsim-viewer: error: step: applies to");
+  ExpectInputError(rec + " " + Golden(kUneven),
+                   "dtsim-viewer: error: traces: '" + rec + "' is a recording but");
+}
+
 TEST_F(ViewerPixelTest, AnInteractiveWindowRunsAndCloses) {
   // The event loop (no --screenshot): waits for events, checks the file, closes when asked.
   const RunResult r = RunViewer(Golden(kUneven) + " --close-after 2");

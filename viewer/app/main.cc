@@ -122,10 +122,58 @@ void ApplyModelView(App& app, const ViewerOptions& o) {
   if (!o.module.empty()) SelectModule(s, o.module);
 }
 
+// Applies the view options to loaded run events: --select-rank and --goto (a rank); the options
+// of redistribution and model traces are refused.
+void ApplyEventsView(App& app, const ViewerOptions& o) {
+  EventsSession& s = *app.events;
+  auto refuse = [](const std::string& option, bool given) {
+    if (given) {
+      throw InputError(option,
+                       "applies to redistribution traces; run events have ranks and events, not "
+                       "frames or layouts (use --select-rank)");
+    }
+  };
+  refuse("step", !o.step.empty());
+  refuse("mesh-grid", !o.mesh_grid.empty());
+  refuse("tensor-grid", !o.tensor_grid.empty());
+  refuse("slice", !o.slice.empty());
+  refuse("show-second", o.show_second);
+  if (o.redistribution >= 0) {
+    throw InputError("redistribution",
+                     "the recording's events are open (it recorded no redistribution, or two "
+                     "recordings are compared); open one recording with redistributions");
+  }
+  if (!o.module.empty())
+    throw InputError("module", "needs a model trace (dtsim model --trace), not a recording");
+  auto select = [&s](const std::string& option, int64_t rank) {
+    try {
+      SelectEventsRank(s, rank);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      throw InputError(option, what.substr(std::min(what.size(), e.field().size() + 2)));
+    }
+  };
+  if (o.select_rank >= 0) select("select-rank", o.select_rank);
+  if (!o.go_to.empty()) {
+    int64_t rank = -1;
+    try {
+      rank = ParseRankQuery(DeviceMesh::Create({s.world_size()}), o.go_to);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      throw InputError("goto", what.substr(std::min(what.size(), e.field().size() + 2)));
+    }
+    select("goto", rank);
+  }
+}
+
 // Applies the view options to a loaded app (InputError naming the option).
 void ApplyView(App& app, const ViewerOptions& o) {
   if (app.model) {
     ApplyModelView(app, o);
+    return;
+  }
+  if (app.events) {
+    ApplyEventsView(app, o);
     return;
   }
   if (!o.module.empty())
@@ -216,6 +264,22 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
                 static_cast<double>(o.bench_frames) / seconds,
                 static_cast<long long>(o.bench_frames), seconds, width, height,
                 static_cast<long long>(app.model->first.world_size()));
+  } else if (o.bench_frames > 0 && app.events) {
+    // Run events: step the rank every frame (the whole list changes).
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.bench_frames; ++i) {
+      SelectEventsRank(*app.events, i % app.events->world_size());
+      window->BeginFrame();
+      DrawViewer(app, window->width(), window->height(), window->Now());
+      window->EndFrame();
+      window->Finish();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("viewer_fps %.2f frames %lld seconds %.3f size %dx%d ranks %lld\n",
+                static_cast<double>(o.bench_frames) / seconds,
+                static_cast<long long>(o.bench_frames), seconds, width, height,
+                static_cast<long long>(app.events->world_size()));
   } else if (o.bench_frames > 0) {
     const int64_t frames = app.shown().num_frames();
     // Warm up (fonts, first layout), then scrub through every frame with the mouse sweeping the
@@ -291,8 +355,9 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
           {"selected_rank", v.selected_rank},
           {"hover", std::move(hover)},
           {"zoom", {{"mesh", zoom(v.mesh_zoom)}, {"tensor", zoom(v.tensor_zoom)}}},
-          {"shown", app.model ? app.model->first.source()
-                              : (app.loaded() ? app.shown().source() : std::string())},
+          {"shown", app.model    ? app.model->first.source()
+                    : app.events ? app.events->first_path
+                                 : (app.loaded() ? app.shown().source() : std::string())},
           {"redistribution",
            app.recording.empty() ? nlohmann::json(nullptr) : nlohmann::json(app.recording_index)},
           {"error", app.error},
@@ -324,6 +389,35 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
             {"first_event", m.diff && m.diff->first_event ? nlohmann::json(*m.diff->first_event)
                                                           : nlohmann::json(nullptr)},
             {"ranks_differing", m.diff ? nlohmann::json(m.diff->ranks) : nlohmann::json::array()}};
+      }
+      if (app.events) {
+        // Run events: the rank, the selected event, the rows, the details and the divergences.
+        const EventsSession& e = *app.events;
+        nlohmann::json rows = nlohmann::json::array();
+        for (const EventRow& r : EventRows(e)) {
+          rows.push_back({{"index", r.index},
+                          {"op", r.op},
+                          {"where", r.where},
+                          {"placements", r.placements},
+                          {"first_hash", r.first_hash},
+                          {"second_hash", r.second_hash},
+                          {"differs", r.differs},
+                          {"after", r.after}});
+        }
+        nlohmann::json details = nlohmann::json::array();
+        for (const EventLine& l : EventDetails(e)) details.push_back(l.text);
+        nlohmann::json divergences = nlohmann::json::array();
+        for (const EventDivergence& d : e.divergences) {
+          divergences.push_back(
+              {{"rank", d.rank}, {"index", d.index}, {"where", d.where}, {"what", d.what}});
+        }
+        dump["events"] = {{"rank", e.view.rank},
+                          {"event", e.view.event},
+                          {"rows", std::move(rows)},
+                          {"details", std::move(details)},
+                          {"summary", e.summary},
+                          {"divergences", std::move(divergences)},
+                          {"ranks_diverging", RanksThatDiverge(e)}};
       }
       WriteJsonFileAtomically(o.dump_records, dump, "dump-records");
     }

@@ -98,6 +98,20 @@ void ReloadTraces(App& app) {
     if (!app.model->second) v.selected = before.selected;
     return;
   }
+  if (app.events) {
+    // Run events: keep the rank and the selected event where the new contents have them.
+    const EventsView before = app.events->view;
+    const std::vector<std::string> paths = app.paths;
+    LoadTraces(app, paths);
+    if (!app.events || before.rank >= app.events->world_size()) return;
+    EventsView& v = app.events->view;
+    if (!app.events->second) {
+      v.rank = before.rank;
+      v.event = before.event;
+      MoveEventSelection(*app.events, 0);  // clamped to the rank's events
+    }
+    return;
+  }
   const ViewState before = app.view;
   const int64_t recording_index = app.recording_index;
   const std::optional<DeviceMesh> mesh =
@@ -202,17 +216,28 @@ void OpenModelTrace(App& app, TraceText first, const std::vector<std::string>& p
   app.model.emplace(std::move(a), ModuleTree::FromText(other));
 }
 
-// A recording, alone: one redistribution at a time, at the first whose replicas disagree.
+// A recording: alone, one redistribution at a time, at the first whose replicas disagree, or its
+// events when it recorded no redistribution (a Flight Recorder import, a run without DTensor
+// redistributions); beside a second recording, the two runs' events compared.
 void OpenRecording(App& app, TraceText first, const std::vector<std::string>& paths) {
-  first = TraceText{};
+  Recording a = RecordingFromText(std::exchange(first, TraceText{}));
   if (paths.size() == 2) {
-    throw InputError("traces",
-                     StrCat("'", paths[0],
-                            "' is a recording: the viewer opens one recording at a time (`dtsim "
-                            "trace-diff A B` compares two recordings' events rank by rank, `dtsim "
-                            "replay` one recording with the simulation)"));
+    const TraceText other = ReadTraceText(paths[1]);
+    if (other.format != kRecordingFormat) {
+      throw InputError(
+          "traces", StrCat("'", paths[0], "' is a recording but '", paths[1], "' is not (format ",
+                           other.format.empty() ? "missing" : "\"" + other.format + "\"",
+                           "): compare two recordings of the same job (dtsim record, dtsim run "
+                           "--trace, dtsim import-fr)"));
+    }
+    app.events.emplace(std::move(a), paths[0], RecordingFromText(other), paths[1]);
+    return;
   }
-  app.recording = ViewsOfRecording(ReadRecording(paths[0]));
+  if (a.redistributions.empty() && a.events) {
+    app.events.emplace(std::move(a), paths[0]);
+    return;
+  }
+  app.recording = ViewsOfRecording(a);
   if (app.recording.empty()) {
     throw InputError("recording", StrCat("'", paths[0], "' recorded no redistribution"));
   }
@@ -270,6 +295,7 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
   app.stamps.clear();
   for (const std::string& p : paths) app.stamps.push_back(StampOf(p));
   app.model.reset();
+  app.events.reset();
   app.first.reset();
   app.second.reset();
   app.diff.reset();
@@ -293,6 +319,7 @@ void LoadTraces(App& app, const std::vector<std::string>& paths) {
   } catch (const InputError& e) {
     app.recording.clear();
     app.model.reset();
+    app.events.reset();
     app.first.reset();
     app.second.reset();
     app.diff.reset();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "draw.h"
+#include "events_view.h"
 #include "model_view.h"
 #include "recording_view.h"
 #include "trace_model.h"
@@ -44,6 +45,10 @@ struct App {
   // A model trace (dtsim model --trace) opened, alone or with a second one to compare: the model
   // trace window (model_view.h) replaces the redistribution panels; `first` stays empty.
   std::optional<ModelSession> model;
+  // A recording's run events (every rank's ops and collectives) opened: one recording of events
+  // only (a Flight Recorder import), or two recordings compared event by event; the events window
+  // (events_view.h) replaces the redistribution panels; `first` stays empty.
+  std::optional<EventsSession> events;
   std::optional<TraceModel> first;  // the loaded traces (both absent when loading failed)
   std::optional<TraceModel> second;
   std::optional<TraceDiff> diff;  // first vs second, on the first's frames; or, for a recording
@@ -77,8 +82,10 @@ struct App {
   bool loaded() const { return first.has_value(); }
   // A model trace is loaded.
   bool model_loaded() const { return model.has_value(); }
+  // Run events are loaded.
+  bool events_loaded() const { return events.has_value(); }
   // Something is open (else the error screen shows app.error).
-  bool opened() const { return loaded() || model_loaded(); }
+  bool opened() const { return loaded() || model_loaded() || events_loaded(); }
   // What the panels draw: the first trace, or the second one in diff mode when view.show_second.
   const TraceModel& shown() const;
   // The comparison laid onto shown()'s frames (nullptr with one trace).
@@ -88,12 +95,14 @@ struct App {
 };
 
 // Opens 1 or 2 trace files into `app` (TraceModel::Load, then CheckSameRedistribution and
-// DiffModels for a pair), or one recording (its first redistribution; ShowRecorded picks another),
-// or 1 or 2 model traces (ModuleTree::FromText, then CheckSameModelRun and CompareModelTraces for
-// a pair, the first difference selected). A model trace goes only with another model trace:
-// InputError("traces", "'m.json' is a model trace but 't.json' is not: ...").
-// On InputError: app.error = its text, no trace loaded. Resets the view to frame 0; in diff mode it
-// starts at the first frame where the traces part.
+// DiffModels for a pair), or one recording (its first redistribution; ShowRecorded picks another;
+// one that recorded events but no redistribution, as a Flight Recorder import, opens its events),
+// or two recordings (their events compared, EventsSession), or 1 or 2 model traces
+// (ModuleTree::FromText, then CheckSameModelRun and CompareModelTraces for a pair, the first
+// difference selected). A model trace goes only with another model trace: InputError("traces",
+// "'m.json' is a model trace but 't.json' is not: ..."). On InputError: app.error = its text, no
+// trace loaded. Resets the view to frame 0; in diff mode it starts at the first frame where the
+// traces part.
 void LoadTraces(App& app, const std::vector<std::string>& paths);
 
 // The trace formats (include/dtsim/trace/formats.h) the viewer draws, each opened by its row of one

@@ -62,6 +62,10 @@ void DrawErrorPanel(App& app, const Rect& area);
 // tree, the rank picker, the details and (two traces) the differences (model_panel.cc).
 void DrawModelToolbar(App& app);
 void DrawModelWindow(App& app, const Rect& area);
+// A recording's run events (app.events): its toolbar items, and the window below the toolbar — the
+// rank strip, the selected rank's events, the details and the divergences (events_panel.cc).
+void DrawEventsToolbar(App& app);
+void DrawEventsWindow(App& app, const Rect& area);
 
 // Opens `paths` (one trace, or two to compare) from inside the window: LoadTraces, and on success
 // the paths join app.recent (saved to app.recent_file when set).

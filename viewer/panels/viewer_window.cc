@@ -134,6 +134,10 @@ void DrawToolbar(App& app) {
     DrawModelToolbar(app);
     return;
   }
+  if (app.events) {
+    DrawEventsToolbar(app);
+    return;
+  }
   if (!app.loaded()) {
     ImGui::SameLine();
     ImGui::TextUnformatted("(no trace)");
@@ -226,7 +230,9 @@ void DrawErrorPanel(App& app, const Rect& area) {
       "1), "
       "or two traces of the same redistribution to compare them: dtsim-viewer sim.json real.json; "
       "or a model trace of `dtsim model --trace model.json` (format dtsim-model-trace), alone or "
-      "with a second one of the same run (a real run) to compare.");
+      "with a second one of the same run (a real run) to compare; or a recording (format "
+      "dtsim-recording: dtsim record, dtsim run --trace, dtsim import-fr), alone or with a second "
+      "one of the same job to compare their events.");
   ImGui::Spacing();
   ImGui::Separator();
   DrawOpenBox(app);
@@ -256,6 +262,11 @@ void DrawViewer(App& app, float width, float height, double now_s) {
   const float top = ImGui::GetCursorScreenPos().y + 2;
   if (app.model) {
     DrawModelWindow(app, Rect{pad, top, width - pad, height - pad});
+    ImGui::End();
+    return;
+  }
+  if (app.events) {
+    DrawEventsWindow(app, Rect{pad, top, width - pad, height - pad});
     ImGui::End();
     return;
   }
