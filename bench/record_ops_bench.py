@@ -5,7 +5,7 @@
 - record_ops_overhead: the plain step time over the step time under `dtsim record` (every rank's DTensor ops and
   collectives digested), on a 4-rank TP + FSDP2 + AdamW step under torchrun + Gloo (bench/record_ops_step.py: two
   blocks of [512 -> 2048 -> 512], batch 64). Each run times its own steps after two warm-up steps; the two runs
-  alternate, twice, and each side keeps its fastest.
+  alternate, three times (a busy machine's noise), and each side keeps its fastest.
 - trace_diff_ops: 10 s over the time `dtsim trace-diff` takes on two recordings of 1,000,000 events (4 ranks of
   250,000: ops and collectives with digests; the second differs in one output of one op near the end, which the diff
   must find).
@@ -35,7 +35,7 @@ def record_overhead(dtsim, folder):
     env = dict(os.environ, OMP_NUM_THREADS="1", DTSIM_PYTHON=sys.executable)
     script = os.path.join(HERE, "record_ops_step.py")
     plain, recorded = [], []
-    for _ in range(2):
+    for _ in range(3):
         plain.append(step_time(TORCHRUN + [script], env))
         recorded.append(step_time([dtsim, "record", "-o", os.path.join(folder, "r.json"), "--"] + TORCHRUN + [script],
                                   env))

@@ -1,5 +1,5 @@
 """The step bench/record_ops_bench.py times: TP (Colwise / Rowwise) on "tp" x FSDP2 on "dp", a 2 x 2 mesh, two
-blocks of [512 -> 2048 -> 512], batch 64, AdamW. Prints `step_s <seconds per step>` (rank 0; the mean of 4 steps
+blocks of [512 -> 2048 -> 512], batch 64, AdamW. Prints `step_s <seconds per step>` (rank 0; the mean of 8 steps
 after 2 warm-up steps, with a barrier before each clock reading)."""
 import time
 
@@ -11,7 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-DIM, HIDDEN, BATCH, WARMUP, STEPS = 512, 2048, 64, 2, 4
+DIM, HIDDEN, BATCH, WARMUP, STEPS = 512, 2048, 64, 2, 8
 
 
 class Block(nn.Module):

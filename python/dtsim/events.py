@@ -117,10 +117,37 @@ def _joined(tensors: List[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in tensors])
 
 
+_PLACEMENT_TEXTS: Dict[Any, str] = {}  # a DTensor's placements (a tuple of Placements) -> "[S(0), R]"
+
+
 def _placements(dt) -> str:
+    placements = dt.placements
+    try:
+        return _PLACEMENT_TEXTS[placements]
+    except KeyError:
+        pass
+    except TypeError:  # placements that do not hash: not cached
+        return _placements_text(placements)
+    text = _PLACEMENT_TEXTS[placements] = _placements_text(placements)
+    return text
+
+
+def _placements_text(placements) -> str:
     from . import _one_placement_text
 
-    return "[" + ", ".join(_one_placement_text(p, "placements") for p in dt.placements) + "]"
+    return "[" + ", ".join(_one_placement_text(p, "placements") for p in placements) + "]"
+
+
+_DTENSOR: List[type] = []
+
+
+def _dtensor_type() -> type:
+    """torch.distributed.tensor.DTensor, imported on first use (an import statement costs microseconds per op)."""
+    if not _DTENSOR:
+        from torch.distributed.tensor import DTensor
+
+        _DTENSOR.append(DTensor)
+    return _DTENSOR[0]
 
 
 _OWN_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + (os.path.dirname(__file__) + os.sep,)
@@ -202,9 +229,9 @@ class EventLog:
         self.pending_storages: frozenset = frozenset()  # every pending collective's storages, for the per-op test
 
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
-        from torch.utils.weak import WeakIdKeyDictionary
-
         if self.digests is None:
+            from torch.utils.weak import WeakIdKeyDictionary
+
             self.digests = WeakIdKeyDictionary()
         known = self.digests.get(t)
         version = t._version
@@ -236,8 +263,7 @@ class EventLog:
 
     # ---- ops ----
     def op(self, rank: int, func, dtensors_in: List[Any], run: Callable[[], Any]) -> Any:
-        from torch.distributed.tensor import DTensor
-
+        DTensor = _dtensor_type()
         if type(dtensors_in[0]._local_tensor).__name__ == "LocalTensor":
             self.unsupported = "LocalTensorMode (every rank's shard in one tensor)"
             return run()
@@ -445,18 +471,18 @@ class EventMode(TorchDispatchMode):
 
                 group = self.log._group(c10d._resolve_process_group(args[group_arg]))
                 event = self.log.arrive(self.rank, kind, group, [args[0]])
+                if event is None:  # inside a DTensor op: the op's result digest covers it, and the op waits
+                    return func(*args, **kwargs)
                 start = time.perf_counter()
                 out = func(*args, **kwargs)
                 # The result is complete once waited for: the functional op's own wait, issued here so the event
                 # holds what the rank received (functional results are waited for before any use).
                 torch.ops._c10d_functional.wait_tensor(out)
                 self.log.took(event, start)
-                if event is not None:
-                    self.log.complete(event, [out])
+                self.log.complete(event, [out])
                 return out
             return func(*args, **kwargs)
-        from torch.distributed.tensor import DTensor
-
+        DTensor = _dtensor_type()
         if not any(issubclass(t, DTensor) for t in types):
             return func(*args, **kwargs)
         dtensors = [x for x in _tensors(list(args) + list(kwargs.values())) if isinstance(x, DTensor)]

@@ -3,7 +3,13 @@
 
 #include <ATen/ATen.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3 with the widest vector unit this CPU has (SSE2, AVX2 or AVX-512), chosen at run time by
+// libxxhash's dispatcher; the hash is the same on every one.
+#include <xxh_x86dispatch.h>
+#endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,19 +24,34 @@
 
 namespace dtsim {
 
-std::string ShardHash(const at::Tensor& shard) {
-  at::Tensor c = shard.is_cpu() ? shard.contiguous() : shard.to(at::kCPU).contiguous();
+namespace {
+
+// XXH3 over a contiguous CPU tensor's dtype and shape (as text), then its bytes: the state after
+// the header (the caller adds the bytes).
+XXH3_state_t* HashHeader(const at::Tensor& c) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   const std::string header =
       StrCat(c10::toString(c.scalar_type()), IntListToString(c.sizes().vec()));
   XXH3_64bits_update(state, header.data(), header.size());
-  if (c.numel() > 0) XXH3_64bits_update(state, c.const_data_ptr(), c.numel() * c.element_size());
+  return state;
+}
+
+std::string HashText(XXH3_state_t* state) {
   const XXH64_hash_t h = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   char buf[32];
   std::snprintf(buf, sizeof(buf), "xxh3:%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+}  // namespace
+
+std::string ShardHash(const at::Tensor& shard) {
+  at::Tensor c = shard.is_cpu() ? shard.contiguous() : shard.to(at::kCPU).contiguous();
+  XXH3_state_t* state = HashHeader(c);
+  if (c.numel() > 0) XXH3_64bits_update(state, c.const_data_ptr(), c.numel() * c.element_size());
+  return HashText(state);
 }
 
 namespace {
@@ -100,79 +121,160 @@ typename Simd<Acc>::Vec Magnitude(typename Simd<Acc>::Vec v) {
   return v;
 }
 
+// The sketch of x[0..n), fed in consecutive pieces (Add), each a multiple of eight elements but the
+// last: the same sums, in the same order, as one pass over the whole.
 template <typename T, typename Acc>
-void Sketch(const T* x, size_t n, double* sketch, double* scale) {
+class Sketcher {
+ public:
   using Vec = typename Simd<Acc>::Vec;
-  constexpr size_t kLanes = sizeof(Vec) / sizeof(Acc);
-  constexpr size_t kVecs = 8 / kLanes;
-  const std::shared_ptr<const SketchWeights> weights = WeightsFor(n);
-  const Acc* w = Weights<Acc>(*weights).data();
-  Vec s[kVecs] = {}, a[kVecs] = {};
-  Acc converted[8];
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const Acc* v = nullptr;
-    if constexpr (std::is_same_v<T, Acc>) {
-      v = x + i;
-    } else {
-      for (size_t k = 0; k < 8; ++k) converted[k] = static_cast<Acc>(x[i + k]);
-      v = converted;
+  static constexpr size_t kLanes = sizeof(Vec) / sizeof(Acc);
+  static constexpr size_t kVecs = 8 / kLanes;
+
+  explicit Sketcher(size_t n) : weights_(WeightsFor(n)), w_(Weights<Acc>(*weights_).data()) {}
+
+  // Elements x[0..count) are elements begin..begin+count of the tensor.
+  void Add(const T* x, size_t begin, size_t count) {
+    const Acc* w = w_ + begin;
+    Acc converted[8];
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      const Acc* v = nullptr;
+      if constexpr (std::is_same_v<T, Acc>) {
+        v = x + i;
+      } else {
+        for (size_t k = 0; k < 8; ++k) converted[k] = static_cast<Acc>(x[i + k]);
+        v = converted;
+      }
+      for (size_t j = 0; j < kVecs; ++j) {
+        Vec xv, wv;
+        std::memcpy(&xv, v + j * kLanes, sizeof(Vec));
+        std::memcpy(&wv, w + i + j * kLanes, sizeof(Vec));
+        const Vec p = xv * wv;
+        s_[j] += p;
+        a_[j] += Magnitude<Acc>(p);
+      }
     }
-    for (size_t j = 0; j < kVecs; ++j) {
-      Vec xv, wv;
-      std::memcpy(&xv, v + j * kLanes, sizeof(Vec));
-      std::memcpy(&wv, w + i + j * kLanes, sizeof(Vec));
-      const Vec p = xv * wv;
-      s[j] += p;
-      a[j] += Magnitude<Acc>(p);
+    // The last few elements (fewer than eight, at the end of the tensor): one per lane.
+    for (size_t k = 0; i < count; ++i, ++k) {
+      tail_[k] = static_cast<Acc>(x[i]) * w[i];
+      has_tail_[k] = true;
     }
   }
-  Acc ls[8], la[8];
-  for (size_t k = 0; k < 8; ++k) {
-    ls[k] = s[k / kLanes][k % kLanes];
-    la[k] = a[k / kLanes][k % kLanes];
+
+  void Finish(double* sketch, double* scale) const {
+    double ds[8], da[8];
+    for (size_t k = 0; k < 8; ++k) {
+      Acc ls = s_[k / kLanes][k % kLanes];
+      Acc la = a_[k / kLanes][k % kLanes];
+      if (has_tail_[k]) {
+        ls += tail_[k];
+        la += std::fabs(tail_[k]);
+      }
+      ds[k] = static_cast<double>(ls);
+      da[k] = static_cast<double>(la);
+    }
+    *sketch = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + ((ds[4] + ds[5]) + (ds[6] + ds[7]));
+    *scale = ((da[0] + da[1]) + (da[2] + da[3])) + ((da[4] + da[5]) + (da[6] + da[7]));
   }
-  for (size_t k = 0; i < n; ++i, ++k) {
-    const Acc p = static_cast<Acc>(x[i]) * w[i];
-    ls[k] += p;
-    la[k] += std::fabs(p);
+
+ private:
+  std::shared_ptr<const SketchWeights> weights_;
+  const Acc* w_;
+  Vec s_[kVecs] = {}, a_[kVecs] = {};
+  Acc tail_[8] = {};
+  bool has_tail_[8] = {};
+};
+
+// Hash and sketch in one pass: each piece is hashed, then sketched while it is still in the L1
+// cache, so a tensor larger than the caches is read from memory once.
+template <typename T, typename Acc>
+void HashAndSketch(const T* x, size_t n, XXH3_state_t* state, double* sketch, double* scale) {
+  constexpr size_t kPiece = 4096;  // elements: a multiple of eight
+  Sketcher<T, Acc> sketcher(n);
+  for (size_t begin = 0; begin < n; begin += kPiece) {
+    const size_t count = std::min(kPiece, n - begin);
+    XXH3_64bits_update(state, x + begin, count * sizeof(T));
+    sketcher.Add(x + begin, begin, count);
   }
-  double ds[8], da[8];
-  for (size_t k = 0; k < 8; ++k) {
-    ds[k] = static_cast<double>(ls[k]);
-    da[k] = static_cast<double>(la[k]);
+  sketcher.Finish(sketch, scale);
+}
+
+// The same over a transposed matrix (logical shape rows x cols, element (i, j) at base[j * rows +
+// i]: a contiguous matrix's .t(), as every linear layer's weight is used), without materialising
+// it: eight logical rows at a time (eight consecutive elements of each source column) gathered
+// into a buffer, then hashed and sketched in logical order.
+template <typename T, typename Acc>
+void HashAndSketchTransposed(const T* base, size_t rows, size_t cols, XXH3_state_t* state,
+                             double* sketch, double* scale) {
+  constexpr size_t kRows = 8;
+  Sketcher<T, Acc> sketcher(rows * cols);
+  std::vector<T> buffer(kRows * cols);
+  for (size_t i0 = 0; i0 < rows; i0 += kRows) {
+    const size_t n = std::min(kRows, rows - i0);
+    for (size_t j = 0; j < cols; ++j) {
+      const T* column = base + j * rows + i0;
+      for (size_t k = 0; k < n; ++k) buffer[k * cols + j] = column[k];
+    }
+    XXH3_64bits_update(state, buffer.data(), n * cols * sizeof(T));
+    sketcher.Add(buffer.data(), i0 * cols, n * cols);
   }
-  *sketch = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + ((ds[4] + ds[5]) + (ds[6] + ds[7]));
-  *scale = ((da[0] + da[1]) + (da[2] + da[3])) + ((da[4] + da[5]) + (da[6] + da[7]));
+  sketcher.Finish(sketch, scale);
+}
+
+// True when `t` is a contiguous matrix's transpose (2-D, strides (1, rows)).
+bool IsTransposedMatrix(const at::Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+         t.stride(1) == t.size(0);
+}
+
+template <typename T, typename Acc>
+void Digest(const at::Tensor& t, XXH3_state_t* state, double* sketch, double* scale) {
+  if (IsTransposedMatrix(t)) {
+    HashAndSketchTransposed<T, Acc>(t.const_data_ptr<T>(), static_cast<size_t>(t.size(0)),
+                                    static_cast<size_t>(t.size(1)), state, sketch, scale);
+  } else {
+    const at::Tensor c = t.contiguous();
+    HashAndSketch<T, Acc>(c.const_data_ptr<T>(), static_cast<size_t>(c.numel()), state, sketch,
+                          scale);
+  }
 }
 
 }  // namespace
 
 ShardDigestValues ShardDigest(const at::Tensor& shard) {
-  at::Tensor c = shard.is_cpu() ? shard.contiguous() : shard.to(at::kCPU).contiguous();
+  // A CPU tensor as it lies (a transposed matrix is read in place); any other, copied contiguous.
+  const at::Tensor t = !shard.is_cpu()             ? shard.to(at::kCPU).contiguous()
+                       : IsTransposedMatrix(shard) ? shard
+                                                   : shard.contiguous();
   ShardDigestValues out;
-  out.hash = ShardHash(c);
-  const size_t n = static_cast<size_t>(c.numel());
-  if (n == 0) return out;
+  const size_t n = static_cast<size_t>(t.numel());
+  XXH3_state_t* state = HashHeader(t);
   double sketch = 0, scale = 0;
-  switch (c.scalar_type()) {
+  bool sketched = n > 0;
+  switch (n == 0 ? at::kByte : t.scalar_type()) {
     case at::kDouble:
-      Sketch<double, double>(c.const_data_ptr<double>(), n, &sketch, &scale);
+      Digest<double, double>(t, state, &sketch, &scale);
       break;
     case at::kFloat:
-      Sketch<float, float>(c.const_data_ptr<float>(), n, &sketch, &scale);
+      Digest<float, float>(t, state, &sketch, &scale);
       break;
     case at::kHalf:
-      Sketch<at::Half, float>(c.const_data_ptr<at::Half>(), n, &sketch, &scale);
+      Digest<at::Half, float>(t, state, &sketch, &scale);
       break;
     case at::kBFloat16:
-      Sketch<at::BFloat16, float>(c.const_data_ptr<at::BFloat16>(), n, &sketch, &scale);
+      Digest<at::BFloat16, float>(t, state, &sketch, &scale);
       break;
-    default:
-      return out;
+    default: {
+      sketched = false;
+      const at::Tensor c = t.contiguous();
+      if (n > 0) XXH3_64bits_update(state, c.const_data_ptr(), n * c.element_size());
+    }
   }
-  out.sketch = sketch;
-  out.scale = scale;
+  out.hash = HashText(state);
+  if (sketched) {
+    out.sketch = sketch;
+    out.scale = scale;
+  }
   return out;
 }
 

@@ -441,3 +441,48 @@ def test_the_gpu_machines_program_on_gloo_ranks_replays_as_equal(tmp_path):
     assert "verdict: the recorded run's redistributions equal dtsim's simulation (10 redistributions)" in r.stdout
     # a recording of real ranks lists no run-wide collectives: the verdict says they were not checked
     assert "are not in the recording, so not checked" in r.stdout, r.stdout
+
+
+# ---- the digest of run events (dtsim/events.py, ShardDigest in C++) against a closed form ----
+
+def _sketch_closed_form(t):
+    """The sketch and scale of docs/recording.md, in float64 from the definition: sum of x[i] * w(i) and of
+    |x[i] * w(i)|, w(i) = 2 frac(0.6180339887498949 i + 0.25) - 1, over the row-major elements."""
+    import torch
+
+    x = t.detach().contiguous().reshape(-1).to(torch.float64)
+    i = torch.arange(x.numel(), dtype=torch.float64)
+    v = i * 0.6180339887498949 + 0.25
+    w = (v - torch.floor(v)) * 2.0 - 1.0
+    if t.dtype != torch.float64:  # accumulated in float from float weights: compare against those weights
+        w = w.to(torch.float32).to(torch.float64)
+    p = x * w
+    return float(p.sum()), float(p.abs().sum())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int64"])
+def test_digest_is_the_logical_contents_whatever_the_layout(dtype):
+    """A transposed matrix (read in place), a strided view and their contiguous copies digest alike, bit for bit; the
+    sketch and scale are the closed form's within float accumulation; one changed element changes the hash."""
+    import torch
+
+    from dtsim import events
+
+    torch.manual_seed(7)
+    dt = getattr(torch, dtype)
+    base = (torch.randn(37, 301) * 3).to(dt)  # sizes that leave tails at every piece boundary
+    for view in (base.t(), base[:, ::2], base[5:, 3:].t(), base.reshape(-1)[1:]):
+        got, copy = events.digest(view), events.digest(view.contiguous())
+        assert got == copy, (view.shape, view.stride())
+        assert got["shape"] == list(view.shape) and got["dtype"] == dtype
+        if dtype == "int64":
+            assert "sketch" not in got
+            continue
+        sketch, scale = _sketch_closed_form(view)
+        assert got["scale"] == pytest.approx(scale, rel=1e-5)
+        assert abs(got["sketch"] - sketch) <= 1e-5 * scale
+    big = torch.randn(1 << 16, 8).to(dt).t()  # pieces of the transposed path and a 64 Ki-element column count
+    assert events.digest(big) == events.digest(big.contiguous())
+    changed = base.clone()
+    changed[36, 300] += 1
+    assert events.digest(changed.t())["hash"] != events.digest(base.t())["hash"]
