@@ -263,6 +263,13 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
 
 namespace internal {
 
+int64_t RankOfKey(const std::string& key, int64_t world_size) {
+  if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  const int64_t rank = std::stoll(key);
+  return rank < world_size ? rank : -1;
+}
+
 std::string CheckJsonText(std::string_view text, const std::string& field,
                           const std::string& source) {
   CheckNoNul(text, field, source);

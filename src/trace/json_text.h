@@ -34,6 +34,11 @@ namespace dtsim::internal {
 std::string CheckJsonText(std::string_view text, const std::string& field,
                           const std::string& source);
 
+// A per-rank object's key ("3": a recording's "events" and "memory" are keyed by rank) as a rank
+// of a world of `world_size`: the decimal number, or -1 when the key is none (not digits only, too
+// long, or outside 0..world_size-1).
+int64_t RankOfKey(const std::string& key, int64_t world_size);
+
 class JsonNode {
  public:
   // The root of a DOM (which outlives the node and every node made from it).

@@ -434,11 +434,8 @@ std::map<int64_t, std::vector<MemorySample>> MemoryFromJson(const JsonReader& r,
   std::map<int64_t, std::vector<MemorySample>> out;
   for (const auto& item : r.json().items()) {
     const std::string& key = item.key();
-    int64_t rank = -1;
-    if (!key.empty() && key.size() <= 10 &&
-        key.find_first_not_of("0123456789") == std::string::npos)
-      rank = std::stoll(key);
-    if (rank < 0 || rank >= world_size) {
+    const int64_t rank = internal::RankOfKey(key, world_size);
+    if (rank < 0) {
       r.Fail(StrCat("has memory for '", ExcerptText(key), "', which is no rank of a world of ",
                     world_size));
     }

@@ -492,11 +492,8 @@ RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size) 
   node.ExpectObject();
   RunEvents out;
   for (const std::string& key : node.Keys()) {
-    int64_t rank = -1;
-    if (!key.empty() && key.size() <= 10 &&
-        key.find_first_not_of("0123456789") == std::string::npos)
-      rank = std::stoll(key);
-    if (rank < 0 || rank >= world_size) {
+    const int64_t rank = internal::RankOfKey(key, world_size);
+    if (rank < 0) {
       node.Fail(StrCat("has events for '", ExcerptText(key), "', which is no rank of a world of ",
                        world_size));
     }
