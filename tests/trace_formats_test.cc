@@ -12,6 +12,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/formats.h"
+#include "dtsim/trace/run_events.h"
 
 namespace dtsim {
 namespace {
@@ -143,6 +144,81 @@ TEST_P(Conformance, AFileOfAnotherFormatIsRefusedNamingItsFormat) {
           << s.format << " on " << other.path << ": " << e.what();
     }
   }
+}
+
+// ---- consistency inside one run: CheckReplicas (dtsim trace-diff RECORDING) ----
+
+RunEvent OpEvent(const std::string& op, int64_t mesh, std::vector<std::string> args,
+                 std::vector<std::string> results, std::vector<std::string> in_hashes,
+                 std::vector<std::string> out_hashes) {
+  RunEvent e;
+  e.op = op;
+  e.module = "Block";
+  e.pass = "forward";
+  e.mesh = mesh;
+  e.args = std::move(args);
+  e.results = std::move(results);
+  for (const std::string& h : in_hashes)
+    e.inputs.push_back({{4}, "float32", h, std::nullopt, std::nullopt});
+  e.outputs.emplace();
+  for (const std::string& h : out_hashes)
+    e.outputs->push_back({{4}, "float32", h, std::nullopt, std::nullopt});
+  return e;
+}
+
+std::string Hash(int i) { return StrCat("xxh3:", std::string(15, '0'), i); }
+
+// Replica sets from the placements, by hand: on mesh [0, 1, 2, 3] an argument [R] is one replica
+// on all four ranks; on mesh [[0, 1], [2, 3]] a result [R, S(0)] has the replicas {0, 2} and
+// {1, 3} (equal tp coordinate), [S(0), S(0)] none. A planted odd hash is named at its rank and
+// event, by cause; a two-rank set that disagrees names both (no majority); a rank that ran
+// another op is a structural divergence; an op without a mesh is not checked.
+TEST(ReplicaCheckTest, OddRanksOutAreNamedFromThePlacements) {
+  const std::vector<DeviceMesh> meshes = {DeviceMesh::Create({4}), DeviceMesh::Create({2, 2})};
+  RunEvents events;
+  for (int64_t r = 0; r < 4; ++r) {
+    // Op 0 of mesh 0: rank 3's replicated argument was written (hash 9): input.
+    events[r].push_back(OpEvent("aten.mm.default", 0, {"[S(0)]", "[R]"}, {"[S(0)]"},
+                                {Hash(r), Hash(r == 3 ? 9 : 5)}, {Hash(r + 4)}));
+    // Op 0 of mesh 1: rank 2's result differs from its replica rank 0's; arguments have none.
+    events[r].push_back(OpEvent("aten.add.Tensor", 1, {"[S(0), S(0)]"}, {"[R, S(0)]"}, {Hash(r)},
+                                {Hash(r == 2 ? 8 : r % 2)}));
+    // No mesh: not checked.
+    RunEvent e = OpEvent("aten.relu.default", 0, {"[R]"}, {"[R]"}, {Hash(1)}, {Hash(1)});
+    e.mesh.reset();
+    events[r].push_back(e);
+  }
+  const ReplicaCheck c = CheckReplicas(events, meshes);
+  EXPECT_EQ(c.ops, 2);
+  EXPECT_EQ(c.not_checked, 4);
+  EXPECT_EQ(c.tensors, 3);  // mm's argument 1; add's result on {0, 2} and on {1, 3}
+  EXPECT_EQ(c.odd, 2);
+  ASSERT_EQ(c.first.size(), 3u);
+  EXPECT_EQ(c.first[0].rank, 3);
+  EXPECT_EQ(c.first[0].index, 0);
+  EXPECT_EQ(c.first[0].cause, EventDivergence::Cause::kInput);
+  EXPECT_NE(c.first[0].what.find("argument 1 ([R]): rank 3 holds " + Hash(9) +
+                                 ", its replicas (ranks [0, 1, 2]) hold " + Hash(5)),
+            std::string::npos)
+      << c.first[0].what;
+  for (int i : {1, 2}) {
+    EXPECT_EQ(c.first[i].index, 1);
+    EXPECT_EQ(c.first[i].cause, EventDivergence::Cause::kComputed);
+    EXPECT_NE(c.first[i].what.find("no hash held by most"), std::string::npos) << c.first[i].what;
+  }
+  EXPECT_EQ(c.first[1].rank, 0);
+  EXPECT_EQ(c.first[2].rank, 2);
+
+  // Equal replicas: nothing to name. Another op on rank 1: a structural divergence there.
+  RunEvents clean = events;
+  clean[3][0].inputs[1].hash = Hash(5);
+  clean[2][1].outputs->at(0).hash = Hash(0);
+  EXPECT_TRUE(CheckReplicas(clean, meshes).first.empty());
+  clean[1][0].op = "aten.bmm.default";
+  const ReplicaCheck s = CheckReplicas(clean, meshes);
+  ASSERT_EQ(s.first.size(), 1u);
+  EXPECT_EQ(s.first[0].rank, 1);
+  EXPECT_EQ(s.first[0].cause, EventDivergence::Cause::kStructure);
 }
 
 INSTANTIATE_TEST_SUITE_P(Drivers, Conformance, ::testing::ValuesIn(kSamples),

@@ -218,6 +218,7 @@ class EventLog:
         self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
         self.lock = threading.Lock()
         self.groups: Dict[Any, List[int]] = {}
+        self.meshes: Dict[int, Tuple[Any, List[Any]]] = {}  # id(DeviceMesh) -> (it, its ranks as nested lists)
         self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
@@ -278,10 +279,20 @@ class EventLog:
             self.in_op[rank] -= 1
         end = time.perf_counter()
         results = [x for x in _tensors(out) if isinstance(x, DTensor)]
-        self._add(rank, {"kind": "op", "op": str(func), "args": args, "results": [_placements(x) for x in results],
-                         "inputs": inputs, "outputs": [self._digest(x._local_tensor) for x in results],
+        self._add(rank, {"kind": "op", "op": str(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
+                         "results": [_placements(x) for x in results], "inputs": inputs,
+                         "outputs": [self._digest(x._local_tensor) for x in results],
                          "t_us": self._us(start), "dur_us": (end - start) * 1e6})
         return out
+
+    def _mesh(self, dt) -> List[Any]:
+        """The ranks of the op's device mesh as nested lists (its shape), one list object per mesh; the recording
+        writes each mesh once ("meshes") and the events refer to it by index."""
+        mesh = dt.device_mesh
+        known = self.meshes.get(id(mesh))
+        if known is None or known[0] is not mesh:
+            known = self.meshes[id(mesh)] = (mesh, mesh.mesh.tolist())
+        return known[1]
 
     def boundary(self, rank: int, module: str, pass_: str, at: str, live: Optional[int], peak: Optional[int]) -> None:
         """A module boundary of `rank`: its live bytes then (dtsim run's meter), else the CUDA allocator's where this

@@ -533,7 +533,7 @@ class _Recorder:
         if error is not None:
             raise RuntimeError(f"dtsim.record: rank 0 could not write the recording: {error}")
 
-    def _write(self, parts: List[Dict[str, Any]], backend: str, world: int, argv: str) -> None:
+    def _write(self, parts: List[Dict[str, Any]], backend: str, world: int, argv: str) -> None:  # noqa: C901
         counts = {len(p["records"]) for p in parts}
         if len(counts) != 1:
             raise RuntimeError(f"dtsim.record: the ranks recorded different numbers of redistributions "
@@ -590,6 +590,7 @@ class _Recorder:
             for p in parts:
                 for rank, evs in (p.get("events") or {}).items():
                     merged.setdefault(int(rank), []).extend(evs)
+            doc["meshes"] = _mesh_table(merged)
             doc["events"] = {str(r): merged[r] for r in sorted(merged)}
         memory = [p["memory"] for p in parts if p.get("memory")]
         if memory:
@@ -896,6 +897,31 @@ def _finish_part(self: "_Recorder", folder: str) -> None:
 
 
 _Recorder._finish_part = _finish_part
+
+
+def _mesh_table(events: Dict[int, List[Dict[str, Any]]]) -> List[Any]:
+    """The device meshes of the op events (each event holds its mesh's ranks as nested lists), each once, in order of
+    first use; every op event's "mesh" becomes its index in that table."""
+    table: List[Any] = []
+    by_id: Dict[int, int] = {}  # a rank's events share one list object per mesh
+    alive: List[Any] = []  # those lists, held while their ids are keys
+    by_value: Dict[str, int] = {}  # parts of other ranks hold equal lists
+    for rank in sorted(events):
+        for e in events[rank]:
+            mesh = e.get("mesh")
+            if not isinstance(mesh, list):
+                continue
+            index = by_id.get(id(mesh))
+            if index is None:
+                key = json.dumps(mesh)
+                index = by_value.get(key)
+                if index is None:
+                    index = by_value[key] = len(table)
+                    table.append(mesh)
+                by_id[id(mesh)] = index
+                alive.append(mesh)
+            e["mesh"] = index
+    return table
 
 
 def merge_parts(folder: str, path: str, max_data_bytes: int, argv: str) -> Dict[str, Any]:

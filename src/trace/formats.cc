@@ -57,6 +57,27 @@ std::string RunCollectivesNote(const Recording& a, const Recording& b) {
   return "";
 }
 
+// A divergence's cause as trace-diff prints it ("computed"); `fr`: one side is a Flight Recorder
+// import (a shorter rank is "missing" a collective).
+const char* CauseText(EventDivergence::Cause c, bool fr) {
+  using Cause = EventDivergence::Cause;
+  switch (c) {
+    case Cause::kStructure:
+      return "structure";
+    case Cause::kComputed:
+      return "computed";
+    case Cause::kInput:
+      return "input";
+    case Cause::kLength:
+      return fr ? "missing" : "length";
+    case Cause::kPending:
+      return "never completed";
+    case Cause::kRace:
+      return "read before wait";
+  }
+  return "";
+}
+
 // Two recordings that both have events: the first op or collective where each rank's runs part
 // (the cause named), what diverged after it, then the redistributions' differences (structure;
 // their values are the events'). Exit 0 when nothing differs, else 1.
@@ -102,23 +123,7 @@ int PrintEventDiff(const Recording& a, const Recording& b,
     races();
     return 0;
   }
-  auto cause = [fr](Cause c) {
-    switch (c) {
-      case Cause::kStructure:
-        return "structure";
-      case Cause::kComputed:
-        return "computed";
-      case Cause::kInput:
-        return "input";
-      case Cause::kLength:
-        return fr ? "missing" : "length";
-      case Cause::kPending:
-        return "never completed";
-      case Cause::kRace:
-        return "read before wait";
-    }
-    return "";
-  };
+  auto cause = [fr](Cause c) { return CauseText(c, fr); };
   if (!ev.first.empty()) {
     const EventDivergence& f = ev.first.front();
     out << "recordings differ; first at rank " << f.rank << ", event " << f.index << ": " << f.where
@@ -245,6 +250,82 @@ int DiffRecordingFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& opt
   return 1;
 }
 
+// One recording: consistency inside the run. Every redistribution's replicas before and after
+// (ReplicaMismatches, as dtsim replay checks them) and every DTensor op's (CheckReplicas: the
+// events' meshes). Exit 0 consistent, 1 an odd rank out, 3 nothing could be checked.
+int CheckRecordingFile(TraceText& text, const TraceDiffOptions& options, std::ostream& out) {
+  const Recording rec = RecordingFromText(std::exchange(text, {}));
+  std::vector<std::string> redistributions;
+  for (const RecordedRedistribution& r : rec.redistributions) {
+    for (const ReplicaMismatch& m : ReplicaMismatches(r)) {
+      redistributions.push_back(
+          StrCat("redistribution #", r.index, " (", r.call, r.op.empty() ? "" : " " + r.op, ") ",
+                 m.before ? "before" : "after", ": rank ", m.rank, " holds ", m.hash,
+                 ", its replicas (ranks ", IntListToString(m.replicas), ") hold ", m.replica_hash));
+    }
+  }
+  std::optional<ReplicaCheck> ops;
+  std::string why_not;  // why the ops' replicas are not checked
+  if (!rec.events) {
+    why_not = "no events recorded (record with ops: dtsim record, dtsim.record(ops=True))";
+  } else if (rec.backend == "flight-recorder") {
+    why_not = "a Flight Recorder dump records no values";
+  } else if (rec.meshes.empty()) {
+    why_not = "its events have no device meshes (recorded before dtsim recorded them)";
+  } else {
+    ops = CheckReplicas(*rec.events, rec.meshes);
+  }
+  const bool odd = !redistributions.empty() || (ops && !ops->first.empty());
+  const bool checked = !rec.redistributions.empty() || (ops && ops->tensors > 0);
+  std::string ops_text =
+      why_not.empty() ? "" : StrCat("DTensor ops' replicas not checked: ", why_not);
+  if (ops) {
+    ops_text = StrCat(ops->ops, " DTensor ops on ", rec.meshes.size(), " mesh",
+                      rec.meshes.size() == 1 ? "" : "es", ", ", ops->tensors,
+                      " arguments and results with replicas compared");
+    if (ops->not_checked > 0)
+      ops_text += StrCat(" (", ops->not_checked, " not checked: no mesh or no hash)");
+  }
+  const std::string redistributions_text =
+      StrCat(rec.redistributions.size(), " redistribution",
+             rec.redistributions.size() == 1 ? "" : "s", " checked before and after");
+  if (!odd) {
+    if (!checked) {
+      out << "recording: replicas not checked: " << (ops_text.empty() ? why_not : ops_text)
+          << "; no redistribution recorded\n";
+      return 3;
+    }
+    out << "recording consistent: every replica equal; " << ops_text << "; " << redistributions_text
+        << "\n";
+    return 0;
+  }
+  if (ops && !ops->first.empty()) {
+    const EventDivergence& f = ops->first.front();
+    out << "recording inconsistent; first at rank " << f.rank << ", event " << f.index << ": "
+        << f.where << "\n";
+  } else {
+    out << "recording inconsistent:\n";
+  }
+  if (ops) {
+    size_t shown = 0;
+    for (const EventDivergence& d : ops->first) {
+      if (shown++ == options.limit) {
+        out << "  … " << ops->first.size() - options.limit << " more ranks\n";
+        break;
+      }
+      out << "  rank " << d.rank << ", event " << d.index << " (" << CauseText(d.cause, false)
+          << "): " << d.where << ": " << d.what << "\n";
+    }
+    out << "  " << ops->odd << " of " << ops->tensors
+        << " arguments and results with replicas have an odd rank out; " << ops_text << "\n";
+  } else if (!why_not.empty()) {
+    out << "  " << ops_text << "\n";
+  }
+  for (size_t i = 0; i < redistributions.size() && i < options.limit; ++i)
+    out << "  " << redistributions[i] << "\n";
+  return 1;
+}
+
 std::string RecordingToPerfettoText(TraceText& text, const TraceText* with) {
   if (with != nullptr) throw InputError("with", "not with a recording (export it alone)");
   return RecordingToPerfetto(RecordingFromText(std::exchange(text, {})));
@@ -321,14 +402,14 @@ const std::vector<TraceFormatDriver>& TraceFormatDrivers() {
   // clang-format off
   static const std::vector<TraceFormatDriver> drivers = {
       {kModelTraceFormat, "a model run (dtsim model --trace)",
-       ValidateModelTrace, RewriteModelTrace, DiffModelTraceFiles, ModelTraceToPerfettoText},
+       ValidateModelTrace, RewriteModelTrace, DiffModelTraceFiles, nullptr, ModelTraceToPerfettoText},
       {kRecordingFormat, "a recorded or simulated PyTorch run (dtsim.record, dtsim record, dtsim run --trace, "
                          "dtsim import-fr)",
-       ValidateRecording, nullptr, DiffRecordingFiles, RecordingToPerfettoText},
+       ValidateRecording, nullptr, DiffRecordingFiles, CheckRecordingFile, RecordingToPerfettoText},
       {kOpTraceFormat, "one op's implicit redistributions (dtsim op --trace)",
-       ValidateOpTrace, RewriteOpTrace, DiffOpTraceFiles, nullptr},
+       ValidateOpTrace, RewriteOpTrace, DiffOpTraceFiles, nullptr, nullptr},
       {kTraceFormat, "one redistribution (dtsim redistribute --trace, dtsim compare --trace)",
-       ValidateTrace, RewriteTrace, DiffTraceFiles, TraceToPerfettoText},
+       ValidateTrace, RewriteTrace, DiffTraceFiles, nullptr, TraceToPerfettoText},
   };
   // clang-format on
   return drivers;

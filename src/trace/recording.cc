@@ -406,12 +406,14 @@ bool IsRecording(const nlohmann::json& json) {
 namespace {
 Recording RecordingWithoutEvents(const nlohmann::json& json,
                                  std::optional<int64_t> data_file_bytes);
+void CheckEventMeshes(const Recording& rec);
 }  // namespace
 
 Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> data_file_bytes) {
   Recording out = RecordingWithoutEvents(json, data_file_bytes);
   const JsonReader r(json, kField);
   if (r.Has("events")) out.events = RunEventsFromJson(r.At("events"), out.world_size);
+  CheckEventMeshes(out);
   return out;
 }
 
@@ -422,11 +424,83 @@ Recording RecordingFromText(const TraceText& text, std::optional<int64_t> data_f
       return RecordingWithoutEvents(r.json(), data_file_bytes);
     });
     if (root.Has("events")) out.events = RunEventsFromNode(root.At("events"), out.world_size);
+    CheckEventMeshes(out);
     return out;
   });
 }
 
 namespace {
+// One device mesh of "meshes": its ranks as nested lists, one level per mesh dim (upstream's
+// DeviceMesh.mesh.tolist()), every rank of the world at most once.
+void NestedRanks(const JsonReader& r, size_t depth, std::vector<int64_t>* shape,
+                 std::vector<int64_t>* ranks, int64_t world_size) {
+  if (!r.json().is_array()) {
+    if (depth != shape->size() || depth == 0)
+      r.Fail("expected nested lists of ranks, every list as deep as the first");
+    ranks->push_back(r.AsInt(0, world_size - 1));
+    return;
+  }
+  const size_t n = r.ArraySize(static_cast<size_t>(world_size));
+  if (n == 0) r.Fail("expected a non-empty list of ranks");
+  if (depth == shape->size()) {
+    if (!ranks->empty()) r.Fail("expected nested lists of ranks, every list as deep as the first");
+    if (depth >= static_cast<size_t>(kMaxMeshDims))
+      r.Fail(StrCat("nests deeper than ", kMaxMeshDims, " mesh dims"));
+    shape->push_back(static_cast<int64_t>(n));
+  } else if ((*shape)[depth] != static_cast<int64_t>(n)) {
+    r.Fail(StrCat("has ", n, " entries where its siblings have ", (*shape)[depth]));
+  }
+  for (size_t i = 0; i < n; ++i) NestedRanks(r.At(i), depth + 1, shape, ranks, world_size);
+}
+
+std::vector<DeviceMesh> MeshesFromJson(const JsonReader& r, int64_t world_size) {
+  const size_t n = r.ArraySize(size_t{1} << 20);
+  std::vector<DeviceMesh> out;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> shape, ranks;
+    NestedRanks(r.At(i), 0, &shape, &ranks, world_size);
+    try {
+      out.push_back(DeviceMesh::Create(shape, {}, ranks));
+    } catch (const InputError& e) {
+      r.At(i).Fail(e.what());
+    }
+  }
+  return out;
+}
+
+// Each op event's mesh is one of "meshes", holds the event's rank, and has a placement per dim for
+// each argument and result.
+void CheckEventMeshes(const Recording& rec) {
+  if (!rec.events) return;
+  for (const auto& [rank, list] : *rec.events) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const RunEvent& e = list[i];
+      if (!e.mesh) continue;
+      auto fail = [&](const std::string& problem) {
+        throw InputError(kField, StrCat("events.", rank, "[", i, "].mesh: ", problem));
+      };
+      if (*e.mesh >= static_cast<int64_t>(rec.meshes.size())) {
+        fail(StrCat(*e.mesh, " is no mesh of the recording's \"meshes\" (", rec.meshes.size(),
+                    " of them)"));
+      }
+      const DeviceMesh& mesh = rec.meshes[static_cast<size_t>(*e.mesh)];
+      if (mesh.PositionOf(rank) < 0)
+        fail(StrCat("mesh ", *e.mesh, " ", IntListToString(mesh.ranks()), " does not hold rank ",
+                    rank, ", whose op it is"));
+      for (const std::vector<std::string>* texts : {&e.args, &e.results}) {
+        for (const std::string& t : *texts) {
+          const int64_t dims =
+              static_cast<int64_t>(ParsePlacements(t.substr(1, t.size() - 2)).size());
+          if (dims != mesh.ndim()) {
+            fail(StrCat("mesh ", *e.mesh, " has ", mesh.ndim(), " dims, but the op's placements ",
+                        t, " have ", dims));
+          }
+        }
+      }
+    }
+  }
+}
+
 // "memory": ranks of the world as keys, each a list of module boundaries.
 std::map<int64_t, std::vector<MemorySample>> MemoryFromJson(const JsonReader& r,
                                                             int64_t world_size) {
@@ -526,6 +600,7 @@ Recording RecordingWithoutEvents(const nlohmann::json& json,
   }
   if (meta.Has("memory_source")) out.memory_source = meta.String("memory_source");
   if (r.Has("memory")) out.memory = MemoryFromJson(r.At("memory"), out.world_size);
+  if (r.Has("meshes")) out.meshes = MeshesFromJson(r.At("meshes"), out.world_size);
   if (r.Has("collectives")) {
     // The run's collectives: ranks of the world (0 to world_size - 1).
     const DeviceMesh world = DeviceMesh::Create({out.world_size});

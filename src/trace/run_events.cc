@@ -18,6 +18,7 @@ namespace dtsim {
 namespace {
 
 constexpr size_t kMaxEventsPerRank = size_t{1} << 24;
+constexpr int64_t kMaxMeshes = int64_t{1} << 20;  // a recording's "meshes"
 constexpr size_t kMaxDigests = 4096;
 constexpr double kMaxEventMicros = 1e15;  // an event's t_us and dur_us (about 31 years)
 
@@ -98,6 +99,10 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
       r.At("group").Fail("lists a rank twice");
     if (!std::binary_search(sorted.begin(), sorted.end(), rank))
       r.At("group").Fail(StrCat("does not hold rank ", rank, ", whose event it is"));
+  }
+  if (r.Has("mesh")) {
+    if (e.kind != RunEvent::Kind::kOp) r.At("mesh").Fail("only an op has a device mesh");
+    e.mesh = r.Int("mesh", 0, kMaxMeshes - 1);
   }
   e.inputs = DigestsFromJson(r.At("inputs"));
   if (r.Has("outputs") && !r.At("outputs").json().is_null())
@@ -192,6 +197,10 @@ class FastEvent {
           e->outputs.emplace();
           if (!Digests(&*e->outputs)) return false;
         }
+      } else if (key == "mesh") {
+        int64_t mesh = 0;
+        if (!Int(&mesh, 0, kMaxMeshes - 1)) return false;
+        e->mesh = mesh;
       } else if (key == "seq") {
         int64_t seq = 0;
         if (!Int(&seq, 0, INT64_MAX)) return false;
@@ -227,6 +236,7 @@ class FastEvent {
     } while (Lit(','));
     if (!Lit('}') || !has_kind || !has_op || !has_module || !has_pass || !has_inputs) return false;
     if (e->kind == RunEvent::Kind::kOp) return has_args && has_results;
+    if (e->mesh) return false;  // only an op has a mesh: the DOM path names the problem
     if (!has_group || e->group.empty()) return false;
     std::vector<int64_t> sorted = e->group;
     std::sort(sorted.begin(), sorted.end());
@@ -705,6 +715,165 @@ EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool col
               return x.index != y.index ? x.index < y.index : x.rank < y.rank;
             });
   return diff;
+}
+
+}  // namespace dtsim
+
+namespace dtsim {
+namespace {
+
+// "[S(0), R]" -> which mesh dims are Replicate; nullopt when the text does not parse.
+std::optional<std::vector<bool>> ReplicateDims(const std::string& text) {
+  if (text.size() < 2) return std::nullopt;
+  try {
+    std::vector<bool> out;
+    for (const Placement& p : ParsePlacements(text.substr(1, text.size() - 2)))
+      out.push_back(p.is_replicate());
+    return out;
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+struct Member {
+  int64_t rank = 0;
+  const RunEvent* event = nullptr;
+  int64_t index = 0;
+};
+
+}  // namespace
+
+ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh>& meshes) {
+  using Cause = EventDivergence::Cause;
+  ReplicaCheck out;
+  // (mesh, n) -> the n-th op of each of the mesh's ranks, in rank order.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Member>> ops;
+  for (const auto& [rank, list] : events) {
+    std::map<int64_t, int64_t> seen;  // mesh -> its ops so far on this rank
+    for (size_t i = 0; i < list.size(); ++i) {
+      const RunEvent& e = list[i];
+      if (e.kind != RunEvent::Kind::kOp) continue;
+      if (!e.mesh || *e.mesh >= static_cast<int64_t>(meshes.size())) {
+        ++out.not_checked;
+        continue;
+      }
+      ops[{*e.mesh, seen[*e.mesh]++}].push_back({rank, &e, static_cast<int64_t>(i)});
+    }
+  }
+  std::map<int64_t, EventDivergence> first;  // rank -> its first divergence
+  auto diverge = [&first, &out](const Member& m, Cause cause, std::string what) {
+    auto found = first.find(m.rank);
+    if (found != first.end() && found->second.index <= m.index) return;
+    EventDivergence d;
+    d.cause = cause;
+    d.rank = m.rank;
+    d.index = m.index;
+    d.where = EventLabel(*m.event);
+    d.what = std::move(what);
+    first[m.rank] = std::move(d);
+  };
+  for (const auto& [key, members] : ops) {
+    ++out.ops;
+    const DeviceMesh& mesh = meshes[static_cast<size_t>(key.first)];
+    // Every rank of the mesh op ran the same op, with as many arguments and results.
+    const RunEvent& head = *members.front().event;
+    bool same = true;
+    for (const Member& m : members) {
+      if (m.event->op != head.op || m.event->args.size() != head.args.size() ||
+          m.event->results.size() != head.results.size()) {
+        same = false;
+        diverge(
+            m, Cause::kStructure,
+            StrCat("op ", key.second, " of mesh ", IntListToString(mesh.ranks()), ": rank ", m.rank,
+                   " ran ", m.event->op, " where rank ", members.front().rank, " ran ", head.op));
+      }
+    }
+    if (!same) continue;
+    // Each argument (inputs) then each result (outputs): replica sets by masked coordinate.
+    bool argument_odd = false;
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool results = pass == 1;
+      const size_t slots = results ? head.results.size() : head.args.size();
+      for (size_t k = 0; k < slots; ++k) {
+        const std::string& placements = results ? head.results[k] : head.args[k];
+        const std::optional<std::vector<bool>> replicate = ReplicateDims(placements);
+        if (!replicate || static_cast<int64_t>(replicate->size()) != mesh.ndim()) {
+          ++out.not_checked;
+          continue;
+        }
+        bool any = false;
+        for (bool r : *replicate) any |= r;
+        if (!any) continue;  // no replicas
+        // masked coordinate -> hash -> members
+        std::map<std::vector<int64_t>, std::map<std::string, std::vector<const Member*>>> sets;
+        for (const Member& m : members) {
+          const std::vector<TensorDigest>* digests =
+              results ? (m.event->outputs ? &*m.event->outputs : nullptr) : &m.event->inputs;
+          const std::string& mine = results ? m.event->results[k] : m.event->args[k];
+          std::optional<std::vector<int64_t>> at = mesh.FindCoordinate(m.rank);
+          if (digests == nullptr || k >= digests->size() || !(*digests)[k].hash || !at ||
+              mine != placements) {
+            ++out.not_checked;
+            continue;
+          }
+          for (size_t d = 0; d < at->size(); ++d)
+            if ((*replicate)[d]) (*at)[d] = -1;
+          sets[*at][*(*digests)[k].hash].push_back(&m);
+        }
+        for (const auto& [coordinate, by_hash] : sets) {
+          size_t holders = 0;
+          for (const auto& [hash, holding] : by_hash) holders += holding.size();
+          if (holders < 2) continue;
+          ++out.tensors;
+          if (by_hash.size() < 2) continue;
+          ++out.odd;
+          const auto majority = std::max_element(
+              by_hash.begin(), by_hash.end(),
+              [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+          // No hash held by more ranks than every other: each rank is an odd one out.
+          size_t at_most = 0;
+          for (const auto& [hash, holding] : by_hash)
+            at_most += holding.size() == majority->second.size();
+          const bool tie = at_most > 1;
+          std::vector<int64_t> replicas;
+          for (const Member* m : majority->second) replicas.push_back(m->rank);
+          for (const auto& [hash, holding] : by_hash) {
+            if (!tie && &hash == &majority->first) continue;
+            for (const Member* m : holding) {
+              std::string others;
+              for (const auto& [other, with] : by_hash) {
+                if (&other == &hash) continue;
+                std::vector<int64_t> ranks;
+                for (const Member* o : with) ranks.push_back(o->rank);
+                others += StrCat(others.empty() ? "" : ", ", "ranks ", IntListToString(ranks),
+                                 " hold ", other);
+              }
+              const std::string what =
+                  tie ? StrCat(results ? "result " : "argument ", k, " (", placements, "): rank ",
+                               m->rank, " holds ", hash,
+                               "; its replicas disagree, no hash held by most: ", others)
+                      : StrCat(results ? "result " : "argument ", k, " (", placements, "): rank ",
+                               m->rank, " holds ", hash, ", its replicas (ranks ",
+                               IntListToString(replicas), ") hold ", majority->first);
+              if (!results) argument_odd = true;
+              diverge(*m, results && !argument_odd ? Cause::kComputed : Cause::kInput,
+                      results && !argument_odd
+                          ? StrCat(what, ", from arguments its replicas share: the op computed it")
+                          : StrCat(what,
+                                   ": written outside the recorded ops, or computed "
+                                   "from replicas that already differed"));
+            }
+          }
+        }
+      }
+    }
+  }
+  for (auto& [rank, d] : first) out.first.push_back(std::move(d));
+  std::sort(out.first.begin(), out.first.end(),
+            [](const EventDivergence& x, const EventDivergence& y) {
+              return x.index != y.index ? x.index < y.index : x.rank < y.rank;
+            });
+  return out;
 }
 
 }  // namespace dtsim

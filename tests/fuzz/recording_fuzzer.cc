@@ -53,6 +53,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Self-diff: a recording's events agree with themselves.
     const EventDiff self = DiffRunEvents(*rec.events, *rec.events);
     DTSIM_FUZZ_EXPECT(self.first.empty() && self.differing == 0, "events differ from themselves");
+    // Every op's mesh holds its rank (the reader checked it); the replica check names only ranks
+    // of the run, at events it has.
+    for (const auto& [rank, events] : *rec.events) {
+      for (const RunEvent& e : events) {
+        if (!e.mesh) continue;
+        DTSIM_FUZZ_EXPECT(*e.mesh < static_cast<int64_t>(rec.meshes.size()) &&
+                              rec.meshes[*e.mesh].PositionOf(rank) >= 0,
+                          "an op's mesh holds its rank");
+      }
+    }
+    const ReplicaCheck replicas = CheckReplicas(*rec.events, rec.meshes);
+    DTSIM_FUZZ_EXPECT(replicas.odd <= replicas.tensors, "odd replica sets are compared ones");
+    for (const EventDivergence& d : replicas.first) {
+      auto found = rec.events->find(d.rank);
+      DTSIM_FUZZ_EXPECT(found != rec.events->end() && d.index >= 0 &&
+                            d.index < static_cast<int64_t>(found->second.size()),
+                        "a replica divergence names an event of the run: rank ", d.rank);
+    }
   }
   return 0;
 }

@@ -403,3 +403,48 @@ def test_import_fr_refuses_bad_dumps(tmp_path):
     assert not os.path.exists(out)
     p = run([DTSIM, "import-fr", "-o", str(tmp_path / "a0"), str(tmp_path / "a0")])
     assert p.returncode == 2 and "is the same file as the input of dump" in p.stderr
+
+
+# ---- consistency inside one run: `dtsim trace-diff RECORDING` names the rank whose replica differs ----
+REPLICAS = os.path.join(os.path.dirname(__file__), "scripts", "replicas.py")
+
+
+def line_of(script, statement):
+    """The script's line number of `statement` (read from the file, not from dtsim)."""
+    with open(script) as f:
+        return next(i for i, line in enumerate(f, 1) if line.strip() == statement)
+
+
+@pytest.mark.parametrize("fault, rank, op, argument, statement", [
+    ("", None, None, None, None),
+    ("replica_write", 1, "aten.mm.default", "argument 1 ([R])", "z = torch.mm(y, w)"),
+    ("skip_grad_reduce", 2, "aten.mul.Tensor", "argument 0 ([R])", "w = w - 0.1 * g"),
+])
+def test_one_recording_names_the_rank_whose_replica_differs(tmp_path, fault, rank, op, argument, statement):
+    """tests/run/scripts/replicas.py under torchrun + Gloo, recorded: a replica written on one rank, or a gradient one
+    rank never reduced, is named alone at the first op that reads it, with its argument, op, module and line; the
+    clean run is consistent. The simulation of the faulty script (the script's own bug) finds the same."""
+    path = str(tmp_path / "real.json")
+    env = dict(ENV, DTSIM_TEST_FAULT=fault)
+    p = run([DTSIM, "record", "-o", path, "--"] + TORCHRUN + [REPLICAS], env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    sims = []
+    if fault == "replica_write":
+        sim = str(tmp_path / "sim.json")
+        p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", sim, REPLICAS], env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        sims.append(sim)
+    for recording in [path] + sims:
+        p = run([DTSIM, "trace-diff", recording])
+        if not fault:
+            assert p.returncode == 0, p.stdout
+            assert p.stdout.startswith("recording consistent: every replica equal; 4 DTensor ops on 1 mesh"), p.stdout
+            continue
+        assert p.returncode == 1, p.stdout
+        firsts = [line for line in p.stdout.splitlines() if line.startswith("  rank ")]
+        assert len(firsts) == 1, p.stdout
+        assert firsts[0].startswith(f"  rank {rank}, event "), firsts[0]
+        assert f"(input): {op} in Global (forward) at " in firsts[0], firsts[0]
+        assert f"replicas.py:{line_of(REPLICAS, statement)}: {argument}: rank {rank} holds " in firsts[0], firsts[0]
+        others = sorted({0, 1, 2, 3} - {rank})
+        assert f"its replicas (ranks {others}) hold " in firsts[0], firsts[0]

@@ -1,9 +1,10 @@
 // The trace formats dtsim reads, as one table of drivers (as upstream keeps its op tables): each
 // names its "format" value, reads and validates a file of it, writes its typed model back (the
-// writer dtsim's own commands use), compares two files of it (what `dtsim trace-diff` prints) and
-// exports it to Perfetto (`dtsim export`). The commands,
-// `dtsim.load_trace` and the trace fuzzer dispatch through this table; a new format is one more
-// driver, and tests/trace_formats_test.cc runs every driver through the same conformance checks.
+// writer dtsim's own commands use), compares two files of it (what `dtsim trace-diff` prints),
+// checks one file alone where the format can (a recording's replicas: `dtsim trace-diff RECORDING`)
+// and exports it to Perfetto (`dtsim export`). The commands, `dtsim.load_trace` and the trace
+// fuzzer dispatch through this table; a new format is one more driver, and
+// tests/trace_formats_test.cc runs every driver through the same conformance checks.
 //
 // clang-format off
 //   format              what                                                      write   export --with
@@ -47,6 +48,10 @@ struct TraceFormatDriver {
   // refused naming its own format when it is not): prints the verdict and the differences in run
   // order to `out`; returns 0 when they agree, 1 when they differ.
   int (*diff)(TraceText& a, TraceText& b, const TraceDiffOptions& options, std::ostream& out);
+  // Checks one file on its own (`dtsim trace-diff` with one file): consistency inside the run it
+  // records. Prints the verdict; returns 0 consistent, 1 not, 3 when nothing could be checked.
+  // nullptr: the format has no such check (a file alone says nothing of itself).
+  int (*check)(TraceText& text, const TraceDiffOptions& options, std::ostream& out);
   // Perfetto / Chrome trace-event JSON of `text`, with `with` (nullptr: none) beside it;
   // InputError("with") where the format exports alone. nullptr: not exportable.
   std::string (*to_perfetto)(TraceText& text, const TraceText* with);

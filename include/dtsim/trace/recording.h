@@ -92,6 +92,10 @@ struct Recording {
   // (a real rank on the CPU has no allocator statistics).
   std::optional<std::map<int64_t, std::vector<MemorySample>>> memory;
   std::string memory_source;
+  // The device meshes of the op events ("meshes": each as nested lists of ranks, upstream's
+  // DeviceMesh.mesh.tolist()); an op event names its own by index (RunEvent::mesh). Empty when
+  // not recorded.
+  std::vector<DeviceMesh> meshes;
 };
 
 // A rank whose recorded hash differs from its replicas': ranks whose coordinates differ only on

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtsim/layout/json_reader.h"
+#include "dtsim/layout/mesh.h"
 
 namespace dtsim {
 
@@ -34,6 +35,9 @@ struct RunEvent {
   std::string line;    // the program's line ("train.py:42"), shown, not compared
   std::vector<std::string> args, results;  // an op's DTensor placements ("[S(0), R]")
   std::vector<int64_t> group;              // a collective's process group (its global ranks)
+  // An op's device mesh: its index in the recording's "meshes" (nullopt: not recorded, as by
+  // recorders before meshes were).
+  std::optional<int64_t> mesh;
   std::vector<TensorDigest> inputs;
   std::optional<std::vector<TensorDigest>> outputs;  // nullopt: not digested (its work failed)
   bool at_end = false;  // a collective's output digested at the end (never waited for)
@@ -119,5 +123,25 @@ EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b, bool collectives
 
 // "aten.mm.default in layers.0.wo (backward) at train.py:42".
 std::string EventLabel(const RunEvent& e);
+
+// Consistency inside one run: ranks that must hold the same replica hold equal bytes. The n-th op
+// of every rank on a device mesh is one op of the mesh (as `dtsim run --check-ops` meets them);
+// for each of its DTensor arguments and results, ranks whose mesh coordinates differ only on the
+// placements' Replicate dims hold one replica (Shard and Partial dims are not masked: their
+// pieces differ by design), so their hashes must be equal. The hash most of them hold is the
+// replica's; the others are odd ranks out. Ranks of one mesh op that ran different ops are a
+// divergence of their own (kStructure).
+struct ReplicaCheck {
+  // Each odd rank out's first divergence, by event index then rank: cause kComputed when an op's
+  // result differs from its replicas while every argument agreed (the op computed it), kInput when
+  // an argument already differed (written outside the recorded ops, or its replicas differed
+  // before), kStructure for another op.
+  std::vector<EventDivergence> first;
+  int64_t ops = 0;          // mesh ops met (op events with a mesh, grouped across ranks)
+  int64_t tensors = 0;      // arguments and results with replicas, compared
+  int64_t odd = 0;          // of them, those with an odd rank out (first divergences included)
+  int64_t not_checked = 0;  // op events without a mesh, or tensors without a hash
+};
+ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh>& meshes);
 
 }  // namespace dtsim
