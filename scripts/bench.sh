@@ -227,7 +227,7 @@ if os.path.exists(os.path.join(out, "record_ops.json")):
     assert ro["trace_diff_found"], "dtsim trace-diff missed the planted difference in bench/record_ops_bench.py"
     print(f"bench record_ops_overhead ratio {ro['record_ops_overhead']:.2f}   (a TP + FSDP2 + AdamW step on 4 Gloo "
           f"ranks: {ro['plain_step_s'] * 1e3:.1f} ms plain, {ro['recorded_step_s'] * 1e3:.1f} ms under dtsim record, "
-          f"fastest of 2 alternating runs each; target >= 0.7)")
+          f"fastest of 3 alternating runs each, 8 steps a run; target >= 0.7)")
     print(f"bench trace_diff_ops ratio {ro['trace_diff_ops']:.2f}   (10 s over dtsim trace-diff "
           f"{ro['trace_diff_s']:.2f} s of two 1,000,000-event recordings, {ro['trace_bytes'] / 2**20:.0f} MiB each; "
           f"the planted difference found; target >= 1)")

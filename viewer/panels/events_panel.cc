@@ -173,38 +173,14 @@ void DrawDivergences(App& app, const Rect& area) {
 
 void DrawEventsToolbar(App& app) {
   EventsSession& s = *app.events;
-  const float box_w = 170;
-  SameLineIfFits(box_w + 90);
-  if (ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_G, false))
-    ImGui::SetKeyboardFocusHere();
-  ImGui::SetNextItemWidth(box_w);
-  if (ImGui::InputTextWithHint("##goto", "go to rank: 3", &app.goto_text,
-                               ImGuiInputTextFlags_EnterReturnsTrue)) {
-    try {
-      SelectEventsRank(s, ParseRankQuery(DeviceMesh::Create({s.world_size()}), app.goto_text));
-      app.goto_error.clear();
-    } catch (const InputError& e) {
-      app.goto_error = e.what();
-    }
-  }
-  if (!app.goto_error.empty()) {
-    SameLineIfFits(ImGui::CalcTextSize(app.goto_error.c_str()).x);
-    ImGui::TextColored(ToVec4(kDiffColor), "%s", app.goto_error.c_str());
-  }
-  auto text = [](const std::string& t, const ImVec4* color = nullptr) {
-    SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
-    if (color != nullptr) {
-      ImGui::TextColored(*color, "%s", t.c_str());
-    } else {
-      ImGui::TextUnformatted(t.c_str());
-    }
-  };
-  const ImVec4 dim = ToVec4(kDimTextColor);
-  text(FileName(s.first_path));
-  text(StrCat("recording (", s.first.backend, ")"), &dim);
+  GoToBox(app, "go to rank: 3", [&s](const std::string& text) {
+    SelectEventsRank(s, ParseRankQuery(DeviceMesh::Create({s.world_size()}), text));
+  });
+  ToolbarText(FileName(s.first_path));
+  ToolbarText(StrCat("recording (", s.first.backend, ")"), &kDimTextColor);
   if (s.second) {
-    text("vs " + FileName(s.second_path));
-    text(StrCat("recording (", s.second->backend, ")"), &dim);
+    ToolbarText("vs " + FileName(s.second_path));
+    ToolbarText(StrCat("recording (", s.second->backend, ")"), &kDimTextColor);
   }
   const bool red =
       !s.divergences.empty() ||

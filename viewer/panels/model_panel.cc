@@ -205,42 +205,17 @@ void DrawDifferencesPanel(App& app, const Rect& area) {
 void DrawModelToolbar(App& app) {
   ModelSession& s = *app.model;
   // Go to a rank (Ctrl+G): a number or a coordinate.
-  const float box_w = 170;
-  SameLineIfFits(box_w + 90);
-  if (ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_G, false))
-    ImGui::SetKeyboardFocusHere();
-  ImGui::SetNextItemWidth(box_w);
-  if (ImGui::InputTextWithHint("##goto", "go to rank: 3 or 0,3", &app.goto_text,
-                               ImGuiInputTextFlags_EnterReturnsTrue)) {
-    try {
-      SelectRank(s, ParseRankQuery(s.first.mesh(), app.goto_text));
-      app.goto_error.clear();
-    } catch (const InputError& e) {
-      app.goto_error = e.what();
-    }
-  }
-  if (!app.goto_error.empty()) {
-    SameLineIfFits(ImGui::CalcTextSize(app.goto_error.c_str()).x);
-    ImGui::TextColored(ToVec4(kDiffColor), "%s", app.goto_error.c_str());
-  }
-  auto text = [](const std::string& t, const ImVec4* color = nullptr) {
-    SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
-    if (color != nullptr) {
-      ImGui::TextColored(*color, "%s", t.c_str());
-    } else {
-      ImGui::TextUnformatted(t.c_str());
-    }
-  };
-  const ImVec4 dim = ToVec4(kDimTextColor);
-  text(FileName(s.first.source()));
+  GoToBox(app, "go to rank: 3 or 0,3",
+          [&s](const std::string& text) { SelectRank(s, ParseRankQuery(s.first.mesh(), text)); });
+  ToolbarText(FileName(s.first.source()));
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("%s\n%s", s.first.source().c_str(), s.first.trace().meta.argv.c_str());
-  text("model trace: " + s.first.Describe(), &dim);
+  ToolbarText("model trace: " + s.first.Describe(), &kDimTextColor);
   if (!s.second) return;
-  text("vs " + FileName(s.second->source()));
+  ToolbarText("vs " + FileName(s.second->source()));
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("%s\n%s", s.second->source().c_str(), s.second->trace().meta.argv.c_str());
-  text(BackendLabel(s.second->trace().meta), &dim);
+  ToolbarText(BackendLabel(s.second->trace().meta), &kDimTextColor);
   const bool agree = s.diff->differences.empty();
   ImGui::PushStyleColor(ImGuiCol_Text, agree ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ToVec4(kDiffColor));
   ImGui::TextWrapped("%s", s.diff->summary.c_str());

@@ -7,6 +7,7 @@
 // frame's app.view.hovered_rank).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,13 @@ struct CanvasInput {
 // ZoomMeshAbout); `viewport` is the zoomable part, in canvas coordinates.
 CanvasInput ZoomableCanvas(const char* id, float width, float height, Zoom& zoom,
                            const Rect& viewport);
+
+// The toolbar's go-to box (Ctrl+G focuses it), `hint` shown while it is empty: Enter hands its text
+// to `go`, whose InputError is shown beside the box (app.goto_error) until a go succeeds.
+void GoToBox(App& app, const char* hint, const std::function<void(const std::string&)>& go);
+
+// A text on the toolbar's line where it fits, else on the next; in `color` when given.
+void ToolbarText(const std::string& text, const Rgba* color = nullptr);
 
 // ImGui's default font as TextMetrics for the layout step.
 TextMetrics CurrentTextMetrics();

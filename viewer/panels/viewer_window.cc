@@ -97,26 +97,38 @@ void OpenTraces(App& app, const std::vector<std::string>& paths) {
   WriteRecentFiles(app.recent_file, app.recent);
 }
 
-// Go to a rank (Ctrl+G): a number or a coordinate; Enter selects, centres and highlights it.
-void DrawGoTo(App& app) {
+void GoToBox(App& app, const char* hint, const std::function<void(const std::string&)>& go) {
   const float box_w = 170;
   SameLineIfFits(box_w + 90);
-  const ImGuiIO& io = ImGui::GetIO();
-  if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_G, false)) ImGui::SetKeyboardFocusHere();
+  if (ImGui::GetIO().KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_G, false))
+    ImGui::SetKeyboardFocusHere();
   ImGui::SetNextItemWidth(box_w);
-  if (ImGui::InputTextWithHint("##goto", "go to rank: 1380 or 5,12,4", &app.goto_text,
+  if (ImGui::InputTextWithHint("##goto", hint, &app.goto_text,
                                ImGuiInputTextFlags_EnterReturnsTrue)) {
     try {
-      GoToRank(app.view, ParseRankQuery(app.shown(), app.goto_text));
+      go(app.goto_text);
       app.goto_error.clear();
     } catch (const InputError& e) {
       app.goto_error = e.what();
     }
   }
-  if (!app.goto_error.empty()) {
-    SameLineIfFits(ImGui::CalcTextSize(app.goto_error.c_str()).x);
-    ImGui::TextColored(ToVec4(kDiffColor), "%s", app.goto_error.c_str());
+  if (!app.goto_error.empty()) ToolbarText(app.goto_error, &kDiffColor);
+}
+
+void ToolbarText(const std::string& text, const Rgba* color) {
+  SameLineIfFits(ImGui::CalcTextSize(text.c_str()).x);
+  if (color != nullptr) {
+    ImGui::TextColored(ToVec4(*color), "%s", text.c_str());
+  } else {
+    ImGui::TextUnformatted(text.c_str());
   }
+}
+
+// Go to a rank (Ctrl+G): a number or a coordinate; Enter selects, centres and highlights it.
+void DrawGoTo(App& app) {
+  GoToBox(app, "go to rank: 1380 or 5,12,4", [&app](const std::string& text) {
+    GoToRank(app.view, ParseRankQuery(app.shown(), text));
+  });
 }
 
 void DrawToolbar(App& app) {
@@ -145,7 +157,6 @@ void DrawToolbar(App& app) {
   }
   DrawGoTo(app);
   ImGui::SameLine();
-  const ImVec4 dim = ToVec4(kDimTextColor);
   // File names (the full path on hover) and what each trace is.
   auto name = [](const TraceModel& m) {
     const std::string& p = m.source();
@@ -184,18 +195,10 @@ void DrawToolbar(App& app) {
       ImGui::TextColored(ToVec4(kDiffColor), "%s", app.diff->summary.c_str());
     }
   }
-  auto text = [](const std::string& t, const ImVec4* color = nullptr) {
-    SameLineIfFits(ImGui::CalcTextSize(t.c_str()).x);
-    if (color != nullptr) {
-      ImGui::TextColored(*color, "%s", t.c_str());
-    } else {
-      ImGui::TextUnformatted(t.c_str());
-    }
-  };
   if (!app.second) {
-    text(name(*app.first));
+    ToolbarText(name(*app.first));
     path_tooltip(*app.first);
-    text(Describe(*app.first), &dim);
+    ToolbarText(Describe(*app.first), &kDimTextColor);
     return;
   }
   ImGui::NewLine();
@@ -203,12 +206,12 @@ void DrawToolbar(App& app) {
   if (ImGui::RadioButton(("first: " + name(*app.first)).c_str(), &which, 0))
     app.view.show_second = false;
   path_tooltip(*app.first);
-  text(Describe(*app.first), &dim);
-  text("  (Tab switches)", &dim);
+  ToolbarText(Describe(*app.first), &kDimTextColor);
+  ToolbarText("  (Tab switches)", &kDimTextColor);
   if (ImGui::RadioButton(("second: " + name(*app.second)).c_str(), &which, 1))
     app.view.show_second = true;
   path_tooltip(*app.second);
-  text(Describe(*app.second), &dim);
+  ToolbarText(Describe(*app.second), &kDimTextColor);
   const bool agree = app.diff->differences.empty();
   ImGui::PushStyleColor(ImGuiCol_Text, agree ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ToVec4(kDiffColor));
   ImGui::TextWrapped("%s", app.diff->summary.c_str());
