@@ -16,13 +16,6 @@
 namespace dtsim::viewer {
 namespace {
 
-ImVec4 ToVec4(Rgba c) { return ImVec4(c.r / 255.f, c.g / 255.f, c.b / 255.f, c.a / 255.f); }
-
-std::string FileName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // Keyboard: Up/Down (PageUp/PageDown, Home/End) move through the rank's events, minus / equal the
 // previous / next rank, F3 / Shift+F3 the next / previous diverging rank.
 void HandleEventsKeys(App& app) {

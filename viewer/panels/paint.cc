@@ -8,6 +8,13 @@
 #include "panels.h"
 
 namespace dtsim::viewer {
+
+ImVec4 ToVec4(Rgba c) { return ImVec4(c.r / 255.f, c.g / 255.f, c.b / 255.f, c.a / 255.f); }
+
+std::string FileName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
 namespace {
 
 ImU32 Col(Rgba c) { return IM_COL32(c.r, c.g, c.b, c.a); }

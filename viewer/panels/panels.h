@@ -16,7 +16,15 @@
 #include "viewer/model/app_state.h"
 #include "viewer/model/draw.h"
 
+struct ImVec4;
+
 namespace dtsim::viewer {
+
+// A colour as ImGui takes it.
+ImVec4 ToVec4(Rgba c);
+
+// The last component of a path ("run.json" of "/tmp/run.json"): what the toolbars show.
+std::string FileName(const std::string& path);
 
 // Draws records of the model's layout step (laid out at the origin) at screen position (origin_x,
 // origin_y) into the current window, and keeps a copy in screen coordinates under `panel` when

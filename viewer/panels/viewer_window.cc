@@ -15,8 +15,6 @@
 namespace dtsim::viewer {
 namespace {
 
-ImVec4 ToVec4(Rgba c) { return ImVec4(c.r / 255.f, c.g / 255.f, c.b / 255.f, c.a / 255.f); }
-
 std::string Describe(const TraceModel& m) {
   const TraceMeta& meta = m.trace().meta;
   return meta.backend + (meta.backend == "local" ? " (simulated)" : " (real)") + ", " +
@@ -158,11 +156,7 @@ void DrawToolbar(App& app) {
   DrawGoTo(app);
   ImGui::SameLine();
   // File names (the full path on hover) and what each trace is.
-  auto name = [](const TraceModel& m) {
-    const std::string& p = m.source();
-    const size_t slash = p.find_last_of('/');
-    return slash == std::string::npos ? p : p.substr(slash + 1);
-  };
+  auto name = [](const TraceModel& m) { return FileName(m.source()); };
   auto path_tooltip = [](const TraceModel& m) {
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s\n%s", m.source().c_str(), m.trace().meta.argv.c_str());
