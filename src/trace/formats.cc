@@ -295,8 +295,8 @@ int CheckRecordingFile(TraceText& text, const TraceDiffOptions& options, std::os
           << "; no redistribution recorded\n";
       return 3;
     }
-    out << "recording consistent: every replica equal; " << ops_text << "; " << redistributions_text
-        << "\n";
+    out << "recording consistent: every replica compared is equal; " << ops_text << "; "
+        << redistributions_text << "\n";
     return 0;
   }
   if (ops && !ops->first.empty()) {

@@ -438,7 +438,7 @@ def test_one_recording_names_the_rank_whose_replica_differs(tmp_path, fault, ran
         p = run([DTSIM, "trace-diff", recording])
         if not fault:
             assert p.returncode == 0, p.stdout
-            assert p.stdout.startswith("recording consistent: every replica equal; 4 DTensor ops on 1 mesh"), p.stdout
+            assert p.stdout.startswith("recording consistent: every replica compared is equal; 4 DTensor ops on 1 mesh"), p.stdout
             continue
         assert p.returncode == 1, p.stdout
         firsts = [line for line in p.stdout.splitlines() if line.startswith("  rank ")]
