@@ -472,7 +472,9 @@ std::vector<DeviceMesh> MeshesFromJson(const JsonReader& r, int64_t world_size) 
 // each argument and result.
 void CheckEventMeshes(const Recording& rec) {
   if (!rec.events) return;
-  for (const auto& [rank, list] : *rec.events) {
+  for (const auto& entry : *rec.events) {
+    const int64_t rank = entry.first;  // not a structured binding: the lambda below captures it
+    const std::vector<RunEvent>& list = entry.second;
     for (size_t i = 0; i < list.size(); ++i) {
       const RunEvent& e = list[i];
       if (!e.mesh) continue;
