@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   dtsim::EnableCachingCpuAllocator();
   auto comm = dtsim::MakeMpiCollectives();
   NullObserver observer;
-  comm->AddObserver(&observer);
+  comm->observers().Add(&observer);
   const int64_t n = comm->world_size();
   std::vector<int64_t> world(n);
   std::iota(world.begin(), world.end(), 0);

@@ -214,7 +214,7 @@ struct Recorder : ops::OpObserver {
   TraceMeta meta;
   Collectives* comm = nullptr;
   std::optional<TraceRecorder> current;
-  std::optional<Collectives::ScopedObserver> observing;  // `current` hears the collectives
+  std::optional<CollectiveObservers::Scoped> observing;  // `current` hears the collectives
   std::vector<OpTraceRedistribution> traces;
 
   void OnOp(const ops::OpEvent& e) override { events.push_back(e); }
@@ -225,7 +225,7 @@ struct Recorder : ops::OpObserver {
     m.planner = ToString(plan.planner);
     current.emplace(m, /*hashes=*/meta.data);
     current->SetInitial(source.spec(), source.to_local(), *comm);
-    observing.emplace(*comm, &*current);
+    observing.emplace(comm->observers(), &*current);
     traces.push_back({op, static_cast<int64_t>(input), Trace{}});
   }
   void OnRedistributeStep(const PlanStep& step, const DTensorSpec& spec,
@@ -385,27 +385,28 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     recorder.meta.data = !c.meta;
     recorder.comm = coll.get();
   }
-  std::optional<Collectives::ScopedObserver> count;  // the op's own collectives only
-  count.emplace(*coll, &counter);
-  ops::OpObserver* previous = ops::SetOpObserver(&recorder);
+  std::optional<CollectiveObservers::Scoped> count;  // the op's own collectives only
+  count.emplace(coll->observers(), &counter);
+  std::optional<ops::OpObservers::Scoped> observe;
+  observe.emplace(ops::ThreadOpObservers(), &recorder);
   if (!coll->simulated()) coll->SetFault(c.fault);
   try {
     handle.callBoxed(&stack);
   } catch (const c10::Error& e) {
     // The op itself refuses these inputs (as it would on plain tensors): bad input, not a dtsim
     // bug.
-    ops::SetOpObserver(previous);
+    observe.reset();
     recorder.observing.reset();
     if (!coll->simulated()) coll->SetFault(FaultSpec{});
     std::string what = e.what_without_backtrace();
     throw InputError("op", StrCat("aten.", c.op, ": ", what.substr(0, what.find('\n'))));
   } catch (...) {
-    ops::SetOpObserver(previous);
+    observe.reset();
     recorder.observing.reset();
     if (!coll->simulated()) coll->SetFault(FaultSpec{});
     throw;
   }
-  ops::SetOpObserver(previous);
+  observe.reset();
   count.reset();
   if (!coll->simulated() && c.fault.active()) {
     const bool struck = AnyRank(*coll, coll->fault_struck());

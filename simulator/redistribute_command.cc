@@ -154,12 +154,12 @@ Outcome RunCase(const Case& c, const std::shared_ptr<Collectives>& collectives,
           ? MakeArangeSource(c.src, collectives)
           : MakeSourceFromGlobal(c.src, ArangeGlobal(c.src).to(options.device), collectives);
   std::optional<TraceRecorder> recorder;
-  std::optional<Collectives::ScopedObserver> observing;  // the traced redistribution only
+  std::optional<CollectiveObservers::Scoped> observing;  // the traced redistribution only
   if (options.trace_meta) {
     TraceMeta meta = *options.trace_meta;
     recorder.emplace(meta, /*hashes=*/!options.meta);
     recorder->SetInitial(source.spec(), source.to_local(), comm);
-    observing.emplace(comm, &*recorder);
+    observing.emplace(comm.observers(), &*recorder);
   }
   RedistributeOptions redistribute;  // its on_step: memory rows and trace steps
   Outcome out;

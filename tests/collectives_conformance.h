@@ -97,7 +97,7 @@ class CollectivesConformance : public ::testing::TestWithParam<ConformanceParam>
     mesh_ = std::make_unique<DeviceMesh>(DeviceMesh::Create(GetParam().mesh_shape));
     groups_ = GroupSet::AlongMeshDim(*mesh_, GetParam().mesh_dim);
     backend_ = GetParam().factory();
-    backend_->AddObserver(&observer_);
+    backend_->observers().Add(&observer_);
     world_ = mesh_->ranks();
     std::sort(world_.begin(), world_.end());
   }

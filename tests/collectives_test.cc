@@ -134,7 +134,7 @@ TEST(LocalCollectivesTest, IsSimulatedAndNeedsLocalTensors) {
 TEST(LocalCollectivesTest, RecordsBytesPerRank) {
   auto c = MakeLocalCollectives();
   CountingObserver obs;
-  c->AddObserver(&obs);
+  c->observers().Add(&obs);
   at::Tensor x = Ranks4([](int64_t r) { return at::ones({4, 2}) * r; });  // 32 bytes a rank
   c->AllReduce(x, GroupSet{{{0, 1}, {2, 3}}}, ReduceOp::kSum);
   c->Reduce(x, GroupSet::Of({0, 1, 2, 3}), ReduceOp::kSum, 2);
@@ -153,8 +153,9 @@ TEST(LocalCollectivesTest, RecordsBytesPerRank) {
             (std::vector<int64_t>{4, 2}));  // outside the group: keeps its input
 }
 
-// Any number of observers each hear every call, in the order they were added; a ScopedObserver
-// stops hearing when it goes, even when the call throws; PausedObservers silences all of them.
+// Any number of observers each hear every call, in the order they were added; a Scoped observer
+// stops hearing when it goes, even when the call throws; Paused silences all of them; one observer
+// is registered once.
 TEST(LocalCollectivesTest, ObserversEachHearEveryCallWhileRegistered) {
   auto c = MakeLocalCollectives();
   at::Tensor x = Ranks4([](int64_t r) { return at::ones({2}) * r; });
@@ -169,12 +170,14 @@ TEST(LocalCollectivesTest, ObserversEachHearEveryCallWhileRegistered) {
     std::vector<std::string>& heard;
   };
   Named a("a", heard), b("b", heard);
-  c->AddObserver(&a);
+  c->observers().Add(&a);
+  EXPECT_THROW(c->observers().Add(&a), InternalError);
+  EXPECT_THROW(c->observers().Add(nullptr), InternalError);
   {
-    Collectives::ScopedObserver scoped(*c, &b);
+    CollectiveObservers::Scoped scoped(c->observers(), &b);
     c->AllReduce(x, world, ReduceOp::kSum);
     {
-      Collectives::PausedObservers quiet(*c);
+      CollectiveObservers::Paused quiet(c->observers());
       EXPECT_FALSE(c->observed());
       c->AllGather(x, world, 0);
     }
@@ -182,8 +185,8 @@ TEST(LocalCollectivesTest, ObserversEachHearEveryCallWhileRegistered) {
     EXPECT_THROW(c->AllGather(x, GroupSet::Of({0, 9}), 0), InputError);
   }
   c->Broadcast(x, world, 0);
-  c->RemoveObserver(&a);
-  c->RemoveObserver(&a);  // absent: nothing
+  c->observers().Remove(&a);
+  c->observers().Remove(&a);  // absent: nothing
   c->Barrier(world, {0, 1, 2, 3});
   EXPECT_FALSE(c->observed());
   EXPECT_EQ(heard, (std::vector<std::string>{"a all_reduce", "b all_reduce", "a broadcast"}));

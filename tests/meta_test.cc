@@ -52,7 +52,7 @@ CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string&
   trace_meta.command = "meta_test";
   TraceRecorder recorder(trace_meta, /*hashes=*/false);
   recorder.SetInitial(source.spec(), source.to_local(), *collectives);
-  collectives->AddObserver(&recorder);
+  collectives->observers().Add(&recorder);
   RedistributeOptions options;
   options.planner = ParsePlannerKind(planner);
   options.on_step = [&](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
@@ -61,7 +61,7 @@ CaseRun RunCase(const DTensorSpec& src, const Placements& to, const std::string&
     recorder.EndStep(step, spec, local, *collectives);
   };
   DTensor out = source.Redistribute(src.mesh(), to, options);
-  collectives->RemoveObserver(&recorder);
+  collectives->observers().Remove(&recorder);
   if (meta) {
     run.ok = !FindShapeMismatch(out.spec(), out.to_local(), *collectives);
     EXPECT_TRUE(IsMetaData(out.to_local()));

@@ -59,14 +59,14 @@ bool IsReportingRank(const Collectives& collectives) {
 
 int64_t BroadcastFromRankZero(Collectives& collectives, int64_t value) {
   if (collectives.simulated()) return value;
-  Collectives::PausedObservers pause(collectives);
+  CollectiveObservers::Paused pause(collectives.observers());
   at::Tensor v = at::full({1}, value, at::kLong);
   return collectives.Broadcast(v, GroupSet::Of(World(collectives)), /*src=*/0).item<int64_t>();
 }
 
 bool AnyRank(Collectives& collectives, bool mine) {
   if (collectives.simulated()) return mine;
-  Collectives::PausedObservers pause(collectives);
+  CollectiveObservers::Paused pause(collectives.observers());
   at::Tensor v = at::full({1}, static_cast<int64_t>(mine), at::kLong);
   return collectives.AllReduce(v, GroupSet::Of(World(collectives)), ReduceOp::kMax)
              .item<int64_t>() != 0;
@@ -74,7 +74,7 @@ bool AnyRank(Collectives& collectives, bool mine) {
 
 std::vector<std::string> GatherToRankZero(Collectives& collectives, const std::string& mine) {
   if (collectives.simulated()) return {mine};
-  Collectives::PausedObservers pause(collectives);
+  CollectiveObservers::Paused pause(collectives.observers());
   const GroupSet world = GroupSet::Of(World(collectives));
   at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
   const int64_t longest = collectives.AllReduce(length, world, ReduceOp::kMax).item<int64_t>();

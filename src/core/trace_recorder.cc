@@ -344,7 +344,7 @@ TracedRedistribution RedistributeWithTrace(const DTensor& source, const Placemen
     if (user_step) user_step(step, spec, local);
   };
   DTensor result = [&] {
-    Collectives::ScopedObserver observe(comm, &recorder);
+    CollectiveObservers::Scoped observe(comm.observers(), &recorder);
     return source.Redistribute(source.mesh(), placements, options);
   }();
   recorder.SetFinal(result.spec(), result.to_local(), comm, std::nullopt);

@@ -93,8 +93,7 @@ int64_t RestNumel(const std::vector<int64_t>& shape) {
 
 void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_received,
           const std::string& cause) {
-  ops::OpObserver* observer = ops::CurrentOpObserver();
-  if (observer == nullptr || u.dp <= 1) return;
+  if (!ops::ThreadOpObservers().observed() || u.dp <= 1) return;
   CollectiveEvent call;
   call.kind = kind;
   call.mesh_dim = u.dp_mesh.DimLabel(0);
@@ -103,7 +102,7 @@ void Tell(const Unit& u, CollectiveKind kind, int64_t bytes_sent, int64_t bytes_
   call.max_bytes_received = bytes_received;
   call.est_us = CostModel().EstimateUs(kind, u.dp, std::max(bytes_sent, bytes_received));
   call.cause = cause;
-  observer->OnCollective(call);
+  ops::ThreadOpObservers().Notify([&call](ops::OpObserver& o) { o.OnCollective(call); });
 }
 
 // `t` contiguous, its dim-0 rows padded with zeros up to `rows` (FSDP2 pads every parameter to a

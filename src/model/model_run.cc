@@ -364,19 +364,15 @@ std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
   return std::move(events_);
 }
 
-// Installs the recorder as both observers for a scope.
+// Registers the recorder as both an op and a module observer for a scope.
 class Observing {
  public:
   explicit Observing(Recorder* r)
-      : prev_op_(ops::SetOpObserver(r)), prev_module_(SetModuleObserver(r)) {}
-  ~Observing() {
-    ops::SetOpObserver(prev_op_);
-    SetModuleObserver(prev_module_);
-  }
+      : op_(ops::ThreadOpObservers(), r), module_(ThreadModuleObservers(), r) {}
 
  private:
-  ops::OpObserver* prev_op_;
-  ModuleObserver* prev_module_;
+  ops::OpObservers::Scoped op_;
+  ModuleObservers::Scoped module_;
 };
 
 // The global value of a model tensor: a DTensor's full tensor, or a LocalTensor whose ranks all

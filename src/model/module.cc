@@ -12,7 +12,7 @@ namespace dtsim {
 namespace model {
 namespace {
 
-thread_local ModuleObserver* g_observer = nullptr;
+thread_local ModuleObservers g_observers;
 
 // An identity node: its backward runs `hook` when the gradient has arrived.
 class BackwardHookNode : public torch::autograd::Node {
@@ -56,25 +56,21 @@ at::Tensor WithBackwardHook(const at::Tensor& t, std::function<void(const at::Te
   return alias;
 }
 
-ModuleObserver* SetModuleObserver(ModuleObserver* observer) {
-  ModuleObserver* previous = g_observer;
-  g_observer = observer;
-  return previous;
-}
+ModuleObservers& ThreadModuleObservers() { return g_observers; }
 
 at::Tensor Module::operator()(const at::Tensor& input) {
-  if (g_observer != nullptr) g_observer->OnForwardBegin(*this, input);
+  g_observers.Notify([&](ModuleObserver& o) { o.OnForwardBegin(*this, input); });
   at::Tensor x = input;
   for (const ForwardPreHook& hook : pre_hooks_) x = hook(*this, x);
   at::Tensor out = Forward(x);
   for (const ForwardHook& hook : hooks_) out = hook(*this, x, out);
-  if (g_observer != nullptr) {
-    g_observer->OnForwardEnd(*this, out);
+  if (g_observers.observed()) {
+    g_observers.Notify([&](ModuleObserver& o) { o.OnForwardEnd(*this, out); });
     // Each module gets its own node, so that nested modules returning the same tensor are entered
     // outermost first in backward, as upstream's full backward pre-hooks are.
     if (out.defined() && out.requires_grad()) {
       out = WithBackwardHook(out, [this](const at::Tensor& grad) {
-        if (g_observer != nullptr) g_observer->OnBackwardBegin(*this, grad);
+        g_observers.Notify([&](ModuleObserver& o) { o.OnBackwardBegin(*this, grad); });
       });
     }
   }

@@ -77,7 +77,7 @@ DTensorImpl* FindImpl(const at::Tensor& t) {
   return dynamic_cast<DTensorImpl*>(t.unsafeGetTensorImpl());
 }
 
-thread_local OpObserver* g_observer = nullptr;
+thread_local OpObservers g_observers;
 
 // ---------------------------------------------------------------------------------------------------------------
 // The decision cache: (op, input specs, other arguments) → decision and output metadata, as
@@ -372,7 +372,7 @@ class KernelCall {
         names(names),
         name(names.name),
         short_name(names.short_name),
-        observe(g_observer != nullptr) {
+        observe(g_observers.observed()) {
     call.schema = &schema;
     call.name = name;
   }
@@ -849,7 +849,7 @@ void KernelCall::Finish(std::vector<c10::IValue> results) {
     event.input_placements = current;
     event.decision = cached->decision;
     event.cache_hit = cache_hit;
-    g_observer->OnOp(event);
+    g_observers.Notify([this](OpObserver& o) { o.OnOp(event); });
   }
   torch::jit::drop(*stack, n_args);
   for (auto& r : results) stack->push_back(std::move(r));
@@ -985,24 +985,25 @@ DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& 
                             const Plan& plan) {
   // The executor's functions per rank (pads, unpads, local splits: ATen copies of the shards)
   // may run several ranks at once (local_tensor.h); the observer's callbacks may not.
-  OpObserver* observer = g_observer;
-  if (observer == nullptr) {
+  // The calling thread's list: the step callback may run on another thread.
+  OpObservers& observers = g_observers;
+  if (!observers.observed()) {
     ParallelShardFnsScope parallel;
     return ExecutePlan(source, plan);
   }
-  observer->OnRedistributeBegin(op, input, source, plan);
+  observers.Notify([&](OpObserver& o) { o.OnRedistributeBegin(op, input, source, plan); });
   ParallelShardFnsScope parallel;
   DTensor out = ExecutePlan(
       source, plan,
-      [observer](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
+      [&observers](const PlanStep& step, const DTensorSpec& spec, const at::Tensor& local) {
         ParallelShardFnsScope serial(false);
-        observer->OnRedistributeStep(step, spec, local);
+        observers.Notify([&](OpObserver& o) { o.OnRedistributeStep(step, spec, local); });
       });
-  observer->OnRedistributeEnd(out);
+  observers.Notify([&out](OpObserver& o) { o.OnRedistributeEnd(out); });
   return out;
 }
 
-OpObserver* CurrentOpObserver() { return g_observer; }
+OpObservers& ThreadOpObservers() { return g_observers; }
 
 at::Tensor AsTensor(const DTensor& dt) {
   EnsureDTensorDispatch();
@@ -1020,12 +1021,6 @@ DTensor GetDTensor(const at::Tensor& t, const std::string& field) {
   if (DTensorImpl* impl = FindImpl(t)) return impl->dtensor();
   throw InputError(field, t.defined() ? "expected a DTensor, got a plain tensor"
                                       : "expected a DTensor, got none");
-}
-
-OpObserver* SetOpObserver(OpObserver* observer) {
-  OpObserver* previous = g_observer;
-  g_observer = observer;
-  return previous;
 }
 
 void ClearShardingCache() {

@@ -58,7 +58,7 @@ at::Tensor AllReduce(const DTensor& ref, int64_t mesh_dim, const at::Tensor& loc
   const bool alone = mesh.size(mesh_dim) == 1;
   const GroupSet groups = Groups(mesh, mesh_dim);
   at::Tensor out = alone ? local : coll.AllReduce(local, groups, op);
-  if (OpObserver* observer = CurrentOpObserver()) {
+  if (ThreadOpObservers().observed()) {
     int64_t bytes = 0;
     for (int64_t r : alone ? std::vector<int64_t>{} : coll.HeldRanks(local)) {
       const at::Tensor s = coll.Shard(local, r);
@@ -72,7 +72,7 @@ at::Tensor AllReduce(const DTensor& ref, int64_t mesh_dim, const at::Tensor& loc
     call.max_bytes_received = bytes;
     call.est_us = CostModel().EstimateUs(CollectiveKind::kAllReduce, mesh.size(mesh_dim), bytes);
     call.cause = cause;
-    observer->OnCollective(call);
+    ThreadOpObservers().Notify([&call](OpObserver& o) { o.OnCollective(call); });
   }
   return out;
 }

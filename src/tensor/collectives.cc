@@ -413,16 +413,7 @@ void Collectives::Finish(const CallInfo& call, const at::Tensor& input, const at
     record.bytes_received.push_back(received);
     if (!simulated()) record.time_us.push_back(micros);
   }
-  for (CollectiveObserver* observer : observers_) observer->OnCollective(record);
-}
-
-void Collectives::AddObserver(CollectiveObserver* observer) {
-  if (observer == nullptr) throw InternalError("Collectives::AddObserver: null observer");
-  observers_.push_back(observer);
-}
-
-void Collectives::RemoveObserver(CollectiveObserver* observer) {
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+  observers_.Notify([&record](CollectiveObserver& observer) { observer.OnCollective(record); });
 }
 
 at::Tensor Collectives::AllGather(const at::Tensor& input, const GroupSet& groups, int64_t dim) {

@@ -66,7 +66,7 @@ TEST(MpiCollectivesTest, OwnsItsRankAndWorld) {
 TEST(MpiCollectivesTest, RecordsOneRowWithMeasuredTime) {
   auto c = MakeMpiCollectives();
   CountingObserver obs;
-  c->AddObserver(&obs);
+  c->observers().Add(&obs);
   std::vector<int64_t> world(WorldSize());
   std::iota(world.begin(), world.end(), 0);
   at::Tensor x =

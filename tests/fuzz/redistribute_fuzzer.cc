@@ -78,7 +78,7 @@ void Check(const Case& c) {
   meta.world_size = c.src.mesh().size();
   TraceRecorder recorder(meta);
   recorder.SetInitial(source.spec(), source.to_local(), *collectives);
-  collectives->AddObserver(&recorder);
+  collectives->observers().Add(&recorder);
   RedistributeOptions options;
   options.planner = c.planner;
   const Plan plan = PlanFor(source.spec(), c.to, c.planner);
@@ -86,7 +86,7 @@ void Check(const Case& c) {
     recorder.EndStep(step, spec, local, *collectives);
   };
   const DTensor result = source.Redistribute(source.mesh(), c.to, options);
-  collectives->RemoveObserver(&recorder);
+  collectives->observers().Remove(&recorder);
   const std::string what =
       StrCat(c.src.ToString(), " -> ", ToString(c.to), " (", ToString(c.planner), ")");
 

@@ -37,12 +37,18 @@ TEST(OpDispatchTest, MmShardedRowsNeedsNoCommunication) {
   DeviceMesh mesh = DeviceMesh::Create({2, 4}, {"dp", "tp"});
   at::Tensor a = at::randn({8, 16});
   at::Tensor b = at::randn({16, 12});
-  Recorder rec;
-  OpObserver* prev = SetOpObserver(&rec);
-  at::Tensor y = at::mm(Dist(a, mesh, "S(0),R"), Dist(b, mesh, "R,S(1)"));
-  SetOpObserver(prev);
+  Recorder rec, second;
+  at::Tensor y;
+  {
+    OpObservers::Scoped observe(ThreadOpObservers(), &rec);
+    OpObservers::Scoped also(ThreadOpObservers(), &second);
+    y = at::mm(Dist(a, mesh, "S(0),R"), Dist(b, mesh, "R,S(1)"));
+  }
+  at::mm(Dist(a, mesh, "S(0),R"), Dist(b, mesh, "R,S(1)"));  // no longer observed
   EXPECT_EQ(ToString(GetDTensor(y).placements()), "[S(0), S(1)]");
   ASSERT_EQ(rec.events.size(), 1u);
+  ASSERT_EQ(second.events.size(), 1u);  // every registered observer hears the op
+  EXPECT_EQ(second.events[0].op, rec.events[0].op);
   EXPECT_TRUE(rec.events[0].redistributions.empty());
   EXPECT_TRUE(at::allclose(Full(y), at::mm(a, b), 1e-5, 1e-5));
 }

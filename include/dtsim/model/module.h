@@ -7,7 +7,7 @@
 // as Python's nn.Module.__call__ does:
 //   observer's OnForwardBegin → forward pre-hooks (may replace the input) → Forward → forward hooks
 //   (may replace the output) → observer's OnForwardEnd,
-// and, while a ModuleObserver is installed, registers a hook on the output so that the observer
+// and, while a ModuleObserver is registered, registers a hook on the output so that the observer
 // hears OnBackwardBegin(module) when the output's gradient arrives — the moment upstream's full
 // backward pre-hook fires. ReplaceParameter swaps a parameter (a DTensor wrapper from
 // dtsim/ops/dtensor_tensor.h, say) in place, as upstream's register_parameter over an existing
@@ -26,12 +26,14 @@
 #include <utility>
 #include <vector>
 
+#include "dtsim/trace/observers.h"
+
 namespace dtsim {
 namespace model {
 
 class Module;
 
-// Hears module calls made by this thread while installed.
+// Hears module calls made by this thread while registered (ThreadModuleObservers).
 class ModuleObserver {
  public:
   virtual ~ModuleObserver() = default;
@@ -44,8 +46,10 @@ class ModuleObserver {
   virtual void OnBackwardBegin(Module& module, const at::Tensor& grad_output) {}
 };
 
-// Installs `observer` for the calling thread (nullptr removes it); returns the previous one.
-ModuleObserver* SetModuleObserver(ModuleObserver* observer);
+// The calling thread's module observers: each hears every module call this thread makes while
+// registered (ModuleObservers::Scoped), in the order added.
+using ModuleObservers = Observers<ModuleObserver>;
+ModuleObservers& ThreadModuleObservers();
 
 class Module : public torch::nn::Module {
  public:

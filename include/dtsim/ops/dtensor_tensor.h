@@ -30,6 +30,7 @@
 #include "dtsim/layout/plan.h"
 #include "dtsim/ops/sharding_prop.h"
 #include "dtsim/trace/collective_event.h"
+#include "dtsim/trace/observers.h"
 
 namespace dtsim {
 namespace ops {
@@ -64,7 +65,7 @@ struct OpEvent {
   std::string local_execution;
 };
 
-// Receives every op call on DTensors made by this thread while installed.
+// Receives every op call on DTensors made by this thread while registered (ThreadOpObservers).
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
@@ -84,14 +85,13 @@ class OpObserver {
   virtual void OnCollective(const CollectiveEvent& call) {}
 };
 
-// Installs `observer` for the calling thread (nullptr removes it) and returns the previous one.
-OpObserver* SetOpObserver(OpObserver* observer);
+// The calling thread's op observers: each hears every op call on DTensors this thread makes while
+// registered (OpObservers::Scoped), in the order added.
+using OpObservers = Observers<OpObserver>;
+OpObservers& ThreadOpObservers();
 
-// The calling thread's observer, or nullptr.
-OpObserver* CurrentOpObserver();
-
-// ExecutePlan(source, plan), told to the thread's observer (OnRedistributeBegin/Step/End with `op`
-// and `input`) when one is installed: how the op kernel and the differentiable conversions
+// ExecutePlan(source, plan), told to the thread's op observers (OnRedistributeBegin/Step/End with
+// `op` and `input`) when one is registered: how the op kernel and the differentiable conversions
 // (dtensor_autograd.h) run every redistribution.
 DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& source,
                             const Plan& plan);

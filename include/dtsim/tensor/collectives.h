@@ -156,42 +156,12 @@ class Collectives {
   // group must be one).
   void Barrier(const GroupSet& groups, const std::vector<int64_t>& ranks);
 
-  // Observers see every call, each as one CollectiveEvent with a row per rank this process holds
+  // Observers hear every call, each as one CollectiveEvent with a row per rank this process holds
   // (every rank in simulation, its own on a real rank: rank 0 merges a real run's rows), in the
-  // order they were added. Not owned; an observer is added once and removed before it dies
-  // (ScopedObserver does both).
-  void AddObserver(CollectiveObserver* observer);
-  void RemoveObserver(CollectiveObserver* observer);  // absent: nothing
-  bool observed() const { return !observers_.empty() && paused_ == 0; }
-
-  // `observer` sees every call while this lives.
-  class ScopedObserver {
-   public:
-    ScopedObserver(Collectives& collectives, CollectiveObserver* observer)
-        : collectives_(collectives), observer_(observer) {
-      collectives_.AddObserver(observer_);
-    }
-    ~ScopedObserver() { collectives_.RemoveObserver(observer_); }
-    ScopedObserver(const ScopedObserver&) = delete;
-    ScopedObserver& operator=(const ScopedObserver&) = delete;
-
-   private:
-    Collectives& collectives_;
-    CollectiveObserver* observer_;
-  };
-  // No observer sees the calls made while this lives (helpers that gather a run's own results).
-  class PausedObservers {
-   public:
-    explicit PausedObservers(Collectives& collectives) : collectives_(collectives) {
-      ++collectives_.paused_;
-    }
-    ~PausedObservers() { --collectives_.paused_; }
-    PausedObservers(const PausedObservers&) = delete;
-    PausedObservers& operator=(const PausedObservers&) = delete;
-
-   private:
-    Collectives& collectives_;
-  };
+  // order they were added (CollectiveObservers::Scoped registers one for a scope,
+  // CollectiveObservers::Paused silences them while a real run gathers its own results).
+  CollectiveObservers& observers() { return observers_; }
+  bool observed() const { return observers_.observed(); }
 
   // Real backends: ends every process of the job at once, after printing "dtsim: error: real run:
   // rank R: <message>" on this rank's stderr (exit code `code` everywhere) — for failures that only
@@ -295,8 +265,7 @@ class Collectives {
   int64_t world_size_;
   std::optional<int64_t> rank_;
   int64_t sequence_ = 0;
-  std::vector<CollectiveObserver*> observers_;
-  int paused_ = 0;  // PausedObservers alive
+  CollectiveObservers observers_;
   FaultSpec fault_;
   int64_t fault_seen_ = 0;  // eligible calls seen since the fault was armed
   bool fault_struck_ = false;

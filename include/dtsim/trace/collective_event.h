@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dtsim/layout/collective_kind.h"
+#include "dtsim/trace/observers.h"
 
 namespace dtsim {
 
@@ -57,13 +58,14 @@ struct CollectiveEvent {
   }
 };
 
-// Receives every collective a Collectives object runs while registered (Collectives::AddObserver,
-// ScopedObserver) — the one observer of collectives; op-level observers (ops::OpObserver) hear the
-// planned ones with their cause in the same type.
+// Receives every collective a Collectives object runs while registered in its observers()
+// (CollectiveObservers::Scoped) — the one observer of collectives; op-level observers
+// (ops::OpObserver) hear the planned ones with their cause in the same type.
 class CollectiveObserver {
  public:
   virtual ~CollectiveObserver() = default;
   virtual void OnCollective(const CollectiveEvent& event) = 0;
 };
+using CollectiveObservers = Observers<CollectiveObserver>;
 
 }  // namespace dtsim
