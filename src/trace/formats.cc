@@ -220,6 +220,10 @@ std::string ModelTraceToPerfettoText(TraceText& text, const TraceText* with) {
 // ---- dtsim-recording ----
 void ValidateRecording(const TraceText& text, const OpArgumentCheck&) { RecordingFromText(text); }
 
+nlohmann::json RewriteRecording(const TraceText& text, const OpArgumentCheck&) {
+  return ToJson(RecordingFromText(text));
+}
+
 int DiffRecordingFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& options,
                        std::ostream& out) {
   // Read from the text: events one at a time, not the whole recording as a DOM.
@@ -405,7 +409,7 @@ const std::vector<TraceFormatDriver>& TraceFormatDrivers() {
        ValidateModelTrace, RewriteModelTrace, DiffModelTraceFiles, nullptr, ModelTraceToPerfettoText},
       {kRecordingFormat, "a recorded or simulated PyTorch run (dtsim.record, dtsim record, dtsim run --trace, "
                          "dtsim import-fr)",
-       ValidateRecording, nullptr, DiffRecordingFiles, CheckRecordingFile, RecordingToPerfettoText},
+       ValidateRecording, RewriteRecording, DiffRecordingFiles, CheckRecordingFile, RecordingToPerfettoText},
       {kOpTraceFormat, "one op's implicit redistributions (dtsim op --trace)",
        ValidateOpTrace, RewriteOpTrace, DiffOpTraceFiles, nullptr, nullptr},
       {kTraceFormat, "one redistribution (dtsim redistribute --trace, dtsim compare --trace)",

@@ -133,19 +133,23 @@ CollectiveEvent CollectiveFromJson(const JsonReader& r, const DeviceMesh& mesh) 
     if (v.size() != n) r.At(key).Fail(StrCat("has ", v.size(), " entries for ", n, " ranks"));
     return v;
   };
-  auto per_rank_shapes = [&](const char* key) {
+  auto per_rank_shapes = [&](const char* key, std::vector<size_t>* unshaped) {
     const JsonReader list = r.At(key);
     const size_t m = list.ArraySize();
     if (m != n) list.Fail(StrCat("has ", m, " entries for ", n, " ranks"));
     std::vector<std::vector<int64_t>> out;
     for (size_t i = 0; i < m; ++i) {
-      out.push_back(list.At(i).json().is_null() ? std::vector<int64_t>{}
-                                                : list.At(i).AsInts(0, int64_t{1} << 62, 64));
+      if (list.At(i).json().is_null()) {
+        out.emplace_back();
+        unshaped->push_back(i);
+      } else {
+        out.push_back(list.At(i).AsInts(0, int64_t{1} << 62, 64));
+      }
     }
     return out;
   };
-  c.input_shapes = per_rank_shapes("input_shapes");
-  c.output_shapes = per_rank_shapes("output_shapes");
+  c.input_shapes = per_rank_shapes("input_shapes", &c.unshaped_inputs);
+  c.output_shapes = per_rank_shapes("output_shapes", &c.unshaped_outputs);
   c.input_bytes = per_rank_ints("input_bytes");
   c.output_bytes = per_rank_ints("output_bytes");
   // A rank's bytes are its tensor's elements times an element size (1 to 16 bytes; several
@@ -578,6 +582,23 @@ Recording RecordingWithoutEvents(const nlohmann::json& json,
     }
   }
   if (meta.Has("data_complete")) out.data_complete = meta.Bool("data_complete");
+  if (meta.Has("tool")) {
+    out.tool = meta.String("tool");
+    if (out.tool.size() > 256) meta.At("tool").Fail("expected the writer's name");
+  }
+  if (meta.Has("data")) out.data = meta.Bool("data");
+  if (meta.Has("max_data_bytes")) out.max_data_bytes = meta.Int("max_data_bytes", 0);
+  if (meta.Has("fr_version")) {
+    out.fr_version = meta.String("fr_version");
+    if (out.fr_version.size() > 64) meta.At("fr_version").Fail("expected a format version");
+  }
+  for (const char* key : {"missing_ranks", "truncated_ranks"}) {
+    if (!meta.Has(key)) continue;
+    std::vector<int64_t> ranks = meta.Ints(key, 0, out.world_size - 1);
+    for (size_t i = 1; i < ranks.size(); ++i)
+      if (ranks[i] <= ranks[i - 1]) meta.At(key).Fail("ranks must be listed once each, ascending");
+    (key[0] == 'm' ? out.missing_ranks : out.truncated_ranks) = std::move(ranks);
+  }
   const JsonReader list = r.At("redistributions");
   const size_t n = list.ArraySize(kMaxRedistributions);
   for (size_t i = 0; i < n; ++i) {
@@ -614,6 +635,163 @@ Recording RecordingWithoutEvents(const nlohmann::json& json,
   return out;
 }
 }  // namespace
+
+namespace {
+
+// A spec as the recording's "src"/"dst": on a submesh, the root mesh with "submesh" naming its
+// dims.
+nlohmann::json RecordedSpecToJson(const DTensorSpec& spec, const std::vector<std::string>& dims) {
+  nlohmann::json out = SpecToJson(spec);
+  if (!dims.empty()) {
+    const DeviceMesh& root = spec.mesh().root();
+    out["mesh"] = {{"shape", root.shape()}, {"names", root.names()}, {"ranks", root.ranks()}};
+    out["submesh"] = dims;
+  }
+  return out;
+}
+
+nlohmann::json RecordedStatesToJson(const std::vector<RankState>& states,
+                                    const std::map<int64_t, std::string>& unavailable) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const RankState& st : states) {
+    nlohmann::json row = {{"rank", st.rank}, {"local_shape", st.local_shape}};
+    const auto why = unavailable.find(st.rank);
+    if (why != unavailable.end()) {
+      row["hash"] = nullptr;
+      row["unavailable"] = why->second;
+    } else {
+      row["hash"] = st.hash ? nlohmann::json(*st.hash) : nlohmann::json(nullptr);
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+nlohmann::json TimesToJson(const std::vector<double>& times, const std::vector<RankState>& states) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t i = 0; i < times.size() && i < states.size(); ++i)
+    out[std::to_string(states[i].rank)] = times[i];
+  return out;
+}
+
+nlohmann::json RecordedCollectiveToJson(const CollectiveEvent& c) {
+  auto shapes = [](const std::vector<std::vector<int64_t>>& list,
+                   const std::vector<size_t>& unshaped) {
+    nlohmann::json out = list;
+    for (size_t i : unshaped)
+      if (i < out.size()) out[i] = nullptr;
+    return out;
+  };
+  nlohmann::json out = {{"op", std::string(ToString(c.kind))},
+                        {"groups", c.groups},
+                        {"ranks", c.ranks},
+                        {"input_shapes", shapes(c.input_shapes, c.unshaped_inputs)},
+                        {"output_shapes", shapes(c.output_shapes, c.unshaped_outputs)},
+                        {"input_bytes", c.input_bytes},
+                        {"output_bytes", c.output_bytes}};
+  if (!c.input_hashes.empty()) out["input_hashes"] = c.input_hashes;
+  if (!c.output_hashes.empty()) out["output_hashes"] = c.output_hashes;
+  return out;
+}
+
+nlohmann::json DataToJson(const std::optional<std::vector<RecordedData>>& data) {
+  if (!data) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const RecordedData& d : *data)
+    out.push_back({{"rank", d.rank}, {"offset", d.offset}, {"nbytes", d.nbytes}});
+  return out;
+}
+
+// A device mesh as nested lists of its ranks, one level per dim (upstream's mesh.tolist()).
+nlohmann::json NestedRanksJson(const std::vector<int64_t>& shape, const std::vector<int64_t>& ranks,
+                               size_t dim, size_t* next) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t i = 0; i < shape[dim]; ++i) {
+    if (dim + 1 == shape.size()) {
+      out.push_back(ranks.at((*next)++));
+    } else {
+      out.push_back(NestedRanksJson(shape, ranks, dim + 1, next));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json ToJson(const Recording& rec) {
+  nlohmann::json meta = {{"backend", rec.backend},
+                         {"world_size", rec.world_size},
+                         {"data_complete", rec.data_complete}};
+  meta["data_file"] =
+      rec.data_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(rec.data_file);
+  if (!rec.tool.empty()) meta["tool"] = rec.tool;
+  if (!rec.argv.empty()) meta["argv"] = rec.argv;
+  if (!rec.torch_version.empty()) meta["torch_version"] = rec.torch_version;
+  if (rec.data) meta["data"] = *rec.data;
+  if (rec.max_data_bytes) meta["max_data_bytes"] = *rec.max_data_bytes;
+  if (!rec.memory_source.empty()) meta["memory_source"] = rec.memory_source;
+  if (!rec.fr_version.empty()) meta["fr_version"] = rec.fr_version;
+  if (rec.missing_ranks) meta["missing_ranks"] = *rec.missing_ranks;
+  if (rec.truncated_ranks) meta["truncated_ranks"] = *rec.truncated_ranks;
+
+  nlohmann::json redistributions = nlohmann::json::array();
+  for (const RecordedRedistribution& r : rec.redistributions) {
+    nlohmann::json collectives = nlohmann::json::array();
+    for (const CollectiveEvent& c : r.collectives)
+      collectives.push_back(RecordedCollectiveToJson(c));
+    nlohmann::json row = {
+        {"index", r.index},
+        {"call", r.call},
+        {"src", RecordedSpecToJson(r.src, r.submesh_dims)},
+        {"dst", RecordedSpecToJson(r.dst, r.submesh_dims)},
+        {"ranks_before", RecordedStatesToJson(r.ranks_before, r.unavailable_before)},
+        {"ranks_after", RecordedStatesToJson(r.ranks_after, r.unavailable_after)},
+        {"time_us", TimesToJson(r.time_us, r.ranks_before)},
+        {"collectives", std::move(collectives)},
+        {"data", DataToJson(r.data)},
+        {"data_after", DataToJson(r.data_after)}};
+    row["op"] = r.op.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.op);
+    row["arg"] = r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr);
+    if (!r.start_us.empty()) row["start_us"] = TimesToJson(r.start_us, r.ranks_before);
+    redistributions.push_back(std::move(row));
+  }
+
+  nlohmann::json out = {{"format", kRecordingFormat},
+                        {"version", kRecordingVersion},
+                        {"meta", std::move(meta)},
+                        {"redistributions", std::move(redistributions)}};
+  if (rec.collectives) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const CollectiveEvent& c : *rec.collectives) list.push_back(RecordedCollectiveToJson(c));
+    out["collectives"] = std::move(list);
+  }
+  if (rec.events) out["events"] = RunEventsToJson(*rec.events);
+  if (rec.memory) {
+    nlohmann::json memory = nlohmann::json::object();
+    for (const auto& [rank, samples] : *rec.memory) {
+      nlohmann::json& rows = memory[std::to_string(rank)] = nlohmann::json::array();
+      for (const MemorySample& m : samples) {
+        nlohmann::json row = {{"module", m.module},
+                              {"pass", m.pass},
+                              {"at", m.end ? "end" : "begin"},
+                              {"bytes", m.bytes}};
+        if (m.peak) row["peak"] = *m.peak;
+        if (m.t_us) row["t_us"] = *m.t_us;
+        rows.push_back(std::move(row));
+      }
+    }
+    out["memory"] = std::move(memory);
+  }
+  if (!rec.meshes.empty()) {
+    nlohmann::json meshes = nlohmann::json::array();
+    for (const DeviceMesh& m : rec.meshes) {
+      size_t next = 0;
+      meshes.push_back(NestedRanksJson(m.shape(), m.ranks(), 0, &next));
+    }
+    out["meshes"] = std::move(meshes);
+  }
+  return out;
+}
 
 Recording ReadRecording(const std::string& path) {
   const std::string text = ReadInputFile(path, "recording", kMaxRecordingBytes);

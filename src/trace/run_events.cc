@@ -35,6 +35,11 @@ TensorDigest DigestFromJson(const JsonReader& r) {
           StrCat("expected \"xxh3:\" and 16 hex digits, got ", Excerpt(r.At("hash").json())));
     }
   }
+  if (r.Has("unavailable")) {
+    d.unavailable = r.String("unavailable");
+    if (d.unavailable.empty() || d.unavailable.size() > 4096)
+      r.At("unavailable").Fail("expected why the tensor was not hashed");
+  }
   if (r.Has("sketch") != r.Has("scale"))
     r.Fail("has a sketch without a scale, or a scale without one");
   if (r.Has("sketch")) {
@@ -107,6 +112,11 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
   e.inputs = DigestsFromJson(r.At("inputs"));
   if (r.Has("outputs") && !r.At("outputs").json().is_null())
     e.outputs = DigestsFromJson(r.At("outputs"));
+  if (r.Has("unavailable")) {
+    e.unavailable = r.String("unavailable");
+    if (e.unavailable.empty() || e.unavailable.size() > 4096)
+      r.At("unavailable").Fail("expected why the outputs were not digested");
+  }
   if (r.Has("seq")) e.seq = r.Int("seq", 0);
   if (r.Has("state")) {
     e.state = r.String("state");
@@ -214,8 +224,8 @@ class FastEvent {
         if (!String(&v) || v != "end") return false;
         e->at_end = true;
       } else if (key == "unavailable") {
-        std::string_view why;  // why the outputs were not digested (outputs null): shown by readers
-        if (!String(&why)) return false;
+        if (!Text(&e->unavailable) || e->unavailable.empty() || e->unavailable.size() > 4096)
+          return false;
       } else if (key == "t_us" || key == "dur_us") {
         double t = 0;
         if (!Number(&t) || !(t >= 0) || t > kMaxEventMicros) return false;
@@ -367,8 +377,8 @@ class FastEvent {
         (key == "sketch" ? d->sketch : d->scale) = v;
         (key == "sketch" ? has_sketch : has_scale) = true;
       } else if (key == "unavailable") {
-        std::string_view why;
-        if (!String(&why)) return false;
+        if (!Text(&d->unavailable) || d->unavailable.empty() || d->unavailable.size() > 4096)
+          return false;
       } else {
         return false;
       }
@@ -492,6 +502,62 @@ std::string EventLabel(const RunEvent& e) {
   text += StrCat(" in ", e.module, " (", e.pass, ")");
   if (!e.line.empty()) text += StrCat(" at ", e.line);
   return text;
+}
+
+nlohmann::json ToJson(const TensorDigest& d) {
+  nlohmann::json out = {{"shape", d.shape}, {"dtype", d.dtype}};
+  out["hash"] = d.hash ? nlohmann::json(*d.hash) : nlohmann::json(nullptr);
+  if (d.sketch) {
+    out["sketch"] = *d.sketch;
+    out["scale"] = d.scale.value_or(0);
+  }
+  if (!d.unavailable.empty()) out["unavailable"] = d.unavailable;
+  return out;
+}
+
+nlohmann::json ToJson(const RunEvent& e) {
+  auto digests = [](const std::vector<TensorDigest>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const TensorDigest& d : list) out.push_back(ToJson(d));
+    return out;
+  };
+  const bool op = e.kind == RunEvent::Kind::kOp;
+  nlohmann::json out = {{"kind", op ? "op" : "collective"},
+                        {"op", e.op},
+                        {"module", e.module},
+                        {"pass", e.pass},
+                        {"line", e.line},
+                        {"inputs", digests(e.inputs)}};
+  if (op) {
+    out["args"] = e.args;
+    out["results"] = e.results;
+    if (e.mesh) out["mesh"] = *e.mesh;
+  } else {
+    out["group"] = e.group;
+  }
+  out["outputs"] = e.outputs ? digests(*e.outputs) : nlohmann::json(nullptr);
+  if (!e.unavailable.empty()) out["unavailable"] = e.unavailable;
+  if (e.at_end) out["at"] = "end";
+  if (e.written) out["written"] = true;
+  if (e.seq) out["seq"] = *e.seq;
+  if (!e.state.empty()) out["state"] = e.state;
+  if (e.read_before_wait) {
+    out["read_before_wait"] = {{"op", e.read_before_wait->op}};
+    if (!e.read_before_wait->line.empty())
+      out["read_before_wait"]["line"] = e.read_before_wait->line;
+  }
+  if (e.t_us) out["t_us"] = *e.t_us;
+  if (e.dur_us) out["dur_us"] = *e.dur_us;
+  return out;
+}
+
+nlohmann::json RunEventsToJson(const RunEvents& events) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [rank, list] : events) {
+    nlohmann::json& rows = out[std::to_string(rank)] = nlohmann::json::array();
+    for (const RunEvent& e : list) rows.push_back(ToJson(e));
+  }
+  return out;
 }
 
 RunEvents RunEventsFromJson(const JsonReader& r, int64_t world_size) {

@@ -2,8 +2,9 @@
 // dtsim.record): ParseJsonText with dtsim's limits, then RecordingFromJson's validation against a
 // data file of 4096 bytes. Property: any input is either a Recording whose every data entry lies
 // inside the data file and whose states cover the mesh, whose events' ranks are the world's and
-// whose events agree with themselves (DiffRunEvents), or an InputError("recording") with a capped
-// message — never a crash or another exception.
+// whose events agree with themselves (DiffRunEvents), and which the writer (ToJson) writes as JSON
+// that reads back to the same recording; or an InputError("recording") with a capped message —
+// never a crash or another exception.
 #include <algorithm>
 #include <cstdint>
 
@@ -26,6 +27,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     DTSIM_FUZZ_EXPECT(std::string(e.what()).size() < 4096,
                       "capped message: ", std::string(e.what()).size());
     return 0;
+  }
+  const nlohmann::json written = ToJson(rec);
+  try {
+    DTSIM_FUZZ_EXPECT(ToJson(RecordingFromJson(written, kDataBytes)) == written,
+                      "a recording written back reads as another");
+  } catch (const InputError& e) {
+    DTSIM_FUZZ_EXPECT(false, "a recording written back is refused: ", e.what());
   }
   for (const RecordedRedistribution& r : rec.redistributions) {
     DTSIM_FUZZ_EXPECT(static_cast<int64_t>(r.ranks_before.size()) == r.src.mesh().size(),

@@ -12,7 +12,8 @@
 //  * an accepted recording is possible — checked here independently of the validator
 //    (Impossible() below);
 //  * both readers (the DOM's RecordingFromJson and the text's RecordingFromText) accept the same
-//    recordings, and an accepted one's events agree with themselves.
+//    recordings and read them alike (ToJson of each), an accepted one's events agree with
+//    themselves, and the writer writes what reads back as the same recording.
 // DTSIM_FUZZ_SWEEP=N:SEED (ctest's fuzz_recording_semantic sets it): the first input also runs N
 // programs drawn from SEED.
 #include <cmath>
@@ -307,7 +308,7 @@ bool RunProgram(const uint8_t* data, size_t size) {
   dtsim::fuzz::ApplyMutations(p, doc, 6, Mutate);
   const std::string text = doc.dump();
   std::optional<std::string> dom_error, text_error;
-  dtsim::Recording rec;
+  dtsim::Recording rec, from_text;
   try {
     rec = dtsim::RecordingFromJson(doc, kDataBytes);
   } catch (const InputError& e) {
@@ -315,7 +316,7 @@ bool RunProgram(const uint8_t* data, size_t size) {
     dom_error = e.what();
   }
   try {
-    dtsim::RecordingFromText(dtsim::TraceTextOf("input", text), kDataBytes);
+    from_text = dtsim::RecordingFromText(dtsim::TraceTextOf("input", text), kDataBytes);
   } catch (const InputError& e) {
     text_error = e.what();
   }
@@ -328,6 +329,15 @@ bool RunProgram(const uint8_t* data, size_t size) {
   if (rec.events) {
     const dtsim::EventDiff self = dtsim::DiffRunEvents(*rec.events, *rec.events);
     DTSIM_FUZZ_EXPECT(self.first.empty() && self.differing == 0, "events differ from themselves");
+  }
+  // Both readers read the same recording, and the writer writes what reads back as it.
+  const Json written = dtsim::ToJson(rec);
+  DTSIM_FUZZ_EXPECT(dtsim::ToJson(from_text) == written, "the readers read different recordings");
+  try {
+    DTSIM_FUZZ_EXPECT(dtsim::ToJson(dtsim::RecordingFromJson(written, kDataBytes)) == written,
+                      "a recording written back reads as another");
+  } catch (const InputError& e) {
+    DTSIM_FUZZ_EXPECT(false, "a recording written back is refused: ", e.what());
   }
   return true;
 }

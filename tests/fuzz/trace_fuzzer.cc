@@ -103,8 +103,8 @@ void CheckReadersAgree(std::string_view input) {
 // The format drivers' conformance properties (include/dtsim/trace/formats.h) on any input: a file
 // its driver validates agrees with itself (a recording may report a Flight Recorder hang against
 // itself, so recordings are left to the recording fuzzer), it reads back as itself once its writer
-// wrote it (where it has one), and its Perfetto export, where the format has one, is JSON or an
-// input error.
+// wrote it and compares with that as with itself, and its Perfetto export, where the format has
+// one, is JSON or an input error.
 void CheckDriver(std::string_view input) {
   using namespace dtsim;
   TraceText text;
@@ -115,30 +115,30 @@ void CheckDriver(std::string_view input) {
     return;
   }
   const TraceFormatDriver& driver = TraceFormatDriverFor(text, text);
+  TraceText self_a = text, self_b = text;
+  std::ostringstream self_out;
+  const int self_diff = driver.diff(self_a, self_b, TraceDiffOptions{}, self_out);
   if (std::string_view(driver.format) != kRecordingFormat) {
-    TraceText a = text, b = text;
-    std::ostringstream out;
-    DTSIM_FUZZ_EXPECT(driver.diff(a, b, TraceDiffOptions{}, out) == 0, "a ", driver.format,
-                      " file differs from itself: ", out.str());
+    DTSIM_FUZZ_EXPECT(self_diff == 0, "a ", driver.format,
+                      " file differs from itself: ", self_out.str());
   }
-  if (driver.rewrite != nullptr) {
-    // What the reader accepted, the writer writes, the reader reads back to the same model, and it
-    // agrees with the input.
-    const nlohmann::json written = driver.rewrite(text, nullptr);
-    TraceText again;
-    try {
-      again = TraceTextOf("input (written back)", written.dump());
-      DTSIM_FUZZ_EXPECT(driver.rewrite(again, nullptr) == written, "a ", driver.format,
-                        " file written back reads as another");
-    } catch (const InputError& e) {
-      DTSIM_FUZZ_EXPECT(false, "a ", driver.format, " file written back is refused: ", e.what());
-      return;
-    }
-    TraceText a = text;
-    std::ostringstream out;
-    DTSIM_FUZZ_EXPECT(driver.diff(a, again, TraceDiffOptions{}, out) == 0, "a ", driver.format,
-                      " file differs from itself written back: ", out.str());
+  // What the reader accepted, the writer writes, the reader reads back to the same model, and it
+  // compares with the input as the input compares with itself.
+  const nlohmann::json written = driver.rewrite(text, nullptr);
+  TraceText again;
+  try {
+    again = TraceTextOf("input (written back)", written.dump());
+    DTSIM_FUZZ_EXPECT(driver.rewrite(again, nullptr) == written, "a ", driver.format,
+                      " file written back reads as another");
+  } catch (const InputError& e) {
+    DTSIM_FUZZ_EXPECT(false, "a ", driver.format, " file written back is refused: ", e.what());
+    return;
   }
+  TraceText a = text;
+  std::ostringstream out;
+  DTSIM_FUZZ_EXPECT(driver.diff(a, again, TraceDiffOptions{}, out) == self_diff, "a ",
+                    driver.format, " file compares otherwise with itself written back: ", out.str(),
+                    " / with itself: ", self_out.str());
   if (driver.to_perfetto != nullptr) {
     TraceText c = text;
     try {

@@ -30,6 +30,10 @@ struct CollectiveEvent {
   std::vector<int64_t> ranks;
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<std::vector<int64_t>> output_shapes;
+  // Rows whose buffer was a list of tensors with no one shape (recordings write null there; the
+  // row's shape is empty and its bytes count the whole list), as indices into `ranks`; usually
+  // none.
+  std::vector<size_t> unshaped_inputs, unshaped_outputs;
   std::vector<int64_t> input_bytes;     // the buffer each rank handed in
   std::vector<int64_t> output_bytes;    // the buffer each rank got back
   std::vector<int64_t> bytes_sent;      // what crossed the wire under ring algorithms

@@ -41,8 +41,8 @@ struct TraceFormatDriver {
   // and the JSON path of the first problem.
   void (*validate)(const TraceText& text, const OpArgumentCheck& op_argument_check);
   // Reads `text` into this format's typed model and writes that back as the JSON dtsim's own
-  // commands write: a file dtsim wrote comes back equal, so reader and writer agree on every field.
-  // nullptr: written by the Python package only (python/dtsim), which has no C++ writer.
+  // commands write: a file dtsim wrote comes back equal, so reader and writer agree on every field
+  // (recordings: as the Python package writes them). Every format has one.
   nlohmann::json (*rewrite)(const TraceText& text, const OpArgumentCheck& op_argument_check);
   // Compares two files (at least one of this format: the other is read as this format too, and
   // refused naming its own format when it is not): prints the verdict and the differences in run

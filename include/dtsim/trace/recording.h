@@ -71,13 +71,21 @@ struct MemorySample {
 };
 
 struct Recording {
+  std::string tool;     // the writer: "dtsim.record" (dtsim record, dtsim run --trace too),
+                        // "dtsim import-fr"; "" when not said
   std::string backend;  // "torch-gloo", "torch-nccl", "torch-local" (upstream's LocalTensorMode),
-                        // "dtsim-run" (dtsim run --trace)
+                        // "dtsim-run" (dtsim run --trace), "flight-recorder" (dtsim import-fr)
   std::string torch_version;
   int64_t world_size = 0;
   std::string argv;
-  std::string data_file;  // "" when no redistribution kept its data
+  std::optional<bool> data;  // meta.data: whether shard values were recorded at all
+  std::string data_file;     // "" when no redistribution kept its data
   bool data_complete = true;
+  std::optional<int64_t> max_data_bytes;  // the recorder's cap on the data file
+  // Flight Recorder imports: the dumps' format version, the ranks without a dump, and the ranks
+  // whose ring buffer had wrapped (their first collectives are missing).
+  std::string fr_version;
+  std::optional<std::vector<int64_t>> missing_ranks, truncated_ranks;
   std::vector<RecordedRedistribution> redistributions;
   // Every collective of the run in the order each group completed it (c10d, functional, FSDP2,
   // DDP and direct calls alike; point-to-point excluded), with its group and every member's input
@@ -130,6 +138,11 @@ Recording RecordingFromJson(const nlohmann::json& json,
 // it, naming the file; its events are read one event's DOM at a time, everything else as a DOM.
 Recording RecordingFromText(const TraceText& text,
                             std::optional<int64_t> data_file_bytes = std::nullopt);
+
+// The recording as its JSON form (docs/python.md, "dtsim-recording"), key for key as dtsim's Python
+// writers write it (python/dtsim/recorder.py, fr_import.py): what RecordingFromJson reads back to
+// the same recording. The data file is not touched.
+nlohmann::json ToJson(const Recording& recording);
 
 // The largest recording (its JSON, not the data file) dtsim reads.
 inline constexpr int64_t kMaxRecordingBytes = int64_t{1} << 30;

@@ -24,6 +24,7 @@ struct TensorDigest {
   std::optional<std::string> hash;  // nullopt: not hashed (a meta tensor)
   std::optional<double> sketch;
   std::optional<double> scale;
+  std::string unavailable;  // why it was not hashed, where the recorder said ("meta tensor"; "")
 };
 
 struct RunEvent {
@@ -40,7 +41,8 @@ struct RunEvent {
   std::optional<int64_t> mesh;
   std::vector<TensorDigest> inputs;
   std::optional<std::vector<TensorDigest>> outputs;  // nullopt: not digested (its work failed)
-  bool at_end = false;  // a collective's output digested at the end (never waited for)
+  std::string unavailable;  // why the outputs were not digested, where the recorder said ("")
+  bool at_end = false;      // a collective's output digested at the end (never waited for)
   // Its output buffer was written in place between the collective and its digest (DDP's division of
   // its buckets): a differing output is not checked rather than a divergence.
   bool written = false;
@@ -62,6 +64,12 @@ struct RunEvent {
 
 // rank -> that rank's events, in its order.
 using RunEvents = std::map<int64_t, std::vector<RunEvent>>;
+
+// The JSON forms a recording's "events" holds (docs/recording.md, "Events"), key for key as
+// python/dtsim/events.py writes them: what RunEventsFromJson reads back to the same events.
+nlohmann::json ToJson(const TensorDigest& digest);
+nlohmann::json ToJson(const RunEvent& event);
+nlohmann::json RunEventsToJson(const RunEvents& events);
 
 // Reads and validates a recording's "events": ranks of the world as keys, known kinds, groups of
 // world ranks that hold the rank, digests with shapes, hashes of the form "xxh3:" + 16 hex digits
