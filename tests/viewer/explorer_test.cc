@@ -519,7 +519,7 @@ TEST(EventsViewTest, TwoRecordingsOpenAtThePlantedDivergenceRedInEveryPanel) {
   for (const DrawRect& r : list.rects)
     EXPECT_EQ(r.fill == kDiffColor, r.key == StrCat("e", event)) << r.key;
   bool said = false;
-  for (const EventLine& line : EventDetails(s))
+  for (const DetailLine& line : EventDetails(s))
     if (line.differs)
       said |= line.text.find("computed another result from equal inputs") != std::string::npos;
   EXPECT_TRUE(said);

@@ -405,7 +405,7 @@ int RenderOffscreen(App& app, const ViewerOptions& o, int width, int height) {
                           {"after", r.after}});
         }
         nlohmann::json details = nlohmann::json::array();
-        for (const EventLine& l : EventDetails(e)) details.push_back(l.text);
+        for (const DetailLine& l : EventDetails(e)) details.push_back(l.text);
         nlohmann::json divergences = nlohmann::json::array();
         for (const EventDivergence& d : e.divergences) {
           divergences.push_back(

@@ -27,6 +27,13 @@ struct Rgba {
 // "#rrggbb" (alpha left out).
 std::string ToHex(Rgba c);
 
+// One line of a details panel (the model window's selected row, the events window's selected
+// event): its text, and whether it states a difference (drawn in the diff colour).
+struct DetailLine {
+  std::string text;
+  bool differs = false;
+};
+
 // An axis-aligned rectangle [x0, x1) x [y0, y1) in pixels, y growing downwards.
 struct Rect {
   float x0 = 0, y0 = 0, x1 = 0, y1 = 0;

@@ -251,8 +251,8 @@ std::vector<EventRow> EventRows(const EventsSession& s) {
   return rows;
 }
 
-std::vector<EventLine> EventDetails(const EventsSession& s) {
-  std::vector<EventLine> out;
+std::vector<DetailLine> EventDetails(const EventsSession& s) {
+  std::vector<DetailLine> out;
   const int64_t rank = s.view.rank;
   const std::vector<RunEvent>* a = EventsOfRank(s.first_events, rank);
   const std::vector<RunEvent>* b = s.second ? EventsOfRank(s.second_events, rank) : nullptr;

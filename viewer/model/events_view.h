@@ -93,11 +93,7 @@ std::vector<EventRow> EventRows(const EventsSession& session);
 
 // The details of the selected event: what it is, where it ran, the program's line, its group,
 // placements, every input and output digest of each run, and (diverging) what differs.
-struct EventLine {
-  std::string text;
-  bool differs = false;
-};
-std::vector<EventLine> EventDetails(const EventsSession& session);
+std::vector<DetailLine> EventDetails(const EventsSession& session);
 
 // The rank strip: one kMeshCell rect per rank (rank set) in rows of as many cells as fit `width`,
 // `cell` pixels square, filled kDiffColor where the rank diverges and RankColor otherwise, the

@@ -119,12 +119,7 @@ int64_t RowAt(const std::vector<TreeRow>& rows, float y, float row_height);
 
 // The details of the selected row for the selected rank: what it is, its collectives (groups,
 // bytes, estimate, cause, this rank's group), its tensors (placements, shape, this rank's hash)
-// and, in diff mode, the other trace's hash and the differences at its events. `differs` lines are
-// drawn in the diff colour.
-struct DetailLine {
-  std::string text;
-  bool differs = false;
-};
+// and, in diff mode, the other trace's hash and the differences at its events.
 std::vector<DetailLine> RowDetails(const ModelSession& session);
 
 }  // namespace dtsim::viewer

@@ -121,15 +121,7 @@ void DrawEventList(App& app, const Rect& area) {
 }
 
 void DrawEventDetails(App& app, const Rect& area) {
-  ImGui::SetCursorScreenPos(ImVec2(area.x0, area.y0));
-  ImGui::BeginChild("event_details", ImVec2(area.width(), area.height()), true);
-  ImGui::TextUnformatted("Details");
-  for (const EventLine& line : EventDetails(*app.events)) {
-    if (line.differs) ImGui::PushStyleColor(ImGuiCol_Text, ToVec4(kDiffColor));
-    ImGui::TextWrapped("%s", line.text.c_str());
-    if (line.differs) ImGui::PopStyleColor();
-  }
-  ImGui::EndChild();
+  DetailsPanel("event_details", area, EventDetails(*app.events));
 }
 
 void DrawDivergences(App& app, const Rect& area) {

@@ -151,16 +151,7 @@ void DrawRankPicker(App& app, const Rect& area) {
 }
 
 void DrawDetailsPanel(App& app, const Rect& area) {
-  ModelSession& s = *app.model;
-  ImGui::SetCursorScreenPos(ImVec2(area.x0, area.y0));
-  ImGui::BeginChild("model_details", ImVec2(area.width(), area.height()), true);
-  ImGui::TextUnformatted("Details");
-  for (const DetailLine& line : RowDetails(s)) {
-    if (line.differs) ImGui::PushStyleColor(ImGuiCol_Text, ToVec4(kDiffColor));
-    ImGui::TextWrapped("%s", line.text.c_str());
-    if (line.differs) ImGui::PopStyleColor();
-  }
-  ImGui::EndChild();
+  DetailsPanel("model_details", area, RowDetails(*app.model));
 }
 
 void DrawDifferencesPanel(App& app, const Rect& area) {

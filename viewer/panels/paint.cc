@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "panels.h"
+#include "viewer/model/colors.h"
 
 namespace dtsim::viewer {
 
@@ -24,6 +25,18 @@ ImU32 Col(Rgba c) { return IM_COL32(c.r, c.g, c.b, c.a); }
 // Paints the records of `list`: all of them (zoomed < 0), the fixed ones (0) or the zoomed ones
 // (1).
 void PaintPass(ImDrawList* dl, const DrawList& list, float ox, float oy, int zoomed);
+
+void DetailsPanel(const char* id, const Rect& area, const std::vector<DetailLine>& lines) {
+  ImGui::SetCursorScreenPos(ImVec2(area.x0, area.y0));
+  ImGui::BeginChild(id, ImVec2(area.width(), area.height()), true);
+  ImGui::TextUnformatted("Details");
+  for (const DetailLine& line : lines) {
+    if (line.differs) ImGui::PushStyleColor(ImGuiCol_Text, ToVec4(kDiffColor));
+    ImGui::TextWrapped("%s", line.text.c_str());
+    if (line.differs) ImGui::PopStyleColor();
+  }
+  ImGui::EndChild();
+}
 
 TextMetrics CurrentTextMetrics() {
   return TextMetrics{ImGui::CalcTextSize("0").x, ImGui::GetTextLineHeight()};

@@ -58,6 +58,10 @@ void GoToBox(App& app, const char* hint, const std::function<void(const std::str
 // A text on the toolbar's line where it fits, else on the next; in `color` when given.
 void ToolbarText(const std::string& text, const Rgba* color = nullptr);
 
+// A "Details" child window `id` filling `area`: each line wrapped, those that differ in the diff
+// colour.
+void DetailsPanel(const char* id, const Rect& area, const std::vector<DetailLine>& lines);
+
 // ImGui's default font as TextMetrics for the layout step.
 TextMetrics CurrentTextMetrics();
 
