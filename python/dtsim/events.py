@@ -214,6 +214,8 @@ class EventLog:
         # rank -> its memory at module boundaries, in order (the recording's "memory"); where the bytes come from.
         self.memory: Dict[int, List[Dict[str, Any]]] = {}
         self.memory_source: Optional[str] = None
+        # A real CPU rank's memory meter (run.modules.Tracker, metered): told every op's outputs; None elsewhere.
+        self.meter: Any = None
         self.waiting: Dict[int, _Waiting] = {}  # id(work) -> the event waiting for it
         self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
         self.lock = threading.Lock()
@@ -295,8 +297,8 @@ class EventLog:
         return known[1]
 
     def boundary(self, rank: int, module: str, pass_: str, at: str, live: Optional[int], peak: Optional[int]) -> None:
-        """A module boundary of `rank`: its live bytes then (dtsim run's meter), else the CUDA allocator's where this
-        process uses CUDA; nothing where neither measures (a real rank on the CPU)."""
+        """A module boundary of `rank`: its live bytes then (the meter of dtsim run, or of a real rank without CUDA),
+        else the CUDA allocator's where this process uses CUDA; nothing where neither measures."""
         source = self.memory_source
         if live is None:
             if not torch.cuda.is_initialized():  # a cheap flag: a CPU rank records no memory
@@ -498,6 +500,18 @@ class EventMode(TorchDispatchMode):
             return func(*args, **kwargs)
         dtensors = [x for x in _tensors(list(args) + list(kwargs.values())) if isinstance(x, DTensor)]
         return self.log.op(self.rank, func, dtensors, lambda: func(*args, **kwargs))
+
+
+class MeteredEventMode(EventMode):
+    """EventMode that also tells the rank's memory meter (log.meter) every op's outputs: a real rank without CUDA
+    recording its memory (dtsim.record(memory=True), dtsim record --memory)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        meter = self.log.meter
+        if not meter.paused:
+            meter.observe(self.rank, out)
+        return out
 
 
 def _work_of(out) -> Any:

@@ -56,7 +56,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-data-bytes", default=str(256 << 20),
                    help="shard bytes kept for replay, in all (default 256 MiB)")
     p.add_argument("--no-ops", action="store_true", help="redistributions only: no op and collective events")
+    p.add_argument("--memory", action="store_true",
+                   help="ranks without CUDA also record their memory at module boundaries (dtsim's tensor meter; "
+                        "CUDA ranks always record the allocator's)")
     args = p.parse_args(own)
+    if args.memory and args.no_ops:
+        raise BadInput("memory: --memory records memory beside the op events, which --no-ops turns off")
     if not command:
         raise BadInput("command: missing; give it after '--' (dtsim record -o run.json -- torchrun ... script.py)")
     args.command = command
@@ -109,7 +114,8 @@ def main(argv: Sequence[str]) -> int:
         env["PYTHONPATH"] = os.pathsep.join([boot, package_parent] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
                                                                        else []))
         env.update({"DTSIM_RECORD_PARTS": folder, "DTSIM_RECORD_OUT": os.path.abspath(args.output),
-                    "DTSIM_RECORD_MAX": str(args.max_data_bytes), "DTSIM_RECORD_OPS": "0" if args.no_ops else "1"})
+                    "DTSIM_RECORD_MAX": str(args.max_data_bytes), "DTSIM_RECORD_OPS": "0" if args.no_ops else "1",
+                    "DTSIM_RECORD_MEMORY": "1" if args.memory else "0"})
         try:
             child = subprocess.Popen(args.command, env=env, preexec_fn=_die_with_parent)
         except OSError as e:

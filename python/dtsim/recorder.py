@@ -223,13 +223,15 @@ class _OpProxy:
 
 
 class _Recorder:
-    def __init__(self, path: str, max_data_bytes: int, ops: bool = False):
+    def __init__(self, path: str, max_data_bytes: int, ops: bool = False, memory: bool = False):
         self.path = path
         self.max_data_bytes = max_data_bytes
         self.ops = ops
+        self.memory = memory  # a rank without CUDA meters its tensors (with ops)
         self.event_log: Any = None  # events.EventLog with ops=True
         self.event_mode: Any = None
         self.module_hooks: Any = None  # the module tracker's hooks on a real rank (dtsim run has its own)
+        self.resize_hook: Any = None  # what removes the meter's storage-resize hook (a real CPU rank)
         self.records: List[Dict[str, Any]] = []
         self.data: List[torch.Tensor] = []  # this process's distinct shard bytes (flat uint8), in keeping order
         self.kept: Dict[tuple, int] = {}  # (hash, nbytes) -> index in self.data: equal shards are kept once
@@ -271,6 +273,7 @@ class _Recorder:
         from . import events
 
         where = RUN_WHERE
+        meter = None
         if where is None:
             # A real rank: a module tracker of its own (dtsim run hands the run's tracker, RUN_WHERE).
             import torch.distributed as dist
@@ -279,16 +282,29 @@ class _Recorder:
 
             world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
             rank = self.rank
-            tracker = Tracker(max(world, rank + 1), lambda: rank, modules=True, metered=False)
+            # A rank without CUDA has no allocator statistics: with memory=True, dtsim run's meter counts the
+            # storages of the tensors its ops create from here on (the event mode tells it every op's outputs). A
+            # CUDA rank records the allocator's count instead (events.EventLog.boundary).
+            metered = self.memory and not torch.cuda.is_available()
+            tracker = Tracker(max(world, rank + 1), lambda: rank, modules=True, metered=metered)
             self.module_hooks = install_module_hooks(tracker)
             tracker.boundary = lambda *a: self.event_log.boundary(*a) if self.event_log is not None else None
+            if metered:
+                from .run.modules import install_resize_hook
+
+                self.resize_hook = install_resize_hook(tracker)
+                meter = tracker
 
             def where(r: int):
                 return tracker.collective_keys(r)[-1]
         self.event_log = events.EventLog(where, lambda: events.program_line(4), self.t0)
         self.event_log.simulated = RUN_WHERE is not None
+        if meter is not None:
+            self.event_log.meter = meter
+            self.event_log.memory_source = "dtsim meter"
         events.watch_waits(self.event_log)
-        self.event_mode = events.EventMode(self.event_log, self.rank)
+        mode = events.MeteredEventMode if meter is not None else events.EventMode
+        self.event_mode = mode(self.event_log, self.rank)
         self.event_mode.__enter__()
 
     def _stop_events(self) -> None:
@@ -302,6 +318,9 @@ class _Recorder:
         if self.module_hooks is not None:
             self.module_hooks.remove()
             self.module_hooks = None
+        if self.resize_hook is not None:
+            self.resize_hook()
+            self.resize_hook = None
 
     def uninstall(self) -> None:
         self._stop_events()
@@ -809,10 +828,13 @@ def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None
 
 
 @contextlib.contextmanager
-def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, ops: bool = False) -> Iterator[None]:
+def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, ops: bool = False,
+           memory: bool = False) -> Iterator[None]:
     """Records every DTensor redistribution run inside the block into `path` (rank 0 writes it; source shard values
     go to `<path>.data` up to `max_data_bytes` in all). With `ops=True`, also every rank's events: each DTensor op and
-    each collective, with digests of what went in and came out (dtsim/events.py). See the module docstring."""
+    each collective, with digests of what went in and came out (dtsim/events.py), and each CUDA rank's memory at its
+    module boundaries; `memory=True` (with ops) has ranks without CUDA count theirs too, with dtsim's tensor meter
+    (the storages of the tensors created inside the block). See the module docstring."""
     _check_torch_version()
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path: expected a str or os.PathLike naming the recording, got {type(path).__name__}")
@@ -829,7 +851,11 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, o
     check_outputs([(path, "path"), (path + ".data", "path (its data sidecar)")])
     if not isinstance(ops, bool):
         raise ValueError(f"ops: expected a bool, got {ops!r}")
-    recorder = _Recorder(path, max_data_bytes, ops)
+    if not isinstance(memory, bool):
+        raise ValueError(f"memory: expected a bool, got {memory!r}")
+    if memory and not ops:
+        raise ValueError("memory: memory is recorded beside the op events: give ops=True too")
+    recorder = _Recorder(path, max_data_bytes, ops, memory)
     try:
         recorder.install()  # inside the try: a failure halfway restores what was patched
         yield
@@ -857,7 +883,8 @@ def _start_part() -> None:
     from torch.distributed import distributed_c10d as c10d
 
     recorder = _Recorder(os.environ["DTSIM_RECORD_OUT"], int(os.environ.get("DTSIM_RECORD_MAX", str(256 << 20))),
-                         os.environ.get("DTSIM_RECORD_OPS", "1") == "1")
+                         os.environ.get("DTSIM_RECORD_OPS", "1") == "1",
+                         os.environ.get("DTSIM_RECORD_MEMORY", "0") == "1")
     recorder.install()
     _PART.append(recorder)
     folder = os.environ["DTSIM_RECORD_PARTS"]

@@ -789,6 +789,8 @@ BAD_INPUTS = [
     # ---- record (a real job, every rank recorded) and import-fr (Flight Recorder dumps) ----
     Row("record-no-output", ["record", "--", "true"], "arguments", ["required: -o/--output"]),
     Row("record-no-command", ["record", "-o", "r.json"], "command", ["missing"]),
+    Row("record-memory-without-ops", ["record", "-o", "r.json", "--memory", "--no-ops", "--", "true"], "memory",
+        ["--no-ops"]),
     Row("record-max-data-bytes-negative", ["record", "-o", "r.json", "--max-data-bytes", "-5", "--", "true"],
         "max-data-bytes", ["-5 is out of range"]),
     # The output checks of record, import-fr and run are the C++ writers' (dtsim/_files.py, trace/files.h).

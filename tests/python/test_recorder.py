@@ -291,6 +291,12 @@ def test_record_refuses_bad_arguments(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not a regular file"):
         with dtsim.record("/dev/null"):
             pass
+    with pytest.raises(ValueError, match="memory: expected a bool, got 'yes'"):
+        with dtsim.record(tmp_path / "r.json", ops=True, memory="yes"):
+            pass
+    with pytest.raises(ValueError, match="memory: .*give ops=True too"):
+        with dtsim.record(tmp_path / "r.json", memory=True):
+            pass
     with pytest.raises(ValueError, match="cannot write .*No such file or directory"):
         with dtsim.record(tmp_path / "no" / "r.json"):
             pass

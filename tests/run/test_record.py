@@ -216,6 +216,7 @@ def test_record_refuses_bad_input(tmp_path):
         ([DTSIM, "record", "-o", str(tmp_path / "no" / "r.json"), "--", "true"], "No such file or directory"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "-1", "--", "true"], "max-data-bytes"),
         ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--max-data-bytes", "x", "--", "true"], "max-data-bytes"),
+        ([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--memory", "--no-ops", "--", "true"], "memory: "),
         ([DTSIM, "record", "-o", str(tmp_path), "--", "true"], "not a regular file"),
         ([DTSIM, "record", "-o", SCRIPT, "--", sys.executable, SCRIPT], "is the same file as the input of the command"),
         ([DTSIM, "record", "-o", "/dev/null", "--", "true"], "'/dev/null' is not a regular file"),
@@ -228,6 +229,29 @@ def test_record_refuses_bad_input(tmp_path):
         assert p.returncode == 2, (argv, p.returncode, p.stderr)
         assert needle in p.stderr, (argv, p.stderr)
     assert not os.path.exists(tmp_path / "r.json")
+
+
+def test_cpu_ranks_record_their_memory_with_the_meter(tmp_path):
+    """`dtsim record --memory` on CPU ranks (torchrun + Gloo, no allocator statistics): every rank's memory at its
+    module boundaries, counted by dtsim's tensor meter, against the closed form of tests/run/scripts/cpu_memory.py
+    (rank r's Spike ends 16 bytes above its begin and peaks (r + 1) MiB + 16 above it). Without --memory, none."""
+    script = os.path.join(os.path.dirname(__file__), "scripts", "cpu_memory.py")
+    torchrun = TORCHRUN[:-1] + ["2", script]
+    path = tmp_path / "mem.json"
+    p = run([DTSIM, "record", "-o", str(path), "--memory", "--"] + torchrun)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["memory_source"] == "dtsim meter" and sorted(doc["memory"]) == ["0", "1"]
+    for r in range(2):
+        samples = {(s["module"], s["pass"], s["at"]): s for s in doc["memory"][str(r)]}
+        begin, end = samples[("Outer.spike", "forward", "begin")], samples[("Outer.spike", "forward", "end")]
+        assert end["bytes"] - begin["bytes"] == 16, (r, begin, end)
+        assert end["peak"] - begin["bytes"] == (r + 1) * (1 << 20) + 16, (r, begin, end)
+        outer = samples[("Outer", "forward", "end")]
+        assert outer["peak"] >= end["peak"], (r, outer, end)
+    p = run([DTSIM, "record", "-o", str(tmp_path / "plain.json"), "--"] + torchrun)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "memory" not in json.loads((tmp_path / "plain.json").read_text())
 
 
 def test_failed_command_writes_nothing(tmp_path):

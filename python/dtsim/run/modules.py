@@ -334,8 +334,9 @@ def install_module_hooks(tracker: Tracker):
     return register_module_forward_pre_hook(pre_forward)
 
 
-def install_resize_hook(tracker: Tracker) -> None:
-    """`UntypedStorage.resize_` reports the new size to the meter (FSDP2 frees and refills storages this way)."""
+def install_resize_hook(tracker: Tracker) -> Callable[[], None]:
+    """`UntypedStorage.resize_` reports the new size to the meter (FSDP2 frees and refills storages this way).
+    Returns what puts the original back (a record block ends; dtsim run keeps it to the end)."""
     original = torch.UntypedStorage.resize_
 
     def resize_(self, size):
@@ -345,3 +346,9 @@ def install_resize_hook(tracker: Tracker) -> None:
         return result
 
     torch.UntypedStorage.resize_ = resize_
+
+    def remove() -> None:
+        if torch.UntypedStorage.resize_ is resize_:
+            torch.UntypedStorage.resize_ = original
+
+    return remove
