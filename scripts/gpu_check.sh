@@ -23,6 +23,10 @@
 #                 background while the checks above run)
 #   recorder      dtsim.record around an upstream DTensor program on NCCL ranks under torchrun
 #                 (tests/python/recorded_nccl_program.py, world 1), and `dtsim replay` of the recording: equal
+#   ops_*         the op-level differential: `dtsim record` of an unchanged TP + FSDP2 + AdamW program on NCCL ranks
+#                 (tests/python/recorded_nccl_ops_program.py, one rank per GPU), `dtsim run --trace` of it, and
+#                 `dtsim trace-diff`: the clean run agrees, a planted transport fault is found at its all-reduce and
+#                 rank 0, and the recording's memory samples come from the CUDA allocator
 #   bench         bench gpu_simulated_all_gather (d2d copy time / dtsim's all_gather time, 8 ranks x 256 MiB) and
 #                 dtsim's GPU redistribute against upstream LocalTensorMode on the same GPU
 # DTSIM_GPU_PY names the Python whose torch to use (default python3); DTSIM_GPU_QUICK=1 skips the benchmarks.
@@ -253,6 +257,59 @@ if wait "$module_job"; then
     fail recorder
     show record
     [ -f "$work/replay.out" ] && show replay 30
+  fi
+
+  # The op-level differential (issue 32): the same unchanged TP + FSDP2 + AdamW program recorded on NCCL ranks (one
+  # per GPU) by `dtsim record`, simulated by `dtsim run --trace` on this machine's CPU, and diffed. A clean run must
+  # agree (the GPU's kernels round differently from the CPU's: equal or within the dtype's tolerance), a planted
+  # transport fault must be found at its collective, its line and rank 0 as "computed", and each rank's memory at its
+  # module boundaries must come from the CUDA allocator.
+  section "the op-level differential: a real NCCL run against its simulation"
+  prog="$ROOT/tests/python/recorded_nccl_ops_program.py"
+  ngpu="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
+  launch=("$PY" -m torch.distributed.run --standalone --nproc_per_node "$ngpu" "$prog")
+  export DTSIM_PYTHON="$PY"
+  if PYTHONPATH="$CARRY/python" run ops_record 300 "$PY" -m dtsim record -o "$work/real.json" -- "${launch[@]}" &&
+      PYTHONPATH="$CARRY/python" run ops_sim 300 "$PY" -m dtsim run --nproc-per-node "$ngpu" \
+        --trace "$work/sim.json" "$prog"; then
+    run ops_diff 120 dtsim trace-diff "$work/real.json" "$work/sim.json"
+    diff_rc=$?
+    if [ "$diff_rc" = 0 ] && grep -q "^recordings agree" "$work/ops_diff.out"; then
+      pass ops_clean "$ngpu NCCL rank(s) against the simulation: $(head -1 "$work/ops_diff.out")"
+    else
+      fail ops_clean "trace-diff exit $diff_rc"
+      show ops_diff 20
+    fi
+    "$PY" - "$work/real.json" >"$work/ops_memory.out" 2>&1 <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+source, memory = doc["meta"].get("memory_source"), doc.get("memory") or {}
+samples = [s for rank in memory.values() for s in rank]
+print(f"memory_source {source}; {len(samples)} samples over {len(memory)} rank(s); bytes "
+      f"{min((s['bytes'] for s in samples), default=0)}..{max((s['bytes'] for s in samples), default=0)}")
+sys.exit(0 if source == "torch.cuda.memory_allocated" and samples and all(s["bytes"] > 0 for s in samples) else 1)
+PY
+    if [ $? = 0 ]; then pass ops_memory "$(cat "$work/ops_memory.out")"; else fail ops_memory; show ops_memory; fi
+  else
+    fail ops_clean "the recording or the simulation failed"
+    show ops_record
+    [ -f "$work/ops_sim.out" ] && show ops_sim
+  fi
+  if DTSIM_TEST_FAULT=allreduce_corrupt PYTHONPATH="$CARRY/python" run ops_fault_record 300 \
+        "$PY" -m dtsim record -o "$work/fault.json" -- "${launch[@]}" && [ -f "$work/sim.json" ]; then
+    run ops_fault 120 dtsim trace-diff "$work/fault.json" "$work/sim.json"
+    diff_rc=$?
+    if [ "$diff_rc" = 1 ] && grep -q "^recordings differ; first at rank 0, event [0-9]*: all_reduce over" \
+        "$work/ops_fault.out" && grep -q "^  rank 0, event [0-9]* (computed): all_reduce over .*recorded_nccl_ops_program.py:" \
+        "$work/ops_fault.out"; then
+      pass ops_fault "$(head -1 "$work/ops_fault.out")"
+    else
+      fail ops_fault "trace-diff exit $diff_rc"
+      show ops_fault 20
+    fi
+  else
+    fail ops_fault "the recording with the planted fault failed"
+    show ops_fault_record
   fi
 else
   fail module

@@ -224,7 +224,18 @@ class EventLog:
         self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
-        self.digests = None  # WeakIdKeyDictionary: local tensor -> (version, digest), set on first use
+        # WeakIdKeyDictionary: local tensor -> (version, digest, storage address, epoch), set on first use. A digest
+        # is reused while the tensor keeps its version and its storage, and no op wrote that storage since. Version
+        # and storage alone do not see every write: a local tensor written by DTensor's dispatch keeps its version
+        # (the write runs below autograd's version bump), FSDP2 copies its all-gathered parameters out with their
+        # versions preserved and frees and reallocates their storage in place (resize_). So every op that writes a
+        # tensor (its schema's mutable arguments) counts one epoch and marks the storages it wrote; a digest older
+        # than its storage's last write is redone.
+        self.digests = None
+        # DTSIM_RECORD_DIGEST_CACHE=0: every tensor digested at every use (the cache's reference, for tests).
+        self.cache_digests = os.environ.get("DTSIM_RECORD_DIGEST_CACHE", "1") != "0"
+        self.epoch = 0
+        self.writes: Dict[int, int] = {}  # storage address -> the epoch of the last DTensor op that wrote it
         # Collectives whose work has not completed: id(work) -> (work, event, storage addresses of what it writes).
         # An op that touches one of those storages before the work completes reads (or writes) bytes that may not
         # have arrived: the collective's event gets "read_before_wait" (the op and its line), once.
@@ -232,20 +243,29 @@ class EventLog:
         self.pending_storages: frozenset = frozenset()  # every pending collective's storages, for the per-op test
 
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
+        if not self.cache_digests:
+            return digest(t)
         if self.digests is None:
             from torch.utils.weak import WeakIdKeyDictionary
 
             self.digests = WeakIdKeyDictionary()
         known = self.digests.get(t)
-        version = t._version
-        if known is not None and known[0] == version:
+        version, storage = t._version, _storage_of(t)
+        if known is not None and known[0] == version and known[2] == storage and (
+                self.writes.get(storage, 0) <= known[3]):
             return known[1]
         d = digest(t)
         try:
-            self.digests[t] = (version, d)
+            self.digests[t] = (version, d, storage, self.epoch)
         except TypeError:  # a tensor that takes no weak reference: not cached
             pass
         return d
+
+    def _wrote(self, tensors: List[torch.Tensor]) -> None:
+        """`tensors` (local tensors) were just written in place by a DTensor op."""
+        self.epoch += 1
+        for t in tensors:
+            self.writes[_storage_of(t)] = self.epoch
 
     def _add(self, rank: int, event: Dict[str, Any]) -> None:
         module, pass_ = self.where(rank)
@@ -265,7 +285,10 @@ class EventLog:
         return ranks
 
     # ---- ops ----
-    def op(self, rank: int, func, dtensors_in: List[Any], run: Callable[[], Any]) -> Any:
+    def op(self, rank: int, func, dtensors_in: List[Any], run: Callable[[], Any], written: List[Any] = ()) -> Any:
+        """Records one DTensor op. `written`: the DTensor arguments the op writes in place (its schema's mutable
+        arguments); their digests after the op are its outputs where it returns no DTensor (the in-place foreach
+        ops)."""
         DTensor = _dtensor_type()
         if type(dtensors_in[0]._local_tensor).__name__ == "LocalTensor":
             self.unsupported = "LocalTensorMode (every rank's shard in one tensor)"
@@ -280,7 +303,9 @@ class EventLog:
         finally:
             self.in_op[rank] -= 1
         end = time.perf_counter()
-        results = [x for x in _tensors(out) if isinstance(x, DTensor)]
+        if written:
+            self._wrote([x._local_tensor for x in written])
+        results = [x for x in _tensors(out) if isinstance(x, DTensor)] or list(written)
         self._add(rank, {"kind": "op", "op": str(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
                          "results": [_placements(x) for x in results], "inputs": inputs,
                          "outputs": [self._digest(x._local_tensor) for x in results],
@@ -461,6 +486,23 @@ class EventMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        written_arguments = _written_arguments(func)
+        if not written_arguments:
+            return self._dispatch(func, types, args, kwargs, ())
+        written = []
+        for i, name in written_arguments:
+            written += _tensors(args[i] if i < len(args) else kwargs.get(name))
+        out = self._dispatch(func, types, args, kwargs, written)
+        # A plain tensor's write: marked for the digest cache (a DTensor op's writes are marked in EventLog.op, before
+        # its outputs are digested). Its version may not have moved (torch.autograd._unsafe_preserve_version_counter,
+        # as FSDP2 copies its all-gathered parameters out).
+        DTensor = _dtensor_type()
+        plain = [t for t in written if not isinstance(t, DTensor)]
+        if plain:
+            self.log._wrote(plain)
+        return out
+
+    def _dispatch(self, func, types, args, kwargs, written: List[torch.Tensor]):
         namespace = func.namespace
         if self.log.simulated and namespace in ("c10d", "_c10d_functional"):
             return func(*args, **kwargs)
@@ -499,7 +541,22 @@ class EventMode(TorchDispatchMode):
         if not any(issubclass(t, DTensor) for t in types):
             return func(*args, **kwargs)
         dtensors = [x for x in _tensors(list(args) + list(kwargs.values())) if isinstance(x, DTensor)]
-        return self.log.op(self.rank, func, dtensors, lambda: func(*args, **kwargs))
+        return self.log.op(self.rank, func, dtensors, lambda: func(*args, **kwargs),
+                           [x for x in written if isinstance(x, DTensor)])
+
+
+_WRITTEN_ARGUMENTS: Dict[Any, Tuple[Tuple[int, str], ...]] = {}  # op -> (position, name) of each argument it writes
+
+
+def _written_arguments(func) -> Tuple[Tuple[int, str], ...]:
+    """The arguments an ATen op writes in place (`Tensor(a!)` in its schema: self of `mul_`, the lists of
+    `_foreach_add_`, `out=`)."""
+    known = _WRITTEN_ARGUMENTS.get(func)
+    if known is None:
+        known = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                      if a.alias_info is not None and a.alias_info.is_write)
+        _WRITTEN_ARGUMENTS[func] = known
+    return known
 
 
 class MeteredEventMode(EventMode):

@@ -102,6 +102,38 @@ def test_clean_run_agrees_event_for_event(tmp_path, sim):
     assert "recordings agree" in p.stdout and "events" in p.stdout
 
 
+def _digests(path):
+    """Every event's input and output hashes, rank by rank: [(rank, index, op, inputs, outputs)]."""
+    with open(path) as f:
+        events = json.load(f)["events"]
+    return [(r, i, e["op"], [d and d.get("hash") for d in e.get("inputs") or []],
+             [d and d.get("hash") for d in e.get("outputs") or []])
+            for r, evs in sorted(events.items()) for i, e in enumerate(evs)]
+
+
+def test_cached_digests_are_the_tensors_values(tmp_path, sim):
+    """The recorder reuses a tensor's digest until it may have changed. Its reference: the same run with every tensor
+    digested at every use (DTSIM_RECORD_DIGEST_CACHE=0), for the real run and the simulation alike. This fails if a
+    write escapes the cache: AdamW's in-place updates of DTensors (their local tensors keep their versions) and FSDP2's
+    copy-out of its all-gathered parameters (versions preserved, storage reallocated in place)."""
+    uncached = dict(ENV, DTSIM_RECORD_DIGEST_CACHE="0")
+    real, real_ref = record(tmp_path), str(tmp_path / "real-uncached.json")
+    p = run([DTSIM, "record", "-o", real_ref, "--"] + TORCHRUN + [SCRIPT], env=uncached)
+    assert p.returncode == 0, p.stderr[-3000:]
+    sim_ref = str(tmp_path / "sim-uncached.json")
+    p = run([DTSIM, "run", "--nproc-per-node", "4", "--trace", sim_ref, SCRIPT], env=uncached)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for cached, reference in ((real, real_ref), (sim, sim_ref)):
+        got, want = _digests(cached), _digests(reference)
+        assert len(got) == len(want)
+        wrong = [(g, w) for g, w in zip(got, want) if g != w]
+        assert not wrong, (cached, len(wrong), wrong[:3])
+    # An in-place op's outputs are its written arguments after it: AdamW's first exp_avg.lerp_(grad) turns zeros into
+    # the gradient's share, so its output differs from its input 0 (the zeros).
+    lerps = [d for d in _digests(real) if d[2] == "aten.lerp_.Scalar"]
+    assert lerps and all(d[4] and d[4][0] != d[3][0] for d in lerps[:4]), lerps[:4]
+
+
 def test_corrupted_all_gather_is_located_at_its_collective(tmp_path, sim):
     real = record(tmp_path, "allgather_corrupt")
     p = diff(real, sim)

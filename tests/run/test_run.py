@@ -135,6 +135,28 @@ def test_gpu_script_runs_unedited_and_matches_the_cpu_run():
     assert peak >= 4 * (1072 + 2 * 128 + 280), peak
 
 
+def test_gpu_program_optimizers_pick_cudas_implementation(tmp_path):
+    """torch.optim picks its implementation from the parameters' device when the program does not (foreach=None):
+    upstream's rule lists the devices with foreach kernels, CUDA among them and the CPU not. A program on the emulated
+    GPUs must run CUDA's choice (its AdamW steps are the _foreach_ ops of its GPU run, which scripts/gpu_check.sh's
+    ops_clean compares on a real GPU), and the same program on CPU devices the per-tensor ops."""
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+    devices = _get_foreach_kernels_supported_devices()
+    assert "cuda" in devices and "cpu" not in devices, devices
+    script = os.path.join(ROOT, "tests", "python", "recorded_nccl_ops_program.py")
+    ops = {}
+    for device in ("cuda", "cpu"):
+        trace = tmp_path / f"{device}.json"
+        p = subprocess.run([DTSIM, "run", "--nproc-per-node", "2", "--trace", str(trace), script],
+                           capture_output=True, text=True, env=dict(ENV, DTSIM_RECORD_DEVICE=device), timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        events = json.loads(trace.read_text())["events"]
+        ops[device] = {e["op"] for evs in events.values() for e in evs if e["kind"] == "op"}
+    assert "aten._foreach_lerp_.Scalar" in ops["cuda"] and "aten.lerp_.Scalar" not in ops["cuda"], ops["cuda"]
+    assert "aten.lerp_.Scalar" in ops["cpu"] and not any("_foreach_" in op for op in ops["cpu"]), ops["cpu"]
+
+
 def test_python_module_entry_point_equals_the_binary():
     script = os.path.join(EXAMPLES, "rank_branches.py")
     a = run([DTSIM, "run", "--nproc-per-node", "4", script])

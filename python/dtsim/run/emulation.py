@@ -24,6 +24,9 @@ from torch.overrides import TorchFunctionMode
 from .process_group import World
 
 _GPU_TYPES = ("cuda", "xpu", "mps", "hpu", "mtia")
+# Whether the program asked for a GPU (a tensor, a module or a device mesh on one): its tensors then stand for GPU
+# tensors, and torch.optim picks its implementation as on CUDA (_install_optimizer_defaults).
+_program_on_gpu = False
 
 
 class _RankWorld:
@@ -119,15 +122,19 @@ class CpuForGpu(TorchFunctionMode):
     op a Python call): a backward hook of the program that makes a tensor on "cuda" fails there (docs/run.md)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        global _program_on_gpu
         kwargs = kwargs or {}
         device = kwargs.get("device")
         if device is not None and _is_gpu(device):
             kwargs = dict(kwargs, device="cpu")
+            _program_on_gpu = True
         name = getattr(func, "__name__", "")
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
+            _program_on_gpu = True
             return args[0]
         if name == "to" and len(args) > 1 and (_is_gpu(args[1])):
             args = (args[0], "cpu") + tuple(args[2:])
+            _program_on_gpu = True
         return func(*args, **kwargs)
 
 
@@ -283,11 +290,30 @@ def _install_mesh_on_cpu() -> None:
     original = DeviceMesh.__init__
 
     def __init__(self, device_type, *args, **kwargs):
+        global _program_on_gpu
         if isinstance(device_type, str) and device_type in _GPU_TYPES:
             device_type = "cpu"
+            _program_on_gpu = True
         original(self, device_type, *args, **kwargs)
 
     DeviceMesh.__init__ = __init__
+
+
+def _install_optimizer_defaults() -> None:
+    """torch.optim's optimizers pick their implementation from their parameters' device when the program does not
+    (`foreach=None`): the foreach kernels on CUDA, one tensor at a time on the CPU. A program on the emulated GPUs gets
+    CUDA's choice, so its ops are those of its GPU run (the foreach ops run on the CPU tensors as they would on CUDA's)."""
+    from torch.optim import optimizer
+
+    original = getattr(optimizer, "_get_foreach_kernels_supported_devices", None)
+    if original is None:  # a torch that decides otherwise: left as it is
+        return
+
+    def foreach_devices() -> list:
+        devices = list(original())
+        return devices + ["cpu"] if _program_on_gpu and "cpu" not in devices else devices
+
+    optimizer._get_foreach_kernels_supported_devices = foreach_devices
 
 
 def before_destroy(hook: Callable[[Any], None]) -> None:
@@ -345,6 +371,7 @@ def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[]
     if tracker.modules:
         modules.install_module_hooks(tracker)
     _install_mesh_on_cpu()
+    _install_optimizer_defaults()
     from . import propagation, strategies
 
     strategies.install()
