@@ -29,10 +29,12 @@ as not checked, never as a divergence.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -75,6 +77,9 @@ except ImportError:  # a torch without distributed: no functional collectives to
         pass
 
 
+_DTYPE_NAMES: Dict[Any, str] = {}  # torch.float32 -> "float32"
+
+
 def digest(t: torch.Tensor) -> Dict[str, Any]:
     """One local tensor's digest (module docstring; the hash and sketch are dtsim._C.shard_digest's, one pass in C++).
     Runs no op a dispatch mode above would record."""
@@ -83,16 +88,16 @@ def digest(t: torch.Tensor) -> Dict[str, Any]:
         # as dtsim run's memory meter): a wrapper without data of its own. Its value is the waited tensor, which the
         # op about to read it waits for anyway.
         t = t.trigger_wait()
-    t = t.detach()
+    dtype = _DTYPE_NAMES.get(t.dtype)
+    if dtype is None:
+        dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
     if t.device.type == "meta":
-        return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
-                "unavailable": "meta tensor"}
+        return {"shape": list(t.shape), "dtype": dtype, "hash": None, "unavailable": "meta tensor"}
     try:
-        hash_, sketch, scale = _C.shard_digest(t)
+        hash_, sketch, scale = _C.shard_digest(t)  # reads the data only: no autograd, no op dispatched
     except RuntimeError as e:  # a tensor whose data is not readable (storage not allocated): not digested
-        return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": None,
-                "unavailable": str(e).split("\n")[0][:200]}
-    out: Dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "hash": hash_}
+        return {"shape": list(t.shape), "dtype": dtype, "hash": None, "unavailable": str(e).split("\n")[0][:200]}
+    out: Dict[str, Any] = {"shape": list(t.shape), "dtype": dtype, "hash": hash_}
     if sketch is not None:
         out["sketch"], out["scale"] = sketch, scale
     return out
@@ -224,14 +229,15 @@ class EventLog:
         self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
-        # WeakIdKeyDictionary: local tensor -> (version, digest, storage address, epoch), set on first use. A digest
+        # id(local tensor) -> (a weak reference to it, its version, its digest, its storage address, epoch); an entry
+        # goes when its tensor does. A digest
         # is reused while the tensor keeps its version and its storage, and no op wrote that storage since. Version
         # and storage alone do not see every write: a local tensor written by DTensor's dispatch keeps its version
         # (the write runs below autograd's version bump), FSDP2 copies its all-gathered parameters out with their
         # versions preserved and frees and reallocates their storage in place (resize_). So every op that writes a
         # tensor (its schema's mutable arguments) counts one epoch and marks the storages it wrote; a digest older
         # than its storage's last write is redone.
-        self.digests = None
+        self.digests: Dict[int, Tuple[Any, int, Dict[str, Any], int, int]] = {}
         # DTSIM_RECORD_DIGEST_CACHE=0: every tensor digested at every use (the cache's reference, for tests).
         self.cache_digests = os.environ.get("DTSIM_RECORD_DIGEST_CACHE", "1") != "0"
         self.epoch = 0
@@ -245,20 +251,18 @@ class EventLog:
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
         if not self.cache_digests:
             return digest(t)
-        if self.digests is None:
-            from torch.utils.weak import WeakIdKeyDictionary
-
-            self.digests = WeakIdKeyDictionary()
-        known = self.digests.get(t)
+        key = id(t)
+        known = self.digests.get(key)
         version, storage = t._version, _storage_of(t)
-        if known is not None and known[0] == version and known[2] == storage and (
-                self.writes.get(storage, 0) <= known[3]):
-            return known[1]
+        if known is not None and known[0]() is t and known[1] == version and known[3] == storage and (
+                self.writes.get(storage, 0) <= known[4]):
+            return known[2]
         d = digest(t)
         try:
-            self.digests[t] = (version, d, storage, self.epoch)
+            ref = weakref.ref(t, functools.partial(_forget_digest, self.digests, key))
         except TypeError:  # a tensor that takes no weak reference: not cached
-            pass
+            return d
+        self.digests[key] = (ref, version, d, storage, self.epoch)
         return d
 
     def _wrote(self, tensors: List[torch.Tensor]) -> None:
@@ -446,6 +450,13 @@ class EventLog:
                     continue
                 waiting.event["at"] = "end"
             waiting.digest()
+
+
+def _forget_digest(digests: Dict[int, Any], key: int, ref) -> None:
+    """A cached digest's tensor is gone: its entry goes (unless the id already names a newer tensor's)."""
+    entry = digests.get(key)
+    if entry is not None and entry[0] is ref:
+        del digests[key]
 
 
 def _storage_of(t: torch.Tensor) -> int:
