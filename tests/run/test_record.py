@@ -134,6 +134,31 @@ def test_cached_digests_are_the_tensors_values(tmp_path, sim):
     assert lerps and all(d[4] and d[4][0] != d[3][0] for d in lerps[:4]), lerps[:4]
 
 
+def test_gpu_checks_program_on_gloo_ranks(tmp_path):
+    """scripts/gpu_check.sh's op-level program (tests/python/recorded_nccl_ops_program.py) on 2 Gloo ranks, as it runs
+    on NCCL ranks there: the clean real run agrees with its simulation, and the planted transport fault is located at
+    rank 0's all-reduce of the logged loss, classed computed, with the program's line."""
+    script = os.path.join(ROOT, "tests", "python", "recorded_nccl_ops_program.py")
+    env = dict(ENV, DTSIM_RECORD_DEVICE="cpu")
+    torchrun = TORCHRUN[:-1] + ["2", script]
+    sim_path = str(tmp_path / "sim.json")
+    p = run([DTSIM, "run", "--nproc-per-node", "2", "--trace", sim_path, script], env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for fault in (None, "allreduce_corrupt"):
+        path = str(tmp_path / f"real-{fault}.json")
+        p = run([DTSIM, "record", "-o", path, "--"] + torchrun, env=dict(env, DTSIM_TEST_FAULT=fault or ""))
+        assert p.returncode == 0, p.stderr[-3000:]
+        d = diff(path, sim_path)
+        if fault is None:
+            assert d.returncode == 0 and d.stdout.startswith("recordings agree"), d.stdout
+            continue
+        assert d.returncode == 1, d.stdout
+        rank, event = first_divergence(d.stdout)
+        assert rank == 0 and "all_reduce over [0, 1]" in d.stdout.splitlines()[0], d.stdout
+        assert f"rank 0, event {event} (computed): all_reduce" in d.stdout
+        assert "recorded_nccl_ops_program.py:" in d.stdout.splitlines()[0], d.stdout
+
+
 def test_corrupted_all_gather_is_located_at_its_collective(tmp_path, sim):
     real = record(tmp_path, "allgather_corrupt")
     p = diff(real, sim)
