@@ -230,9 +230,8 @@ class EventLog:
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
         # id(local tensor) -> (a weak reference to it, its version, its digest, its storage address, epoch); an entry
-        # goes when its tensor does. A digest
-        # is reused while the tensor keeps its version and its storage, and no op wrote that storage since. Version
-        # and storage alone do not see every write: a local tensor written by DTensor's dispatch keeps its version
+        # goes when its tensor does. A digest is reused while the tensor keeps its version and its storage, and no op
+        # wrote that storage since. Version and storage alone do not see every write: a local tensor written by DTensor's dispatch keeps its version
         # (the write runs below autograd's version bump), FSDP2 copies its all-gathered parameters out with their
         # versions preserved and frees and reallocates their storage in place (resize_). So every op that writes a
         # tensor (its schema's mutable arguments) counts one epoch and marks the storages it wrote; a digest older
@@ -241,7 +240,7 @@ class EventLog:
         # DTSIM_RECORD_DIGEST_CACHE=0: every tensor digested at every use (the cache's reference, for tests).
         self.cache_digests = os.environ.get("DTSIM_RECORD_DIGEST_CACHE", "1") != "0"
         self.epoch = 0
-        self.writes: Dict[int, int] = {}  # storage address -> the epoch of the last DTensor op that wrote it
+        self.writes: Dict[int, int] = {}  # storage address -> the epoch of the last op that wrote it
         # Collectives whose work has not completed: id(work) -> (work, event, storage addresses of what it writes).
         # An op that touches one of those storages before the work completes reads (or writes) bytes that may not
         # have arrived: the collective's event gets "read_before_wait" (the op and its line), once.
@@ -266,7 +265,7 @@ class EventLog:
         return d
 
     def _wrote(self, tensors: List[torch.Tensor]) -> None:
-        """`tensors` (local tensors) were just written in place by a DTensor op."""
+        """`tensors` were just written in place (by an op's mutable arguments; a DTensor op's: their local tensors)."""
         self.epoch += 1
         for t in tensors:
             self.writes[_storage_of(t)] = self.epoch
@@ -564,8 +563,9 @@ def _written_arguments(func) -> Tuple[Tuple[int, str], ...]:
     `_foreach_add_`, `out=`)."""
     known = _WRITTEN_ARGUMENTS.get(func)
     if known is None:
-        known = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
-                      if a.alias_info is not None and a.alias_info.is_write)
+        schema = getattr(func, "_schema", None)  # None: an operator without one (a higher-order op): no writes known
+        known = () if schema is None else tuple(
+            (i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
         _WRITTEN_ARGUMENTS[func] = known
     return known
 
