@@ -265,6 +265,12 @@ class _Recorder:
             if not _ACTIVE:
                 _install_hooks()
             _ACTIVE[key] = self
+            if not _per_thread() and not _QUIET_AT_EXIT:
+                # A real rank: at its exit, Gloo's workers have let go of the program's works (_wait_for_quiet_threads).
+                import atexit
+
+                atexit.register(_wait_for_quiet_threads)
+                _QUIET_AT_EXIT.append(True)
         if self.ops:
             self._start_events()
 
@@ -827,6 +833,50 @@ def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None
     time.sleep(0.001)  # the GIL, for the thread's release of the Python objects it has just let go of
 
 
+# Upstream's teardown race, which a recording rank (dtsim record's, or one with a record block) stays out of. Gloo's
+# worker thread destroys a work after it has completed, and so releases what the work held: its tensors (whose Python
+# objects the tensors keep while C++ holds them) and, for a collective issued during backward (DDP's bucket all-reduces), the thread state with
+# backward's stashed contextvars Context. Each release takes the GIL. A worker starved of CPU until the program has
+# returned and Python has begun to finalize cannot take it: Python ends the thread through a noexcept destructor and
+# the rank dies of std::terminate ("terminate called without an active exception", SIGABRT) with its program done. At
+# exit, before Python finalizes, a process that recorded on a real rank waits, with the GIL free, until no other thread
+# of it is runnable (docs/recording.md).
+_QUIET_WAIT_S = 5.0  # a thread still runnable then computes on its own (a program's daemon thread)
+_QUIET_AT_EXIT: List[bool] = []  # the wait is registered (once per process)
+
+
+def _runnable_threads() -> List[int]:
+    """The process's threads, this one aside, that are running or waiting for a CPU (Linux's task states R and D; a
+    thread blocked on a lock, a condition or a socket sleeps: S). Empty where /proc is not there."""
+    me = threading.get_native_id()
+    runnable = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread has ended
+        if state in ("R", "D"):
+            runnable.append(int(tid))
+    return runnable
+
+
+def _wait_for_quiet_threads() -> None:
+    """Returns once no other thread of the process was runnable at two checks in a row (sleeping between them, so the
+    GIL is free for a thread that needs it to finish), or after _QUIET_WAIT_S."""
+    deadline = time.monotonic() + _QUIET_WAIT_S
+    quiet = 0
+    while quiet < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+        quiet = 0 if _runnable_threads() else quiet + 1
+
+
 @contextlib.contextmanager
 def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, ops: bool = False,
            memory: bool = False) -> Iterator[None]:
@@ -897,7 +947,7 @@ def _start_part() -> None:
 
     for owner in (dist, c10d):
         setattr(owner, "destroy_process_group", destroy_process_group)
-    atexit.register(recorder._finish_part, folder)
+    atexit.register(recorder._finish_part, folder)  # atexit runs last in, first out: before install's wait
 
 
 def _finish_part(self: "_Recorder", folder: str) -> None:

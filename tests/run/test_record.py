@@ -266,6 +266,36 @@ def test_ddp_buckets_divided_after_the_all_reduce_are_not_misjudged(tmp_path):
     assert p.returncode == 0, p.stdout
 
 
+QUIET_PROGRAM = r"""
+import hashlib, threading, time
+from dtsim import recorder
+# A thread that computes past the program's end without the GIL (as Gloo's worker thread, starved of CPU, runs on to
+# destroy its work), then takes the GIL: the exit-time wait returns only after it finished, with the GIL free for it.
+finished = []
+def late():
+    hashlib.pbkdf2_hmac("sha256", b"dtsim", b"salt", 500000)  # releases the GIL while it hashes
+    finished.append(time.monotonic())
+thread = threading.Thread(target=late, daemon=True)
+thread.start()
+recorder._wait_for_quiet_threads()
+print("waited past its end", bool(finished) and time.monotonic() >= finished[0], flush=True)
+start = time.monotonic()
+recorder._wait_for_quiet_threads()
+print("no wait when quiet", time.monotonic() - start < 1.0, flush=True)
+"""
+
+
+def test_the_rank_hook_waits_until_no_other_thread_runs():
+    """Upstream's Gloo teardown race (docs/recording.md, "Upstream's teardown race"): Gloo's worker thread destroys a
+    finished work, releasing its tensors' Python objects and backward's contextvars Context with the GIL; a worker
+    starved until Python finalizes aborts the rank. `dtsim record`'s rank hook waits at exit, with the GIL free, until
+    no other thread is runnable. Checked against a thread that computes past the program's end: the wait returns only
+    after it finished, and at once when nothing runs."""
+    p = run([sys.executable, "-c", QUIET_PROGRAM])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == ["waited past its end True", "no wait when quiet True"], p.stdout
+
+
 def test_record_refuses_bad_input(tmp_path):
     cases = [
         ([DTSIM, "record", "--", "true"], "output"),

@@ -79,10 +79,11 @@ _torchrun_cache = {}
 
 def died_in_gloo_teardown(out):
     """True when real torchrun failed only through upstream's Gloo teardown race, after the program had finished: a
-    Gloo worker thread drops a finished collective's tensors after the rank's interpreter began to finalize, taking
-    the GIL then ends the thread through a noexcept frame, and the rank dies of std::terminate (SIGABRT) with its
-    output complete (docs/recording.md has the core-dump analysis; dtsim's recorder avoids it, these plain scripts
-    cannot). Every other failure of the reference is a failure of the test."""
+    Gloo worker thread destroys a finished collective's work after the rank's interpreter began to finalize; releasing
+    what it holds (its tensors' Python objects, backward's contextvars Context) takes the GIL, which ends the thread
+    through a noexcept frame, and the rank dies of std::terminate (SIGABRT) with its output complete
+    (docs/recording.md has the core-dump analysis; `dtsim record`'s rank hook avoids it, these plain scripts cannot).
+    Every other failure of the reference is a failure of the test."""
     failed = re.findall(r"exitcode\s*:\s*(-?\d+)", out.stderr)
     return (compared_lines(out.stdout)[-1:] == ["done"]
             and "terminate called without an active exception" in out.stderr
