@@ -515,15 +515,11 @@ class _Recorder:
         dist.gather(flat, bufs, dst=0)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        _wait_until_gloo_let_go([flat] + (bufs or []))
         bufs = [b.cpu() for b in bufs] if bufs is not None else None
         # Rank 0 writes; then every rank hears how it went, so all leave the block together (ranks that raced
         # ahead into destroy_process_group while rank 0 still wrote made Gloo abort) and all raise if it failed.
-        # The verdict goes through the process group's store, not a collective: a Gloo collective's work object is
-        # dropped by Gloo's worker thread after the call has returned, and when that drop came after the program had
-        # returned and Python was shutting down, the thread could not take the GIL to release the tensor's Python
-        # object and the rank died with "terminate called without an active exception" (one 4-rank run in 6 here).
-        # The gather's tensors were let go of above.
+        # The verdict goes through the process group's store, not a collective: no Gloo work is left for the worker
+        # to destroy after the block (upstream's teardown race; the rank also waits at exit, _wait_for_quiet_threads).
         error: Optional[str] = None
         if rank == 0:
             try:
@@ -821,16 +817,6 @@ def _collective_device(dist: Any) -> torch.device:
     if "gloo" in backend or "mpi" in backend or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
-
-
-def _wait_until_gloo_let_go(tensors: List[Any], timeout_s: float = 10.0) -> None:
-    """Returns once no one but Python holds `tensors` (the backend's worker thread has dropped the finished
-    collective's references) and that thread has had the GIL to release their Python objects; after `timeout_s` it
-    returns anyway. A worker thread that drops them while Python shuts down aborts the process (Recorder.finish)."""
-    deadline = time.monotonic() + timeout_s
-    while any(t._use_count() > 1 for t in tensors) and time.monotonic() < deadline:
-        time.sleep(0.0005)
-    time.sleep(0.001)  # the GIL, for the thread's release of the Python objects it has just let go of
 
 
 # Upstream's teardown race, which a recording rank (dtsim record's, or one with a record block) stays out of. Gloo's
