@@ -1,7 +1,11 @@
 // JSON text with dtsim's limits: ParseJsonText (trace.h), CheckJsonText and JsonNode (json_text.h).
 #include "trace/json_text.h"
 
+#include <array>
+#include <cstring>
+#include <memory>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "dtsim/layout/error.h"
@@ -192,9 +196,285 @@ class CheckingSax {
   std::string format_;
 };
 
-// ---- scanning text that CheckJsonText accepted ----
-
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// ---- the quick check: CheckJsonText's common case without nlohmann's lexer ----
+
+// A validating pass over JSON text that accepts only what the SAX check above certainly accepts
+// (the conditions below are each as strict as nlohmann's or stricter), building nothing and
+// copying no string. Anything else (a syntax error, a key or "format" value with escapes, a
+// surrogate escape, a number near the double range, nesting near the limit, a duplicate key, a
+// byte order mark) makes it give up, and the SAX check then accepts or refuses with its message.
+class QuickJsonCheck {
+ public:
+  explicit QuickJsonCheck(std::string_view text) : t_(text) {}
+
+  bool Run(std::string* format) {
+    Ws();
+    if (!Value(0)) return false;
+    Ws();
+    if (p_ != t_.size()) return false;
+    *format = std::string(format_);
+    return true;
+  }
+
+ private:
+  // Below the SAX check's limit (kMaxJsonDepth), so nothing it would refuse is accepted here.
+  static constexpr size_t kMaxDepth = kMaxJsonDepth - 8;
+  // An object with more keys than this checks duplicates with a hash set, not a scan.
+  static constexpr size_t kScannedKeys = 32;
+
+  void Ws() {
+    while (p_ < t_.size() && IsSpace(t_[p_])) ++p_;
+  }
+  bool At(char c) const { return p_ < t_.size() && t_[p_] == c; }
+
+  bool Value(size_t depth) {
+    if (p_ >= t_.size()) return false;
+    switch (t_[p_]) {
+      case '{':
+        return Object(depth + 1);
+      case '[':
+        return Array(depth + 1);
+      case '"': {
+        std::string_view unused;
+        bool escaped = false;
+        return String(&unused, &escaped);
+      }
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
+      default:
+        return Number();
+    }
+  }
+
+  bool Literal(std::string_view word) {
+    if (t_.substr(p_, word.size()) != word) return false;
+    p_ += word.size();
+    return true;
+  }
+
+  bool Object(size_t depth) {
+    if (depth > kMaxDepth) return false;
+    ++p_;
+    Ws();
+    if (At('}')) {
+      ++p_;
+      return true;
+    }
+    const size_t first_key = keys_.size();
+    std::unique_ptr<std::unordered_set<std::string_view>> many;
+    bool ok = true;
+    while (ok) {
+      std::string_view key;
+      bool escaped = false;
+      // A key with escapes would need decoding to compare: left to the SAX check.
+      if (!At('"') || !String(&key, &escaped) || escaped) {
+        ok = false;
+        break;
+      }
+      if (!many) {
+        for (size_t k = first_key; k < keys_.size() && ok; ++k) ok = keys_[k] != key;
+        keys_.push_back(key);
+        if (keys_.size() - first_key > kScannedKeys) {
+          many = std::make_unique<std::unordered_set<std::string_view>>(
+              keys_.begin() + static_cast<std::ptrdiff_t>(first_key), keys_.end());
+        }
+      } else {
+        ok = many->insert(key).second;
+      }
+      if (!ok) break;
+      Ws();
+      if (!At(':')) {
+        ok = false;
+        break;
+      }
+      ++p_;
+      Ws();
+      if (depth == 1 && key == "format" && At('"')) {
+        std::string_view value;
+        bool value_escaped = false;
+        ok = String(&value, &value_escaped) && !value_escaped;
+        format_ = value;
+      } else {
+        ok = Value(depth);
+      }
+      if (!ok) break;
+      Ws();
+      if (At('}')) {
+        ++p_;
+        break;
+      }
+      if (!At(',')) {
+        ok = false;
+        break;
+      }
+      ++p_;
+      Ws();
+    }
+    keys_.resize(first_key);
+    return ok;
+  }
+
+  bool Array(size_t depth) {
+    if (depth > kMaxDepth) return false;
+    ++p_;
+    Ws();
+    if (At(']')) {
+      ++p_;
+      return true;
+    }
+    while (true) {
+      if (!Value(depth)) return false;
+      Ws();
+      if (At(']')) {
+        ++p_;
+        return true;
+      }
+      if (!At(',')) return false;
+      ++p_;
+      Ws();
+    }
+  }
+
+  // `p_` at the opening quote. `out`: the text between the quotes; `escaped`: whether it holds an
+  // escape (its text is then not its value).
+  bool String(std::string_view* out, bool* escaped) {
+    const size_t start = ++p_;
+    while (true) {
+      while (p_ < t_.size() && kPlain[static_cast<unsigned char>(t_[p_])]) ++p_;
+      if (p_ >= t_.size()) return false;
+      const unsigned char c = static_cast<unsigned char>(t_[p_]);
+      if (c == '"') break;
+      if (c == '\\') {
+        *escaped = true;
+        if (!Escape()) return false;
+      } else if (c >= 0x80) {
+        if (!Utf8()) return false;
+      } else {
+        return false;  // a control character
+      }
+    }
+    *out = t_.substr(start, p_ - start);
+    ++p_;
+    return true;
+  }
+
+  // `p_` at a backslash. A \u escape of a surrogate (which must pair) is left to the SAX check.
+  bool Escape() {
+    if (p_ + 1 >= t_.size()) return false;
+    const char e = t_[p_ + 1];
+    if (std::strchr("\"\\/bfnrt", e) != nullptr && e != '\0') {
+      p_ += 2;
+      return true;
+    }
+    if (e != 'u' || p_ + 6 > t_.size()) return false;
+    unsigned code = 0;
+    for (size_t i = p_ + 2; i < p_ + 6; ++i) {
+      const char h = t_[i];
+      unsigned digit = 0;
+      if (h >= '0' && h <= '9') {
+        digit = static_cast<unsigned>(h - '0');
+      } else if (h >= 'a' && h <= 'f') {
+        digit = static_cast<unsigned>(h - 'a' + 10);
+      } else if (h >= 'A' && h <= 'F') {
+        digit = static_cast<unsigned>(h - 'A' + 10);
+      } else {
+        return false;
+      }
+      code = code * 16 + digit;
+    }
+    if (code >= 0xD800 && code <= 0xDFFF) return false;
+    p_ += 6;
+    return true;
+  }
+
+  // `p_` at a byte >= 0x80: one well-formed UTF-8 sequence (RFC 3629: no overlong form, no
+  // surrogate, nothing above U+10FFFF).
+  bool Utf8() {
+    const auto byte = [&](size_t i) {
+      return p_ + i < t_.size() ? static_cast<unsigned char>(t_[p_ + i]) : 0u;
+    };
+    const unsigned c = byte(0);
+    const auto in = [](unsigned b, unsigned lo, unsigned hi) { return b >= lo && b <= hi; };
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (in(c, 0xC2, 0xDF)) {
+      n = 2;
+    } else if (in(c, 0xE0, 0xEF)) {
+      n = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (in(c, 0xF0, 0xF4)) {
+      n = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (!in(byte(1), lo, hi)) return false;
+    for (size_t i = 2; i < n; ++i)
+      if (!in(byte(i), 0x80, 0xBF)) return false;
+    p_ += n;
+    return true;
+  }
+
+  // JSON's number grammar, and only magnitudes well inside double's range (a number the SAX check
+  // would find out of range, or one near it, is left to it).
+  bool Number() {
+    if (At('-')) ++p_;
+    const size_t int_start = p_;
+    if (At('0')) {
+      ++p_;
+    } else {
+      if (p_ >= t_.size() || t_[p_] < '1' || t_[p_] > '9') return false;
+      while (p_ < t_.size() && IsDigit(t_[p_])) ++p_;
+    }
+    const size_t int_digits = p_ - int_start;
+    if (At('.')) {
+      ++p_;
+      if (p_ >= t_.size() || !IsDigit(t_[p_])) return false;
+      while (p_ < t_.size() && IsDigit(t_[p_])) ++p_;
+    }
+    int64_t exponent = 0;
+    if (At('e') || At('E')) {
+      ++p_;
+      bool negative = false;
+      if (At('+') || At('-')) negative = t_[p_++] == '-';
+      const size_t exp_start = p_;
+      while (p_ < t_.size() && IsDigit(t_[p_])) {
+        if (p_ - exp_start >= 4) return false;
+        exponent = exponent * 10 + (t_[p_] - '0');
+        ++p_;
+      }
+      if (p_ == exp_start) return false;
+      if (negative) exponent = -exponent;
+    }
+    constexpr int64_t kSafeDecimalDigits = 300;  // 1e300 is far below the largest double
+    return exponent >= -kSafeDecimalDigits &&
+           static_cast<int64_t>(int_digits) + exponent <= kSafeDecimalDigits;
+  }
+  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+  // The bytes a string holds as themselves: not a quote, backslash, control character or the start
+  // of a multi-byte UTF-8 sequence.
+  static constexpr std::array<bool, 256> kPlain = [] {
+    std::array<bool, 256> plain{};
+    for (int c = 0x20; c < 0x80; ++c) plain[static_cast<size_t>(c)] = c != '"' && c != '\\';
+    return plain;
+  }();
+
+  std::string_view t_;
+  size_t p_ = 0;
+  std::vector<std::string_view> keys_;  // the keys of the objects open, innermost last
+  std::string_view format_;
+};
+
+// ---- scanning text that CheckJsonText accepted ----
 
 size_t SkipSpace(std::string_view t, size_t p) {
   while (p < t.size() && IsSpace(t[p])) ++p;
@@ -263,6 +543,10 @@ nlohmann::json ParseJsonText(std::string_view text, const std::string& field,
 
 namespace internal {
 
+bool QuickCheckJson(std::string_view text, std::string* format) {
+  return QuickJsonCheck(text).Run(format);
+}
+
 int64_t RankOfKey(const std::string& key, int64_t world_size) {
   if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos)
     return -1;
@@ -273,6 +557,8 @@ int64_t RankOfKey(const std::string& key, int64_t world_size) {
 std::string CheckJsonText(std::string_view text, const std::string& field,
                           const std::string& source) {
   CheckNoNul(text, field, source);
+  std::string format;
+  if (QuickCheckJson(text, &format)) return format;
   CheckingSax sax(field, source);
   ParseWithMessages(field, source,
                     [&] { return nlohmann::json::sax_parse(text.begin(), text.end(), &sax); });
@@ -418,6 +704,12 @@ JsonNode JsonNode::At(size_t i) const {
   DTSIM_CHECK(text_[0] == '[' && i < GetIndex().elements.size(), "JsonNode::At(", i, ") at ",
               path_);
   return OfText(GetIndex().elements[i], field_, path_ + "[" + std::to_string(i) + "]");
+}
+
+std::string_view JsonNode::ElementText(size_t i) const {
+  DTSIM_CHECK(!dom_ && text_[0] == '[' && i < GetIndex().elements.size(), "JsonNode::ElementText(",
+              i, ") at ", path_);
+  return GetIndex().elements[i];
 }
 
 void JsonNode::Fail(const std::string& message) const {

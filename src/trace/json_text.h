@@ -34,6 +34,12 @@ namespace dtsim::internal {
 std::string CheckJsonText(std::string_view text, const std::string& field,
                           const std::string& source);
 
+// CheckJsonText's fast path: true (and the top-level "format" as CheckJsonText returns it) only for
+// text that CheckJsonText accepts; false for everything it refuses and for what this pass leaves to
+// it (escaped keys, surrogate escapes, numbers near the double range, nesting near the limit, a
+// byte order mark). Exposed for tests.
+bool QuickCheckJson(std::string_view text, std::string* format);
+
 // A per-rank object's key ("3": a recording's "events" and "memory" are keyed by rank) as a rank
 // of a world of `world_size`: the decimal number, or -1 when the key is none (not digits only, too
 // long, or outside 0..world_size-1).
@@ -60,6 +66,8 @@ class JsonNode {
   void ExpectObject() const;
   size_t ArraySize() const;
   JsonNode At(size_t i) const;
+  // A text node's element i (i < ArraySize()): its text, without a node (and its path) around it.
+  std::string_view ElementText(size_t i) const;
   // Throws InputError(field, "<path>: <message>").
   [[noreturn]] void Fail(const std::string& message) const;
 

@@ -311,12 +311,10 @@ class FastEvent {
     size_t q = p_;
     while (q < t_.size() && std::strchr("+-0123456789.eE", t_[q]) != nullptr) ++q;
     if (q == p_ || q - p_ > 64) return false;
-    char buffer[72];
-    std::memcpy(buffer, t_.data() + p_, q - p_);
-    buffer[q - p_] = '\0';
-    char* end = nullptr;
-    *out = std::strtod(buffer, &end);
-    if (end != buffer + (q - p_)) return false;
+    // Correctly rounded, as nlohmann's strtod; out of range (either way) is the DOM path's case.
+    const char* end = t_.data() + q;
+    const auto [next, ec] = std::from_chars(t_.data() + p_, end, *out);
+    if (ec != std::errc() || next != end) return false;
     p_ = q;
     return true;
   }
@@ -583,14 +581,14 @@ RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size) 
     // From text, the fast path first; else (and from a DOM) one event's DOM at a time.
     std::unordered_set<std::string> placements;
     for (size_t i = 0; i < n; ++i) {
-      const internal::JsonNode item = list.At(i);
-      if (!item.is_dom()) {
+      if (!list.is_dom()) {
         RunEvent e;
-        if (FastEvent(item.text(), &placements).Parse(&e, rank, world_size)) {
+        if (FastEvent(list.ElementText(i), &placements).Parse(&e, rank, world_size)) {
           events.push_back(std::move(e));
           continue;
         }
       }
+      const internal::JsonNode item = list.At(i);
       events.push_back(
           item.Read([&](const JsonReader& r) { return EventFromJson(r, rank, world_size); }));
     }
