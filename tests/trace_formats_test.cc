@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/formats.h"
@@ -339,6 +343,160 @@ INSTANTIATE_TEST_SUITE_P(Drivers, Conformance, ::testing::ValuesIn(kSamples),
                              if (ch == '-') ch = '_';
                            return name;
                          });
+
+// ---- two runs' events compared one rank at a time (trace-diff of two recordings) ----
+
+// Two runs of 10 ranks (8 in each) whose events differ in one way per rank, each cause once.
+std::pair<RunEvents, RunEvents> RunsWithEveryCause() {
+  RunEvents a, b;
+  for (int64_t r = 0; r < 8; ++r) {
+    std::vector<RunEvent>& xs = a[r];
+    for (int i = 0; i < 8; ++i) {
+      RunEvent e =
+          OpEvent("aten.mm.default", 0, {"[S(0)]"}, {"[S(0)]"}, {Hash(i + 1)}, {Hash(i + 2)});
+      if (i % 4 == 3) {
+        e.kind = RunEvent::Kind::kCollective;
+        e.op = "all_reduce";
+        e.mesh.reset();
+        e.args.clear();
+        e.results.clear();
+        e.group = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+      }
+      xs.push_back(e);
+    }
+    b[r] = xs;
+  }
+  b[1][3].outputs->at(0).hash = Hash(9);  // computed: a collective's output, its input equal
+  b[1][6].outputs->at(0).hash = Hash(9);  // and after it
+  b[2][2].inputs[0].hash = Hash(9);       // input
+  b[3][5].op = "aten.add.Tensor";         // structure
+  b[4].resize(6);                         // length
+  b[5][1].read_before_wait = RunEvent::Read{"aten.add.Tensor", "train.py:7"};  // race in one run
+  a[6][3].read_before_wait = b[6][3].read_before_wait = RunEvent::Read{"aten.mul.Tensor", ""};
+  for (RunEvents* run : {&a, &b}) {  // rank 0: equal within float32 rounding, and one output unseen
+    TensorDigest& d = (*run)[0][4].outputs->at(0);
+    d.hash = run == &a ? Hash(7) : Hash(8);
+    d.sketch = run == &a ? 1.0 : 1.00001;
+    d.scale = 10.0;
+  }
+  b[0][5].outputs.reset();
+  a[8] = a[0];  // only in the first run
+  b[9] = b[0];  // only in the second
+  return {a, b};
+}
+
+TEST(EventDiffTest, RankByRankAgreesWithTheWholeRunsOnEveryCause) {
+  const auto [a, b] = RunsWithEveryCause();
+  const EventDiff whole = DiffRunEvents(a, b);
+  auto ranks = [](const RunEvents& run) {
+    std::vector<int64_t> out;
+    for (const auto& entry : run) out.push_back(entry.first);
+    return out;
+  };
+  std::vector<int64_t> asked;
+  const EventDiff by_rank = DiffRunEventsByRank(ranks(a), ranks(b), [&](int64_t rank) {
+    asked.push_back(rank);
+    return RankEventsPair(a.count(rank) ? a.at(rank) : std::vector<RunEvent>{},
+                          b.count(rank) ? b.at(rank) : std::vector<RunEvent>{});
+  });
+  EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // The planted differences, each found (by the whole comparison, which the rank-by-rank one must
+  // then equal field for field).
+  using Cause = EventDivergence::Cause;
+  std::vector<std::tuple<int64_t, int64_t, Cause>> firsts;
+  for (const EventDivergence& d : whole.first) firsts.emplace_back(d.rank, d.index, d.cause);
+  EXPECT_EQ(firsts, (std::vector<std::tuple<int64_t, int64_t, Cause>>{{5, 1, Cause::kRace},
+                                                                      {2, 2, Cause::kInput},
+                                                                      {1, 3, Cause::kComputed},
+                                                                      {3, 5, Cause::kStructure},
+                                                                      {4, 6, Cause::kLength}}));
+  EXPECT_EQ(whole.ranks_only_in_a, std::vector<int64_t>{8});
+  EXPECT_EQ(whole.ranks_only_in_b, std::vector<int64_t>{9});
+  EXPECT_EQ(whole.rounded, 1);
+  EXPECT_EQ(whole.not_checked, 1);
+  EXPECT_EQ(whole.races_in_both.size(), 1u);
+  ASSERT_EQ(by_rank.first.size(), whole.first.size());
+  for (size_t i = 0; i < whole.first.size(); ++i) {
+    EXPECT_EQ(by_rank.first[i].rank, whole.first[i].rank);
+    EXPECT_EQ(by_rank.first[i].index, whole.first[i].index);
+    EXPECT_EQ(by_rank.first[i].cause, whole.first[i].cause);
+    EXPECT_EQ(by_rank.first[i].where, whole.first[i].where);
+    EXPECT_EQ(by_rank.first[i].what, whole.first[i].what);
+  }
+  EXPECT_EQ(by_rank.compared, whole.compared);
+  EXPECT_EQ(by_rank.rounded, whole.rounded);
+  EXPECT_EQ(by_rank.not_checked, whole.not_checked);
+  EXPECT_EQ(by_rank.differing, whole.differing);
+  EXPECT_EQ(by_rank.differing_by_rank, whole.differing_by_rank);
+  EXPECT_EQ(by_rank.ranks_only_in_a, whole.ranks_only_in_a);
+  EXPECT_EQ(by_rank.ranks_only_in_b, whole.ranks_only_in_b);
+  ASSERT_EQ(by_rank.races_in_both.size(), whole.races_in_both.size());
+  EXPECT_EQ(by_rank.races_in_both[0].what, whole.races_in_both[0].what);
+}
+
+// A recording of the runs above as a file (world of 10, one 1-D mesh of all ranks).
+TraceText RecordingText(const RunEvents& events, const std::string& name) {
+  nlohmann::json doc =
+      nlohmann::json::parse(ReadSource("tests/fuzz/corpus/recording/seed-local-mlp").text);
+  doc["redistributions"] = nlohmann::json::array();
+  doc["meta"]["world_size"] = 10;
+  doc["meta"]["data"] = false;
+  doc["meta"]["data_file"] = nullptr;
+  doc["meshes"] = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  doc["events"] = RunEventsToJson(events);
+  return TraceTextOf(name, doc.dump());
+}
+
+// The driver reads two recordings one rank at a time: its verdict names the planted differences,
+// and a problem in either file is the one reading that file whole names first.
+TEST(EventDiffTest, TheRecordingDriverNamesEveryCauseAndEveryFilesFirstProblem) {
+  const auto [a, b] = RunsWithEveryCause();
+  TraceText ta = RecordingText(a, "a.json"), tb = RecordingText(b, "b.json");
+  const TraceFormatDriver& driver = TraceFormatDriverFor(ta, tb);
+  std::ostringstream out;
+  EXPECT_EQ(driver.diff(ta, tb, {}, out), 1);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("recordings differ; first at rank 5, event 1"), std::string::npos) << text;
+  for (const char* line :
+       {"rank 2, event 2 (input)", "rank 1, event 3 (computed)", "rank 3, event 5 (structure)",
+        "rank 4, event 6 (length)", "rank 8: events only in the first",
+        "rank 9: events only in the second", "race in the program: rank 6, event 3"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  std::ostringstream self;
+  TraceText ta2 = ta;
+  EXPECT_EQ(driver.diff(ta, ta2, {}, self), 0) << self.str();
+
+  // Problems: an event the fast path and the DOM reader refuse, a mesh that is not the recording's,
+  // a rank outside the world, each in the second file after a good rank.
+  auto with = [&](const char* what, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json doc = nlohmann::json::parse(tb.text);
+    edit(doc);
+    TraceText bad = TraceTextOf(StrCat("bad-", what, ".json"), doc.dump());
+    std::string whole_error, driver_error;
+    try {
+      RecordingFromText(bad);
+    } catch (const InputError& e) {
+      whole_error = e.what();
+    }
+    try {
+      std::ostringstream ignored;
+      TraceText first = ta;
+      driver.diff(first, bad, {}, ignored);
+    } catch (const InputError& e) {
+      driver_error = e.what();
+    }
+    EXPECT_FALSE(whole_error.empty()) << what;
+    EXPECT_EQ(driver_error, whole_error) << what;
+  };
+  with("pass", [](nlohmann::json& d) { d["events"]["3"][2]["pass"] = "sideways"; });
+  with("mesh", [](nlohmann::json& d) { d["events"]["4"][1]["mesh"] = 5; });
+  with("rank", [](nlohmann::json& d) { d["events"]["12"] = d["events"]["0"]; });
+  with("both", [](nlohmann::json& d) {
+    d["events"]["7"][0]["kind"] = "opp";
+    d["events"]["1"][4]["mesh"] = 3;
+  });
+}
 
 }  // namespace
 }  // namespace dtsim

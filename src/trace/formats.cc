@@ -1,8 +1,11 @@
 // The trace format drivers (see include/dtsim/trace/formats.h).
 #include "dtsim/trace/formats.h"
 
+#include <algorithm>
 #include <exception>
+#include <optional>
 #include <ostream>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -23,26 +26,26 @@ namespace {
 // other).
 template <typename F, typename G>
 auto BothAtOnce(F&& f, G&& g) -> std::pair<decltype(f()), decltype(g())> {
-  decltype(g()) second{};
+  std::optional<decltype(g())> second;
   std::exception_ptr second_error;
   std::thread thread([&] {
     try {
-      second = g();
+      second.emplace(g());
     } catch (...) {
       second_error = std::current_exception();
     }
   });
-  decltype(f()) first{};
+  std::optional<decltype(f())> first;
   std::exception_ptr first_error;
   try {
-    first = f();
+    first.emplace(f());
   } catch (...) {
     first_error = std::current_exception();
   }
   thread.join();
   if (first_error) std::rethrow_exception(first_error);
   if (second_error) std::rethrow_exception(second_error);
-  return {std::move(first), std::move(second)};
+  return {std::move(*first), std::move(*second)};
 }
 
 // What an agreeing verdict says of the run's collectives (`dtsim run --trace` lists them): equal
@@ -81,11 +84,10 @@ const char* CauseText(EventDivergence::Cause c, bool fr) {
 // Two recordings that both have events: the first op or collective where each rank's runs part
 // (the cause named), what diverged after it, then the redistributions' differences (structure;
 // their values are the events'). Exit 0 when nothing differs, else 1.
-int PrintEventDiff(const Recording& a, const Recording& b,
+int PrintEventDiff(const Recording& a, const Recording& b, const EventDiff& ev,
                    const std::vector<TraceDifference>& diffs, size_t limit, std::ostream& out) {
   using Cause = EventDivergence::Cause;
   const bool fr = a.backend == "flight-recorder" || b.backend == "flight-recorder";
-  const EventDiff ev = DiffRunEvents(*a.events, *b.events, fr);
   const bool differ = !ev.first.empty() || !ev.ranks_only_in_a.empty() ||
                       !ev.ranks_only_in_b.empty() || !diffs.empty();
   // The same race in both runs: no divergence, but the program's bug, said after the verdict.
@@ -224,8 +226,53 @@ nlohmann::json RewriteRecording(const TraceText& text, const OpArgumentCheck&) {
   return ToJson(RecordingFromText(text));
 }
 
+// Two recordings with events, neither a Flight Recorder import: their events compared one rank at a
+// time (both files' events of a rank read at once when they are large), so what is held is the
+// two texts and one rank's events of each. nullopt when a problem of either file was met: the
+// caller reads both whole, which gives the problem RecordingFromText names first.
+std::optional<int> DiffRecordingsByRank(const TraceText& ta, const TraceText& tb,
+                                        const TraceDiffOptions& options, std::ostream& out) {
+  constexpr size_t kParallelBytes = size_t{1} << 20;  // below it, a thread costs more than it saves
+  try {
+    const std::pair<RecordingReader, RecordingReader> readers =
+        BothAtOnce([&] { return RecordingReader(ta); }, [&] { return RecordingReader(tb); });
+    const RecordingReader& ra = readers.first;
+    const RecordingReader& rb = readers.second;
+    if (!ra.has_events() || !rb.has_events() || ra.recording().backend == "flight-recorder" ||
+        rb.recording().backend == "flight-recorder") {
+      return std::nullopt;
+    }
+    const std::vector<int64_t> ranks_a = ra.EventRanks();
+    const std::vector<int64_t> ranks_b = rb.EventRanks();
+    auto has = [](const std::vector<int64_t>& ranks, int64_t rank) {
+      return std::binary_search(ranks.begin(), ranks.end(), rank);
+    };
+    const EventDiff ev = DiffRunEventsByRank(ranks_a, ranks_b, [&](int64_t rank) {
+      const bool in_a = has(ranks_a, rank), in_b = has(ranks_b, rank);
+      if (in_a && in_b && ra.RankEventsBytes(rank) + rb.RankEventsBytes(rank) > kParallelBytes) {
+        return BothAtOnce([&] { return ra.RankEvents(rank); }, [&] { return rb.RankEvents(rank); });
+      }
+      return RankEventsPair(in_a ? ra.RankEvents(rank) : std::vector<RunEvent>{},
+                            in_b ? rb.RankEvents(rank) : std::vector<RunEvent>{});
+    });
+    // Present, as in a whole read (DiffRecordings compares the redistributions' hashes only
+    // without events on both sides), but empty: the events were compared above.
+    Recording a = ra.recording(), b = rb.recording();
+    a.events.emplace();
+    b.events.emplace();
+    return PrintEventDiff(a, b, ev, DiffRecordings(a, b, options.limit), options.limit, out);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
 int DiffRecordingFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& options,
                        std::ostream& out) {
+  std::ostringstream by_rank;
+  if (const std::optional<int> code = DiffRecordingsByRank(ta, tb, options, by_rank)) {
+    out << by_rank.str();
+    return *code;
+  }
   // Read from the text: events one at a time, not the whole recording as a DOM.
   const std::pair<Recording, Recording> both =
       BothAtOnce([&] { return RecordingFromText(ta); }, [&] { return RecordingFromText(tb); });
@@ -235,7 +282,8 @@ int DiffRecordingFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& opt
   if (a.events && b.events) {
     // A Flight Recorder import holds collectives only: no redistributions to compare.
     const bool fr = a.backend == "flight-recorder" || b.backend == "flight-recorder";
-    return PrintEventDiff(a, b, fr ? std::vector<TraceDifference>{} : diffs, options.limit, out);
+    return PrintEventDiff(a, b, DiffRunEvents(*a.events, *b.events, fr),
+                          fr ? std::vector<TraceDifference>{} : diffs, options.limit, out);
   }
   if (diffs.empty()) {
     out << "recordings agree: " << a.redistributions.size() << " redistribution"

@@ -40,6 +40,11 @@ std::string CheckJsonText(std::string_view text, const std::string& field,
 // byte order mark). Exposed for tests.
 bool QuickCheckJson(std::string_view text, std::string* format);
 
+// In text that CheckJsonText accepted: the position of the first non-space byte at or after `p`,
+// and, `p` at the first byte of a value, the position after its last.
+size_t SkipJsonSpace(std::string_view text, size_t p);
+size_t JsonValueEnd(std::string_view text, size_t p);
+
 // A per-rank object's key ("3": a recording's "events" and "memory" are keyed by rank) as a rank
 // of a world of `world_size`: the decimal number, or -1 when the key is none (not digits only, too
 // long, or outside 0..world_size-1).
@@ -66,8 +71,6 @@ class JsonNode {
   void ExpectObject() const;
   size_t ArraySize() const;
   JsonNode At(size_t i) const;
-  // A text node's element i (i < ArraySize()): its text, without a node (and its path) around it.
-  std::string_view ElementText(size_t i) const;
   // Throws InputError(field, "<path>: <message>").
   [[noreturn]] void Fail(const std::string& message) const;
 

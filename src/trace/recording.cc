@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -411,6 +412,10 @@ namespace {
 Recording RecordingWithoutEvents(const nlohmann::json& json,
                                  std::optional<int64_t> data_file_bytes);
 void CheckEventMeshes(const Recording& rec);
+// Rank `rank`'s events' meshes: each a mesh of `meshes` that holds the rank, with as many dims as
+// the op's placements.
+void CheckRankEventMeshes(int64_t rank, const std::vector<RunEvent>& list,
+                          const std::vector<DeviceMesh>& meshes);
 }  // namespace
 
 Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> data_file_bytes) {
@@ -422,12 +427,55 @@ Recording RecordingFromJson(const nlohmann::json& json, std::optional<int64_t> d
 }
 
 Recording RecordingFromText(const TraceText& text, std::optional<int64_t> data_file_bytes) {
-  return WithFileName(text.path, [&] {
+  return RecordingReader(text, data_file_bytes).ReadAll();
+}
+
+RecordingReader::RecordingReader(const TraceText& text, std::optional<int64_t> data_file_bytes)
+    : path_(text.path) {
+  WithFileName(path_, [&] {
     const internal::JsonNode root = internal::JsonNode::OfText(text.text, kField);
-    Recording out = root.ReadWithout({"events"}, [&](const JsonReader& r) {
+    rec_ = root.ReadWithout({"events"}, [&](const JsonReader& r) {
       return RecordingWithoutEvents(r.json(), data_file_bytes);
     });
-    if (root.Has("events")) out.events = RunEventsFromNode(root.At("events"), out.world_size);
+    if (root.Has("events")) events_ = std::make_shared<internal::JsonNode>(root.At("events"));
+  });
+}
+
+std::vector<int64_t> RecordingReader::EventRanks() const {
+  DTSIM_CHECK(events_ != nullptr, "RecordingReader::EventRanks without events");
+  return WithFileName(path_, [&] {
+    events_->ExpectObject();
+    std::vector<int64_t> ranks;
+    for (const std::string& key : events_->Keys()) {
+      const int64_t rank = internal::RankOfKey(key, rec_.world_size);
+      if (rank < 0) events_->Fail(StrCat("has events for '", ExcerptText(key), "'"));
+      ranks.push_back(rank);
+    }
+    std::sort(ranks.begin(), ranks.end());
+    if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end())
+      events_->Fail("has one rank's events twice");
+    return ranks;
+  });
+}
+
+std::vector<RunEvent> RecordingReader::RankEvents(int64_t rank) const {
+  return WithFileName(path_, [&] {
+    const std::string key = std::to_string(rank);
+    std::vector<RunEvent> events =
+        RankEventsFromNode(events_->At(key.c_str()), rank, rec_.world_size);
+    CheckRankEventMeshes(rank, events, rec_.meshes);
+    return events;
+  });
+}
+
+size_t RecordingReader::RankEventsBytes(int64_t rank) const {
+  return events_->At(std::to_string(rank).c_str()).text().size();
+}
+
+Recording RecordingReader::ReadAll() && {
+  return WithFileName(path_, [&] {
+    Recording out = std::move(rec_);
+    if (events_) out.events = RunEventsFromNode(*events_, out.world_size);
     CheckEventMeshes(out);
     return out;
   });
@@ -476,31 +524,32 @@ std::vector<DeviceMesh> MeshesFromJson(const JsonReader& r, int64_t world_size) 
 // each argument and result.
 void CheckEventMeshes(const Recording& rec) {
   if (!rec.events) return;
-  for (const auto& entry : *rec.events) {
-    const int64_t rank = entry.first;  // not a structured binding: the lambda below captures it
-    const std::vector<RunEvent>& list = entry.second;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const RunEvent& e = list[i];
-      if (!e.mesh) continue;
-      auto fail = [&](const std::string& problem) {
-        throw InputError(kField, StrCat("events.", rank, "[", i, "].mesh: ", problem));
-      };
-      if (*e.mesh >= static_cast<int64_t>(rec.meshes.size())) {
-        fail(StrCat(*e.mesh, " is no mesh of the recording's \"meshes\" (", rec.meshes.size(),
-                    " of them)"));
-      }
-      const DeviceMesh& mesh = rec.meshes[static_cast<size_t>(*e.mesh)];
-      if (mesh.PositionOf(rank) < 0)
-        fail(StrCat("mesh ", *e.mesh, " ", IntListToString(mesh.ranks()), " does not hold rank ",
-                    rank, ", whose op it is"));
-      for (const std::vector<std::string>* texts : {&e.args, &e.results}) {
-        for (const std::string& t : *texts) {
-          const int64_t dims =
-              static_cast<int64_t>(ParsePlacements(t.substr(1, t.size() - 2)).size());
-          if (dims != mesh.ndim()) {
-            fail(StrCat("mesh ", *e.mesh, " has ", mesh.ndim(), " dims, but the op's placements ",
-                        t, " have ", dims));
-          }
+  for (const auto& [rank, list] : *rec.events) CheckRankEventMeshes(rank, list, rec.meshes);
+}
+
+void CheckRankEventMeshes(int64_t rank, const std::vector<RunEvent>& list,
+                          const std::vector<DeviceMesh>& meshes) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const RunEvent& e = list[i];
+    if (!e.mesh) continue;
+    auto fail = [&](const std::string& problem) {
+      throw InputError(kField, StrCat("events.", rank, "[", i, "].mesh: ", problem));
+    };
+    if (*e.mesh >= static_cast<int64_t>(meshes.size())) {
+      fail(StrCat(*e.mesh, " is no mesh of the recording's \"meshes\" (", meshes.size(),
+                  " of them)"));
+    }
+    const DeviceMesh& mesh = meshes[static_cast<size_t>(*e.mesh)];
+    if (mesh.PositionOf(rank) < 0)
+      fail(StrCat("mesh ", *e.mesh, " ", IntListToString(mesh.ranks()), " does not hold rank ",
+                  rank, ", whose op it is"));
+    for (const std::vector<std::string>* texts : {&e.args, &e.results}) {
+      for (const std::string& t : *texts) {
+        const int64_t dims =
+            static_cast<int64_t>(ParsePlacements(t.substr(1, t.size() - 2)).size());
+        if (dims != mesh.ndim()) {
+          fail(StrCat("mesh ", *e.mesh, " has ", mesh.ndim(), " dims, but the op's placements ", t,
+                      " have ", dims));
         }
       }
     }

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
@@ -157,8 +159,12 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
 // below are EventFromJson's, as booleans.
 class FastEvent {
  public:
+  // `text` starts with the event; what follows it is not read.
   FastEvent(std::string_view text, std::unordered_set<std::string>* placements)
       : t_(text), placements_(placements) {}
+
+  // After a successful Parse: the length of the event's text.
+  size_t length() const { return p_; }
 
   bool Parse(RunEvent* e, int64_t rank, int64_t world_size) {
     bool has_kind = false, has_op = false, has_module = false, has_pass = false, has_inputs = false,
@@ -571,29 +577,70 @@ RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size) 
       node.Fail(StrCat("has events for '", ExcerptText(key), "', which is no rank of a world of ",
                        world_size));
     }
-    const internal::JsonNode list = node.At(key.c_str());
+    std::vector<RunEvent> list = RankEventsFromNode(node.At(key.c_str()), rank, world_size);
+    std::vector<RunEvent>& events = out[rank];  // "0" and "00" are one rank: its events, in order
+    if (events.empty()) {
+      events = std::move(list);
+    } else {
+      events.insert(events.end(), std::make_move_iterator(list.begin()),
+                    std::make_move_iterator(list.end()));
+    }
+  }
+  return out;
+}
+
+std::vector<RunEvent> RankEventsFromNode(const internal::JsonNode& list, int64_t rank,
+                                         int64_t world_size) {
+  auto check_count = [&] {
     const size_t n = list.ArraySize();
     if (n > kMaxEventsPerRank) {
       list.Fail(StrCat("has ", n, " events; at most ", kMaxEventsPerRank, " per rank are read"));
     }
-    std::vector<RunEvent>& events = out[rank];
+    return n;
+  };
+  std::vector<RunEvent> events;
+  auto read_dom = [&](const internal::JsonNode& item) {
+    return item.Read([&](const JsonReader& r) { return EventFromJson(r, rank, world_size); });
+  };
+  if (list.is_dom() || list.text()[0] != '[') {
+    const size_t n = check_count();
     events.reserve(n);
-    // From text, the fast path first; else (and from a DOM) one event's DOM at a time.
-    std::unordered_set<std::string> placements;
-    for (size_t i = 0; i < n; ++i) {
-      if (!list.is_dom()) {
-        RunEvent e;
-        if (FastEvent(list.ElementText(i), &placements).Parse(&e, rank, world_size)) {
-          events.push_back(std::move(e));
-          continue;
-        }
-      }
-      const internal::JsonNode item = list.At(i);
-      events.push_back(
-          item.Read([&](const JsonReader& r) { return EventFromJson(r, rank, world_size); }));
-    }
+    for (size_t i = 0; i < n; ++i) events.push_back(read_dom(list.At(i)));
+    return events;
   }
-  return out;
+  // From text: the elements in order, each through the fast path first, which finds where the
+  // event ends (no pass over the list to index it); an event it does not take is read as one DOM.
+  // The count is checked first, as before any event is read, when an event is refused.
+  const std::string_view t = list.text();
+  std::unordered_set<std::string> placements;
+  try {
+    size_t p = internal::SkipJsonSpace(t, 1);
+    for (size_t i = 0; t[p] != ']'; ++i) {
+      if (i == kMaxEventsPerRank) check_count();
+      RunEvent e;
+      FastEvent fast(t.substr(p), &placements);
+      if (fast.Parse(&e, rank, world_size)) {
+        p += fast.length();
+      } else {
+        const size_t end = internal::JsonValueEnd(t, p);
+        e = read_dom(internal::JsonNode::OfText(t.substr(p, end - p), list.field(),
+                                                StrCat(list.path(), "[", i, "]")));
+        p = end;
+      }
+      events.push_back(std::move(e));
+      if (events.size() == 64) {
+        // Room for as many more events as the rest of the text holds at the first ones' length.
+        const size_t estimate = 64 * t.size() / std::max<size_t>(p, 1) + 64;
+        events.reserve(std::min(estimate, kMaxEventsPerRank));
+      }
+      p = internal::SkipJsonSpace(t, p);
+      if (t[p] == ',') p = internal::SkipJsonSpace(t, p + 1);
+    }
+  } catch (const InputError&) {
+    check_count();
+    throw;
+  }
+  return events;
 }
 
 namespace {
@@ -623,10 +670,145 @@ std::string PendingReason(const RunEvents& run, const RunEvent& e) {
          "devices, or for the transport";
 }
 
+// DiffRunEvents' comparison of one rank's events in the two runs, added to `diff`; `a` and `b` are
+// the whole runs (a Flight Recorder divergence names the members that never issued a collective).
+void DiffRank(int64_t rank, const std::vector<RunEvent>& xs, const std::vector<RunEvent>& ys,
+              bool collectives_only, const RunEvents& a, const RunEvents& b, EventDiff* diff_out) {
+  using Cause = EventDivergence::Cause;
+  EventDiff& diff = *diff_out;
+  const size_t n = std::min(xs.size(), ys.size());
+  bool diverged = false;
+  bool stopped = false;
+  for (size_t i = 0; i < n; ++i) {
+    const RunEvent& x = xs[i];
+    const RunEvent& y = ys[i];
+    EventDivergence d;
+    d.rank = rank;
+    d.index = static_cast<int64_t>(i);
+    d.where = EventLabel(x.module.empty() && !y.module.empty() ? y : x);
+    const std::string structure = collectives_only ? CollectiveStructure(x, y) : Structure(x, y);
+    if (!structure.empty()) {
+      if (!diverged) {
+        d.cause = Cause::kStructure;
+        d.what = StrCat("the runs part: ", structure);
+        diff.first.push_back(std::move(d));
+      }
+      ++diff.differing;
+      ++diff.differing_by_rank[rank];
+      stopped = true;
+      break;
+    }
+    if (x.read_before_wait || y.read_before_wait) {
+      const RunEvent& raced = x.read_before_wait ? x : y;
+      d.cause = Cause::kRace;
+      d.what = StrCat(
+          raced.read_before_wait->op,
+          raced.read_before_wait->line.empty() ? std::string()
+                                               : StrCat(" at ", raced.read_before_wait->line),
+          " touched this collective's output before its work completed",
+          x.read_before_wait && y.read_before_wait
+              ? " (in both runs)"
+              : (&raced == &x ? " (in the first run only)" : " (in the second run only)"),
+          ": the program may have read bytes that had not arrived");
+      if (x.read_before_wait && y.read_before_wait) {
+        diff.races_in_both.push_back(std::move(d));
+      } else {
+        if (!diverged) {
+          diverged = true;
+          diff.first.push_back(std::move(d));
+        }
+        ++diff.differing;
+        ++diff.differing_by_rank[rank];
+        ++diff.compared;
+        continue;
+      }
+    }
+    ++diff.compared;
+    const std::string& state = !x.state.empty() ? x.state : y.state;
+    if (collectives_only && !state.empty() && state != "completed") {
+      if (!diverged) {
+        diverged = true;
+        d.cause = Cause::kPending;
+        d.what = StrCat("issued but never completed (", state, " in the Flight Recorder dump): ",
+                        PendingReason(x.state.empty() ? b : a, x.state.empty() ? y : x));
+        diff.first.push_back(std::move(d));
+      }
+      continue;
+    }
+    if (collectives_only) {
+      ++diff.not_checked;  // a Flight Recorder dump holds no values: sizes were compared above
+      continue;
+    }
+    std::string in_text, out_text;
+    const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text);
+    Same out = Same::kExact;
+    if (!x.outputs || !y.outputs) {
+      ++diff.not_checked;  // its inputs are still compared
+    } else {
+      out = CompareAll(*x.outputs, *y.outputs, "output", &out_text);
+      if (out == Same::kDiffers && (x.written || y.written)) {
+        ++diff.not_checked;  // written in place before its digest: not what the collective gave
+        out = Same::kExact;
+      } else if (out == Same::kUnknown) {
+        ++diff.not_checked;  // an output without a hash
+        out = Same::kExact;
+      }
+    }
+    if (out == Same::kDiffers || in == Same::kDiffers) {
+      if (!diverged) {
+        diverged = true;
+        if (in != Same::kDiffers) {
+          d.cause = Cause::kComputed;
+          d.what = x.kind == RunEvent::Kind::kOp
+                       ? StrCat("the op computed another result from equal inputs: ", out_text)
+                       : StrCat(
+                             "the collective delivered another result to this rank while "
+                             "this rank's input was equal: ",
+                             out_text);
+        } else {
+          d.cause = Cause::kInput;
+          d.what = StrCat(in_text,
+                          ", while every earlier event of this rank agreed: its bytes were "
+                          "written outside the recorded ops and collectives, or read before "
+                          "a collective completed");
+        }
+        diff.first.push_back(std::move(d));
+      }
+      if (out == Same::kDiffers) {
+        ++diff.differing;
+        ++diff.differing_by_rank[rank];
+      }
+    } else if (out == Same::kRounded || in == Same::kRounded) {
+      ++diff.rounded;
+    }
+  }
+  if (!stopped && xs.size() != ys.size() && !diverged) {
+    EventDivergence d;
+    d.cause = Cause::kLength;
+    d.rank = rank;
+    d.index = static_cast<int64_t>(n);
+    const RunEvent& extra = xs.size() > n ? xs[n] : ys[n];
+    d.where = EventLabel(extra);
+    d.what = collectives_only
+                 ? StrCat(xs.size(), " collectives vs ", ys.size(), ": the ",
+                          xs.size() > n ? "second" : "first",
+                          " run's rank never issued this one (the next of the other run)")
+                 : StrCat(xs.size(), " events vs ", ys.size(), ": the ",
+                          xs.size() > n ? "second" : "first", " run's rank ended before this one");
+    diff.first.push_back(std::move(d));
+  }
+}
+
+void SortFirstDivergences(EventDiff* diff) {
+  std::sort(diff->first.begin(), diff->first.end(),
+            [](const EventDivergence& x, const EventDivergence& y) {
+              return x.index != y.index ? x.index < y.index : x.rank < y.rank;
+            });
+}
+
 }  // namespace
 
 EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool collectives_only) {
-  using Cause = EventDivergence::Cause;
   EventDiff diff;
   RunEvents a_kept, b_kept;
   if (collectives_only) {
@@ -649,135 +831,32 @@ EventDiff DiffRunEvents(const RunEvents& a_all, const RunEvents& b_all, bool col
     if (!a.count(rank)) diff.ranks_only_in_b.push_back(rank);
   for (const auto& [rank, xs] : a) {
     auto found = b.find(rank);
-    if (found == b.end()) continue;
-    const std::vector<RunEvent>& ys = found->second;
-    const size_t n = std::min(xs.size(), ys.size());
-    bool diverged = false;
-    bool stopped = false;
-    for (size_t i = 0; i < n; ++i) {
-      const RunEvent& x = xs[i];
-      const RunEvent& y = ys[i];
-      EventDivergence d;
-      d.rank = rank;
-      d.index = static_cast<int64_t>(i);
-      d.where = EventLabel(x.module.empty() && !y.module.empty() ? y : x);
-      const std::string structure = collectives_only ? CollectiveStructure(x, y) : Structure(x, y);
-      if (!structure.empty()) {
-        if (!diverged) {
-          d.cause = Cause::kStructure;
-          d.what = StrCat("the runs part: ", structure);
-          diff.first.push_back(std::move(d));
-        }
-        ++diff.differing;
-        ++diff.differing_by_rank[rank];
-        stopped = true;
-        break;
-      }
-      if (x.read_before_wait || y.read_before_wait) {
-        const RunEvent& raced = x.read_before_wait ? x : y;
-        d.cause = Cause::kRace;
-        d.what = StrCat(
-            raced.read_before_wait->op,
-            raced.read_before_wait->line.empty() ? std::string()
-                                                 : StrCat(" at ", raced.read_before_wait->line),
-            " touched this collective's output before its work completed",
-            x.read_before_wait && y.read_before_wait
-                ? " (in both runs)"
-                : (&raced == &x ? " (in the first run only)" : " (in the second run only)"),
-            ": the program may have read bytes that had not arrived");
-        if (x.read_before_wait && y.read_before_wait) {
-          diff.races_in_both.push_back(std::move(d));
-        } else {
-          if (!diverged) {
-            diverged = true;
-            diff.first.push_back(std::move(d));
-          }
-          ++diff.differing;
-          ++diff.differing_by_rank[rank];
-          ++diff.compared;
-          continue;
-        }
-      }
-      ++diff.compared;
-      const std::string& state = !x.state.empty() ? x.state : y.state;
-      if (collectives_only && !state.empty() && state != "completed") {
-        if (!diverged) {
-          diverged = true;
-          d.cause = Cause::kPending;
-          d.what = StrCat("issued but never completed (", state, " in the Flight Recorder dump): ",
-                          PendingReason(x.state.empty() ? b : a, x.state.empty() ? y : x));
-          diff.first.push_back(std::move(d));
-        }
-        continue;
-      }
-      if (collectives_only) {
-        ++diff.not_checked;  // a Flight Recorder dump holds no values: sizes were compared above
-        continue;
-      }
-      std::string in_text, out_text;
-      const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text);
-      Same out = Same::kExact;
-      if (!x.outputs || !y.outputs) {
-        ++diff.not_checked;  // its inputs are still compared
-      } else {
-        out = CompareAll(*x.outputs, *y.outputs, "output", &out_text);
-        if (out == Same::kDiffers && (x.written || y.written)) {
-          ++diff.not_checked;  // written in place before its digest: not what the collective gave
-          out = Same::kExact;
-        } else if (out == Same::kUnknown) {
-          ++diff.not_checked;  // an output without a hash
-          out = Same::kExact;
-        }
-      }
-      if (out == Same::kDiffers || in == Same::kDiffers) {
-        if (!diverged) {
-          diverged = true;
-          if (in != Same::kDiffers) {
-            d.cause = Cause::kComputed;
-            d.what = x.kind == RunEvent::Kind::kOp
-                         ? StrCat("the op computed another result from equal inputs: ", out_text)
-                         : StrCat(
-                               "the collective delivered another result to this rank while "
-                               "this rank's input was equal: ",
-                               out_text);
-          } else {
-            d.cause = Cause::kInput;
-            d.what = StrCat(in_text,
-                            ", while every earlier event of this rank agreed: its bytes were "
-                            "written outside the recorded ops and collectives, or read before "
-                            "a collective completed");
-          }
-          diff.first.push_back(std::move(d));
-        }
-        if (out == Same::kDiffers) {
-          ++diff.differing;
-          ++diff.differing_by_rank[rank];
-        }
-      } else if (out == Same::kRounded || in == Same::kRounded) {
-        ++diff.rounded;
-      }
-    }
-    if (!stopped && xs.size() != ys.size() && !diverged) {
-      EventDivergence d;
-      d.cause = Cause::kLength;
-      d.rank = rank;
-      d.index = static_cast<int64_t>(n);
-      const RunEvent& extra = xs.size() > n ? xs[n] : ys[n];
-      d.where = EventLabel(extra);
-      d.what =
-          collectives_only
-              ? StrCat(xs.size(), " collectives vs ", ys.size(), ": the ",
-                       xs.size() > n ? "second" : "first",
-                       " run's rank never issued this one (the next of the other run)")
-              : StrCat(xs.size(), " events vs ", ys.size(), ": the ",
-                       xs.size() > n ? "second" : "first", " run's rank ended before this one");
-      diff.first.push_back(std::move(d));
+    if (found != b.end()) DiffRank(rank, xs, found->second, collectives_only, a, b, &diff);
+  }
+  SortFirstDivergences(&diff);
+  return diff;
+}
+
+EventDiff DiffRunEventsByRank(const std::vector<int64_t>& ranks_a,
+                              const std::vector<int64_t>& ranks_b,
+                              const std::function<RankEventsPair(int64_t rank)>& read) {
+  EventDiff diff;
+  std::set_difference(ranks_a.begin(), ranks_a.end(), ranks_b.begin(), ranks_b.end(),
+                      std::back_inserter(diff.ranks_only_in_a));
+  std::set_difference(ranks_b.begin(), ranks_b.end(), ranks_a.begin(), ranks_a.end(),
+                      std::back_inserter(diff.ranks_only_in_b));
+  std::vector<int64_t> all;
+  std::set_union(ranks_a.begin(), ranks_a.end(), ranks_b.begin(), ranks_b.end(),
+                 std::back_inserter(all));
+  const RunEvents none;
+  for (int64_t rank : all) {
+    const RankEventsPair events = read(rank);
+    if (std::binary_search(ranks_a.begin(), ranks_a.end(), rank) &&
+        std::binary_search(ranks_b.begin(), ranks_b.end(), rank)) {
+      DiffRank(rank, events.first, events.second, /*collectives_only=*/false, none, none, &diff);
     }
   }
-  std::sort(diff.first.begin(), diff.first.end(),
-            [](const EventDivergence& x, const EventDivergence& y) {
-              return x.index != y.index ? x.index < y.index : x.rank < y.rank;
-            });
+  SortFirstDivergences(&diff);
   return diff;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -138,6 +139,34 @@ Recording RecordingFromJson(const nlohmann::json& json,
 // it, naming the file; its events are read one event's DOM at a time, everything else as a DOM.
 Recording RecordingFromText(const TraceText& text,
                             std::optional<int64_t> data_file_bytes = std::nullopt);
+
+// RecordingFromText in two parts, for a reader that holds one rank's events at a time (trace-diff
+// of two large runs): the recording without its events, then each rank's events when asked.
+// ReadAll() is RecordingFromText itself (the same checks in the same order, so the same first
+// error); the per-rank reads check what they read as it does, but the first problem they meet may
+// be another one than ReadAll's.
+class RecordingReader {
+ public:
+  // Reads and checks everything but "events". `text` outlives the reader.
+  explicit RecordingReader(const TraceText& text,
+                           std::optional<int64_t> data_file_bytes = std::nullopt);
+
+  // The recording without events (its `events` is nullopt even when the file has some).
+  const Recording& recording() const { return rec_; }
+  bool has_events() const { return events_ != nullptr; }
+  // The ranks that have events, ascending (requires has_events()).
+  std::vector<int64_t> EventRanks() const;
+  // One of them: its events, checked (meshes included), and the size of their text.
+  std::vector<RunEvent> RankEvents(int64_t rank) const;
+  size_t RankEventsBytes(int64_t rank) const;
+  // The whole recording: RecordingFromText(text, data_file_bytes).
+  Recording ReadAll() &&;
+
+ private:
+  std::string path_;
+  Recording rec_;
+  std::shared_ptr<const internal::JsonNode> events_;  // null: no "events"
+};
 
 // The recording as its JSON form (docs/python.md, "dtsim-recording"), key for key as dtsim's Python
 // writers write it (python/dtsim/recorder.py, fr_import.py): what RecordingFromJson reads back to

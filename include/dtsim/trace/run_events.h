@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtsim/layout/json_reader.h"
@@ -81,6 +83,9 @@ class JsonNode;
 // The same over a node of a DOM or of checked text (src/trace/json_text.h): from text, one event's
 // DOM at a time.
 RunEvents RunEventsFromNode(const internal::JsonNode& node, int64_t world_size);
+// One rank's list of them (the node of "events"[rank]), as RunEventsFromNode reads it.
+std::vector<RunEvent> RankEventsFromNode(const internal::JsonNode& list, int64_t rank,
+                                         int64_t world_size);
 
 // Where two runs' events part, rank by rank.
 struct EventDivergence {
@@ -128,6 +133,15 @@ struct EventDiff {
 // A collective that one run's program touched before its work completed (read_before_wait) is that
 // rank's divergence (kRace); one that both did is listed in races_in_both.
 EventDiff DiffRunEvents(const RunEvents& a, const RunEvents& b, bool collectives_only = false);
+
+// The same (not collectives_only) over runs read one rank at a time, for runs too large to hold
+// whole: `ranks_a` and `ranks_b` are the ranks each run has events for (ascending); read(rank) is
+// called once for every rank of either, in ascending order, and gives that rank's events in each
+// run (an empty list for the run without it).
+using RankEventsPair = std::pair<std::vector<RunEvent>, std::vector<RunEvent>>;
+EventDiff DiffRunEventsByRank(const std::vector<int64_t>& ranks_a,
+                              const std::vector<int64_t>& ranks_b,
+                              const std::function<RankEventsPair(int64_t rank)>& read);
 
 // "aten.mm.default in layers.0.wo (backward) at train.py:42".
 std::string EventLabel(const RunEvent& e);
