@@ -13,7 +13,9 @@
 //    (Impossible() below);
 //  * both readers (the DOM's RecordingFromJson and the text's RecordingFromText) accept the same
 //    recordings and read them alike (ToJson of each), an accepted one's events agree with
-//    themselves, and the writer writes what reads back as the same recording.
+//    themselves, and the writer writes what reads back as the same recording;
+//  * trace-diff of the input against the seed (events read a rank at a time) refuses it exactly as
+//    the whole read does, and an accepted input agrees with itself.
 // DTSIM_FUZZ_SWEEP=N:SEED (ctest's fuzz_recording_semantic sets it): the first input also runs N
 // programs drawn from SEED.
 #include <cmath>
@@ -22,12 +24,14 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "dtsim/layout/dtype.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/layout/spec.h"
+#include "dtsim/trace/formats.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/run_events.h"
 #include "fuzz_common.h"
@@ -322,6 +326,35 @@ bool RunProgram(const uint8_t* data, size_t size) {
   }
   DTSIM_FUZZ_EXPECT(dom_error.has_value() == text_error.has_value(), "the readers disagree: DOM ",
                     dom_error.value_or("accepts"), "; text ", text_error.value_or("accepts"));
+  // trace-diff against the seed reads the two files a rank at a time, falling back to the whole
+  // read on any problem: it refuses the input exactly as the whole read does, and a recording
+  // agrees with itself.
+  const dtsim::TraceText seed_text = dtsim::TraceTextOf("seed", Seed().dump());
+  const dtsim::TraceText input_text = dtsim::TraceTextOf("input", text);
+  const dtsim::TraceFormatDriver& driver = dtsim::TraceFormatDriverFor(seed_text, input_text);
+  std::optional<std::string> diff_error;
+  try {
+    dtsim::TraceText a = seed_text, b = input_text;
+    std::ostringstream ignored;
+    driver.diff(a, b, {}, ignored);
+  } catch (const InputError& e) {
+    diff_error = e.what();
+  }
+  std::optional<std::string> whole_error;
+  try {
+    dtsim::RecordingFromText(input_text);  // as the diff reads it: no data file size
+  } catch (const InputError& e) {
+    whole_error = e.what();
+  }
+  DTSIM_FUZZ_EXPECT(diff_error == whole_error, "trace-diff refuses otherwise than the whole read: ",
+                    diff_error.value_or("accepts"), "; whole read ",
+                    whole_error.value_or("accepts"));
+  if (!whole_error) {
+    dtsim::TraceText a = input_text, b = input_text;
+    std::ostringstream out;
+    DTSIM_FUZZ_EXPECT(driver.diff(a, b, {}, out) == 0,
+                      "a recording differs from itself: ", out.str());
+  }
   if (dom_error) return false;
   if (auto why = Impossible(rec)) {
     dtsim::fuzz::Fail(StrCat("an impossible recording was accepted: ", *why));
