@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -523,6 +524,39 @@ size_t ValueEnd(std::string_view t, size_t p) {
   return p;
 }
 
+// ValueEnd of a container at `p`, noting where each of its direct children that is a container ends
+// (start -> length) in `children`, unless it has more than kMaxNotedChildren of them (then
+// `children` is left empty: a list of a million ranks is scanned again where it is read).
+constexpr size_t kMaxNotedChildren = 4096;
+size_t ContainerEndNotingChildren(std::string_view t, size_t p,
+                                  std::unordered_map<const char*, size_t>* children) {
+  size_t depth = 0;
+  size_t child_start = 0;
+  bool too_many = false;
+  while (p < t.size()) {
+    const char d = t[p];
+    if (d == '"') {
+      p = StringEnd(t, p);
+      continue;
+    }
+    if (d == '{' || d == '[') {
+      if (++depth == 2) child_start = p;
+    } else if (d == '}' || d == ']') {
+      if (--depth == 0) return p + 1;
+      if (depth == 1 && !too_many) {
+        if (children->size() == kMaxNotedChildren) {
+          too_many = true;
+          children->clear();
+        } else {
+          children->emplace(t.data() + child_start, p + 1 - child_start);
+        }
+      }
+    }
+    ++p;
+  }
+  return p;
+}
+
 std::string_view Trimmed(std::string_view t) {
   size_t b = 0, e = t.size();
   while (b < e && IsSpace(t[b])) ++b;
@@ -575,6 +609,11 @@ std::string CheckJsonText(std::string_view text, const std::string& field,
 struct JsonNode::Index {
   std::vector<std::pair<std::string, std::string_view>> members;  // an object's
   std::vector<std::string_view> elements;                         // an array's
+  // Members or elements (by position) that are containers whose own container children's ends were
+  // noted while they were scanned here: a node made of one starts with them, so its index is built
+  // without scanning its text again. Only those noted are held (a list of a million states adds
+  // nothing).
+  std::unordered_map<size_t, std::shared_ptr<const ChildSpans>> spans;
 };
 
 JsonNode JsonNode::OfDom(const nlohmann::json& json, std::string field, std::string path) {
@@ -646,7 +685,22 @@ const JsonNode::Index& JsonNode::GetIndex() const {
       DTSIM_CHECK(p < t.size() && t[p] == ':', "JsonNode: unchecked text at ", path_);
       p = SkipSpace(t, p + 1);
     }
-    const size_t end = ValueEnd(t, p);
+    size_t end = 0;
+    std::shared_ptr<ChildSpans> noted;
+    const auto known = spans_ ? spans_->find(t.data() + p) : ChildSpans::const_iterator();
+    if (spans_ && known != spans_->end()) {
+      end = p + known->second;  // this node's scan was done by its parent's
+    } else if (t[p] == '{' || t[p] == '[') {
+      noted = std::make_shared<ChildSpans>();
+      end = ContainerEndNotingChildren(t, p, noted.get());
+      if (noted->empty()) noted.reset();
+    } else {
+      end = ValueEnd(t, p);
+    }
+    if (noted) {
+      index->spans.emplace(open == '{' ? index->members.size() : index->elements.size(),
+                           std::move(noted));
+    }
     if (open == '{') {
       index->members.emplace_back(std::move(key), t.substr(p, end - p));
     } else {
@@ -674,8 +728,14 @@ JsonNode JsonNode::At(const char* key) const {
     return OfDom(child.json(), field_, child.path());
   }
   ExpectObject();
-  for (const auto& [name, value] : GetIndex().members) {
-    if (name == key) return OfText(value, field_, path_.empty() ? key : path_ + "." + key);
+  const Index& index = GetIndex();
+  for (size_t m = 0; m < index.members.size(); ++m) {
+    if (index.members[m].first != key) continue;
+    JsonNode child =
+        OfText(index.members[m].second, field_, path_.empty() ? key : path_ + "." + key);
+    if (const auto noted = index.spans.find(m); noted != index.spans.end())
+      child.spans_ = noted->second;
+    return child;
   }
   // JsonReader's message for a missing key.
   const nlohmann::json empty = nlohmann::json::object();
@@ -710,7 +770,10 @@ JsonNode JsonNode::At(size_t i) const {
   }
   DTSIM_CHECK(text_[0] == '[' && i < GetIndex().elements.size(), "JsonNode::At(", i, ") at ",
               path_);
-  return OfText(GetIndex().elements[i], field_, path_ + "[" + std::to_string(i) + "]");
+  JsonNode child = OfText(GetIndex().elements[i], field_, path_ + "[" + std::to_string(i) + "]");
+  if (const auto noted = GetIndex().spans.find(i); noted != GetIndex().spans.end())
+    child.spans_ = noted->second;
+  return child;
 }
 
 void JsonNode::Fail(const std::string& message) const {

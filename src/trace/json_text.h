@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,8 @@ class JsonNode {
 
  private:
   struct Index;  // an object's members or an array's elements, by their spans of text
+  // Where the direct children of a value that are containers end: start -> length.
+  using ChildSpans = std::unordered_map<const char*, size_t>;
   JsonNode() = default;
   nlohmann::json Parse() const;
   nlohmann::json ParseWithout(std::initializer_list<const char*> skip) const;
@@ -109,6 +112,7 @@ class JsonNode {
   std::string field_;
   std::string path_;
   mutable std::shared_ptr<const Index> index_;  // text only: built on first use, shared by copies
+  std::shared_ptr<const ChildSpans> spans_;     // text only: noted by the parent's scan, or null
 };
 
 }  // namespace dtsim::internal

@@ -152,6 +152,12 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
   return e;
 }
 
+// Whether `key` is `word`: a comparison of known length (inlined), as every event's keys are read.
+template <size_t N>
+bool Is(std::string_view key, const char (&word)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), word, N - 1) == 0;
+}
+
 // The fast path of RunEventsFromNode: one event's checked text parsed straight into a RunEvent, for
 // the plain form dtsim writes (no escapes in strings, integers as digits, known keys). It returns
 // false on anything else, or on a value EventFromJson would refuse; the caller then reads that
@@ -174,7 +180,7 @@ class FastEvent {
     do {
       std::string_view key;
       if (!String(&key) || !Lit(':')) return false;
-      if (key == "kind") {
+      if (Is(key, "kind")) {
         std::string_view v;
         if (!String(&v)) return false;
         if (v == "op") {
@@ -185,58 +191,58 @@ class FastEvent {
           return false;
         }
         has_kind = true;
-      } else if (key == "op") {
+      } else if (Is(key, "op")) {
         if (!Text(&e->op) || e->op.empty() || e->op.size() > 256) return false;
         has_op = true;
-      } else if (key == "module") {
+      } else if (Is(key, "module")) {
         if (!Text(&e->module)) return false;
         has_module = true;
-      } else if (key == "pass") {
+      } else if (Is(key, "pass")) {
         if (!Text(&e->pass) || (e->pass != "forward" && e->pass != "backward")) return false;
         has_pass = true;
-      } else if (key == "line") {
+      } else if (Is(key, "line")) {
         if (!Text(&e->line)) return false;
-      } else if (key == "args" || key == "results") {
-        std::vector<std::string>& list = key == "args" ? e->args : e->results;
+      } else if (Is(key, "args") || Is(key, "results")) {
+        std::vector<std::string>& list = Is(key, "args") ? e->args : e->results;
         if (!Placements(&list)) return false;
-        (key == "args" ? has_args : has_results) = true;
-      } else if (key == "group") {
+        (Is(key, "args") ? has_args : has_results) = true;
+      } else if (Is(key, "group")) {
         if (!Ints(&e->group, 0, world_size - 1, SIZE_MAX)) return false;
         has_group = true;
-      } else if (key == "inputs") {
+      } else if (Is(key, "inputs")) {
         if (!Digests(&e->inputs)) return false;
         has_inputs = true;
-      } else if (key == "outputs") {
+      } else if (Is(key, "outputs")) {
         if (Null()) {
           e->outputs.reset();
         } else {
           e->outputs.emplace();
           if (!Digests(&*e->outputs)) return false;
         }
-      } else if (key == "mesh") {
+      } else if (Is(key, "mesh")) {
         int64_t mesh = 0;
         if (!Int(&mesh, 0, kMaxMeshes - 1)) return false;
         e->mesh = mesh;
-      } else if (key == "seq") {
+      } else if (Is(key, "seq")) {
         int64_t seq = 0;
         if (!Int(&seq, 0, INT64_MAX)) return false;
         e->seq = seq;
-      } else if (key == "state") {
+      } else if (Is(key, "state")) {
         if (!Text(&e->state) || (e->state != "scheduled" && e->state != "started" &&
                                  e->state != "completed" && !e->state.empty()))
           return false;
-      } else if (key == "at") {
+      } else if (Is(key, "at")) {
         std::string_view v;
         if (!String(&v) || v != "end") return false;
         e->at_end = true;
-      } else if (key == "unavailable") {
+      } else if (Is(key, "unavailable")) {
         if (!Text(&e->unavailable) || e->unavailable.empty() || e->unavailable.size() > 4096)
           return false;
-      } else if (key == "t_us" || key == "dur_us") {
+      } else if (Is(key, "t_us") || Is(key, "dur_us")) {
         double t = 0;
         if (!Number(&t) || !(t >= 0) || t > kMaxEventMicros) return false;
-        (key == "t_us" ? e->t_us : e->dur_us) = t;
-      } else if (key == "written") {
+        (Is(key, "t_us") ? e->t_us : e->dur_us) = t;
+      } else if (Is(key, "written")) {
         Ws();
         if (t_.substr(p_, 4) == "true") {
           e->written = true;
@@ -361,13 +367,13 @@ class FastEvent {
     do {
       std::string_view key;
       if (!String(&key) || !Lit(':')) return false;
-      if (key == "shape") {
+      if (Is(key, "shape")) {
         if (!Ints(&d->shape, 0, int64_t{1} << 62, 64)) return false;
         has_shape = true;
-      } else if (key == "dtype") {
+      } else if (Is(key, "dtype")) {
         if (!Text(&d->dtype) || d->dtype.empty() || d->dtype.size() > 64) return false;
         has_dtype = true;
-      } else if (key == "hash") {
+      } else if (Is(key, "hash")) {
         if (Null()) {
           d->hash.reset();
         } else {
@@ -375,12 +381,12 @@ class FastEvent {
           if (!Text(&hash) || !IsShardHash(hash)) return false;
           d->hash = std::move(hash);
         }
-      } else if (key == "sketch" || key == "scale") {
+      } else if (Is(key, "sketch") || Is(key, "scale")) {
         double v = 0;
         if (!Number(&v) || !std::isfinite(v)) return false;
-        (key == "sketch" ? d->sketch : d->scale) = v;
-        (key == "sketch" ? has_sketch : has_scale) = true;
-      } else if (key == "unavailable") {
+        (Is(key, "sketch") ? d->sketch : d->scale) = v;
+        (Is(key, "sketch") ? has_sketch : has_scale) = true;
+      } else if (Is(key, "unavailable")) {
         if (!Text(&d->unavailable) || d->unavailable.empty() || d->unavailable.size() > 4096)
           return false;
       } else {
