@@ -259,14 +259,21 @@ class QuickJsonCheck {
     return true;
   }
 
-  bool Object(size_t depth) {
+  // `p_` at a container's opening bracket: moves past it and the blanks after it, and past the
+  // closing bracket when it closes at once (`*empty`). False when it nests too deep.
+  bool Open(size_t depth, char close, bool* empty) {
     if (depth > kMaxDepth) return false;
     ++p_;
     Ws();
-    if (At('}')) {
-      ++p_;
-      return true;
-    }
+    *empty = At(close);
+    if (*empty) ++p_;
+    return true;
+  }
+
+  bool Object(size_t depth) {
+    bool empty = false;
+    if (!Open(depth, '}', &empty)) return false;
+    if (empty) return true;
     const size_t first_key = keys_.size();
     std::unique_ptr<std::unordered_set<std::string_view>> many;
     bool ok = true;
@@ -322,13 +329,9 @@ class QuickJsonCheck {
   }
 
   bool Array(size_t depth) {
-    if (depth > kMaxDepth) return false;
-    ++p_;
-    Ws();
-    if (At(']')) {
-      ++p_;
-      return true;
-    }
+    bool empty = false;
+    if (!Open(depth, ']', &empty)) return false;
+    if (empty) return true;
     while (true) {
       if (!Value(depth)) return false;
       Ws();
