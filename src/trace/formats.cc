@@ -234,7 +234,7 @@ std::optional<int> DiffRecordingsByRank(const TraceText& ta, const TraceText& tb
                                         const TraceDiffOptions& options, std::ostream& out) {
   constexpr size_t kParallelBytes = size_t{1} << 20;  // below it, a thread costs more than it saves
   try {
-    const std::pair<RecordingReader, RecordingReader> readers =
+    std::pair<RecordingReader, RecordingReader> readers =
         BothAtOnce([&] { return RecordingReader(ta); }, [&] { return RecordingReader(tb); });
     const RecordingReader& ra = readers.first;
     const RecordingReader& rb = readers.second;
@@ -257,7 +257,8 @@ std::optional<int> DiffRecordingsByRank(const TraceText& ta, const TraceText& tb
     });
     // Present, as in a whole read (DiffRecordings compares the redistributions' hashes only
     // without events on both sides), but empty: the events were compared above.
-    Recording a = ra.recording(), b = rb.recording();
+    Recording a = std::move(readers.first).TakeRecording();
+    Recording b = std::move(readers.second).TakeRecording();
     a.events.emplace();
     b.events.emplace();
     return PrintEventDiff(a, b, ev, DiffRecordings(a, b, options.limit), options.limit, out);

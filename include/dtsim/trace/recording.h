@@ -161,6 +161,8 @@ class RecordingReader {
   size_t RankEventsBytes(int64_t rank) const;
   // The whole recording: RecordingFromText(text, data_file_bytes).
   Recording ReadAll() &&;
+  // recording(), moved out (the reader reads nothing after).
+  Recording TakeRecording() && { return std::move(rec_); }
 
  private:
   std::string path_;
