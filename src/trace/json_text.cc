@@ -501,41 +501,16 @@ size_t StringEnd(std::string_view t, size_t p) {
   return t.size();
 }
 
-// `p` at the first character of a value: the position after its last.
-size_t ValueEnd(std::string_view t, size_t p) {
-  if (p >= t.size()) return p;
-  const char c = t[p];
-  if (c == '"') return StringEnd(t, p);
-  if (c == '{' || c == '[') {
-    size_t depth = 0;
-    while (p < t.size()) {
-      const char d = t[p];
-      if (d == '"') {
-        p = StringEnd(t, p);
-        continue;
-      }
-      if (d == '{' || d == '[') {
-        ++depth;
-      } else if (d == '}' || d == ']') {
-        if (--depth == 0) return p + 1;
-      }
-      ++p;
-    }
-    return p;
-  }
-  while (p < t.size() && t[p] != ',' && t[p] != ']' && t[p] != '}' && !IsSpace(t[p])) ++p;
-  return p;
-}
-
-// ValueEnd of a container at `p`, noting where each of its direct children that is a container ends
-// (start -> length) in `children`, unless it has more than kMaxNotedChildren of them (then
-// `children` is left empty: a list of a million ranks is scanned again where it is read).
+// `p` at a container's opening bracket: the position after its closing one. With `children`, notes
+// where each of its direct children that is a container ends (start -> length), unless it has more
+// than kMaxNotedChildren of them (then `children` is left empty: a list of a million ranks is
+// scanned again where it is read).
 constexpr size_t kMaxNotedChildren = 4096;
-size_t ContainerEndNotingChildren(std::string_view t, size_t p,
-                                  std::unordered_map<const char*, size_t>* children) {
+size_t ContainerEnd(std::string_view t, size_t p,
+                    std::unordered_map<const char*, size_t>* children = nullptr) {
   size_t depth = 0;
   size_t child_start = 0;
-  bool too_many = false;
+  bool too_many = children == nullptr;
   while (p < t.size()) {
     const char d = t[p];
     if (d == '"') {
@@ -557,6 +532,16 @@ size_t ContainerEndNotingChildren(std::string_view t, size_t p,
     }
     ++p;
   }
+  return p;
+}
+
+// `p` at the first character of a value: the position after its last.
+size_t ValueEnd(std::string_view t, size_t p) {
+  if (p >= t.size()) return p;
+  const char c = t[p];
+  if (c == '"') return StringEnd(t, p);
+  if (c == '{' || c == '[') return ContainerEnd(t, p);
+  while (p < t.size() && t[p] != ',' && t[p] != ']' && t[p] != '}' && !IsSpace(t[p])) ++p;
   return p;
 }
 
@@ -695,7 +680,7 @@ const JsonNode::Index& JsonNode::GetIndex() const {
       end = p + known->second;  // this node's scan was done by its parent's
     } else if (t[p] == '{' || t[p] == '[') {
       noted = std::make_shared<ChildSpans>();
-      end = ContainerEndNotingChildren(t, p, noted.get());
+      end = ContainerEnd(t, p, noted.get());
       if (noted->empty()) noted.reset();
     } else {
       end = ValueEnd(t, p);
