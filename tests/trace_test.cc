@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -80,6 +81,65 @@ TEST(TraceTest, HashDependsOnValuesShapeAndDtype) {
   EXPECT_NE(ShardHash(a), ShardHash(a + 1));
   EXPECT_EQ(ShardHash(a.reshape({2, 3}).t()), ShardHash(a.reshape({2, 3}).t().contiguous()));
   EXPECT_THAT(ShardHash(a), ::testing::MatchesRegex("xxh3:[0-9a-f]{16}"));
+}
+
+// The sketch as trace_recorder.h defines it, element by element: lane i % 16 of sixteen sums of
+// x[i] * w(i) (in Acc, w rounded to Acc), the lanes added pairwise in double.
+template <typename Acc>
+std::pair<double, double> DefinedSketch(const at::Tensor& t) {
+  const at::Tensor x =
+      t.contiguous().reshape(-1).to(std::is_same_v<Acc, double> ? at::kDouble : at::kFloat);
+  const Acc* data = x.const_data_ptr<Acc>();
+  std::vector<Acc> s(16, 0), a(16, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = static_cast<double>(i) * 0.6180339887498949 + 0.25;
+    const Acc w = static_cast<Acc>((v - std::floor(v)) * 2.0 - 1.0);
+    const Acc p = data[i] * w;
+    s[i % 16] += p;
+    a[i % 16] += std::fabs(p);
+  }
+  std::vector<double> ds(s.begin(), s.end()), da(a.begin(), a.end());
+  for (size_t width = 16; width > 1; width /= 2) {
+    for (size_t k = 0; k < width / 2; ++k) {
+      ds[k] = ds[2 * k] + ds[2 * k + 1];
+      da[k] = da[2 * k] + da[2 * k + 1];
+    }
+  }
+  return {ds[0], da[0]};
+}
+
+TEST(TraceTest, DigestIsItsDefinitionOnEveryVectorWidthAndLayout) {
+  // Shapes that leave partial lanes, partial row blocks of the transposed path, rows a multiple of
+  // the lanes (padded) or not, and a 4 KiB row stride.
+  const std::vector<std::vector<int64_t>> shapes = {{1},        {7},      {37, 301}, {48, 40},
+                                                    {1024, 33}, {20, 36}, {64, 512}, {3, 4096}};
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      at::manual_seed(11);
+      const at::Tensor base = (at::randn(shape, at::kDouble) * 3).to(dtype);
+      std::vector<at::Tensor> views = {base};
+      if (shape.size() == 2) views.push_back(base.t());  // read in place (a transposed matrix)
+      for (const at::Tensor& view : views) {
+        const std::string what = std::string(c10::toString(dtype)) + " " +
+                                 IntListToString(view.sizes().vec()) +
+                                 (view.is_contiguous() ? "" : " transposed");
+        const ShardDigestValues widest = ShardDigest(view, DigestVectors::kWidest);
+        const ShardDigestValues portable = ShardDigest(view, DigestVectors::kPortable);
+        const ShardDigestValues copy = ShardDigest(view.contiguous());
+        ASSERT_TRUE(widest.sketch && widest.scale) << what;
+        EXPECT_EQ(widest.hash, ShardHash(view)) << what;
+        for (const ShardDigestValues* other : {&portable, &copy}) {
+          EXPECT_EQ(other->hash, widest.hash) << what;
+          EXPECT_EQ(*other->sketch, *widest.sketch) << what;  // bit for bit
+          EXPECT_EQ(*other->scale, *widest.scale) << what;
+        }
+        const auto [sketch, scale] =
+            dtype == at::kDouble ? DefinedSketch<double>(view) : DefinedSketch<float>(view);
+        EXPECT_EQ(*widest.sketch, sketch) << what;
+        EXPECT_EQ(*widest.scale, scale) << what;
+      }
+    }
+  }
 }
 
 TEST(TraceTest, SchemaIsAContract) {

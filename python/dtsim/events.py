@@ -161,11 +161,17 @@ _LIBRARY_FILES = ("/threading.py", "/contextlib.py", "/functools.py", "/typing_e
 _ANY_TORCH = re.compile(r"[/\\](?:site|dist)-packages[/\\]torch[/\\]")
 
 
+_LIBRARY_FILE: Dict[str, bool] = {}  # file name -> is_library_file's answer (a stack walk asks it of every frame)
+
+
 def is_library_file(name: str) -> bool:
     """Whether a stack frame's file is torch's (of this or another installation), dtsim's, or a standard wrapper's
     (`functools`, `typing_extensions`' deprecation wrapper, ...) rather than the program's own."""
-    return (name.startswith(_OWN_DIRS) or name.endswith(_LIBRARY_FILES) or name.startswith("<frozen")
-            or _ANY_TORCH.search(name) is not None)
+    known = _LIBRARY_FILE.get(name)
+    if known is None:
+        known = _LIBRARY_FILE[name] = (name.startswith(_OWN_DIRS) or name.endswith(_LIBRARY_FILES)
+                                       or name.startswith("<frozen") or _ANY_TORCH.search(name) is not None)
+    return known
 
 
 def program_line(depth: int = 1) -> str:
@@ -174,9 +180,13 @@ def program_line(depth: int = 1) -> str:
     import sys
 
     frame = sys._getframe(depth)
+    library = _LIBRARY_FILE
     while frame is not None:
         name = frame.f_code.co_filename
-        if not is_library_file(name):
+        known = library.get(name)
+        if known is None:
+            known = is_library_file(name)
+        if not known:
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
@@ -229,14 +239,19 @@ class EventLog:
         self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
         self.unsupported: Optional[str] = None  # why ops were not recorded (LocalTensorMode)
-        # id(local tensor) -> (a weak reference to it, its version, its digest, its storage address, epoch); an entry
-        # goes when its tensor does. A digest is reused while the tensor keeps its version and its storage, and no op
-        # wrote that storage since. Version and storage alone do not see every write: a local tensor written by DTensor's dispatch keeps its version
-        # (the write runs below autograd's version bump), FSDP2 copies its all-gathered parameters out with their
-        # versions preserved and frees and reallocates their storage in place (resize_). So every op that writes a
-        # tensor (its schema's mutable arguments) counts one epoch and marks the storages it wrote; a digest older
-        # than its storage's last write is redone.
-        self.digests: Dict[int, Tuple[Any, int, Dict[str, Any], int, int]] = {}
+        # A tensor's layout (its storage, that storage's data address, its offset, shape, strides, dtype and device)
+        # -> (a weak reference to the tensor digested, its version, its digest, epoch); an entry goes when that
+        # tensor does. Two tensors with one layout over one storage hold the same bytes, so a view that another
+        # tensor already showed (`detach`, a transpose transposed back) reuses its digest. A digest is reused while
+        # the tensor digested lives and still holds that storage at that address (so neither the storage's nor the
+        # data's address can name another's: a storage freed in place, as FSDP2's resize_(0), leaves its data's
+        # address to the next allocation), both tensors keep the version it was taken at, and no op wrote the
+        # storage since. Versions alone do not see every write: a local tensor written by DTensor's dispatch keeps
+        # its version (the write runs below autograd's version bump), FSDP2 copies its all-gathered parameters out
+        # with their versions preserved and frees and reallocates their storage in place (resize_). So every op
+        # that writes a tensor (its schema's mutable arguments) counts one epoch and marks the storages it wrote; a
+        # digest older than its storage's last write is redone.
+        self.digests: Dict[Tuple[Any, ...], Tuple[Any, int, Dict[str, Any], int]] = {}
         # DTSIM_RECORD_DIGEST_CACHE=0: every tensor digested at every use (the cache's reference, for tests).
         self.cache_digests = os.environ.get("DTSIM_RECORD_DIGEST_CACHE", "1") != "0"
         self.epoch = 0
@@ -250,18 +265,22 @@ class EventLog:
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
         if not self.cache_digests:
             return digest(t)
-        key = id(t)
+        where = _storage_identity(t)
+        if not where[1]:  # nothing to key it by (meta, a wrapper without storage): digested at every use
+            return digest(t)
+        key = (where, t.storage_offset(), t.shape, t.stride(), t.dtype, t.device)
+        version = t._version
         known = self.digests.get(key)
-        version, storage = t._version, _storage_of(t)
-        if known is not None and known[0]() is t and known[1] == version and known[3] == storage and (
-                self.writes.get(storage, 0) <= known[4]):
-            return known[2]
+        if known is not None and known[1] == version and self.writes.get(where[1], 0) <= known[3]:
+            held = known[0]()
+            if held is not None and held._version == version and _storage_identity(held) == where:
+                return known[2]
         d = digest(t)
         try:
             ref = weakref.ref(t, functools.partial(_forget_digest, self.digests, key))
         except TypeError:  # a tensor that takes no weak reference: not cached
             return d
-        self.digests[key] = (ref, version, d, storage, self.epoch)
+        self.digests[key] = (ref, version, d, self.epoch)
         return d
 
     def _wrote(self, tensors: List[torch.Tensor]) -> None:
@@ -451,11 +470,20 @@ class EventLog:
             waiting.digest()
 
 
-def _forget_digest(digests: Dict[int, Any], key: int, ref) -> None:
-    """A cached digest's tensor is gone: its entry goes (unless the id already names a newer tensor's)."""
+def _forget_digest(digests: Dict[Tuple[Any, ...], Any], key: Tuple[Any, ...], ref) -> None:
+    """A cached digest's tensor is gone: its entry goes (unless the layout already names a newer tensor's)."""
     entry = digests.get(key)
     if entry is not None and entry[0] is ref:
         del digests[key]
+
+
+def _storage_identity(t: torch.Tensor) -> Tuple[int, int]:
+    """(the address of a tensor's storage object, the address of its data); (0, 0) for one without (meta, sparse)."""
+    try:
+        storage = t.untyped_storage()
+        return storage._cdata, storage.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0, 0
 
 
 def _storage_of(t: torch.Tensor) -> int:

@@ -8,6 +8,9 @@
 // libxxhash's dispatcher; the hash is the same on every one.
 #include <xxh_x86dispatch.h>
 #endif
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -93,56 +96,67 @@ std::shared_ptr<const SketchWeights> WeightsFor(size_t n) {
   return cached;
 }
 
-// Eight interleaved partial sums of x[i] * w(i) and |x[i] * w(i)| in Acc (float for the 16- and
-// 32-bit types: their rounding is far below the diff's tolerance of 1e-4; double for double), held
-// in 16-byte vectors (GCC/Clang vector extensions: SIMD on every x86-64, nothing reassociated),
-// lane k summing the elements i with i % 8 == k, the lanes added in a fixed order at the end.
-template <typename Acc>
+// The sketch accumulates x[i] * w(i) and |x[i] * w(i)| in Acc (float for the 16- and 32-bit types:
+// their rounding is far below the diff's tolerance of 1e-4; double for double) in kSketchLanes
+// interleaved partial sums, held in vectors of kBytes bytes (GCC/Clang vector extensions: SIMD on
+// every x86-64, nothing reassociated), the lanes added in a fixed order at the end.
+template <typename Acc, size_t kBytes>
 struct Simd;
-template <>
-struct Simd<float> {
-  typedef float Vec __attribute__((vector_size(16)));
-  typedef int32_t Bits __attribute__((vector_size(16)));
+template <size_t kBytes>
+struct Simd<float, kBytes> {
+  typedef float Vec __attribute__((vector_size(kBytes)));
+  typedef int32_t Bits __attribute__((vector_size(kBytes)));
   static constexpr int32_t kMagnitude = 0x7fffffff;
 };
-template <>
-struct Simd<double> {
-  typedef double Vec __attribute__((vector_size(16)));
-  typedef int64_t Bits __attribute__((vector_size(16)));
+template <size_t kBytes>
+struct Simd<double, kBytes> {
+  typedef double Vec __attribute__((vector_size(kBytes)));
+  typedef int64_t Bits __attribute__((vector_size(kBytes)));
   static constexpr int64_t kMagnitude = 0x7fffffffffffffff;
 };
 
-template <typename Acc>
-typename Simd<Acc>::Vec Magnitude(typename Simd<Acc>::Vec v) {
-  typename Simd<Acc>::Bits bits;
-  std::memcpy(&bits, &v, sizeof(v));
-  bits &= Simd<Acc>::kMagnitude;
-  std::memcpy(&v, &bits, sizeof(v));
-  return v;
+// The kernels below are always inlined, down to DigestData's callers: DigestDataAvx2 compiles them
+// with 32-byte vectors in AVX2 registers, Digest's portable path with 16-byte SSE vectors.
+#define DTSIM_DIGEST_INLINE __attribute__((always_inline)) inline
+
+// v's lanes made their absolute values (in place: a 32-byte vector passed by value would change the
+// calling convention of a function compiled without AVX).
+template <typename Acc, size_t kBytes>
+DTSIM_DIGEST_INLINE void ClearSigns(typename Simd<Acc, kBytes>::Vec* v) {
+  typename Simd<Acc, kBytes>::Bits bits;
+  std::memcpy(&bits, v, sizeof(*v));
+  bits &= Simd<Acc, kBytes>::kMagnitude;
+  std::memcpy(v, &bits, sizeof(*v));
 }
 
-// The sketch of x[0..n), fed in consecutive pieces (Add), each a multiple of eight elements but the
-// last: the same sums, in the same order, as one pass over the whole.
-template <typename T, typename Acc>
+// The sketch's partial sums: lane k sums the elements i with i % kSketchLanes == k. Sixteen keep
+// two AVX2 vectors (four SSE ones) of independent additions in flight for each sum.
+constexpr size_t kSketchLanes = 16;
+
+// The sketch of x[0..n), fed in consecutive pieces (Add), each a multiple of kSketchLanes elements
+// but the last: the same sums, in the same order, as one pass over the whole. The lanes are the
+// same whatever the vector width kBytes (four 16-byte vectors of floats or two 32-byte ones):
+// every width gives the same bits.
+template <typename T, typename Acc, size_t kBytes>
 class Sketcher {
  public:
-  using Vec = typename Simd<Acc>::Vec;
+  using Vec = typename Simd<Acc, kBytes>::Vec;
   static constexpr size_t kLanes = sizeof(Vec) / sizeof(Acc);
-  static constexpr size_t kVecs = 8 / kLanes;
+  static constexpr size_t kVecs = kSketchLanes / kLanes;
 
   explicit Sketcher(size_t n) : weights_(WeightsFor(n)), w_(Weights<Acc>(*weights_).data()) {}
 
   // Elements x[0..count) are elements begin..begin+count of the tensor.
-  void Add(const T* x, size_t begin, size_t count) {
+  DTSIM_DIGEST_INLINE void Add(const T* x, size_t begin, size_t count) {
     const Acc* w = w_ + begin;
-    Acc converted[8];
+    Acc converted[kSketchLanes];
     size_t i = 0;
-    for (; i + 8 <= count; i += 8) {
+    for (; i + kSketchLanes <= count; i += kSketchLanes) {
       const Acc* v = nullptr;
       if constexpr (std::is_same_v<T, Acc>) {
         v = x + i;
       } else {
-        for (size_t k = 0; k < 8; ++k) converted[k] = static_cast<Acc>(x[i + k]);
+        for (size_t k = 0; k < kSketchLanes; ++k) converted[k] = static_cast<Acc>(x[i + k]);
         v = converted;
       }
       for (size_t j = 0; j < kVecs; ++j) {
@@ -151,10 +165,12 @@ class Sketcher {
         std::memcpy(&wv, w + i + j * kLanes, sizeof(Vec));
         const Vec p = xv * wv;
         s_[j] += p;
-        a_[j] += Magnitude<Acc>(p);
+        Vec m = p;
+        ClearSigns<Acc, kBytes>(&m);
+        a_[j] += m;
       }
     }
-    // The last few elements (fewer than eight, at the end of the tensor): one per lane.
+    // The last few elements (fewer than kSketchLanes, at the end of the tensor): one per lane.
     for (size_t k = 0; i < count; ++i, ++k) {
       tail_[k] = static_cast<Acc>(x[i]) * w[i];
       has_tail_[k] = true;
@@ -162,8 +178,8 @@ class Sketcher {
   }
 
   void Finish(double* sketch, double* scale) const {
-    double ds[8], da[8];
-    for (size_t k = 0; k < 8; ++k) {
+    double ds[kSketchLanes], da[kSketchLanes];
+    for (size_t k = 0; k < kSketchLanes; ++k) {
       Acc ls = s_[k / kLanes][k % kLanes];
       Acc la = a_[k / kLanes][k % kLanes];
       if (has_tail_[k]) {
@@ -173,24 +189,32 @@ class Sketcher {
       ds[k] = static_cast<double>(ls);
       da[k] = static_cast<double>(la);
     }
-    *sketch = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + ((ds[4] + ds[5]) + (ds[6] + ds[7]));
-    *scale = ((da[0] + da[1]) + (da[2] + da[3])) + ((da[4] + da[5]) + (da[6] + da[7]));
+    // Pairwise, in a fixed order: lanes 0+1, 2+3, ..., then those sums pairwise, and so on.
+    for (size_t width = kSketchLanes; width > 1; width /= 2) {
+      for (size_t k = 0; k < width / 2; ++k) {
+        ds[k] = ds[2 * k] + ds[2 * k + 1];
+        da[k] = da[2 * k] + da[2 * k + 1];
+      }
+    }
+    *sketch = ds[0];
+    *scale = da[0];
   }
 
  private:
   std::shared_ptr<const SketchWeights> weights_;
   const Acc* w_;
   Vec s_[kVecs] = {}, a_[kVecs] = {};
-  Acc tail_[8] = {};
-  bool has_tail_[8] = {};
+  Acc tail_[kSketchLanes] = {};
+  bool has_tail_[kSketchLanes] = {};
 };
 
 // Hash and sketch in one pass: each piece is hashed, then sketched while it is still in the L1
 // cache, so a tensor larger than the caches is read from memory once.
-template <typename T, typename Acc>
-void HashAndSketch(const T* x, size_t n, XXH3_state_t* state, double* sketch, double* scale) {
-  constexpr size_t kPiece = 4096;  // elements: a multiple of eight
-  Sketcher<T, Acc> sketcher(n);
+template <typename T, typename Acc, size_t kBytes>
+DTSIM_DIGEST_INLINE void HashAndSketch(const T* x, size_t n, XXH3_state_t* state, double* sketch,
+                                       double* scale) {
+  constexpr size_t kPiece = 4096;  // elements: a multiple of kSketchLanes
+  Sketcher<T, Acc, kBytes> sketcher(n);
   for (size_t begin = 0; begin < n; begin += kPiece) {
     const size_t count = std::min(kPiece, n - begin);
     XXH3_64bits_update(state, x + begin, count * sizeof(T));
@@ -199,24 +223,68 @@ void HashAndSketch(const T* x, size_t n, XXH3_state_t* state, double* sketch, do
   sketcher.Finish(sketch, scale);
 }
 
+// Logical rows i0..i0+n of a transposed matrix (element (i, j) at base[j * rows + i]) into
+// `buffer`, row k at buffer + k * stride: for floats on x86-64, four rows and four columns at a
+// time (one 4x4 transpose in registers); else element by element.
+template <typename T>
+DTSIM_DIGEST_INLINE void GatherRows(const T* base, size_t rows, size_t cols, size_t i0, size_t n,
+                                    T* buffer, size_t stride) {
+  size_t j = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (n % 4 == 0) {
+      for (; j + 4 <= cols; j += 4) {
+        const float* c = base + j * rows + i0;
+        for (size_t k = 0; k < n; k += 4) {
+          __m128 r0 = _mm_loadu_ps(c + k);
+          __m128 r1 = _mm_loadu_ps(c + rows + k);
+          __m128 r2 = _mm_loadu_ps(c + 2 * rows + k);
+          __m128 r3 = _mm_loadu_ps(c + 3 * rows + k);
+          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+          _mm_storeu_ps(buffer + k * stride + j, r0);
+          _mm_storeu_ps(buffer + (k + 1) * stride + j, r1);
+          _mm_storeu_ps(buffer + (k + 2) * stride + j, r2);
+          _mm_storeu_ps(buffer + (k + 3) * stride + j, r3);
+        }
+      }
+    }
+  }
+#endif
+  for (; j < cols; ++j) {
+    const T* column = base + j * rows + i0;
+    for (size_t k = 0; k < n; ++k) buffer[k * stride + j] = column[k];
+  }
+}
+
 // The same over a transposed matrix (logical shape rows x cols, element (i, j) at base[j * rows +
 // i]: a contiguous matrix's .t(), as every linear layer's weight is used), without materialising
-// it: eight logical rows at a time (eight consecutive elements of each source column) gathered
-// into a buffer, then hashed and sketched in logical order.
-template <typename T, typename Acc>
-void HashAndSketchTransposed(const T* base, size_t rows, size_t cols, XXH3_state_t* state,
-                             double* sketch, double* scale) {
-  constexpr size_t kRows = 8;
-  Sketcher<T, Acc> sketcher(rows * cols);
-  std::vector<T> buffer(kRows * cols);
+// it: sixteen logical rows at a time (a cache line of each source column) gathered into a buffer,
+// then hashed and sketched in logical order. Where a row is a multiple of the sketch's lanes long
+// the buffer's rows are padded apart (rows a multiple of 4 KiB apart would share one cache set) and
+// fed one at a time; otherwise the sixteen rows are one piece.
+template <typename T, typename Acc, size_t kBytes>
+DTSIM_DIGEST_INLINE void HashAndSketchTransposed(const T* base, size_t rows, size_t cols,
+                                                 XXH3_state_t* state, double* sketch,
+                                                 double* scale) {
+  constexpr size_t kRows = 16;
+  static_assert(kRows % kSketchLanes == 0, "sixteen rows of any width: a whole number of lanes");
+  const bool padded = cols % kSketchLanes == 0;
+  const size_t stride = padded ? cols + 64 / sizeof(T) : cols;
+  Sketcher<T, Acc, kBytes> sketcher(rows * cols);
+  std::vector<T> buffer(kRows * stride);
   for (size_t i0 = 0; i0 < rows; i0 += kRows) {
     const size_t n = std::min(kRows, rows - i0);
-    for (size_t j = 0; j < cols; ++j) {
-      const T* column = base + j * rows + i0;
-      for (size_t k = 0; k < n; ++k) buffer[k * cols + j] = column[k];
+    GatherRows(base, rows, cols, i0, n, buffer.data(), stride);
+    if (padded) {
+      for (size_t k = 0; k < n; ++k) {
+        const T* row = buffer.data() + k * stride;
+        XXH3_64bits_update(state, row, cols * sizeof(T));
+        sketcher.Add(row, (i0 + k) * cols, cols);
+      }
+    } else {
+      XXH3_64bits_update(state, buffer.data(), n * cols * sizeof(T));
+      sketcher.Add(buffer.data(), i0 * cols, n * cols);
     }
-    XXH3_64bits_update(state, buffer.data(), n * cols * sizeof(T));
-    sketcher.Add(buffer.data(), i0 * cols, n * cols);
   }
   sketcher.Finish(sketch, scale);
 }
@@ -227,42 +295,77 @@ bool IsTransposedMatrix(const at::Tensor& t) {
          t.stride(1) == t.size(0);
 }
 
-template <typename T, typename Acc>
-void Digest(const at::Tensor& t, XXH3_state_t* state, double* sketch, double* scale) {
-  if (IsTransposedMatrix(t)) {
-    HashAndSketchTransposed<T, Acc>(t.const_data_ptr<T>(), static_cast<size_t>(t.size(0)),
-                                    static_cast<size_t>(t.size(1)), state, sketch, scale);
+// Hash and sketch of a CPU tensor that is contiguous or a transposed matrix, its data at `data`.
+template <typename T, typename Acc, size_t kBytes>
+DTSIM_DIGEST_INLINE void DigestData(const T* data, bool transposed, size_t rows, size_t cols,
+                                    size_t n, XXH3_state_t* state, double* sketch, double* scale) {
+  if (transposed) {
+    HashAndSketchTransposed<T, Acc, kBytes>(data, rows, cols, state, sketch, scale);
   } else {
-    const at::Tensor c = t.contiguous();
-    HashAndSketch<T, Acc>(c.const_data_ptr<T>(), static_cast<size_t>(c.numel()), state, sketch,
-                          scale);
+    HashAndSketch<T, Acc, kBytes>(data, n, state, sketch, scale);
   }
+}
+
+// The same, compiled for the widest vectors this build knows and the CPU has: AVX2 (32-byte
+// vectors), chosen at run time, else 16-byte vectors. Both give the same bits (Sketcher).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+template <typename T, typename Acc>
+__attribute__((target("avx2"))) void DigestDataAvx2(const T* data, bool transposed, size_t rows,
+                                                    size_t cols, size_t n, XXH3_state_t* state,
+                                                    double* sketch, double* scale) {
+  DigestData<T, Acc, 32>(data, transposed, rows, cols, n, state, sketch, scale);
+}
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#else
+bool HasAvx2() { return false; }
+#endif
+
+template <typename T, typename Acc>
+void Digest(const at::Tensor& t, bool widest, XXH3_state_t* state, double* sketch, double* scale) {
+  const bool transposed = IsTransposedMatrix(t);
+  const at::Tensor c = transposed ? t : t.contiguous();
+  const T* data = c.const_data_ptr<T>();
+  const size_t rows = transposed ? static_cast<size_t>(t.size(0)) : 0;
+  const size_t cols = transposed ? static_cast<size_t>(t.size(1)) : 0;
+  const size_t n = static_cast<size_t>(c.numel());
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (widest && HasAvx2()) {
+    DigestDataAvx2<T, Acc>(data, transposed, rows, cols, n, state, sketch, scale);
+    return;
+  }
+#endif
+  (void)widest;
+  DigestData<T, Acc, 16>(data, transposed, rows, cols, n, state, sketch, scale);
 }
 
 }  // namespace
 
-ShardDigestValues ShardDigest(const at::Tensor& shard) {
+ShardDigestValues ShardDigest(const at::Tensor& shard, DigestVectors vectors) {
   // A CPU tensor as it lies (a transposed matrix is read in place); any other, copied contiguous.
   const at::Tensor t = !shard.is_cpu()             ? shard.to(at::kCPU).contiguous()
                        : IsTransposedMatrix(shard) ? shard
                                                    : shard.contiguous();
   ShardDigestValues out;
+  const bool widest = vectors == DigestVectors::kWidest;
   const size_t n = static_cast<size_t>(t.numel());
   XXH3_state_t* state = HashHeader(t);
   double sketch = 0, scale = 0;
   bool sketched = n > 0;
   switch (n == 0 ? at::kByte : t.scalar_type()) {
     case at::kDouble:
-      Digest<double, double>(t, state, &sketch, &scale);
+      Digest<double, double>(t, widest, state, &sketch, &scale);
       break;
     case at::kFloat:
-      Digest<float, float>(t, state, &sketch, &scale);
+      Digest<float, float>(t, widest, state, &sketch, &scale);
       break;
     case at::kHalf:
-      Digest<at::Half, float>(t, state, &sketch, &scale);
+      Digest<at::Half, float>(t, widest, state, &sketch, &scale);
       break;
     case at::kBFloat16:
-      Digest<at::BFloat16, float>(t, state, &sketch, &scale);
+      Digest<at::BFloat16, float>(t, widest, state, &sketch, &scale);
       break;
     default: {
       sketched = false;

@@ -492,3 +492,52 @@ def test_digest_is_the_logical_contents_whatever_the_layout(dtype):
     changed = base.clone()
     changed[36, 300] += 1
     assert events.digest(changed.t())["hash"] != events.digest(base.t())["hash"]
+
+
+def test_digest_cache_reuses_only_what_holds_the_same_bytes():
+    """The recorder's digest cache (EventLog._digest) keys a digest by the tensor's layout over its storage: a view with
+    the same layout reuses it (`detach`, a transpose transposed back); a write the dispatcher saw, a version bump, or
+    another storage at the same address makes it digest again. Every answer is compared with a fresh digest of the
+    same tensor."""
+    import torch
+
+    from dtsim import events
+
+    log = events.EventLog(lambda rank: ("Global", "forward"), lambda: "")
+    calls = []
+    real_digest = events.digest
+
+    def counted(t):
+        calls.append(t)
+        return real_digest(t)
+
+    events.digest = counted
+    try:
+        w = torch.randn(64, 48)
+        first = log._digest(w)
+        assert len(calls) == 1 and first == real_digest(w)
+        # Same bytes, same layout: reused.
+        for alias in (w.detach(), w.t().t(), w.view(64, 48)):
+            assert log._digest(alias) == first and len(calls) == 1
+        # Another layout over the same storage is another tensor's bytes.
+        assert log._digest(w.t()) == real_digest(w.t()) and len(calls) == 2
+        # An in-place write bumps the version (views share it): digested again.
+        w.add_(1)
+        assert log._digest(w.detach()) == real_digest(w) != first and len(calls) == 3
+        # A write the version does not show (.data has a counter of its own), marked by the dispatcher's write.
+        d = w.data
+        d.mul_(2)
+        log._wrote([d])
+        assert log._digest(w) == real_digest(w) and len(calls) == 4
+        # Another storage over the same address (as after a storage freed in place, FSDP2's resize_(0), hands its
+        # address to the next allocation; here two storages over one buffer, written where no dispatcher sees it).
+        buffer = bytearray(torch.arange(12, dtype=torch.float32).numpy().tobytes())
+        held = torch.frombuffer(buffer, dtype=torch.float32)
+        log._digest(held)
+        buffer[0:4] = torch.tensor([5.0]).numpy().tobytes()
+        other = torch.frombuffer(buffer, dtype=torch.float32)
+        assert other.untyped_storage().data_ptr() == held.untyped_storage().data_ptr()
+        n = len(calls)
+        assert log._digest(other) == real_digest(other) and len(calls) == n + 1
+    finally:
+        events.digest = real_digest

@@ -23,14 +23,18 @@ std::string ShardHash(const at::Tensor& shard);
 // A tensor's digest for run events (python/dtsim/events.py): its ShardHash and, for floating point
 // (float64, float32, float16, bfloat16; not empty), a sketch: the sum over its elements in
 // row-major order of x[i] * w(i), w(i) = 2 * frac(0.6180339887498949 * i + 0.25) - 1, and its
-// scale, the sum of |x[i] * w(i)|: eight interleaved partial sums (in double for float64, else in
-// float) added in a fixed order, the same value wherever it is computed.
+// scale, the sum of |x[i] * w(i)|: sixteen interleaved partial sums (in double for float64, else in
+// float) added pairwise in a fixed order, the same value wherever it is computed.
 struct ShardDigestValues {
   std::string hash;
   std::optional<double> sketch;
   std::optional<double> scale;
 };
-ShardDigestValues ShardDigest(const at::Tensor& shard);
+// The vectors the digest runs on: the widest the CPU has (AVX2 where present), or 16-byte ones
+// (SSE2 on x86-64). Both give the same bits; the choice exists so tests can compare them.
+enum class DigestVectors { kWidest, kPortable };
+ShardDigestValues ShardDigest(const at::Tensor& shard,
+                              DigestVectors vectors = DigestVectors::kWidest);
 
 // The state of every rank `local` holds (every rank in simulation; this process's rank on a real
 // backend), as `collectives` sees it: coordinate and global offset from the layout, local shape and
