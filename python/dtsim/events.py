@@ -91,7 +91,7 @@ def digest(t: torch.Tensor) -> Dict[str, Any]:
     dtype = _DTYPE_NAMES.get(t.dtype)
     if dtype is None:
         dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
-    if t.device.type == "meta":
+    if t.is_meta:
         return {"shape": list(t.shape), "dtype": dtype, "hash": None, "unavailable": "meta tensor"}
     try:
         hash_, sketch, scale = _C.shard_digest(t)  # reads the data only: no autograd, no op dispatched
@@ -120,6 +120,16 @@ def _joined(tensors: List[torch.Tensor]) -> torch.Tensor:
     if len({t.dtype for t in tensors}) == 1:
         return torch.cat([t.detach().reshape(-1) for t in tensors])
     return torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+_OP_NAMES: Dict[Any, str] = {}  # an OpOverload -> "aten.mm.default"
+
+
+def _op_name(func) -> str:
+    name = _OP_NAMES.get(func)
+    if name is None:
+        name = _OP_NAMES[func] = str(func)
+    return name
 
 
 _PLACEMENT_TEXTS: Dict[Any, str] = {}  # a DTensor's placements (a tuple of Placements) -> "[S(0), R]"
@@ -328,7 +338,7 @@ class EventLog:
         if written:
             self._wrote([x._local_tensor for x in written])
         results = [x for x in _tensors(out) if isinstance(x, DTensor)] or list(written)
-        self._add(rank, {"kind": "op", "op": str(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
+        self._add(rank, {"kind": "op", "op": _op_name(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
                          "results": [_placements(x) for x in results], "inputs": inputs,
                          "outputs": [self._digest(x._local_tensor) for x in results],
                          "t_us": self._us(start), "dur_us": (end - start) * 1e6})
