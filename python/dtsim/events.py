@@ -190,13 +190,9 @@ def program_line(depth: int = 1) -> str:
     import sys
 
     frame = sys._getframe(depth)
-    library = _LIBRARY_FILE
     while frame is not None:
         name = frame.f_code.co_filename
-        known = library.get(name)
-        if known is None:
-            known = is_library_file(name)
-        if not known:
+        if not is_library_file(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
