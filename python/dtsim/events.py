@@ -493,11 +493,8 @@ def _storage_identity(t: torch.Tensor) -> Tuple[int, int]:
 
 
 def _storage_of(t: torch.Tensor) -> int:
-    """The address of a tensor's storage; 0 for one without (meta, sparse)."""
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return 0
+    """The address of a tensor's storage's data; 0 for one without (meta, sparse)."""
+    return _storage_identity(t)[1]
 
 
 def _delivered(work) -> bool:

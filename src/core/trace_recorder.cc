@@ -323,14 +323,14 @@ bool HasAvx2() {
 bool HasAvx2() { return false; }
 #endif
 
+// `t`: a CPU tensor that is contiguous, or a transposed matrix when `transposed`.
 template <typename T, typename Acc>
-void Digest(const at::Tensor& t, bool widest, XXH3_state_t* state, double* sketch, double* scale) {
-  const bool transposed = IsTransposedMatrix(t);
-  const at::Tensor c = transposed ? t : t.contiguous();
-  const T* data = c.const_data_ptr<T>();
+void Digest(const at::Tensor& t, bool transposed, bool widest, XXH3_state_t* state, double* sketch,
+            double* scale) {
+  const T* data = t.const_data_ptr<T>();
   const size_t rows = transposed ? static_cast<size_t>(t.size(0)) : 0;
   const size_t cols = transposed ? static_cast<size_t>(t.size(1)) : 0;
-  const size_t n = static_cast<size_t>(c.numel());
+  const size_t n = static_cast<size_t>(t.numel());
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (widest && HasAvx2()) {
     DigestDataAvx2<T, Acc>(data, transposed, rows, cols, n, state, sketch, scale);
@@ -345,9 +345,10 @@ void Digest(const at::Tensor& t, bool widest, XXH3_state_t* state, double* sketc
 
 ShardDigestValues ShardDigest(const at::Tensor& shard, DigestVectors vectors) {
   // A CPU tensor as it lies (a transposed matrix is read in place); any other, copied contiguous.
-  const at::Tensor t = !shard.is_cpu()             ? shard.to(at::kCPU).contiguous()
-                       : IsTransposedMatrix(shard) ? shard
-                                                   : shard.contiguous();
+  const bool transposed = shard.is_cpu() && IsTransposedMatrix(shard);
+  const at::Tensor t = !shard.is_cpu() ? shard.to(at::kCPU).contiguous()
+                       : transposed    ? shard
+                                       : shard.contiguous();
   ShardDigestValues out;
   const bool widest = vectors == DigestVectors::kWidest;
   const size_t n = static_cast<size_t>(t.numel());
@@ -356,16 +357,16 @@ ShardDigestValues ShardDigest(const at::Tensor& shard, DigestVectors vectors) {
   bool sketched = n > 0;
   switch (n == 0 ? at::kByte : t.scalar_type()) {
     case at::kDouble:
-      Digest<double, double>(t, widest, state, &sketch, &scale);
+      Digest<double, double>(t, transposed, widest, state, &sketch, &scale);
       break;
     case at::kFloat:
-      Digest<float, float>(t, widest, state, &sketch, &scale);
+      Digest<float, float>(t, transposed, widest, state, &sketch, &scale);
       break;
     case at::kHalf:
-      Digest<at::Half, float>(t, widest, state, &sketch, &scale);
+      Digest<at::Half, float>(t, transposed, widest, state, &sketch, &scale);
       break;
     case at::kBFloat16:
-      Digest<at::BFloat16, float>(t, widest, state, &sketch, &scale);
+      Digest<at::BFloat16, float>(t, transposed, widest, state, &sketch, &scale);
       break;
     default: {
       sketched = false;
