@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <filesystem>
@@ -139,6 +140,47 @@ TEST(TraceTest, DigestIsItsDefinitionOnEveryVectorWidthAndLayout) {
         EXPECT_EQ(*widest.scale, scale) << what;
       }
     }
+  }
+}
+
+// The hash is libxxhash's XXH3 (the library, called here, as an independent reference for the
+// kernels dtsim compiles itself) over the dtype name, the shape and the row-major bytes: on lengths
+// around XXH3's short-input, stripe, block and buffer sizes and the digest's pieces, at offsets
+// that misalign the data, contiguous and transposed.
+TEST(TraceTest, HashIsLibxxhashXxh3OfDtypeShapeAndBytes) {
+  const std::vector<int64_t> lengths = {0,    1,    3,    16,   17,    60,    64,    65,
+                                        240,  241,  256,  257,  1023,  1024,  1025,  4095,
+                                        4096, 4097, 8192, 8193, 20000, 65537, 262147};
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kHalf, at::kLong, at::kByte}) {
+    for (int64_t length : lengths) {
+      for (int64_t offset : {0, 1, 3}) {
+        at::manual_seed(length + offset);
+        const at::Tensor storage = (at::randn({length + offset}, at::kDouble) * 50).to(dtype);
+        const at::Tensor view = storage.narrow(0, offset, length);
+        const at::Tensor c = view.contiguous();
+        std::string bytes = std::string(c10::toString(dtype)) + IntListToString(view.sizes().vec());
+        bytes.append(static_cast<const char*>(c.const_data_ptr()), c.numel() * c.element_size());
+        char expected[32];
+        std::snprintf(expected, sizeof(expected), "xxh3:%016llx",
+                      static_cast<unsigned long long>(XXH3_64bits(bytes.data(), bytes.size())));
+        const std::string what = std::string(c10::toString(dtype)) + " length " +
+                                 std::to_string(length) + " offset " + std::to_string(offset);
+        EXPECT_EQ(ShardHash(view), expected) << what;
+        EXPECT_EQ(ShardDigest(view, DigestVectors::kWidest).hash, expected) << what;
+        EXPECT_EQ(ShardDigest(view, DigestVectors::kPortable).hash, expected) << what;
+      }
+    }
+  }
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{64, 512}, {37, 301}}) {
+    const at::Tensor t = at::randn(shape).t();
+    const at::Tensor c = t.contiguous();
+    std::string bytes = "Float" + IntListToString(t.sizes().vec());
+    bytes.append(static_cast<const char*>(c.const_data_ptr()), c.numel() * c.element_size());
+    char expected[32];
+    std::snprintf(expected, sizeof(expected), "xxh3:%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(bytes.data(), bytes.size())));
+    EXPECT_EQ(ShardDigest(t).hash, expected) << IntListToString(shape);
   }
 }
 
