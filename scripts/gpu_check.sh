@@ -76,18 +76,22 @@ else
   exit 1
 fi
 
-# dtsim._C for this machine's Python and torch, built in the background (one compile, about a minute).
+# dtsim._C for this machine's Python and torch, and dtsim._files_c (the output-path policy, no LibTorch) for its Python,
+# built in the background (two compiles, about a minute).
 ext="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 pyinc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 torchdir="$("$PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')"
 static=()
 while read -r l; do static+=("$CARRY/static/libdtsim_$l.a"); done <"$CARRY/static/ORDER"
-run module 900 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -DUSE_C10D_GLOO -DUSE_C10D_NCCL \
+(run module 900 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -DUSE_C10D_GLOO -DUSE_C10D_NCCL \
   -DUSE_DISTRIBUTED -DUSE_RPC -DUSE_TENSORPIPE -I"$ROOT/include" -I"$CARRY/include" -isystem "$pyinc" \
   -isystem "$torchdir/include" -isystem "$torchdir/include/torch/csrc/api/include" "$ROOT/python/src/module.cc" \
   -o "$work/_C$ext" -Wl,--no-as-needed -lstdc++ -Wl,--start-group "${static[@]}" -Wl,--end-group \
   -L"$torchdir/lib" -ltorch_python -ltorch -ltorch_cpu -lc10 "$CARRY/root/usr/lib/x86_64-linux-gnu/libxxhash.so.0" \
-  -Wl,-rpath,"$torchdir/lib" -Wl,-rpath,"$CARRY/root/usr/lib/x86_64-linux-gnu" &
+  -Wl,-rpath,"$torchdir/lib" -Wl,-rpath,"$CARRY/root/usr/lib/x86_64-linux-gnu" &&
+  run files_module 300 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -I"$ROOT/include" -I"$CARRY/include" \
+    -isystem "$pyinc" -isystem "$torchdir/include" "$ROOT/python/src/files_module.cc" -o "$work/_files_c$ext" \
+    -Wl,--start-group "${static[@]}" -Wl,--end-group -lstdc++) &
 module_job=$!
 
 section "NCCL backend, world 1"
@@ -246,7 +250,7 @@ done
 section "the recorder on an NCCL rank"
 if wait "$module_job"; then
   pass module "dtsim._C$ext built for $("$PY" -c 'import sys; print(sys.version.split()[0])')"
-  cp "$work/_C$ext" "$CARRY/python/dtsim/"
+  cp "$work/_C$ext" "$work/_files_c$ext" "$CARRY/python/dtsim/"
   if PYTHONPATH="$CARRY/python" run record 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 \
         "$ROOT/tests/python/recorded_nccl_program.py" "$work/rec.json" &&
       run replay 120 dtsim replay "$work/rec.json" &&
@@ -314,6 +318,7 @@ PY
 else
   fail module
   show module 30
+  [ -f "$work/files_module.out" ] && show files_module 30
 fi
 
 if [ "${DTSIM_GPU_QUICK:-0}" != 1 ]; then

@@ -126,15 +126,6 @@ def load_trace(path: str, /) -> Any:
     """A trace or op trace read (bounded) and validated, as JSON-like Python values."""
     ...
 
-def check_outputs(outputs: Sequence[Tuple[str, str]], inputs: Sequence[Tuple[str, str]], /) -> None:
-    """Checks (path, field) outputs by the C++ writers' output policy (include/dtsim/trace/files.h) against the run's
-    (path, field) inputs and each other; ValueError("<field>: <why>") for one that may not be written."""
-    ...
-
-def write_output(path: str, chunks: Sequence[Any], field: str, /) -> None:
-    """Writes the contiguous buffers in order by that policy (atomically for a regular or new file)."""
-    ...
-
 def estimate_collective_us(kind: str, group_size: int, message_bytes: int, /) -> Optional[float]:
     """The planner's alpha-beta estimate (microseconds) of one collective of `kind` ("all_gather", "reduce_scatter",
     "all_reduce", "all_to_all") over `group_size` ranks whose largest message is `message_bytes`; None for kinds

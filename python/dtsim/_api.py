@@ -1,21 +1,5 @@
-"""dtsim from Python: a whole simulated world of DTensor ranks in one process, with upstream's names.
-
-    import torch, dtsim
-    from dtsim import Shard, Replicate, Partial
-
-    mesh = dtsim.init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
-    dt = dtsim.distribute_tensor(torch.arange(50.).reshape(5, 10), mesh, [Shard(0), Replicate()])
-    out = dt.redistribute(mesh, [Replicate(), Shard(1)])
-    out.to_local()[3]                                  # rank 3's shard (a torch.Tensor, no copy)
-    print(dtsim.plan(dt, [Replicate(), Shard(1)]).explain())
-    out.full_tensor()                                  # the global tensor
-
-Semantics are upstream torch.distributed.tensor's (its placements, chunk sizes, planner, errors);
-the ranks live in one process (dtsim's LocalTensor), so `to_local()` gives every rank's shard, as a
-list in ascending rank order. Placements may be given as dtsim's classes, upstream's
-(torch.distributed.tensor.Shard, ...), or text ("S(0)", "[S(0), R]", "P(avg)", "_S(0,2)").
-Bad input raises ValueError naming the argument; nothing here crashes the interpreter.
-"""
+"""The Python API behind `import dtsim` (the package's __init__ loads this module, and with it torch and the
+extension, on first use of any of its names: docs/python.md)."""
 
 from __future__ import annotations
 
@@ -26,36 +10,13 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import torch  # loads LibTorch (and libtorch_python) before the extension below needs them
 from torch.utils._python_dispatch import _disable_current_modes
 
-from . import _versions
+from . import _check_torch
 
-try:
-    from ._build_info import TORCH_VERSION as _BUILT_WITH_TORCH
-except ImportError:  # a build that did not write it
-    _BUILT_WITH_TORCH = None
-_versions.check_torch(torch.__version__, _BUILT_WITH_TORCH)
+_check_torch(torch.__version__)
 
 from . import _C  # noqa: E402 (after the version check, which explains what loading it would only fail at)
 
-__all__ = [
-    "DTensor",
-    "DeviceMesh",
-    "Layout",
-    "Partial",
-    "Placement",
-    "Plan",
-    "PlanStep",
-    "RankLayout",
-    "Replicate",
-    "Shard",
-    "Trace",
-    "distribute_tensor",
-    "init_device_mesh",
-    "layout",
-    "load_trace",
-    "plan",
-    "record",
-    "shard_hash",
-]
+from . import __all__  # noqa: E402  (the public names: the package owns the list)
 
 _REDUCE_OPS = ("sum", "avg", "min", "max", "product", "band", "bor", "bxor")
 def _planner_arg(planner: Any) -> str:
@@ -63,11 +24,6 @@ def _planner_arg(planner: Any) -> str:
     if not isinstance(planner, str):
         raise ValueError(f"planner: expected a planner name (greedy, min-cost or graph), got {planner!r}")
     return planner
-
-
-def __dir__() -> List[str]:
-    """The public names (`__all__`), not the modules and typing names the package imports for itself."""
-    return sorted(__all__)
 
 
 _T = TypeVar("_T")
@@ -900,3 +856,10 @@ def shard_hash(tensor: torch.Tensor) -> str:
 
 
 from .recorder import record  # noqa: E402  (the recorder of upstream runs: recorder.py)
+
+# The package's names: repr, pickle and help name what this module defines `dtsim.X`, where users find them (and where
+# pickles written before the package loaded lazily name them).
+for _value in list(globals().values()):
+    if callable(_value) and getattr(_value, "__module__", None) == __name__:
+        _value.__module__ = "dtsim"
+del _value

@@ -1,6 +1,7 @@
 """The output-path policy of dtsim's Python writers: `dtsim record`, `dtsim import-fr`, `dtsim.record` and
 `dtsim run`'s --trace and --report-json. It is the C++ writers' policy (include/dtsim/trace/files.h), run by the same
-code through dtsim._C, so every command refuses and writes alike:
+code through dtsim._files_c (an extension without LibTorch: `dtsim record` checks its outputs before it loads torch),
+so every command refuses and writes alike:
 - an output is never an input or another output of the run, however spelled (a relative path, `..`, a link);
 - a directory, a device other than /dev/null or the process's own standard output or error, a socket, or a FIFO no
   process reads is refused; a folder that is missing or not writable is refused;
@@ -16,9 +17,9 @@ from typing import Any, Iterable, Sequence, Tuple
 def check_outputs(outputs: Sequence[Tuple[str, str]], inputs: Iterable[Tuple[str, str]] = ()) -> None:
     """Checks each (path, field) output against the policy, the run's (path, field) inputs and the outputs named
     before it; nothing is written."""
-    from . import _C
+    from . import _files_c
 
-    _C.check_outputs([(str(p), f) for p, f in outputs], [(str(p), f) for p, f in inputs])
+    _files_c.check_outputs([(str(p), f) for p, f in outputs], [(str(p), f) for p, f in inputs])
 
 
 def check_recording_path(path: str, field: str) -> None:
@@ -33,7 +34,7 @@ def check_recording_path(path: str, field: str) -> None:
 
 def write_output(path: str, chunks: Sequence[Any], field: str) -> None:
     """Writes the contiguous buffers (bytes, numpy arrays) in order to `path`, without joining them."""
-    from . import _C
+    from . import _files_c
 
-    _C.write_output(str(path), list(chunks), field)
+    _files_c.write_output(str(path), list(chunks), field)
 

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import List, Optional, Sequence
 
 _BOOT = '''# dtsim record's start-up hook (python/dtsim/record_command.py): every rank of the job records into a part file.
@@ -122,6 +123,20 @@ def main(argv: Sequence[str]) -> int:
             print(f"dtsim: error: command: cannot run '{args.command[0]}': {e.strerror}", file=sys.stderr)
             return 2
 
+        # The merge needs torch; it loads while the job runs rather than after it (nothing here needed it so far).
+        loaded: List[BaseException] = []
+
+        def load() -> None:
+            try:
+                import torch  # noqa: F401  (the merge writes tensors' bytes)
+
+                from . import recorder  # noqa: F401
+            except BaseException as e:  # noqa: BLE001  raised again where the merge needs them
+                loaded.append(e)
+
+        loader = threading.Thread(target=load, name="dtsim-record-load", daemon=True)
+        loader.start()
+
         def forward(signum, _frame):
             child.send_signal(signum)
 
@@ -134,8 +149,9 @@ def main(argv: Sequence[str]) -> int:
         if code != 0:
             print(f"dtsim record: the command exited with {code}; no recording written", file=sys.stderr)
             return code if code > 0 else 128 - code
-        import torch  # noqa: F401  (the merge writes tensors' bytes)
-
+        loader.join()
+        if loaded:
+            raise loaded[0]
         from .recorder import merge_parts
 
         try:

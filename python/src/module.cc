@@ -32,12 +32,12 @@
 #include "dtsim/layout/spec.h"
 #include "dtsim/tensor/aten_dtype.h"
 #include "dtsim/tensor/local_tensor.h"
-#include "dtsim/trace/files.h"
 #include "dtsim/trace/formats.h"
 #include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/trace.h"
+#include "errors.h"
 
 namespace py = pybind11;
 
@@ -149,23 +149,13 @@ auto PythonFields(F&& fn) -> decltype(fn()) {
   }
 }
 
-void Translate(std::exception_ptr p) {
-  try {
-    if (p) std::rethrow_exception(p);
-  } catch (const InputError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const Error& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-}
-
 }  // namespace
 }  // namespace dtsim
 
 PYBIND11_MODULE(_C, m) {
   using namespace dtsim;
   m.doc() = "dtsim's simulated DTensor (use the dtsim package, not this module)";
-  py::register_exception_translator(&Translate);
+  py::register_exception_translator(&TranslateError);
 
   py::class_<DeviceMesh>(m, "DeviceMesh")
       .def(py::init([](std::vector<int64_t> shape, std::vector<std::string> names,
@@ -266,49 +256,6 @@ PYBIND11_MODULE(_C, m) {
     TraceFormatDriverFor(text, text).validate(text, TensorArgumentProblem);
     return ToPython(ParseTraceText(text));
   });
-  // The output-path policy of dtsim's C++ writers (include/dtsim/trace/files.h), for the Python
-  // writers (dtsim record, import-fr, dtsim.record, dtsim run's --trace and --report-json):
-  // check_outputs((path, field) outputs, (path, field) inputs) refuses an output that is an input
-  // or another output however spelled, a device, a directory or a folder that is not there
-  // (ValueError naming the field); write_output(path, chunks, field) writes the buffers in order,
-  // atomically for a regular or new file, through a symlink, as a stream to /dev/null, standard
-  // output or a FIFO with a reader.
-  m.def("check_outputs", [](const std::vector<std::pair<std::string, std::string>>& outputs,
-                            const std::vector<std::pair<std::string, std::string>>& inputs) {
-    RunFiles files;
-    for (const auto& [path, field] : inputs) files.Input(path, field);
-    for (const auto& [path, field] : outputs) files.Output(path, field);
-  });
-  m.def("write_output",
-        [](const std::string& path, const py::list& chunks, const std::string& field) {
-          // Contiguous buffers (bytes, numpy arrays), held until written; no joined copy.
-          std::vector<Py_buffer> buffers(chunks.size());
-          size_t taken = 0;
-          auto release = [&] {
-            for (size_t i = 0; i < taken; ++i) PyBuffer_Release(&buffers[i]);
-          };
-          std::vector<std::string_view> views;
-          views.reserve(chunks.size());
-          for (const py::handle chunk : chunks) {
-            if (PyObject_GetBuffer(chunk.ptr(), &buffers[taken], PyBUF_C_CONTIGUOUS) != 0) {
-              PyErr_Clear();
-              release();
-              throw InputError(field, StrCat("chunk ", taken, " (", Py_TYPE(chunk.ptr())->tp_name,
-                                             ") is not a contiguous buffer"));
-            }
-            views.emplace_back(static_cast<const char*>(buffers[taken].buf),
-                               static_cast<size_t>(buffers[taken].len));
-            ++taken;
-          }
-          try {
-            py::gil_scoped_release unlocked;
-            WriteOutputFile(path, views, field);
-          } catch (...) {
-            release();
-            throw;
-          }
-          release();
-        });
   // The planner's alpha-beta estimate of one collective (CostModel::EstimateUs with its defaults),
   // in microseconds; None for a kind the cost model does not estimate. ValueError for an unknown
   // kind, a group size below 1 or negative bytes.

@@ -55,6 +55,37 @@ def test_import_refuses_another_torch(setup, message):
     assert out.stdout.endswith("extension loaded: False\n"), out.stdout
 
 
+def test_import_loads_torch_only_when_the_api_is_used(tmp_path):
+    """`import dtsim` loads neither torch nor the extension (dtsim record checks its outputs and starts its job
+    without them); the first use of an API name loads both."""
+    code = ("import sys, dtsim\n"
+            "from dtsim import _files\n"
+            "_files.check_outputs([(sys.argv[1], 'output')])\n"
+            "try:\n    _files.check_outputs([(sys.argv[2], 'output')])\n"
+            "except ValueError as e:\n    print('refused:', e)\n"
+            "print('after import:', 'torch' in sys.modules, 'dtsim._C' in sys.modules)\n"
+            "mesh = dtsim.init_device_mesh('cpu', (2,))\n"
+            "print('after use:', 'torch' in sys.modules, 'dtsim._C' in sys.modules, type(mesh).__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.json"), str(tmp_path)],
+                         capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"refused: output: '{tmp_path}' is a directory; give a file path",
+                                       "after import: False False", "after use: True True dtsim"], out.stdout
+
+
+def test_import_refuses_an_installed_torch_it_does_not_support_without_loading_it():
+    """With torch not loaded yet, `import dtsim` reads the installed release from its metadata, and refuses an
+    unsupported one as when torch is loaded."""
+    code = ("import sys, importlib.metadata as md\n"
+            "md.version = lambda name: '2.12.0+cpu' if name == 'torch' else None\n"
+            "try:\n    import dtsim\nexcept ImportError as e:\n    print('ImportError:', e)\n"
+            "print('torch loaded:', 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ImportError: dtsim: torch 2.12.0+cpu is not supported"), out.stdout
+    assert out.stdout.endswith("torch loaded: False\n"), out.stdout
+
+
 def test_from_local_and_to_local_share_storage(mesh):
     shards = [torch.full((3, 2), float(r)) for r in range(8)]
     dt = DTensor.from_local(shards, mesh, [Shard(0), Replicate()], shape=(6, 2))
