@@ -123,7 +123,9 @@ def main(argv: Sequence[str]) -> int:
             print(f"dtsim: error: command: cannot run '{args.command[0]}': {e.strerror}", file=sys.stderr)
             return 2
 
-        # The merge needs torch; it loads while the job runs rather than after it (nothing here needed it so far).
+        # The merge needs torch; it loads while the job runs rather than after it (nothing here needed it so far). The
+        # load is always waited for, whatever the job's outcome: an interpreter that exits while a thread is inside
+        # torch's import could hang in the dynamic loader.
         loaded: List[BaseException] = []
 
         def load() -> None:
@@ -134,7 +136,7 @@ def main(argv: Sequence[str]) -> int:
             except BaseException as e:  # noqa: BLE001  raised again where the merge needs them
                 loaded.append(e)
 
-        loader = threading.Thread(target=load, name="dtsim-record-load", daemon=True)
+        loader = threading.Thread(target=load, name="dtsim-record-load")
         loader.start()
 
         def forward(signum, _frame):
@@ -146,10 +148,10 @@ def main(argv: Sequence[str]) -> int:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            loader.join()
         if code != 0:
             print(f"dtsim record: the command exited with {code}; no recording written", file=sys.stderr)
             return code if code > 0 else 128 - code
-        loader.join()
         if loaded:
             raise loaded[0]
         from .recorder import merge_parts
