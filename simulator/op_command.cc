@@ -215,7 +215,7 @@ struct Recorder : ops::OpObserver {
   Collectives* comm = nullptr;
   std::optional<TraceRecorder> current;
   std::optional<CollectiveObservers::Scoped> observing;  // `current` hears the collectives
-  std::vector<OpTraceRedistribution> traces;
+  std::vector<RedistributionEvent> traces;
 
   void OnOp(const ops::OpEvent& e) override { events.push_back(e); }
   void OnRedistributeBegin(const std::string& op, size_t input, const DTensor& source,
@@ -226,7 +226,12 @@ struct Recorder : ops::OpObserver {
     current.emplace(m, /*hashes=*/meta.data);
     current->SetInitial(source.spec(), source.to_local(), *comm);
     observing.emplace(comm->observers(), &*current);
-    traces.push_back({op, static_cast<int64_t>(input), Trace{}});
+    RedistributionEvent r;
+    r.index = static_cast<int64_t>(traces.size());
+    r.call = "implicit";
+    r.op = op;
+    r.arg = static_cast<int64_t>(input);
+    traces.push_back(std::move(r));
   }
   void OnRedistributeStep(const PlanStep& step, const DTensorSpec& spec,
                           const at::Tensor& local) override {
@@ -552,9 +557,11 @@ OpOutcome RunOpCase(const OpCase& c, std::string* text) {
     t.op = c.op;
     t.strategy = ev.decision.ToString();
     t.ok = ok;
-    for (OpTraceRedistribution& r : recorder.traces) {
+    for (RedistributionEvent& r : recorder.traces) {
       std::optional<Trace> merged = GatherTrace(*coll, r.trace);
-      if (merged) t.redistributions.push_back({r.op, r.arg, std::move(*merged)});
+      if (!merged) continue;
+      r.trace = std::move(*merged);
+      t.redistributions.push_back(std::move(r));
     }
     if (IsReportingRank(*coll)) outcome.trace = std::move(t);
   }

@@ -71,7 +71,7 @@ struct Unavailable {
 };
 
 struct Outcome {
-  const RecordedRedistribution* rec = nullptr;
+  const RedistributionEvent* rec = nullptr;
   bool data = false;
   int64_t shards_checked = 0;
   std::vector<int64_t> differing_ranks;
@@ -123,7 +123,7 @@ std::map<size_t, std::vector<Unavailable>> TakeUnavailable(nlohmann::json& doc,
 }
 
 // The spec `rank` runs: `spec` itself, or on a submesh the spec on that rank's own submesh.
-DTensorSpec SpecForRank(const RecordedRedistribution& r, const DTensorSpec& spec, int64_t rank) {
+DTensorSpec SpecForRank(const RedistributionEvent& r, const DTensorSpec& spec, int64_t rank) {
   if (r.submesh_dims.empty()) return spec;
   return DTensorSpec::Create(spec.mesh().root().Submesh(r.submesh_dims, rank), spec.placements(),
                              spec.shape(), spec.dtype());
@@ -131,11 +131,11 @@ DTensorSpec SpecForRank(const RecordedRedistribution& r, const DTensorSpec& spec
 
 // dtsim's collectives for `r`: one plan per (sub)mesh the ranks run in, merged step by step
 // (groups of every submesh, each rank's bytes from its own).
-std::vector<Expected> ExpectedCollectives(const RecordedRedistribution& r, bool gloo) {
+std::vector<Expected> ExpectedCollectives(const RedistributionEvent& r, bool gloo) {
   std::vector<DTensorSpec> instances;
   std::set<std::vector<int64_t>> seen;
-  for (const RankState& s : r.ranks_before) {
-    DTensorSpec spec = SpecForRank(r, r.src, s.rank);
+  for (const RankState& s : r.ranks_before()) {
+    DTensorSpec spec = SpecForRank(r, r.src(), s.rank);
     if (seen.insert(spec.mesh().ranks()).second) instances.push_back(std::move(spec));
     if (r.submesh_dims.empty()) break;
   }
@@ -145,7 +145,7 @@ std::vector<Expected> ExpectedCollectives(const RecordedRedistribution& r, bool 
     // It may be one dtsim's executor runs in another order (a _StridedShard gathered before the
     // mesh dims it nests in); the shards are recomputed with the plan dtsim runs, to the same end.
     const Plan plan = PlanRedistribute(
-        spec, WithoutNewPartials(spec.placements(), r.dst.placements()), PlannerKind::kGreedy);
+        spec, WithoutNewPartials(spec.placements(), r.dst().placements()), PlannerKind::kGreedy);
     const DeviceMesh& mesh = spec.mesh();
     size_t k = 0;
     for (const PlanStep& step : plan.steps) {
@@ -226,15 +226,15 @@ void CompareCollectives(Outcome& o, bool groups_exact) {
 }
 
 void CompareLayouts(Outcome& o) {
-  const RecordedRedistribution& r = *o.rec;
-  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
-    const DTensorSpec& spec = pass == &r.ranks_before ? r.src : r.dst;
+  const RedistributionEvent& r = *o.rec;
+  for (const auto* pass : {&r.ranks_before(), &r.ranks_after()}) {
+    const DTensorSpec& spec = pass == &r.ranks_before() ? r.src() : r.dst();
     for (const RankState& s : *pass) {
       const RankLayout layout = SpecForRank(r, spec, s.rank).LayoutOfRank(s.rank);
       if (layout.local_shape != s.local_shape) {
         o.problems.push_back(
             StrCat("layout: rank ", s.rank, " held ", IntListToString(s.local_shape),
-                   pass == &r.ranks_before ? " before" : " after", "; dtsim's layout of ",
+                   pass == &r.ranks_before() ? " before" : " after", "; dtsim's layout of ",
                    ToString(spec.placements()), " gives ", IntListToString(layout.local_shape)));
       }
     }
@@ -247,9 +247,9 @@ void CompareLayouts(Outcome& o) {
 // "equal" from its own bytes). Partial mesh dims are not masked: partial values differ by design.
 // Ranks whose hash is unavailable (`skip`) are left out.
 void CompareReplicas(Outcome& o, const std::set<std::pair<bool, int64_t>>& skip) {
-  const RecordedRedistribution& r = *o.rec;
+  const RedistributionEvent& r = *o.rec;
   for (const ReplicaMismatch& m : ReplicaMismatches(r, skip)) {
-    const DTensorSpec& spec = m.before ? r.src : r.dst;
+    const DTensorSpec& spec = m.before ? r.src() : r.dst();
     o.differing_ranks.push_back(m.rank);
     o.problems.push_back(
         StrCat("replicas: rank ", m.rank, m.before ? " held " : " holds ", m.hash, " ",
@@ -357,11 +357,11 @@ double Epsilon(DType dtype) {
 // within the summation-order bound of each element, 2·(n−1)·eps·Σ|partials| (n partial values
 // reduced; Σ|partials| computed by the same redistribution of |source|), is equal, with a note.
 void CompareShards(Outcome& o, const std::string& data) {
-  const RecordedRedistribution& r = *o.rec;
+  const RedistributionEvent& r = *o.rec;
   std::vector<int64_t> ranks;
-  std::vector<at::Tensor> shards = ShardsOf(r.ranks_before, *r.data, r.src.dtype(), data);
-  for (size_t i = 0; i < r.ranks_before.size(); ++i) {
-    const RankState& s = r.ranks_before[i];
+  std::vector<at::Tensor> shards = ShardsOf(r.ranks_before(), *r.data, r.src().dtype(), data);
+  for (size_t i = 0; i < r.ranks_before().size(); ++i) {
+    const RankState& s = r.ranks_before()[i];
     // The data file must be this recording's: a source shard that does not hash to what the run
     // recorded is an invalid input (exit 2), not a difference of the run.
     if (ShardHash(shards[i]) != s.hash) {
@@ -372,24 +372,24 @@ void CompareShards(Outcome& o, const std::string& data) {
     }
     ranks.push_back(s.rank);
   }
-  const DTensor src = DTensor::FromLocal(MakeLocalTensor(ranks, shards), r.src.mesh(),
-                                         r.src.placements(), r.src.shape());
-  const DTensor out = RedistributeInternal(src, r.dst.placements());
+  const DTensor src = DTensor::FromLocal(MakeLocalTensor(ranks, shards), r.src().mesh(),
+                                         r.src().placements(), r.src().shape());
+  const DTensor out = RedistributeInternal(src, r.dst().placements());
   o.data = true;
   int64_t reduced = 1;
-  for (size_t m = 0; m < r.src.placements().size(); ++m) {
-    const Placement& p = r.src.placements()[m];
-    if (p.is_partial() && !r.dst.placements()[m].is_partial() &&
+  for (size_t m = 0; m < r.src().placements().size(); ++m) {
+    const Placement& p = r.src().placements()[m];
+    if (p.is_partial() && !r.dst().placements()[m].is_partial() &&
         (p.reduce_op() == ReduceOp::kSum || p.reduce_op() == ReduceOp::kAvg)) {
-      reduced *= r.src.mesh().size(static_cast<int64_t>(m));
+      reduced *= r.src().mesh().size(static_cast<int64_t>(m));
     }
   }
-  const double eps = Epsilon(r.src.dtype());
+  const double eps = Epsilon(r.src().dtype());
   std::optional<DTensor> magnitude;  // Σ|partials| per element, computed when first needed
   std::vector<at::Tensor> recorded;
-  if (r.data_after) recorded = ShardsOf(r.ranks_after, *r.data_after, r.dst.dtype(), data);
-  for (size_t i = 0; i < r.ranks_after.size(); ++i) {
-    const RankState& s = r.ranks_after[i];
+  if (r.data_after) recorded = ShardsOf(r.ranks_after(), *r.data_after, r.dst().dtype(), data);
+  for (size_t i = 0; i < r.ranks_after().size(); ++i) {
+    const RankState& s = r.ranks_after()[i];
     if (std::find(o.unchecked_ranks.begin(), o.unchecked_ranks.end(), s.rank) !=
         o.unchecked_ranks.end()) {
       continue;  // its hash is unavailable: nothing to compare with
@@ -404,9 +404,9 @@ void CompareShards(Outcome& o, const std::string& data) {
         std::vector<at::Tensor> abs_shards;
         for (const at::Tensor& t : shards) abs_shards.push_back(t.abs());
         magnitude = RedistributeInternal(
-            DTensor::FromLocal(MakeLocalTensor(ranks, abs_shards), r.src.mesh(), r.src.placements(),
-                               r.src.shape()),
-            r.dst.placements());
+            DTensor::FromLocal(MakeLocalTensor(ranks, abs_shards), r.src().mesh(),
+                               r.src().placements(), r.src().shape()),
+            r.dst().placements());
       }
       const at::Tensor bound =
           LocalShard(magnitude->to_local(), s.rank).to(at::kDouble) * (2.0 * (reduced - 1) * eps) +
@@ -426,24 +426,22 @@ void CompareShards(Outcome& o, const std::string& data) {
   }
 }
 
-std::string Title(const RecordedRedistribution& r) {
-  std::string what = r.call;
-  if (!r.op.empty()) what += " " + r.op;
-  if (r.arg) what += StrCat(" arg ", *r.arg);
-  std::string mesh = r.src.mesh().ToString();
+std::string Title(const RedistributionEvent& r) {
+  const std::string what = CallText(r);
+  std::string mesh = r.src().mesh().ToString();
   if (!r.submesh_dims.empty()) {
-    mesh = r.src.mesh().root().ToString() + "[\"";
+    mesh = r.src().mesh().root().ToString() + "[\"";
     for (size_t i = 0; i < r.submesh_dims.size(); ++i)
       mesh += (i ? "\", \"" : "") + r.submesh_dims[i];
     mesh += "\"]";
   }
-  return StrCat("#", r.index, " ", what, "  ", mesh, " ", IntListToString(r.src.shape()), " ",
-                ToString(r.src.dtype()), "  ", ToString(r.src.placements()), " -> ",
-                ToString(r.dst.placements()));
+  return StrCat("#", r.index, " ", what, "  ", mesh, " ", IntListToString(r.src().shape()), " ",
+                ToString(r.src().dtype()), "  ", ToString(r.src().placements()), " -> ",
+                ToString(r.dst().placements()));
 }
 
 nlohmann::json ToJson(const Outcome& o) {
-  const RecordedRedistribution& r = *o.rec;
+  const RedistributionEvent& r = *o.rec;
   nlohmann::json recorded = nlohmann::json::array(), mine = nlohmann::json::array();
   for (const CollectiveEvent& c : r.collectives) {
     recorded.push_back({{"op", ToString(c.kind)},
@@ -470,12 +468,12 @@ nlohmann::json ToJson(const Outcome& o) {
           {"call", r.call},
           {"op", r.op.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.op)},
           {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
-          {"mesh", r.src.mesh().root().ToString()},
+          {"mesh", r.src().mesh().root().ToString()},
           {"submesh", r.submesh_dims},
-          {"shape", r.src.shape()},
-          {"dtype", ToString(r.src.dtype())},
-          {"from", ToString(r.src.placements())},
-          {"to", ToString(r.dst.placements())},
+          {"shape", r.src().shape()},
+          {"dtype", ToString(r.src().dtype())},
+          {"from", ToString(r.src().placements())},
+          {"to", ToString(r.dst().placements())},
           {"equal", o.equal() && o.unchecked_ranks.empty()},
           {"data", o.data},
           {"unchecked_ranks", o.unchecked_ranks},
@@ -553,7 +551,7 @@ int RunReplay(const Args& args) {
   int64_t without_data = 0;
   int64_t unchecked_shards = 0;
   for (size_t i = 0; i < rec.redistributions.size(); ++i) {
-    const RecordedRedistribution& r = rec.redistributions[i];
+    const RedistributionEvent& r = rec.redistributions[i];
     Outcome o;
     o.rec = &r;
     bool source_gone = false;
@@ -570,7 +568,7 @@ int RunReplay(const Args& args) {
         }
       }
       if (source_gone) {
-        for (const RankState& s : r.ranks_after) o.unchecked_ranks.push_back(s.rank);
+        for (const RankState& s : r.ranks_after()) o.unchecked_ranks.push_back(s.rank);
       }
       std::sort(o.unchecked_ranks.begin(), o.unchecked_ranks.end());
       o.unchecked_ranks.erase(std::unique(o.unchecked_ranks.begin(), o.unchecked_ranks.end()),

@@ -16,6 +16,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/formats.h"
+#include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/run_events.h"
 
@@ -151,6 +152,64 @@ TEST_P(Conformance, AFileOfAnotherFormatIsRefusedNamingItsFormat) {
 }
 
 std::string Hash(int i) { return StrCat("xxh3:", std::string(15, '0'), i); }
+
+// Recordings and op traces hold their redistributions as one type, RedistributionEvent: each is
+// read into it with what ran it and its trace, checked here against the files' own JSON. An op
+// trace's redistributions are implicit ones with their whole trace (plan steps and their
+// collectives); a recording's carry the states before and after, no plan steps, and the
+// collectives as issued.
+TEST(RedistributionEventTest, RecordingsAndOpTracesReadIntoOneEventType) {
+  const auto call_text = [](const nlohmann::json& r) {
+    std::string text = r.value("call", std::string("implicit"));
+    if (r.contains("op") && r["op"].is_string()) text += " " + r["op"].get<std::string>();
+    if (r.contains("arg") && r["arg"].is_number()) text += StrCat(" arg ", r["arg"].get<int64_t>());
+    return text;
+  };
+
+  const TraceText op_text = ReadSource("tests/fuzz/corpus/trace/seed-op-add-2x2");
+  const nlohmann::json op_json = nlohmann::json::parse(op_text.text);
+  const OpTrace op = OpTraceFromJson(op_json);
+  ASSERT_EQ(op.redistributions.size(), op_json["redistributions"].size());
+  ASSERT_FALSE(op.redistributions.empty());
+  for (size_t i = 0; i < op.redistributions.size(); ++i) {
+    const RedistributionEvent& r = op.redistributions[i];
+    const nlohmann::json& j = op_json["redistributions"][i];
+    EXPECT_EQ(r.index, static_cast<int64_t>(i));
+    EXPECT_EQ(r.call, "implicit");
+    EXPECT_EQ(CallText(r), call_text(j));
+    const nlohmann::json& trace = j["trace"];
+    EXPECT_EQ(ToString(r.src().placements()), trace["initial"]["spec"]["placements"]);
+    EXPECT_EQ(ToString(r.dst().placements()), trace["final"]["spec"]["placements"]);
+    EXPECT_EQ(r.ranks_before().size(), trace["initial"]["ranks"].size());
+    EXPECT_EQ(r.trace.steps.size(), trace["steps"].size());
+    EXPECT_FALSE(r.trace.steps.empty());
+    EXPECT_TRUE(r.collectives.empty()) << "an op trace's collectives are in its steps";
+  }
+
+  const TraceText rec_text = ReadSource("tests/fuzz/corpus/recording/seed-local-mlp");
+  const nlohmann::json rec_json = nlohmann::json::parse(rec_text.text);
+  const Recording rec = RecordingFromText(rec_text);
+  ASSERT_EQ(rec.redistributions.size(), rec_json["redistributions"].size());
+  ASSERT_FALSE(rec.redistributions.empty());
+  for (size_t i = 0; i < rec.redistributions.size(); ++i) {
+    const RedistributionEvent& r = rec.redistributions[i];
+    const nlohmann::json& j = rec_json["redistributions"][i];
+    EXPECT_EQ(r.index, j["index"]);
+    EXPECT_EQ(r.call, j["call"]);
+    EXPECT_EQ(CallText(r), call_text(j));
+    EXPECT_EQ(ToString(r.src().placements()), j["src"]["placements"]);
+    EXPECT_EQ(ToString(r.dst().placements()), j["dst"]["placements"]);
+    EXPECT_EQ(r.src().shape(), j["src"]["shape"].get<std::vector<int64_t>>());
+    ASSERT_EQ(r.ranks_before().size(), j["ranks_before"].size());
+    ASSERT_EQ(r.ranks_after().size(), j["ranks_after"].size());
+    for (size_t k = 0; k < r.ranks_after().size(); ++k) {
+      EXPECT_EQ(r.ranks_before()[k].hash.value_or(""), j["ranks_before"][k]["hash"]);
+      EXPECT_EQ(r.ranks_after()[k].hash.value_or(""), j["ranks_after"][k]["hash"]);
+    }
+    EXPECT_TRUE(r.trace.steps.empty()) << "a recording does not see upstream's plan";
+    EXPECT_EQ(r.collectives.size(), j["collectives"].size());
+  }
+}
 
 // The C++ writer of recordings (ToJson(Recording)) writes what dtsim's Python writers wrote, key
 // for key: recordings of dtsim.record (redistributions with their data entries, events with

@@ -309,7 +309,7 @@ int DiffRecordingFiles(TraceText& ta, TraceText& tb, const TraceDiffOptions& opt
 int CheckRecordingFile(TraceText& text, const TraceDiffOptions& options, std::ostream& out) {
   const Recording rec = RecordingFromText(std::exchange(text, {}));
   std::vector<std::string> redistributions;
-  for (const RecordedRedistribution& r : rec.redistributions) {
+  for (const RedistributionEvent& r : rec.redistributions) {
     for (const ReplicaMismatch& m : ReplicaMismatches(r)) {
       redistributions.push_back(
           StrCat("redistribution #", r.index, " (", r.call, r.op.empty() ? "" : " " + r.op, ") ",

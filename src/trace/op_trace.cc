@@ -8,8 +8,9 @@ namespace dtsim {
 
 nlohmann::json ToJson(const OpTrace& t) {
   nlohmann::json redistributions = nlohmann::json::array();
-  for (const OpTraceRedistribution& r : t.redistributions) {
-    redistributions.push_back({{"op", r.op}, {"arg", r.arg}, {"trace", ToJson(r.trace)}});
+  for (const RedistributionEvent& r : t.redistributions) {
+    redistributions.push_back(
+        {{"op", r.op}, {"arg", r.arg.value_or(0)}, {"trace", ToJson(r.trace)}});
   }
   nlohmann::json out = {{"format", kOpTraceFormat}, {"version", kOpTraceVersion},
                         {"meta", ToJson(t.meta)},   {"op", t.op},
@@ -49,11 +50,13 @@ OpTrace OpTraceFromJson(const nlohmann::json& json, const OpArgumentCheck& check
   for (size_t i = 0; i < n; ++i) {
     const JsonReader item = list.At(i);
     item.ExpectObject();
-    OpTraceRedistribution red;
+    RedistributionEvent red;
+    red.index = static_cast<int64_t>(i);
+    red.call = "implicit";
     red.op = item.String("op");
     red.arg = item.Int("arg", 0, 1000000);
     if (check) {
-      const std::string problem = check(red.op, red.arg);
+      const std::string problem = check(red.op, *red.arg);
       if (!problem.empty()) item.Fail(problem);
     }
     try {
@@ -94,13 +97,14 @@ std::vector<TraceDifference> DiffOpTraces(const OpTrace& a, const OpTrace& b, si
   }
   const size_t n = std::min(a.redistributions.size(), b.redistributions.size());
   for (size_t i = 0; i < n && out.size() < limit; ++i) {
-    const OpTraceRedistribution& x = a.redistributions[i];
-    const OpTraceRedistribution& y = b.redistributions[i];
-    const std::string prefix = StrCat("redistribution ", i + 1, " (", x.op, " arg ", x.arg, ")");
+    const RedistributionEvent& x = a.redistributions[i];
+    const RedistributionEvent& y = b.redistributions[i];
+    const std::string prefix =
+        StrCat("redistribution ", i + 1, " (", x.op, " arg ", x.arg.value_or(0), ")");
     if (x.op != y.op || x.arg != y.arg) {
       TraceDifference d;
       d.where = prefix;
-      d.what = StrCat("moves ", y.op, " arg ", y.arg, " in the other trace");
+      d.what = StrCat("moves ", y.op, " arg ", y.arg.value_or(0), " in the other trace");
       out.push_back(std::move(d));
       continue;
     }

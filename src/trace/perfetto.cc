@@ -249,7 +249,7 @@ std::string RecordingToPerfetto(const Recording& recording) {
           {"pid", rank + 1},
           {"args", {{"sort_index", rank}}}});
   };
-  for (const RecordedRedistribution& r : recording.redistributions) {
+  for (const RedistributionEvent& r : recording.redistributions) {
     // Per collective: each rank's position in its lists and its group's ref, found once (linear
     // in ranks) rather than by a search per rank.
     struct Member {
@@ -270,8 +270,8 @@ std::string RecordingToPerfetto(const Recording& recording) {
         members[k][c.ranks[i]] = {i, g == group_of.end() ? nullptr : &refs[k][g->second]};
       }
     }
-    for (size_t i = 0; i < r.ranks_before.size(); ++i) {
-      const int64_t rank = r.ranks_before[i].rank;
+    for (size_t i = 0; i < r.ranks_before().size(); ++i) {
+      const int64_t rank = r.ranks_before()[i].rank;
       if (!next_free.count(rank)) {
         next_free[rank] = 0;
         name_rank(rank);
@@ -301,8 +301,8 @@ std::string RecordingToPerfetto(const Recording& recording) {
       const std::string what = r.call == "implicit" ? r.op : r.call;
       emit({{"ph", "X"},
             {"cat", kCategory},
-            {"name", StrCat("#", r.index, " ", what, " ", ToString(r.src.placements()), " -> ",
-                            ToString(r.dst.placements()))},
+            {"name", StrCat("#", r.index, " ", what, " ", ToString(r.src().placements()), " -> ",
+                            ToString(r.dst().placements()))},
             {"pid", rank + 1},
             {"tid", kStepsTid},
             {"ts", us(start)},
@@ -312,11 +312,11 @@ std::string RecordingToPerfetto(const Recording& recording) {
               {"call", r.call},
               {"op", r.op},
               {"arg", r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr)},
-              {"mesh", r.src.mesh().ToString()},
-              {"shape", r.src.shape()},
-              {"dtype", ToString(r.src.dtype())},
-              {"from", ToString(r.src.placements())},
-              {"to", ToString(r.dst.placements())},
+              {"mesh", r.src().mesh().ToString()},
+              {"shape", r.src().shape()},
+              {"dtype", ToString(r.src().dtype())},
+              {"from", ToString(r.src().placements())},
+              {"to", ToString(r.dst().placements())},
               {"collectives", collectives},
               {"time_us", r.time_us[i]}}}});
     }

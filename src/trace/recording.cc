@@ -299,10 +299,10 @@ void CheckLocalShapes(const JsonReader& list, const std::vector<RankState>& stat
   }
 }
 
-RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
-                                              std::optional<int64_t> data_file_bytes) {
+RedistributionEvent RedistributionFromJson(const JsonReader& r, size_t index,
+                                           std::optional<int64_t> data_file_bytes) {
   r.ExpectObject();
-  RecordedRedistribution out;
+  RedistributionEvent out;
   out.index = r.Int("index", 0);
   if (out.index != static_cast<int64_t>(index))
     r.At("index").Fail(StrCat("is ", out.index, " at position ", index));
@@ -314,55 +314,53 @@ RecordedRedistribution RedistributionFromJson(const JsonReader& r, size_t index,
   }
   if (!r.At("op").json().is_null()) out.op = r.String("op");
   if (!r.At("arg").json().is_null()) out.arg = r.Int("arg", 0, 1 << 20);
-  DTensorSpec src_root = out.src, dst_root = out.dst;
-  out.src = RecordedSpecFromJson(r.At("src"), &src_root);
-  out.dst = RecordedSpecFromJson(r.At("dst"), &dst_root);
+  // The redistribution's trace: its source and the states before, its target and the states after.
+  DTensorSpec& src = out.trace.initial.spec;
+  DTensorSpec& dst = out.trace.final_state.spec;
+  std::vector<RankState>& before = out.trace.initial.ranks;
+  std::vector<RankState>& after = out.trace.final_state.ranks;
+  DTensorSpec src_root = src, dst_root = dst;
+  src = RecordedSpecFromJson(r.At("src"), &src_root);
+  dst = RecordedSpecFromJson(r.At("dst"), &dst_root);
   out.submesh_dims = SubmeshDims(r.At("src"));
   if (SubmeshDims(r.At("dst")) != out.submesh_dims)
     r.At("dst").At("mesh").Fail("is on another submesh than src");
-  if (out.src.mesh() != out.dst.mesh() || out.src.shape() != out.dst.shape() ||
-      out.src.dtype() != out.dst.dtype()) {
-    r.At("dst").Fail(StrCat(out.dst.ToString(), " has another mesh, shape or dtype than src ",
-                            out.src.ToString()));
+  if (src.mesh() != dst.mesh() || src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
+    r.At("dst").Fail(
+        StrCat(dst.ToString(), " has another mesh, shape or dtype than src ", src.ToString()));
   }
   // On a submesh every rank of the root takes part (each in its own submesh): states are checked
   // against the root mesh, local shapes against each rank's own submesh by replay.
   const size_t world = static_cast<size_t>(src_root.mesh().size());
-  out.ranks_before =
-      RecordedStatesFromJson(r.At("ranks_before"), src_root, &out.unavailable_before);
-  out.ranks_after = RecordedStatesFromJson(r.At("ranks_after"), dst_root, &out.unavailable_after);
-  if (out.ranks_before.size() != world)
-    r.At("ranks_before")
-        .Fail(StrCat("has ", out.ranks_before.size(), " ranks; the mesh has ", world));
-  if (out.ranks_after.size() != world)
-    r.At("ranks_after")
-        .Fail(StrCat("has ", out.ranks_after.size(), " ranks; the mesh has ", world));
-  CheckLocalShapes(r.At("ranks_before"), out.ranks_before, out.src, src_root.mesh(),
-                   out.submesh_dims);
-  CheckLocalShapes(r.At("ranks_after"), out.ranks_after, out.dst, dst_root.mesh(),
-                   out.submesh_dims);
-  out.time_us = TimesFromJson(r.At("time_us"), out.ranks_before);
-  if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), out.ranks_before);
+  before = RecordedStatesFromJson(r.At("ranks_before"), src_root, &out.unavailable_before);
+  after = RecordedStatesFromJson(r.At("ranks_after"), dst_root, &out.unavailable_after);
+  if (before.size() != world)
+    r.At("ranks_before").Fail(StrCat("has ", before.size(), " ranks; the mesh has ", world));
+  if (after.size() != world)
+    r.At("ranks_after").Fail(StrCat("has ", after.size(), " ranks; the mesh has ", world));
+  CheckLocalShapes(r.At("ranks_before"), before, src, src_root.mesh(), out.submesh_dims);
+  CheckLocalShapes(r.At("ranks_after"), after, dst, dst_root.mesh(), out.submesh_dims);
+  out.time_us = TimesFromJson(r.At("time_us"), before);
+  if (r.Has("start_us")) out.start_us = TimesFromJson(r.At("start_us"), before);
   const JsonReader cs = r.At("collectives");
   const size_t nc = cs.ArraySize(kMaxCollectives);
   for (size_t i = 0; i < nc; ++i)
     out.collectives.push_back(CollectiveFromJson(cs.At(i), src_root.mesh()));
-  out.data = DataFromJson(r, "data", out.ranks_before, out.src.dtype(), data_file_bytes);
+  out.data = DataFromJson(r, "data", before, src.dtype(), data_file_bytes);
   if (r.Has("data_after")) {
-    out.data_after =
-        DataFromJson(r, "data_after", out.ranks_after, out.dst.dtype(), data_file_bytes);
+    out.data_after = DataFromJson(r, "data_after", after, dst.dtype(), data_file_bytes);
   }
   return out;
 }
 
 }  // namespace
 
-std::vector<ReplicaMismatch> ReplicaMismatches(const RecordedRedistribution& r,
+std::vector<ReplicaMismatch> ReplicaMismatches(const RedistributionEvent& r,
                                                const std::set<std::pair<bool, int64_t>>& skip) {
   std::vector<ReplicaMismatch> out;
-  for (const auto* pass : {&r.ranks_before, &r.ranks_after}) {
-    const bool before = pass == &r.ranks_before;
-    const DTensorSpec& spec = before ? r.src : r.dst;
+  for (const auto* pass : {&r.trace.initial.ranks, &r.trace.final_state.ranks}) {
+    const bool before = pass == &r.trace.initial.ranks;
+    const DTensorSpec& spec = before ? r.src() : r.dst();
     bool any_replicate = false;
     for (const Placement& p : spec.placements()) any_replicate |= p.is_replicate();
     if (!any_replicate) continue;
@@ -658,7 +656,7 @@ Recording RecordingWithoutEvents(const nlohmann::json& json,
     }
     // Every rank of the world records every redistribution (dtsim.record gathers each rank's rows,
     // and ranks that recorded others are refused): its root mesh is the world's ranks.
-    const std::vector<RankState>& states = out.redistributions.back().ranks_before;
+    const std::vector<RankState>& states = out.redistributions.back().ranks_before();
     const bool whole_world = static_cast<int64_t>(states.size()) == out.world_size &&
                              std::all_of(states.begin(), states.end(), [&](const RankState& st) {
                                return st.rank >= 0 && st.rank < out.world_size;
@@ -784,24 +782,24 @@ nlohmann::json ToJson(const Recording& rec) {
   if (rec.truncated_ranks) meta["truncated_ranks"] = *rec.truncated_ranks;
 
   nlohmann::json redistributions = nlohmann::json::array();
-  for (const RecordedRedistribution& r : rec.redistributions) {
+  for (const RedistributionEvent& r : rec.redistributions) {
     nlohmann::json collectives = nlohmann::json::array();
     for (const CollectiveEvent& c : r.collectives)
       collectives.push_back(RecordedCollectiveToJson(c));
     nlohmann::json row = {
         {"index", r.index},
         {"call", r.call},
-        {"src", RecordedSpecToJson(r.src, r.submesh_dims)},
-        {"dst", RecordedSpecToJson(r.dst, r.submesh_dims)},
-        {"ranks_before", RecordedStatesToJson(r.ranks_before, r.unavailable_before)},
-        {"ranks_after", RecordedStatesToJson(r.ranks_after, r.unavailable_after)},
-        {"time_us", TimesToJson(r.time_us, r.ranks_before)},
+        {"src", RecordedSpecToJson(r.src(), r.submesh_dims)},
+        {"dst", RecordedSpecToJson(r.dst(), r.submesh_dims)},
+        {"ranks_before", RecordedStatesToJson(r.ranks_before(), r.unavailable_before)},
+        {"ranks_after", RecordedStatesToJson(r.ranks_after(), r.unavailable_after)},
+        {"time_us", TimesToJson(r.time_us, r.ranks_before())},
         {"collectives", std::move(collectives)},
         {"data", DataToJson(r.data)},
         {"data_after", DataToJson(r.data_after)}};
     row["op"] = r.op.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.op);
     row["arg"] = r.arg ? nlohmann::json(*r.arg) : nlohmann::json(nullptr);
-    if (!r.start_us.empty()) row["start_us"] = TimesToJson(r.start_us, r.ranks_before);
+    if (!r.start_us.empty()) row["start_us"] = TimesToJson(r.start_us, r.ranks_before());
     redistributions.push_back(std::move(row));
   }
 

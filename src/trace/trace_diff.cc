@@ -257,11 +257,10 @@ void CompareRecorded(Differ& d, const CollectiveEvent& cx, const CollectiveEvent
   }
 }
 
-std::string RedistributionLabel(const RecordedRedistribution& r) {
-  std::string call = r.call;
-  if (!r.op.empty()) call += StrCat(" ", r.op, r.arg ? StrCat(" arg ", *r.arg) : "");
-  return StrCat("redistribution ", r.index + 1, " (", call, ": ", ToString(r.src.placements()),
-                " -> ", ToString(r.dst.placements()), ")");
+std::string RedistributionLabel(const RedistributionEvent& r) {
+  const std::string call = CallText(r);
+  return StrCat("redistribution ", r.index + 1, " (", call, ": ", ToString(r.src().placements()),
+                " -> ", ToString(r.dst().placements()), ")");
 }
 
 }  // namespace
@@ -275,20 +274,20 @@ std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording&
     d.Add(StrCat("world_size ", a.world_size, " vs ", b.world_size));
   const size_t n = std::min(a.redistributions.size(), b.redistributions.size());
   for (size_t i = 0; i < n && !d.full(); ++i) {
-    const RecordedRedistribution& x = a.redistributions[i];
-    const RecordedRedistribution& y = b.redistributions[i];
+    const RedistributionEvent& x = a.redistributions[i];
+    const RedistributionEvent& y = b.redistributions[i];
     const std::string label = RedistributionLabel(x);
     const int64_t step = static_cast<int64_t>(i);
     d.At(Phase::kStep, step, -1, label);
     if (x.call != y.call || x.op != y.op || x.arg != y.arg)
       d.Add(StrCat("call differs: ", RedistributionLabel(x), " vs ", RedistributionLabel(y)));
-    if (x.src.ToString() != y.src.ToString())
-      d.Add(StrCat("source differs: ", x.src.ToString(), " vs ", y.src.ToString()));
-    if (x.dst.ToString() != y.dst.ToString())
-      d.Add(StrCat("target differs: ", x.dst.ToString(), " vs ", y.dst.ToString()));
+    if (x.src().ToString() != y.src().ToString())
+      d.Add(StrCat("source differs: ", x.src().ToString(), " vs ", y.src().ToString()));
+    if (x.dst().ToString() != y.dst().ToString())
+      d.Add(StrCat("target differs: ", x.dst().ToString(), " vs ", y.dst().ToString()));
     if (x.submesh_dims != y.submesh_dims) d.Add("submesh dims differ");
     d.At(Phase::kStep, step, -1, label + ", before");
-    d.States(x.ranks_before, y.ranks_before);
+    d.States(x.ranks_before(), y.ranks_before());
     d.At(Phase::kStep, step, -1, label);
     if (x.collectives.size() != y.collectives.size()) {
       d.Add(StrCat(x.collectives.size(), " collective", x.collectives.size() == 1 ? "" : "s",
@@ -300,7 +299,7 @@ std::vector<TraceDifference> DiffRecordings(const Recording& a, const Recording&
       CompareRecorded(d, x.collectives[j], y.collectives[j]);
     }
     d.At(Phase::kStep, step, -1, label + ", after");
-    d.States(x.ranks_after, y.ranks_after);
+    d.States(x.ranks_after(), y.ranks_after());
   }
   if (a.redistributions.size() != b.redistributions.size()) {
     d.At(Phase::kFinal, -1, -1, "end");

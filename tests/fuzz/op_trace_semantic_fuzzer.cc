@@ -138,17 +138,19 @@ int64_t TensorArguments(const std::string& op, bool* any_number) {
 // none.
 std::optional<std::string> Impossible(const dtsim::OpTrace& t) {
   if (t.meta.world_size < 1) return StrCat("a world of ", t.meta.world_size, " ranks");
-  for (const dtsim::OpTraceRedistribution& r : t.redistributions) {
+  for (const dtsim::RedistributionEvent& r : t.redistributions) {
     if (r.trace.meta.world_size != t.meta.world_size) return "an inner trace of another world";
-    if (r.arg < 0) return StrCat("arg ", r.arg);
+    if (!r.arg) return "a redistribution without its argument";
+    const int64_t arg = *r.arg;
+    if (arg < 0) return StrCat("arg ", arg);
     if (r.op.rfind("aten::", 0) != 0) {
-      if (r.arg != 0) return StrCat("arg ", r.arg, " of the conversion '", r.op, "'");
+      if (arg != 0) return StrCat("arg ", arg, " of the conversion '", r.op, "'");
       continue;
     }
     bool any_number = false;
     const int64_t n = TensorArguments(r.op, &any_number);
     if (n < 0) return StrCat("'", r.op, "' is no op");
-    if (!any_number && r.arg >= n) return StrCat("arg ", r.arg, " of ", r.op, " (", n, " tensors)");
+    if (!any_number && arg >= n) return StrCat("arg ", arg, " of ", r.op, " (", n, " tensors)");
   }
   return std::nullopt;
 }

@@ -35,10 +35,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const InputError& e) {
     DTSIM_FUZZ_EXPECT(false, "a recording written back is refused: ", e.what());
   }
-  for (const RecordedRedistribution& r : rec.redistributions) {
-    DTSIM_FUZZ_EXPECT(static_cast<int64_t>(r.ranks_before.size()) == r.src.mesh().size(),
+  for (const RedistributionEvent& r : rec.redistributions) {
+    DTSIM_FUZZ_EXPECT(static_cast<int64_t>(r.ranks_before().size()) == r.src().mesh().size(),
                       "states cover the mesh");
-    DTSIM_FUZZ_EXPECT(static_cast<int64_t>(r.ranks_after.size()) == r.dst.mesh().size(),
+    DTSIM_FUZZ_EXPECT(static_cast<int64_t>(r.ranks_after().size()) == r.dst().mesh().size(),
                       "states cover the mesh");
     for (const auto* section : {&r.data, &r.data_after}) {
       if (!*section) continue;

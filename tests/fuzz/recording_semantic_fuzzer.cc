@@ -216,13 +216,13 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
   if (world < 1) return StrCat("a world of ", world);
   auto in_world = [&](int64_t rank) { return rank >= 0 && rank < world; };
   for (size_t i = 0; i < rec.redistributions.size(); ++i) {
-    const dtsim::RecordedRedistribution& r = rec.redistributions[i];
+    const dtsim::RedistributionEvent& r = rec.redistributions[i];
     if (r.index != static_cast<int64_t>(i))
       return StrCat("redistribution ", i, " has index ", r.index);
-    if (r.src.mesh().size() != world || r.dst.mesh().size() != world)
+    if (r.src().mesh().size() != world || r.dst().mesh().size() != world)
       return "a mesh that is not the world";
-    for (const auto* states : {&r.ranks_before, &r.ranks_after}) {
-      const dtsim::DTensorSpec& spec = states == &r.ranks_before ? r.src : r.dst;
+    for (const auto* states : {&r.ranks_before(), &r.ranks_after()}) {
+      const dtsim::DTensorSpec& spec = states == &r.ranks_before() ? r.src() : r.dst();
       if (static_cast<int64_t>(states->size()) != world)
         return "states that do not cover the world";
       for (size_t k = 0; k < states->size(); ++k) {
@@ -236,7 +236,7 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
           return StrCat("rank ", s.rank, "'s local shape is not its spec's");
       }
     }
-    if (!r.time_us.empty() && r.time_us.size() != r.ranks_before.size())
+    if (!r.time_us.empty() && r.time_us.size() != r.ranks_before().size())
       return "times of other ranks";
     for (double t : r.time_us)
       if (!std::isfinite(t) || t < 0) return "a time that is not one";
@@ -269,8 +269,8 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
     }
     for (const auto* data : {&r.data, &r.data_after}) {
       if (!*data) continue;
-      const auto& states = data == &r.data ? r.ranks_before : r.ranks_after;
-      const dtsim::DType dtype = data == &r.data ? r.src.dtype() : r.dst.dtype();
+      const auto& states = data == &r.data ? r.ranks_before() : r.ranks_after();
+      const dtsim::DType dtype = data == &r.data ? r.src().dtype() : r.dst().dtype();
       for (size_t k = 0; k < (*data)->size(); ++k) {
         const dtsim::RecordedData& d = (**data)[k];
         if (d.rank != states.at(k).rank) return "a data entry of another rank";

@@ -49,10 +49,10 @@ CollectiveEvent FromRecorded(CollectiveEvent c) {
 
 std::vector<RecordedView> ViewsOfRecording(const Recording& rec) {
   std::vector<RecordedView> out;
-  for (const RecordedRedistribution& r : rec.redistributions) {
+  for (const RedistributionEvent& r : rec.redistributions) {
     RecordedView v;
-    const DTensorSpec src = OnRoot(r.src, r.submesh_dims);
-    const DTensorSpec dst = OnRoot(r.dst, r.submesh_dims);
+    const DTensorSpec src = OnRoot(r.src(), r.submesh_dims);
+    const DTensorSpec dst = OnRoot(r.dst(), r.submesh_dims);
     Plan plan;
     try {
       plan = PlanFor(src, WithoutNewPartials(src.placements(), dst.placements()));
@@ -65,15 +65,13 @@ std::vector<RecordedView> ViewsOfRecording(const Recording& rec) {
     t.meta.backend = rec.backend;
     t.meta.world_size = src.mesh().size();
     t.meta.planner = ToString(PlannerKind::kGreedy);
-    t.meta.data = !r.ranks_before.empty() && r.ranks_before.front().hash.has_value();
-    std::string what = StrCat("#", r.index, " ", r.call);
-    if (!r.op.empty()) what += " " + r.op;
-    if (r.arg) what += StrCat(" arg ", *r.arg);
+    t.meta.data = !r.ranks_before().empty() && r.ranks_before().front().hash.has_value();
+    const std::string what = StrCat("#", r.index, " ", CallText(r));
     t.meta.argv = StrCat(rec.argv, "  (redistribution ", what, ")");
     t.initial.spec = src;
-    t.initial.ranks = Rows(src, r.ranks_before);
+    t.initial.ranks = Rows(src, r.ranks_before());
     t.final_state.spec = dst;
-    t.final_state.ranks = Rows(dst, r.ranks_after);
+    t.final_state.ranks = Rows(dst, r.ranks_after());
     // The recorded collectives go on the steps that communicate, in order, when there are as many.
     size_t moving = 0;
     for (const PlanStep& s : plan.steps) moving += s.communicates() ? 1 : 0;

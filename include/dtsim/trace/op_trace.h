@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/trace/redistribution_event.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
 
@@ -26,17 +27,13 @@ namespace dtsim {
 inline constexpr const char* kOpTraceFormat = "dtsim-op-trace";
 inline constexpr int kOpTraceVersion = 1;
 
-struct OpTraceRedistribution {
-  std::string op;  // "aten::mm"
-  int64_t arg = 0;
-  Trace trace;
-};
-
 struct OpTrace {
   TraceMeta meta;
   std::string op;
   std::string strategy;
-  std::vector<OpTraceRedistribution> redistributions;
+  // Each implicit redistribution (redistribution_event.h): call "implicit", its op and argument,
+  // and its whole trace.
+  std::vector<RedistributionEvent> redistributions;
   std::optional<bool> ok;  // every output against the op on the global tensors, when computed
 };
 

@@ -19,6 +19,7 @@
 
 #include "dtsim/layout/collective_kind.h"
 #include "dtsim/layout/spec.h"
+#include "dtsim/trace/redistribution_event.h"
 #include "dtsim/trace/run_events.h"
 #include "dtsim/trace/trace.h"
 
@@ -26,37 +27,6 @@ namespace dtsim {
 
 inline constexpr const char* kRecordingFormat = "dtsim-recording";
 inline constexpr int kRecordingVersion = 1;
-
-// Where one rank's source shard lies in the sidecar file.
-struct RecordedData {
-  int64_t rank = 0;
-  int64_t offset = 0;
-  int64_t nbytes = 0;
-};
-
-struct RecordedRedistribution {
-  int64_t index = 0;
-  std::string call;  // "redistribute", "full_tensor", "implicit", "backward"
-  std::string op;    // the ATen op of an implicit one ("aten::mm"), else ""
-  std::optional<int64_t> arg;
-  // On a submesh (a DTensor on mesh["tp"]): the root's dims the placements apply to, and src/dst
-  // live on the family of those submeshes (dtensor.h); each rank runs in its own submesh
-  // (root.Submesh(submesh_dims, rank)). Empty for a DTensor on a root mesh.
-  std::vector<std::string> submesh_dims;
-  DTensorSpec src = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
-  DTensorSpec dst = DTensorSpec::Create(DeviceMesh::Create({1}), {Placement::Replicate()}, {});
-  std::vector<RankState> ranks_before;  // ascending, one per mesh rank
-  std::vector<RankState> ranks_after;
-  // Ranks whose shard the recorder could not hash ({"hash": null, "unavailable": "<why>"} in the
-  // file; their RankState has no hash): rank → why.
-  std::map<int64_t, std::string> unavailable_before, unavailable_after;
-  std::vector<CollectiveEvent> collectives;
-  std::vector<double> time_us;   // per rank of ranks_before, measured (not compared)
-  std::vector<double> start_us;  // per rank: since its dtsim.record began (its own clock); or empty
-  std::optional<std::vector<RecordedData>> data;  // sources; nullopt: past the recorder's size cap
-  // The run's results (lets replay tell summation order from wrong values); nullopt: not kept.
-  std::optional<std::vector<RecordedData>> data_after;
-};
 
 // One rank's memory at one module boundary ("memory" in the file): the bytes of the tensors its
 // program held then, and at a module's end the most it held while the module ran (dtsim run's
@@ -87,7 +57,9 @@ struct Recording {
   // whose ring buffer had wrapped (their first collectives are missing).
   std::string fr_version;
   std::optional<std::vector<int64_t>> missing_ranks, truncated_ranks;
-  std::vector<RecordedRedistribution> redistributions;
+  // Every redistribution upstream ran, in order (redistribution_event.h: no plan steps, the
+  // collectives as issued).
+  std::vector<RedistributionEvent> redistributions;
   // Every collective of the run in the order each group completed it (c10d, functional, FSDP2,
   // DDP and direct calls alike; point-to-point excluded), with its group and every member's input
   // and output hash: "collectives" in the file, which `dtsim run --trace` writes (dtsim.record on
@@ -121,7 +93,7 @@ struct ReplicaMismatch {
 
 // Every mismatch of `r`, before then after, ranks ascending within each replica set. Ranks without
 // a hash, and the (before, rank) pairs in `skip`, are left out.
-std::vector<ReplicaMismatch> ReplicaMismatches(const RecordedRedistribution& r,
+std::vector<ReplicaMismatch> ReplicaMismatches(const RedistributionEvent& r,
                                                const std::set<std::pair<bool, int64_t>>& skip = {});
 
 // True when `json` says it is a recording (its "format"); the rest is RecordingFromJson's job.
