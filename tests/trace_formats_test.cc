@@ -159,11 +159,27 @@ std::string Hash(int i) { return StrCat("xxh3:", std::string(15, '0'), i); }
 // collectives); a recording's carry the states before and after, no plan steps, and the
 // collectives as issued.
 TEST(RedistributionEventTest, RecordingsAndOpTracesReadIntoOneEventType) {
-  const auto call_text = [](const nlohmann::json& r) {
-    std::string text = r.value("call", std::string("implicit"));
-    if (r.contains("op") && r["op"].is_string()) text += " " + r["op"].get<std::string>();
-    if (r.contains("arg") && r["arg"].is_number()) text += StrCat(" arg ", r["arg"].get<int64_t>());
-    return text;
+  // What both formats say of a redistribution (`j`: its JSON; `src`, `dst`: its specs' JSON, and
+  // `before`, `after`: its rank states', wherever the format keeps them).
+  const auto expect_read = [](const RedistributionEvent& r, const nlohmann::json& j, int64_t index,
+                              const std::string& call, const nlohmann::json& src,
+                              const nlohmann::json& dst, const nlohmann::json& before,
+                              const nlohmann::json& after) {
+    EXPECT_EQ(r.index, index);
+    EXPECT_EQ(r.call, call);
+    std::string text = call;
+    if (j.contains("op") && j["op"].is_string()) text += " " + j["op"].get<std::string>();
+    if (j.contains("arg") && j["arg"].is_number()) text += StrCat(" arg ", j["arg"].get<int64_t>());
+    EXPECT_EQ(CallText(r), text);
+    EXPECT_EQ(ToString(r.src().placements()), src["placements"]);
+    EXPECT_EQ(ToString(r.dst().placements()), dst["placements"]);
+    EXPECT_EQ(r.src().shape(), src["shape"].get<std::vector<int64_t>>());
+    ASSERT_EQ(r.ranks_before().size(), before.size());
+    ASSERT_EQ(r.ranks_after().size(), after.size());
+    for (size_t k = 0; k < r.ranks_after().size(); ++k) {
+      EXPECT_EQ(r.ranks_before()[k].hash.value_or(""), before[k]["hash"]);
+      EXPECT_EQ(r.ranks_after()[k].hash.value_or(""), after[k]["hash"]);
+    }
   };
 
   const TraceText op_text = ReadSource("tests/fuzz/corpus/trace/seed-op-add-2x2");
@@ -174,13 +190,9 @@ TEST(RedistributionEventTest, RecordingsAndOpTracesReadIntoOneEventType) {
   for (size_t i = 0; i < op.redistributions.size(); ++i) {
     const RedistributionEvent& r = op.redistributions[i];
     const nlohmann::json& j = op_json["redistributions"][i];
-    EXPECT_EQ(r.index, static_cast<int64_t>(i));
-    EXPECT_EQ(r.call, "implicit");
-    EXPECT_EQ(CallText(r), call_text(j));
     const nlohmann::json& trace = j["trace"];
-    EXPECT_EQ(ToString(r.src().placements()), trace["initial"]["spec"]["placements"]);
-    EXPECT_EQ(ToString(r.dst().placements()), trace["final"]["spec"]["placements"]);
-    EXPECT_EQ(r.ranks_before().size(), trace["initial"]["ranks"].size());
+    expect_read(r, j, static_cast<int64_t>(i), "implicit", trace["initial"]["spec"],
+                trace["final"]["spec"], trace["initial"]["ranks"], trace["final"]["ranks"]);
     EXPECT_EQ(r.trace.steps.size(), trace["steps"].size());
     EXPECT_FALSE(r.trace.steps.empty());
     EXPECT_TRUE(r.collectives.empty()) << "an op trace's collectives are in its steps";
@@ -194,18 +206,8 @@ TEST(RedistributionEventTest, RecordingsAndOpTracesReadIntoOneEventType) {
   for (size_t i = 0; i < rec.redistributions.size(); ++i) {
     const RedistributionEvent& r = rec.redistributions[i];
     const nlohmann::json& j = rec_json["redistributions"][i];
-    EXPECT_EQ(r.index, j["index"]);
-    EXPECT_EQ(r.call, j["call"]);
-    EXPECT_EQ(CallText(r), call_text(j));
-    EXPECT_EQ(ToString(r.src().placements()), j["src"]["placements"]);
-    EXPECT_EQ(ToString(r.dst().placements()), j["dst"]["placements"]);
-    EXPECT_EQ(r.src().shape(), j["src"]["shape"].get<std::vector<int64_t>>());
-    ASSERT_EQ(r.ranks_before().size(), j["ranks_before"].size());
-    ASSERT_EQ(r.ranks_after().size(), j["ranks_after"].size());
-    for (size_t k = 0; k < r.ranks_after().size(); ++k) {
-      EXPECT_EQ(r.ranks_before()[k].hash.value_or(""), j["ranks_before"][k]["hash"]);
-      EXPECT_EQ(r.ranks_after()[k].hash.value_or(""), j["ranks_after"][k]["hash"]);
-    }
+    expect_read(r, j, j["index"], j["call"], j["src"], j["dst"], j["ranks_before"],
+                j["ranks_after"]);
     EXPECT_TRUE(r.trace.steps.empty()) << "a recording does not see upstream's plan";
     EXPECT_EQ(r.collectives.size(), j["collectives"].size());
   }
