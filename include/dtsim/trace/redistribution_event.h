@@ -60,6 +60,8 @@ struct RedistributionEvent {
   // cap, or not asked for).
   std::optional<std::vector<RecordedData>> data, data_after;
 
+  // The trace's parts under the names a recording's JSON gives them (read-only: write through
+  // `trace`).
   const DTensorSpec& src() const { return trace.initial.spec; }
   const DTensorSpec& dst() const { return trace.final_state.spec; }
   const std::vector<RankState>& ranks_before() const { return trace.initial.ranks; }
