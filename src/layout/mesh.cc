@@ -155,6 +155,7 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
     }
   }
   DeviceMesh mesh;
+  auto st = std::make_shared<State>();
   if (ranks.empty()) {
     ranks.resize(total);
     std::iota(ranks.begin(), ranks.end(), 0);
@@ -167,7 +168,7 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
     for (size_t i = 0; i < ranks.size(); ++i) {
       if (ranks[i] < 0) throw InputError("ranks", StrCat("rank ", ranks[i], " is negative"));
       positions[i] = {ranks[i], static_cast<int64_t>(i)};
-      mesh.default_order_ &= ranks[i] == static_cast<int64_t>(i);
+      st->default_order &= ranks[i] == static_cast<int64_t>(i);
     }
     std::sort(positions.begin(), positions.end());
     for (size_t i = 1; i < positions.size(); ++i) {
@@ -175,15 +176,16 @@ DeviceMesh DeviceMesh::Create(std::vector<int64_t> shape, std::vector<std::strin
         throw InputError("ranks", StrCat("rank ", positions[i].first, " appears twice"));
       }
     }
-    if (!mesh.default_order_) {
-      mesh.positions_ =
+    if (!st->default_order) {
+      st->positions =
           std::make_shared<const std::vector<std::pair<int64_t, int64_t>>>(std::move(positions));
     }
   }
-  mesh.shape_ = std::move(shape);
-  mesh.names_ = std::move(names);
-  mesh.ranks_ = std::make_shared<const std::vector<int64_t>>(std::move(ranks));
-  for (int64_t d = 0; d < mesh.ndim(); ++d) mesh.root_dims_.push_back({d});
+  st->shape = std::move(shape);
+  st->names = std::move(names);
+  st->ranks = std::make_shared<const std::vector<int64_t>>(std::move(ranks));
+  for (int64_t d = 0; d < static_cast<int64_t>(st->shape.size()); ++d) st->root_dims.push_back({d});
+  mesh.s_ = std::move(st);
   return mesh;
 }
 
@@ -192,12 +194,12 @@ DeviceMesh DeviceMesh::Parse(std::string_view shape, std::string_view names) {
 }
 
 std::string DeviceMesh::DimLabel(int64_t dim) const {
-  return names_.empty() ? std::to_string(dim) : names_.at(dim);
+  return s_->names.empty() ? std::to_string(dim) : s_->names.at(dim);
 }
 
 std::optional<int64_t> DeviceMesh::FindDim(std::string_view name) const {
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i] == name) return static_cast<int64_t>(i);
+  for (size_t i = 0; i < s_->names.size(); ++i) {
+    if (s_->names[i] == name) return static_cast<int64_t>(i);
   }
   return std::nullopt;
 }
@@ -218,25 +220,25 @@ int64_t DeviceMesh::GetDim(std::string_view name, const std::string& field) cons
 }
 
 std::vector<int64_t> DeviceMesh::Strides() const {
-  std::vector<int64_t> strides(shape_.size(), 1);
-  for (int64_t d = ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape_[d + 1];
+  std::vector<int64_t> strides(s_->shape.size(), 1);
+  for (int64_t d = ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * s_->shape[d + 1];
   return strides;
 }
 
 int64_t DeviceMesh::PositionOf(int64_t rank) const {
-  if (default_order_) return rank >= 0 && rank < size() ? rank : -1;
-  auto it = std::lower_bound(positions_->begin(), positions_->end(),
+  if (s_->default_order) return rank >= 0 && rank < size() ? rank : -1;
+  auto it = std::lower_bound(s_->positions->begin(), s_->positions->end(),
                              std::pair<int64_t, int64_t>{rank, INT64_MIN});
-  return it != positions_->end() && it->first == rank ? it->second : -1;
+  return it != s_->positions->end() && it->first == rank ? it->second : -1;
 }
 
 std::optional<std::vector<int64_t>> DeviceMesh::FindCoordinate(int64_t rank) const {
   int64_t index = PositionOf(rank);
   if (index < 0) return std::nullopt;
-  std::vector<int64_t> coordinate(shape_.size());
+  std::vector<int64_t> coordinate(s_->shape.size());
   for (int64_t d = ndim() - 1; d >= 0; --d) {
-    coordinate[d] = index % shape_[d];
-    index /= shape_[d];
+    coordinate[d] = index % s_->shape[d];
+    index /= s_->shape[d];
   }
   return coordinate;
 }
@@ -245,7 +247,7 @@ std::vector<int64_t> DeviceMesh::GetCoordinate(int64_t rank) const {
   if (auto c = FindCoordinate(rank)) return *c;
   throw InputError("rank",
                    StrCat("rank ", rank, " is not in ", ToString(),
-                          default_order_ ? "" : " (ranks " + IntListToString(*ranks_) + ")"));
+                          s_->default_order ? "" : " (ranks " + IntListToString(*s_->ranks) + ")"));
 }
 
 int64_t DeviceMesh::RankAt(const std::vector<int64_t>& coordinate) const {
@@ -254,19 +256,19 @@ int64_t DeviceMesh::RankAt(const std::vector<int64_t>& coordinate) const {
   std::vector<int64_t> strides = Strides();
   int64_t index = 0;
   for (int64_t d = 0; d < ndim(); ++d) {
-    DTSIM_CHECK(coordinate[d] >= 0 && coordinate[d] < shape_[d], "coordinate ",
+    DTSIM_CHECK(coordinate[d] >= 0 && coordinate[d] < s_->shape[d], "coordinate ",
                 IntListToString(coordinate), " outside ", ToString());
     index += coordinate[d] * strides[d];
   }
-  return (*ranks_)[index];
+  return (*s_->ranks)[index];
 }
 
 std::vector<int64_t> DeviceMesh::GroupAlong(int64_t dim, int64_t rank) const {
   DTSIM_CHECK(dim >= 0 && dim < ndim(), "mesh dim ", dim, " of ", ToString());
   std::vector<int64_t> coordinate = GetCoordinate(rank);
   std::vector<int64_t> group;
-  group.reserve(shape_[dim]);
-  for (int64_t i = 0; i < shape_[dim]; ++i) {
+  group.reserve(s_->shape[dim]);
+  for (int64_t i = 0; i < s_->shape[dim]; ++i) {
     coordinate[dim] = i;
     group.push_back(RankAt(coordinate));
   }
@@ -278,10 +280,10 @@ std::vector<std::vector<int64_t>> DeviceMesh::GroupsAlong(int64_t dim) const {
   // Positions with coordinate 0 on `dim`, in row-major order: (outer, inner) with outer over the
   // dims before `dim` and inner over the dims after it; the group starting there steps by the
   // stride of `dim`.
-  const int64_t n = shape_[dim];
+  const int64_t n = s_->shape[dim];
   const int64_t stride = Strides()[dim];
   const int64_t outer = size() / (n * stride);
-  const std::vector<int64_t>& ranks = *ranks_;
+  const std::vector<int64_t>& ranks = *s_->ranks;
   std::vector<std::vector<int64_t>> groups;
   groups.reserve(outer * stride);
   for (int64_t o = 0; o < outer; ++o) {
@@ -309,8 +311,8 @@ DeviceMesh DeviceMesh::Submesh(const std::vector<std::string>& dim_names, int64_
   std::vector<int64_t> shape, ranks;
   std::vector<std::string> names;
   for (int64_t d : dims) {
-    shape.push_back(shape_[d]);
-    if (!names_.empty()) names.push_back(names_[d]);
+    shape.push_back(s_->shape[d]);
+    if (!s_->names.empty()) names.push_back(s_->names[d]);
   }
   // Walk the sub-coordinates row-major.
   std::vector<int64_t> sub(dims.size(), 0);
@@ -326,9 +328,11 @@ DeviceMesh DeviceMesh::Submesh(const std::vector<std::string>& dim_names, int64_
     }
   }
   DeviceMesh result = Create(shape, names, ranks);
-  result.root_ = root_ ? root_ : std::make_shared<const DeviceMesh>(*this);
-  result.root_dims_.clear();
-  for (int64_t d : dims) result.root_dims_.push_back(root_dims_[d]);
+  auto st = std::make_shared<State>(*result.s_);
+  st->root = s_->root ? s_->root : std::make_shared<const DeviceMesh>(*this);
+  st->root_dims.clear();
+  for (int64_t d : dims) st->root_dims.push_back(s_->root_dims[d]);
+  result.s_ = std::move(st);
   return result;
 }
 
@@ -355,17 +359,17 @@ DeviceMesh DeviceMesh::Flatten(const std::vector<std::string>& dim_names,
       std::vector<int64_t> covered;
       for (int64_t m : merged) {
         order.push_back(m);
-        flat *= shape_[m];
-        covered.insert(covered.end(), root_dims_[m].begin(), root_dims_[m].end());
+        flat *= s_->shape[m];
+        covered.insert(covered.end(), s_->root_dims[m].begin(), s_->root_dims[m].end());
       }
       new_shape.push_back(flat);
       new_names.push_back(flat_name);
       new_root_dims.push_back(covered);
     } else if (std::find(merged.begin(), merged.end(), d) == merged.end()) {
       order.push_back(d);
-      new_shape.push_back(shape_[d]);
-      new_names.push_back(names_.empty() ? "dim" + std::to_string(d) : names_[d]);
-      new_root_dims.push_back(root_dims_[d]);
+      new_shape.push_back(s_->shape[d]);
+      new_names.push_back(s_->names.empty() ? "dim" + std::to_string(d) : s_->names[d]);
+      new_root_dims.push_back(s_->root_dims[d]);
     }
   }
   // Iterate old coordinates in the permuted order.
@@ -375,13 +379,15 @@ DeviceMesh DeviceMesh::Flatten(const std::vector<std::string>& dim_names,
     ranks.push_back(RankAt(c));
     for (int64_t k = ndim() - 1; k >= 0; --k) {
       int64_t d = order[k];
-      if (++c[d] < shape_[d]) break;
+      if (++c[d] < s_->shape[d]) break;
       c[d] = 0;
     }
   }
   DeviceMesh result = Create(new_shape, new_names, ranks);
-  result.root_ = root_ ? root_ : std::make_shared<const DeviceMesh>(*this);
-  result.root_dims_ = new_root_dims;
+  auto st = std::make_shared<State>(*result.s_);
+  st->root = s_->root ? s_->root : std::make_shared<const DeviceMesh>(*this);
+  st->root_dims = new_root_dims;
+  result.s_ = std::move(st);
   return result;
 }
 
@@ -389,24 +395,26 @@ std::string DeviceMesh::ToString() const {
   std::string out = "mesh[";
   for (int64_t d = 0; d < ndim(); ++d) {
     if (d) out += ", ";
-    if (!names_.empty()) out += names_[d] + "=";
-    out += std::to_string(shape_[d]);
+    if (!s_->names.empty()) out += s_->names[d] + "=";
+    out += std::to_string(s_->shape[d]);
   }
   out += "]";
-  if (!default_order_) out += "(ranks=" + IntListToString(*ranks_) + ")";
+  if (!s_->default_order) out += "(ranks=" + IntListToString(*s_->ranks) + ")";
   return out;
 }
 
 bool DeviceMesh::operator==(const DeviceMesh& other) const {
-  return shape_ == other.shape_ && names_ == other.names_ &&
-         (ranks_ == other.ranks_ || (default_order_ && other.default_order_) ||
-          *ranks_ == *other.ranks_);
+  if (s_ == other.s_) return true;
+  return s_->shape == other.s_->shape && s_->names == other.s_->names &&
+         (s_->ranks == other.s_->ranks || (s_->default_order && other.s_->default_order) ||
+          *s_->ranks == *other.s_->ranks);
 }
 
 bool DeviceMesh::SameMesh(const DeviceMesh& other) const {
-  if (shape_ != other.shape_ || names_ != other.names_) return false;
-  if (ranks_ == other.ranks_ && root_ == other.root_) return true;
-  if (*ranks_ != *other.ranks_) return false;
+  if (s_ == other.s_) return true;  // copies of one mesh
+  if (s_->shape != other.s_->shape || s_->names != other.s_->names) return false;
+  if (s_->ranks == other.s_->ranks && s_->root == other.s_->root) return true;
+  if (*s_->ranks != *other.s_->ranks) return false;
   if (is_root() != other.is_root()) return false;
   return is_root() || root().SameMesh(other.root());
 }

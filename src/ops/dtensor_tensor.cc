@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/SmallVector.h>
 
 #include <charconv>
 #include <cstring>
@@ -373,8 +374,7 @@ class KernelCall {
         name(names.name),
         short_name(names.short_name),
         observe(g_observers.observed()) {
-    call.schema = &schema;
-    call.name = name;
+    call.schema = &schema;  // call.name: set when needed (fill_call, inplace)
   }
 
   // 1. Classify the arguments.
@@ -387,6 +387,11 @@ class KernelCall {
   torch::jit::Stack RunLocal();
   // 5. Wrap the local results as DTensors with the decision's specs.
   std::vector<c10::IValue> Wrap(const torch::jit::Stack& local_stack);
+  // Whether the op writes its first argument (call.inplace()).
+  bool inplace() {
+    if (call.name.empty()) call.name = name;
+    return call.inplace();
+  }
   // Replaces the arguments by the results; the observer hears of the call first (the arguments,
   // and the DTensors `ref` and `inputs` point into, are alive until the drop).
   void Finish(std::vector<c10::IValue> results);
@@ -407,14 +412,15 @@ class KernelCall {
   // The OpCallInfo: name and schema always; the rest only when needed (fill_call).
   OpCallInfo call;
   bool call_filled = false;
-  std::vector<Input> inputs;
-  std::vector<size_t> input_arg;  // the argument each input comes from
-  const DTensor* ref = nullptr;   // the first DTensor argument
+  // Inline storage for the usual few arguments: no allocation per call.
+  c10::SmallVector<Input, 4> inputs;
+  c10::SmallVector<size_t, 4> input_arg;  // the argument each input comes from
+  const DTensor* ref = nullptr;           // the first DTensor argument
   std::shared_ptr<Collectives> collectives;
   std::vector<Placements> current;  // each input's placements before any redistribution
   std::shared_ptr<const CachedCall> cached;
   bool cache_hit = false;
-  std::vector<at::Tensor> locals;  // each input's local data, redistributed
+  c10::SmallVector<at::Tensor, 4> locals;  // each input's local data, redistributed
   OpEvent event;
   const bool observe;
 
@@ -480,6 +486,7 @@ void KernelCall::Unwrap() {
 void KernelCall::fill_call() {
   if (call_filled) return;
   call_filled = true;
+  call.name = name;
   call.meta.assign(n_args, std::nullopt);
   call.list_meta.assign(n_args, {});
   for (size_t a = 0; a < n_args; ++a) {
@@ -687,7 +694,7 @@ void KernelCall::Redistribute() {
       locals[i] = in.dt->to_local();
       continue;
     }
-    if (call.inplace() && i == 0) {
+    if (inplace() && i == 0) {
       throw InputError(
           "op", StrCat("aten.", short_name, ": in-place operations that require placement changes ",
                        "are not supported (self is ", ToString(current[i]), ", the op needs ",
@@ -745,8 +752,8 @@ at::Tensor KernelCall::SqueezeGlobalOnes() {
     const int64_t nd = NormalizeDim(d, static_cast<int64_t>(shape.size()));
     if (nd < static_cast<int64_t>(shape.size()) && shape[nd] == 1) dims.push_back(nd);
   }
-  return call.inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
-                        : at::_ops::squeeze_dims::call(locals[0], dims);
+  return inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
+                   : at::_ops::squeeze_dims::call(locals[0], dims);
 }
 
 torch::jit::Stack KernelCall::RunLocal() {
@@ -792,6 +799,7 @@ std::vector<c10::IValue> KernelCall::Wrap(const torch::jit::Stack& local_stack) 
   const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
   const DeviceMesh& mesh = this->mesh();
   std::vector<c10::IValue> results;
+  results.reserve(local_stack.size());
   size_t k = 0;
   auto wrap = [&](const at::Tensor& local, size_t out_index) -> at::Tensor {
     if (!local.defined()) return local;
@@ -1005,9 +1013,9 @@ DTensor ExecutePlanObserved(const std::string& op, size_t input, const DTensor& 
 
 OpObservers& ThreadOpObservers() { return g_observers; }
 
-at::Tensor AsTensor(const DTensor& dt) {
+at::Tensor AsTensor(DTensor dt) {
   EnsureDTensorDispatch();
-  return at::Tensor(c10::make_intrusive<DTensorImpl>(dt));
+  return at::Tensor(c10::make_intrusive<DTensorImpl>(std::move(dt)));
 }
 
 bool IsDTensor(const at::Tensor& t) { return FindImpl(t) != nullptr; }

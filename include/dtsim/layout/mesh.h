@@ -45,18 +45,18 @@ class DeviceMesh {
   // Parses the command-line forms: shape "2x4" (also "2,4" or "8"), names "dp,tp" (may be empty).
   static DeviceMesh Parse(std::string_view shape, std::string_view names = "");
 
-  int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t ndim() const { return static_cast<int64_t>(s_->shape.size()); }
   // Number of ranks in the mesh.
-  int64_t size() const { return static_cast<int64_t>(ranks_->size()); }
+  int64_t size() const { return static_cast<int64_t>(s_->ranks->size()); }
   // Size of mesh dim `dim` (0 <= dim < ndim).
-  int64_t size(int64_t dim) const { return shape_.at(dim); }
-  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t size(int64_t dim) const { return s_->shape.at(dim); }
+  const std::vector<int64_t>& shape() const { return s_->shape; }
   // Empty when the mesh has no dim names.
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const { return s_->names; }
   // The ranks in row-major order of the mesh coordinates.
-  const std::vector<int64_t>& ranks() const { return *ranks_; }
+  const std::vector<int64_t>& ranks() const { return *s_->ranks; }
   // True when the ranks are 0..N-1 in row-major order (rank r sits at position r).
-  bool default_order() const { return default_order_; }
+  bool default_order() const { return s_->default_order; }
   // The position of `rank` in ranks() (row-major index of its coordinate), or -1 if the rank is not
   // in the mesh. O(1) for the default order, O(log N) otherwise.
   int64_t PositionOf(int64_t rank) const;
@@ -92,11 +92,11 @@ class DeviceMesh {
   DeviceMesh Flatten(const std::vector<std::string>& dim_names, const std::string& flat_name) const;
 
   // The mesh this one was cut from by Submesh/Flatten (itself for a root mesh).
-  const DeviceMesh& root() const { return root_ ? *root_ : *this; }
-  bool is_root() const { return root_ == nullptr; }
+  const DeviceMesh& root() const { return s_->root ? *s_->root : *this; }
+  bool is_root() const { return s_->root == nullptr; }
   // For each dim of this mesh, the dims of the root mesh it covers (one for a plain dim, several
   // for a flattened one).
-  const std::vector<std::vector<int64_t>>& root_dims() const { return root_dims_; }
+  const std::vector<std::vector<int64_t>>& root_dims() const { return s_->root_dims; }
 
   // "mesh[dp=2, tp=4]" for a named mesh, "mesh[2, 4]" otherwise; with a non-default rank order the
   // ranks follow: "mesh[2, 2](ranks=[0, 2, 1, 3])".
@@ -113,15 +113,19 @@ class DeviceMesh {
   DeviceMesh() = default;
   std::vector<int64_t> Strides() const;
 
-  std::vector<int64_t> shape_;
-  std::vector<std::string> names_;
-  // Shared between copies (a mesh is immutable): copying a mesh of 2^20 ranks costs nothing.
-  std::shared_ptr<const std::vector<int64_t>> ranks_;
-  bool default_order_ = true;
-  // Non-default orders only: (rank, position) sorted by rank.
-  std::shared_ptr<const std::vector<std::pair<int64_t, int64_t>>> positions_;
-  std::vector<std::vector<int64_t>> root_dims_;
-  std::shared_ptr<const DeviceMesh> root_;
+  // Everything a mesh is, shared between copies (a mesh is immutable once built): copying a mesh,
+  // as every DTensorSpec copy does, costs one reference count, whatever its rank count.
+  struct State {
+    std::vector<int64_t> shape;
+    std::vector<std::string> names;
+    std::shared_ptr<const std::vector<int64_t>> ranks;
+    bool default_order = true;
+    // Non-default orders only: (rank, position) sorted by rank.
+    std::shared_ptr<const std::vector<std::pair<int64_t, int64_t>>> positions;
+    std::vector<std::vector<int64_t>> root_dims;
+    std::shared_ptr<const DeviceMesh> root;
+  };
+  std::shared_ptr<const State> s_;  // never null once built (Create, Submesh, Flatten)
 };
 
 // Parses a comma- or x-separated list of integers ("2x4", "5,10", "[5, 10]"); `field` names it in

@@ -36,7 +36,7 @@ namespace dtsim {
 namespace ops {
 
 // Wraps `dt` (no copy: the wrapper holds the DTensor, whose local data it shares).
-at::Tensor AsTensor(const DTensor& dt);
+at::Tensor AsTensor(DTensor dt);
 bool IsDTensor(const at::Tensor& t);
 // The DTensor behind a wrapper, or nullopt for any other tensor.
 std::optional<DTensor> FindDTensor(const at::Tensor& t);
