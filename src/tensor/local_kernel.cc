@@ -83,10 +83,11 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
 }
 
 // Below this many bytes in the first rank's tensor arguments an op's ranks run serially: forking
-// and joining LibTorch's threads costs more than a call on a few scalars. (At 16 x 16 float32 the
-// threads already win for a chain of pointwise ops and lose a little for a lone add: bench
-// chain_vs_direct and add_vs_direct; a threshold that made both serial lost the first.)
-constexpr int64_t kMinParallelBytes = int64_t{1} << 10;
+// and joining LibTorch's threads costs more than the calls themselves. At 16 x 16 float32 (1 KiB)
+// the threads gained a few percent at best and, in some processes, made every small op two to
+// three times slower than serial (the workers' wake-up; docs/performance.md, "Batched ranks"),
+// while the model steps of bench/model_bench.cc run as fast with this threshold as with 1 KiB.
+constexpr int64_t kMinParallelBytes = int64_t{16} << 10;
 
 // The bytes of the first rank's LocalTensor arguments (lists included) of the op at
 // stack[base, base + n_args).
