@@ -125,7 +125,7 @@ class DeviceMesh {
     std::vector<std::vector<int64_t>> root_dims;
     std::shared_ptr<const DeviceMesh> root;
   };
-  std::shared_ptr<const State> s_;  // never null once built (Create, Submesh, Flatten)
+  std::shared_ptr<const State> s_;  // set by Create, Submesh and Flatten; null only once moved from
 };
 
 // Parses a comma- or x-separated list of integers ("2x4", "5,10", "[5, 10]"); `field` names it in
