@@ -6,8 +6,10 @@
 // format. A new driver gets these checks by adding its sample below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -16,6 +18,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/formats.h"
+#include "dtsim/trace/model_trace.h"
 #include "dtsim/trace/op_trace.h"
 #include "dtsim/trace/recording.h"
 #include "dtsim/trace/run_events.h"
@@ -210,6 +213,102 @@ TEST(RedistributionEventTest, RecordingsAndOpTracesReadIntoOneEventType) {
                 j["ranks_after"]);
     EXPECT_TRUE(r.trace.steps.empty()) << "a recording does not see upstream's plan";
     EXPECT_EQ(r.collectives.size(), j["collectives"].size());
+  }
+}
+
+// Model traces and recordings hold their events as one type, RunEvent: each is read into it,
+// checked here against the files' own JSON. A model trace's event stands for every rank (module
+// boundaries with each rank's hash, ops with their placements in one line); a recording's is one
+// rank's op or collective with its placements as lists. One label names both, and a recording
+// refuses the kinds only a model trace holds.
+TEST(RunEventTest, ModelTracesAndRecordingsReadIntoOneEventType) {
+  const auto joined = [](const nlohmann::json& list) {
+    std::string text;
+    for (size_t i = 0; i < list.size(); ++i)
+      text += StrCat(i ? ", " : "", list[i].get<std::string>());
+    return text;
+  };
+
+  const TraceText model_text = ReadSource("tests/viewer/data/model_fsdp_tp_2x4_sim.json");
+  const nlohmann::json model_json = nlohmann::json::parse(model_text.text);
+  const ModelTrace model = ModelTraceFromJson(model_json);
+  ASSERT_EQ(model.events.size(), model_json["events"].size());
+  std::set<std::string> kinds;
+  int64_t two_argument_ops = 0;
+  for (size_t i = 0; i < model.events.size(); ++i) {
+    const RunEvent& e = model.events[i];
+    const nlohmann::json& j = model_json["events"][i];
+    SCOPED_TRACE(StrCat("model trace event ", i, ": ", j.dump().substr(0, 200)));
+    EXPECT_EQ(ToString(e.kind), j["event"]);
+    kinds.insert(j["event"]);
+    EXPECT_EQ(e.pass, j["phase"]);
+    EXPECT_EQ(e.module, j.value("module", ""));
+    EXPECT_EQ(e.t_us, j["t_us"].get<double>());
+    if (j["event"] == "op") {
+      EXPECT_EQ(PlacementsText(e), j["placements"]);
+      // The file's text, split at its arrow and at the commas between brackets.
+      const std::string text = j["placements"];
+      const size_t arrow = text.find(" -> ");
+      EXPECT_EQ(StrCat(joined(e.args), " -> ", joined(e.results)), text);
+      EXPECT_EQ(e.args.size(),
+                static_cast<size_t>(std::count(text.begin(), text.begin() + arrow, '[')))
+          << "one argument per top-level bracket";
+      for (const std::string& p : e.args) EXPECT_TRUE(p.front() == '[' && p.back() == ']') << p;
+      if (j["op"] == "aten::mm") {
+        EXPECT_EQ(e.args.size(), 2u) << "mm takes two DTensors";
+        EXPECT_EQ(e.results.size(), 1u);
+        ++two_argument_ops;
+      }
+      EXPECT_EQ(e.collectives.size(), j["collectives"].size());
+    }
+    if (j.contains("tensor")) {
+      ASSERT_TRUE(e.tensor.has_value());
+      EXPECT_EQ(e.tensor->placements, j["tensor"]["placements"]);
+      EXPECT_EQ(e.tensor->hashes, j["tensor"]["hashes"].get<std::vector<std::string>>());
+    }
+    if (j["event"] == "module_end")
+      EXPECT_EQ(EventLabel(e), StrCat("forward output of ", e.module));
+    if (j["event"] == "gradient")
+      EXPECT_EQ(EventLabel(e), StrCat("gradient of ", j["name"].get<std::string>()));
+  }
+  EXPECT_GT(two_argument_ops, 0);
+  EXPECT_EQ(kinds.size(), 8u) << "the sample holds every kind";
+
+  const TraceText rec_text = ReadSource("tests/fuzz/corpus/recording/seed-meshes");
+  nlohmann::json rec_json = nlohmann::json::parse(rec_text.text);
+  const Recording rec = RecordingFromText(rec_text);
+  int64_t ops = 0;
+  ASSERT_TRUE(rec.events.has_value());
+  for (const auto& [rank, events] : *rec.events) {
+    const nlohmann::json& list = rec_json["events"][std::to_string(rank)];
+    ASSERT_EQ(events.size(), list.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      const RunEvent& e = events[i];
+      const nlohmann::json& j = list[i];
+      EXPECT_EQ(ToString(e.kind), j["kind"]);
+      EXPECT_EQ(e.pass, j["pass"]);
+      if (j["kind"] == "op") {
+        ++ops;
+        EXPECT_EQ(PlacementsText(e), StrCat(joined(j["args"]), " -> ", joined(j["results"])));
+        EXPECT_EQ(EventLabel(e),
+                  StrCat(j["op"].get<std::string>(), " in ", j["module"].get<std::string>(), " (",
+                         j["pass"].get<std::string>(), ")",
+                         j.value("line", "").empty() ? "" : " at " + j["line"].get<std::string>()));
+      }
+    }
+  }
+  EXPECT_GT(ops, 0);
+
+  // A recording's events are ops and collectives: a module boundary in one is refused.
+  nlohmann::json& first = rec_json["events"].begin().value()[0];
+  first["kind"] = "module_begin";
+  try {
+    RunEventsFromJson(JsonReader(rec_json["events"], "events"), rec.world_size);
+    ADD_FAILURE() << "a recording with a module_begin event was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown event kind 'module_begin' (op or collective)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

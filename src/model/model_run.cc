@@ -82,11 +82,11 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   std::vector<ModuleNode> TakeNodes() { return std::move(nodes_); }
 
   // An event of the trace not heard from a module or an op: a parameter, the loss, a gradient.
-  void AddTensorEvent(ModelEventKind kind, const std::string& phase, const std::string& name,
+  void AddTensorEvent(RunEvent::Kind kind, const std::string& phase, const std::string& name,
                       const at::Tensor& t) {
     if (!trace_) return;
-    ModelTraceEvent e = NewEvent(kind);
-    e.phase = phase;
+    RunEvent e = NewEvent(kind);
+    e.pass = phase;
     e.module.clear();
     e.name = name;
     e.tensor = TensorOf(t);
@@ -94,7 +94,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   }
 
   // The recorded events, every rank's hashes gathered on a real backend (every rank calls it).
-  std::vector<ModelTraceEvent> FinishTrace(Collectives& coll);
+  std::vector<RunEvent> FinishTrace(Collectives& coll);
 
   void OnForwardBegin(Module& m, const at::Tensor& input) override {
     const std::string name = Name(m);
@@ -113,7 +113,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     stack_.push_back(it->second);
     if (MemoryMeter* meter = MemoryMeter::Current()) meter->PushWindow();
     if (trace_) {
-      ModelTraceEvent e = NewEvent(ModelEventKind::kModuleBegin);
+      RunEvent e = NewEvent(RunEvent::Kind::kModuleBegin);
       e.type = m.name();
       e.tensor = TensorOf(input);
       events_.push_back(std::move(e));
@@ -122,7 +122,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
 
   void OnForwardEnd(Module& m, const at::Tensor& output) override {
     if (trace_) {
-      ModelTraceEvent e = NewEvent(ModelEventKind::kModuleEnd);
+      RunEvent e = NewEvent(RunEvent::Kind::kModuleEnd);
       e.tensor = TensorOf(output);
       events_.push_back(std::move(e));
     }
@@ -147,7 +147,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
     auto it = index_.find(Name(m));
     if (it != index_.end()) backward_current_ = it->second;
     if (trace_) {
-      ModelTraceEvent e = NewEvent(ModelEventKind::kBackwardBegin);
+      RunEvent e = NewEvent(RunEvent::Kind::kBackwardBegin);
       e.module = Name(m);
       e.tensor = TensorOf(grad_output);
       events_.push_back(std::move(e));
@@ -155,22 +155,16 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   }
 
   void OnOp(const ops::OpEvent& e) override {
-    std::string text;
-    for (size_t i = 0; i < e.input_placements.size(); ++i) {
-      if (i > 0) text += ", ";
-      text += ToString(e.input_placements[i]);
-    }
-    text += " -> ";
-    bool first = true;
-    for (const auto& out : e.outputs) {
-      if (!first) text += ", ";
-      first = false;
-      text += out ? ToString(out->placements()) : "none";
-    }
+    RunEvent placed;
+    for (const Placements& p : e.input_placements) placed.args.push_back(ToString(p));
+    for (const auto& out : e.outputs)
+      placed.results.push_back(out ? ToString(out->placements()) : std::string("none"));
+    const std::string text = PlacementsText(placed);
     if (trace_) {
-      ModelTraceEvent ev = NewEvent(ModelEventKind::kOp);
+      RunEvent ev = NewEvent(RunEvent::Kind::kOp);
       ev.op = e.op;
-      ev.placements = text;
+      ev.args = std::move(placed.args);
+      ev.results = std::move(placed.results);
       ev.collectives = std::move(pending_);
       pending_.clear();
       events_.push_back(std::move(ev));
@@ -187,7 +181,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
 
   void OnCollective(const CollectiveEvent& call) override {
     if (trace_) {
-      ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+      RunEvent e = NewEvent(RunEvent::Kind::kCollective);
       CollectiveEvent c = call;
       // A style's collective runs in every group along its mesh dim (the submesh it was given
       // stands for all of them).
@@ -226,7 +220,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
         if (implicit) {
           pending_.push_back(std::move(c));  // nested in the op's event when it comes
         } else {
-          ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+          RunEvent e = NewEvent(RunEvent::Kind::kCollective);
           e.collectives.push_back(std::move(c));
           events_.push_back(std::move(e));
         }
@@ -243,10 +237,10 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   }
 
   // An event of the current phase and module, timed now.
-  ModelTraceEvent NewEvent(ModelEventKind kind) {
-    ModelTraceEvent e;
+  RunEvent NewEvent(RunEvent::Kind kind) {
+    RunEvent e;
     e.kind = kind;
-    e.phase = phase_ == kForward ? "forward" : "backward";
+    e.pass = phase_ == kForward ? "forward" : "backward";
     e.module = Current().fqn;
     e.t_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
                  .count();
@@ -256,8 +250,8 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   // A model tensor at a boundary: its placements and global shape (a DTensor), or "local" and its
   // own shape (per-rank data), and every rank's hash of its shard (this rank's alone on a real
   // backend, the rest left empty until FinishTrace).
-  ModelTraceTensor TensorOf(const at::Tensor& t) {
-    ModelTraceTensor out;
+  WorldTensor TensorOf(const at::Tensor& t) {
+    WorldTensor out;
     if (!t.defined()) {
       out.placements = "none";
       return out;
@@ -303,7 +297,7 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   const Collectives* coll_;
   bool trace_, hashes_;
   std::chrono::steady_clock::time_point start_;
-  std::vector<ModelTraceEvent> events_;
+  std::vector<RunEvent> events_;
   std::vector<CollectiveEvent> pending_;  // implicit redistributions of the op to come
   Phase phase_ = kForward;
   std::vector<ModuleNode> nodes_;
@@ -312,9 +306,9 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   size_t backward_current_ = 0;
 };
 
-std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
+std::vector<RunEvent> Recorder::FinishTrace(Collectives& coll) {
   if (!pending_.empty()) {  // implicit redistributions whose op never reported (none expected)
-    ModelTraceEvent e = NewEvent(ModelEventKind::kCollective);
+    RunEvent e = NewEvent(RunEvent::Kind::kCollective);
     for (CollectiveEvent& c : pending_) {
       e.collectives = {std::move(c)};
       events_.push_back(e);
@@ -323,8 +317,8 @@ std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
   }
   if (coll.simulated() || !hashes_) return std::move(events_);
   // Every rank's hashes of every tensor event, as 64-bit numbers, gathered in event order.
-  std::vector<ModelTraceTensor*> tensors;
-  for (ModelTraceEvent& e : events_) {
+  std::vector<WorldTensor*> tensors;
+  for (RunEvent& e : events_) {
     if (e.tensor && !e.tensor->hashes.empty()) tensors.push_back(&*e.tensor);
   }
   const int64_t me = coll.rank();
@@ -339,13 +333,13 @@ std::vector<ModelTraceEvent> Recorder::FinishTrace(Collectives& coll) {
   if (tensors.empty()) return std::move(events_);
   std::vector<int64_t> mine;
   mine.reserve(tensors.size());
-  for (ModelTraceTensor* t : tensors) {
+  for (WorldTensor* t : tensors) {
     const std::string& h = t->hashes.at(me);
     mine.push_back(static_cast<int64_t>(std::stoull(h.substr(5), nullptr, 16)));
   }
   std::vector<double> my_sketches;
   my_sketches.reserve(3 * tensors.size());
-  for (ModelTraceTensor* t : tensors) {
+  for (WorldTensor* t : tensors) {
     for (double v : t->sketches.at(me)) my_sketches.push_back(v);
   }
   const std::vector<std::vector<int64_t>> all = GatherWorld<int64_t>(coll, mesh_, mine);
@@ -678,7 +672,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
   if (o.trace) {
     for (Module* m : AllModules(*sharded)) {
       for (const auto& [pname, p] : m->OwnParameters()) {
-        recorder.AddTensorEvent(ModelEventKind::kParameter, "setup",
+        recorder.AddTensorEvent(RunEvent::Kind::kParameter, "setup",
                                 (m->fqn().empty() ? "" : m->fqn() + ".") + pname, p.detach());
       }
     }
@@ -702,7 +696,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
       std::optional<ops::LossParallel> loss_parallel;
       if (o.loss_parallel) loss_parallel.emplace();
       loss = CrossEntropy(logits, labels);
-      recorder.AddTensorEvent(ModelEventKind::kLoss, "forward", "loss", loss.detach());
+      recorder.AddTensorEvent(RunEvent::Kind::kLoss, "forward", "loss", loss.detach());
       if (o.backward) {
         recorder.SetPhase(kBackward);
         loss.backward();
@@ -730,7 +724,7 @@ ModelReport RunModel(const ModelRunOptions& o) {
   if (o.trace && o.backward) {
     for (Module* m : AllModules(*sharded)) {
       for (const auto& [pname, p] : m->OwnParameters()) {
-        recorder.AddTensorEvent(ModelEventKind::kGradient, "end",
+        recorder.AddTensorEvent(RunEvent::Kind::kGradient, "end",
                                 (m->fqn().empty() ? "" : m->fqn() + ".") + pname, p.grad());
       }
     }

@@ -39,16 +39,16 @@ double Us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
 // The slices of one trace (module_perfetto.h's mapping) with slices at most `depth_bound` deep;
 // `*max_depth` is the deepest one laid out.
 std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_depth) {
-  const std::vector<ModelTraceEvent>& events = trace.events;
+  const std::vector<RunEvent>& events = trace.events;
   // The forward tree: each module's parent (the call open when its first call began).
   std::unordered_map<std::string, std::string> parent_of;
   {
     std::vector<std::string> open;
-    for (const ModelTraceEvent& e : events) {
-      if (e.kind == ModelEventKind::kModuleBegin) {
+    for (const RunEvent& e : events) {
+      if (e.kind == RunEvent::Kind::kModuleBegin) {
         parent_of.emplace(e.module, open.empty() ? std::string() : open.back());
         open.push_back(e.module);
-      } else if (e.kind == ModelEventKind::kModuleEnd && !open.empty()) {
+      } else if (e.kind == RunEvent::Kind::kModuleEnd && !open.empty()) {
         open.pop_back();
       }
     }
@@ -124,23 +124,23 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
   };
 
   for (size_t i = 0; i < events.size(); ++i) {
-    const ModelTraceEvent& e = events[i];
+    const RunEvent& e = events[i];
     const auto index = static_cast<int64_t>(i);
-    if (phase && slices[*phase].name != e.phase) close_phase();
+    if (phase && slices[*phase].name != e.pass) close_phase();
     if (!phase) {
       Slice s;
       s.ts = last + inset(0);
-      s.name = e.phase;
+      s.name = e.pass;
       s.cat = "phase";
       phase = slices.size();
       slices.push_back(std::move(s));
     }
     const int64_t stride = base_stride + 2 * (static_cast<int64_t>(e.collectives.size()) + 1);
     switch (e.kind) {
-      case ModelEventKind::kModuleBegin:
-      case ModelEventKind::kBackwardBegin: {
-        const int64_t b = boundary(e.t_us, stride);
-        const bool forward = e.kind == ModelEventKind::kModuleBegin;
+      case RunEvent::Kind::kModuleBegin:
+      case RunEvent::Kind::kBackwardBegin: {
+        const int64_t b = boundary(e.t_us.value_or(0), stride);
+        const bool forward = e.kind == RunEvent::Kind::kModuleBegin;
         if (!forward) {
           // The backward of the modules outside this one's ancestry ends here.
           while (!stack.empty() && !stack.back().forward &&
@@ -167,8 +167,8 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
         slices.push_back(std::move(s));
         break;
       }
-      case ModelEventKind::kModuleEnd: {
-        const int64_t b = boundary(e.t_us, stride);
+      case RunEvent::Kind::kModuleEnd: {
+        const int64_t b = boundary(e.t_us.value_or(0), stride);
         const auto it = std::find_if(stack.rbegin(), stack.rend(), [&](const Open& o) {
           return o.forward && o.module == e.module;
         });
@@ -184,21 +184,21 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
         stack.pop_back();
         break;
       }
-      case ModelEventKind::kOp:
-      case ModelEventKind::kCollective:
-      case ModelEventKind::kParameter:
-      case ModelEventKind::kLoss:
-      case ModelEventKind::kGradient: {
+      case RunEvent::Kind::kOp:
+      case RunEvent::Kind::kCollective:
+      case RunEvent::Kind::kParameter:
+      case RunEvent::Kind::kLoss:
+      case RunEvent::Kind::kGradient: {
         const int64_t prev = last;
-        const int64_t b = boundary(e.t_us, stride);
+        const int64_t b = boundary(e.t_us.value_or(0), stride);
         Slice s;
         s.depth = depth_of(static_cast<int>(stack.size()) + 1);
         s.ts = prev + inset(s.depth);
         s.end = b - inset(s.depth);
         s.event = index;
-        s.args = {{"phase", e.phase}};
+        s.args = {{"phase", e.pass}};
         if (!e.module.empty()) s.args["module"] = e.module;
-        if (e.kind == ModelEventKind::kCollective) {
+        if (e.kind == RunEvent::Kind::kCollective) {
           const CollectiveEvent& c = e.collectives.at(0);
           s.name = StrCat(ToString(c.kind), " ", c.mesh_dim);
           s.cat = "collective";
@@ -208,17 +208,17 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
           slices.push_back(std::move(s));
           break;
         }
-        if (e.kind == ModelEventKind::kOp) {
+        if (e.kind == RunEvent::Kind::kOp) {
           s.name = e.op;
           s.cat = "op";
           s.args["op"] = e.op;
-          s.args["placements"] = e.placements;
+          s.args["placements"] = PlacementsText(e);
           s.args["collectives"] = e.collectives.size();
-        } else if (e.kind == ModelEventKind::kParameter) {
+        } else if (e.kind == RunEvent::Kind::kParameter) {
           s.name = StrCat("parameter ", e.name);
           s.cat = "parameter";
           s.args["name"] = e.name;
-        } else if (e.kind == ModelEventKind::kGradient) {
+        } else if (e.kind == RunEvent::Kind::kGradient) {
           s.name = StrCat("gradient ", e.name);
           s.cat = "gradient";
           s.args["name"] = e.name;
@@ -255,7 +255,7 @@ std::vector<Slice> Layout(const ModelTrace& trace, int depth_bound, int* max_dep
           cs.cat = "collective";
           cs.event = index;
           cs.collective = static_cast<int>(k);
-          cs.args = {{"phase", e.phase}, {"module", e.module}, {"op", e.op}};
+          cs.args = {{"phase", e.pass}, {"module", e.module}, {"op", e.op}};
           cs.args.update(collective_args(c));
           if (scaled) cs.args["drawn_us"] = Us(dur);
           cs.args["scaled_to_fit"] = scaled;
@@ -374,7 +374,7 @@ nlohmann::json ModelTraceToPerfetto(const std::vector<ModelPerfettoSource>& sour
         nlohmann::json args = s.args;
         if (s.event >= 0) args["event"] = s.event;
         for (const auto& [key, event] : s.tensors) {
-          const ModelTraceTensor& tensor = *trace.events[event].tensor;
+          const WorldTensor& tensor = *trace.events[event].tensor;
           nlohmann::json t = {{"placements", tensor.placements}, {"shape", tensor.shape}};
           if (rank < static_cast<int64_t>(tensor.hashes.size())) t["hash"] = tensor.hashes[rank];
           args[key] = std::move(t);

@@ -16,17 +16,6 @@
 namespace dtsim {
 namespace {
 
-constexpr std::array<std::pair<ModelEventKind, const char*>, 8> kKinds = {{
-    {ModelEventKind::kParameter, "parameter"},
-    {ModelEventKind::kModuleBegin, "module_begin"},
-    {ModelEventKind::kModuleEnd, "module_end"},
-    {ModelEventKind::kBackwardBegin, "backward_begin"},
-    {ModelEventKind::kOp, "op"},
-    {ModelEventKind::kCollective, "collective"},
-    {ModelEventKind::kLoss, "loss"},
-    {ModelEventKind::kGradient, "gradient"},
-}};
-
 constexpr const char* kPhases[] = {"setup", "forward", "backward", "end"};
 
 // A run's times fit in the Perfetto export's 64-bit nanoseconds with room to spare.
@@ -47,7 +36,7 @@ nlohmann::json CollectiveJson(const CollectiveEvent& c) {
           {"implicit", c.implicit}};
 }
 
-nlohmann::json TensorJson(const ModelTraceTensor& t) {
+nlohmann::json TensorJson(const WorldTensor& t) {
   nlohmann::json j = {{"placements", t.placements}, {"shape", t.shape}};
   if (!t.hashes.empty()) j["hashes"] = t.hashes;
   if (!t.sketches.empty()) j["sketches"] = t.sketches;
@@ -93,10 +82,10 @@ CollectiveEvent CollectiveFromJson(const JsonReader& r, int64_t world) {
   return c;
 }
 
-ModelTraceTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
+WorldTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
   r.ExpectObject();
   r.OnlyKeys({"placements", "shape", "hashes", "sketches"});
-  ModelTraceTensor t;
+  WorldTensor t;
   t.placements = r.String("placements");
   t.shape = r.At("shape").AsInts(0, kMaxBytes, 64);
   if (r.Has("hashes")) {
@@ -135,6 +124,52 @@ ModelTraceTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
   return t;
 }
 
+// An op's placements as one line ("[S(0)], [R] -> [S(0)]", as PlacementsText writes them) into its
+// arguments' and results': each side a list of bracketed placements or "none", split at the commas
+// outside brackets.
+// "[...]": one bracketed list, its brackets closing at its end.
+bool OneBracketedList(std::string_view text) {
+  if (text.size() < 2 || text.front() != '[') return false;
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '[') ++depth;
+    if (text[i] == ']' && --depth == 0) return i + 1 == text.size();
+  }
+  return false;
+}
+
+void SplitOpPlacements(const JsonReader& r, RunEvent* e) {
+  const std::string& text = r.AsString();
+  const size_t arrow = text.find(" -> ");
+  if (arrow == std::string::npos || text.find(" -> ", arrow + 1) != std::string::npos) {
+    r.Fail(StrCat("'", ExcerptText(text), "' is not \"ARGUMENTS -> RESULTS\""));
+  }
+  auto split = [&](std::string_view side, std::vector<std::string>* out) {
+    int depth = 0;
+    size_t begin = 0;
+    for (size_t i = 0; i <= side.size(); ++i) {
+      if (i < side.size() && side[i] == '[') ++depth;
+      if (i < side.size() && side[i] == ']') --depth;
+      if (depth < 0) break;
+      if (i == side.size() || (depth == 0 && side.compare(i, 2, ", ") == 0)) {
+        if (i == side.size() && begin == 0 && side.empty()) return true;
+        const std::string_view one = side.substr(begin, i - begin);
+        if (!OneBracketedList(one) && one != "none") return false;
+        out->emplace_back(one);
+        begin = i + 2;
+        ++i;
+      }
+    }
+    return depth == 0;
+  };
+  const std::string_view all(text);
+  if (!split(all.substr(0, arrow), &e->args) || !split(all.substr(arrow + 4), &e->results) ||
+      PlacementsText(*e) != text) {
+    r.Fail(StrCat("'", ExcerptText(text),
+                  "' is not a list of bracketed placements (or none) on each side of \" -> \""));
+  }
+}
+
 // A collective runs along a dim of the trace's mesh, in groups of that dim's size.
 void CheckAlongMeshDim(const CollectiveEvent& c, const JsonReader& r,
                        const std::vector<int64_t>& mesh_shape,
@@ -157,7 +192,7 @@ void CheckAlongMeshDim(const CollectiveEvent& c, const JsonReader& r,
 
 // A tensor's placements ("local": a plain tensor) are at most one per mesh dim (a module on a
 // submesh has fewer), each valid for the tensor's rank, without mixed Partial reduce ops.
-void CheckPlacements(const ModelTraceTensor& t, const JsonReader& r, size_t mesh_ndim) {
+void CheckPlacements(const WorldTensor& t, const JsonReader& r, size_t mesh_ndim) {
   if (t.placements == "local") return;
   const JsonReader at = r.At("placements");
   std::string why;
@@ -179,7 +214,7 @@ void CheckPlacements(const ModelTraceTensor& t, const JsonReader& r, size_t mesh
 }
 
 // The ranks whose hashes differ, in order.
-std::vector<int64_t> DifferingRanks(const ModelTraceTensor& a, const ModelTraceTensor& b) {
+std::vector<int64_t> DifferingRanks(const WorldTensor& a, const WorldTensor& b) {
   std::vector<int64_t> out;
   const size_t n = std::min(a.hashes.size(), b.hashes.size());
   for (size_t i = 0; i < n; ++i) {
@@ -210,56 +245,25 @@ bool SketchesAgree(const std::array<double, 3>& a, const std::array<double, 3>& 
   return true;
 }
 
-std::string_view ToString(ModelEventKind kind) {
-  for (const auto& [k, name] : kKinds) {
-    if (k == kind) return name;
-  }
-  return "?";
-}
-
-std::string Describe(const ModelTraceEvent& e) {
-  switch (e.kind) {
-    case ModelEventKind::kParameter:
-      return StrCat("parameter ", e.name);
-    case ModelEventKind::kModuleBegin:
-      return StrCat(e.phase, " input of ", e.module);
-    case ModelEventKind::kModuleEnd:
-      return StrCat(e.phase, " output of ", e.module);
-    case ModelEventKind::kBackwardBegin:
-      return StrCat("output gradient of ", e.module);
-    case ModelEventKind::kOp:
-      return StrCat(e.phase, " ", e.op, " in ", e.module);
-    case ModelEventKind::kCollective:
-      return StrCat(e.phase, " ",
-                    e.collectives.empty() ? "collective" : ToString(e.collectives[0].kind), " in ",
-                    e.module);
-    case ModelEventKind::kLoss:
-      return "loss";
-    case ModelEventKind::kGradient:
-      return StrCat("gradient of ", e.name);
-  }
-  return "event";
-}
-
 nlohmann::json ToJson(const ModelTrace& t) {
   nlohmann::json events = nlohmann::json::array();
-  for (const ModelTraceEvent& e : t.events) {
-    nlohmann::json j = {{"event", std::string(ToString(e.kind))}, {"phase", e.phase}};
+  for (const RunEvent& e : t.events) {
+    nlohmann::json j = {{"event", std::string(ToString(e.kind))}, {"phase", e.pass}};
     if (!e.module.empty()) j["module"] = e.module;
-    if (e.kind == ModelEventKind::kModuleBegin) j["type"] = e.type;
-    if (e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kGradient)
+    if (e.kind == RunEvent::Kind::kModuleBegin) j["type"] = e.type;
+    if (e.kind == RunEvent::Kind::kParameter || e.kind == RunEvent::Kind::kGradient)
       j["name"] = e.name;
-    if (e.kind == ModelEventKind::kOp) {
+    if (e.kind == RunEvent::Kind::kOp) {
       j["op"] = e.op;
-      j["placements"] = e.placements;
+      j["placements"] = PlacementsText(e);
     }
-    if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
+    if (e.kind == RunEvent::Kind::kOp || e.kind == RunEvent::Kind::kCollective) {
       nlohmann::json cs = nlohmann::json::array();
       for (const CollectiveEvent& c : e.collectives) cs.push_back(CollectiveJson(c));
       j["collectives"] = cs;
     }
     if (e.tensor) j["tensor"] = TensorJson(*e.tensor);
-    j["t_us"] = e.t_us;
+    j["t_us"] = e.t_us.value_or(0);
     events.push_back(std::move(j));
   }
   nlohmann::json out = {{"format", kModelTraceFormat},
@@ -355,53 +359,52 @@ ModelTrace ModelTraceFromJson(const nlohmann::json& json) {
     item.ExpectObject();
     item.OnlyKeys({"event", "phase", "module", "type", "name", "op", "placements", "collectives",
                    "tensor", "t_us"});
-    ModelTraceEvent e;
+    RunEvent e;
     const JsonReader kind = item.At("event");
     const std::string& kind_name = kind.AsString();
-    const auto k = std::find_if(kKinds.begin(), kKinds.end(),
-                                [&](const auto& p) { return kind_name == p.second; });
-    if (k == kKinds.end()) kind.Fail(StrCat("unknown event ", Excerpt(kind.json())));
-    e.kind = k->first;
+    const std::optional<RunEvent::Kind> k = FindRunEventKind(kind_name);
+    if (!k) kind.Fail(StrCat("unknown event ", Excerpt(kind.json())));
+    e.kind = *k;
     const JsonReader phase = item.At("phase");
-    e.phase = phase.AsString();
-    if (std::find(std::begin(kPhases), std::end(kPhases), e.phase) == std::end(kPhases)) {
+    e.pass = phase.AsString();
+    if (std::find(std::begin(kPhases), std::end(kPhases), e.pass) == std::end(kPhases)) {
       phase.Fail(StrCat(Excerpt(phase.json()), " is not setup, forward, backward or end"));
     }
     e.t_us = Micros(item.At("t_us"));
     const bool needs_module =
-        e.kind == ModelEventKind::kModuleBegin || e.kind == ModelEventKind::kModuleEnd ||
-        e.kind == ModelEventKind::kBackwardBegin || e.kind == ModelEventKind::kOp ||
-        e.kind == ModelEventKind::kCollective;
+        e.kind == RunEvent::Kind::kModuleBegin || e.kind == RunEvent::Kind::kModuleEnd ||
+        e.kind == RunEvent::Kind::kBackwardBegin || e.kind == RunEvent::Kind::kOp ||
+        e.kind == RunEvent::Kind::kCollective;
     if (needs_module) e.module = item.String("module");
-    if (e.kind == ModelEventKind::kModuleBegin) e.type = item.String("type");
-    if (e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kGradient)
+    if (e.kind == RunEvent::Kind::kModuleBegin) e.type = item.String("type");
+    if (e.kind == RunEvent::Kind::kParameter || e.kind == RunEvent::Kind::kGradient)
       e.name = item.String("name");
-    if (e.kind == ModelEventKind::kOp) {
+    if (e.kind == RunEvent::Kind::kOp) {
       e.op = item.String("op");
-      e.placements = item.String("placements");
+      SplitOpPlacements(item.At("placements"), &e);
     }
-    if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective) {
+    if (e.kind == RunEvent::Kind::kOp || e.kind == RunEvent::Kind::kCollective) {
       const JsonReader cs = item.At("collectives");
       const size_t m = cs.ArraySize();
       for (size_t c = 0; c < m; ++c) {
         e.collectives.push_back(CollectiveFromJson(cs.At(c), world));
         CheckAlongMeshDim(e.collectives.back(), cs.At(c), t.mesh_shape, t.mesh_names);
       }
-      if (e.kind == ModelEventKind::kCollective && e.collectives.size() != 1) {
+      if (e.kind == RunEvent::Kind::kCollective && e.collectives.size() != 1) {
         cs.Fail(StrCat("has ", e.collectives.size(), " entries; a collective event has one"));
       }
     }
     const bool needs_tensor =
-        e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kModuleBegin ||
-        e.kind == ModelEventKind::kModuleEnd || e.kind == ModelEventKind::kBackwardBegin ||
-        e.kind == ModelEventKind::kLoss || e.kind == ModelEventKind::kGradient;
+        e.kind == RunEvent::Kind::kParameter || e.kind == RunEvent::Kind::kModuleBegin ||
+        e.kind == RunEvent::Kind::kModuleEnd || e.kind == RunEvent::Kind::kBackwardBegin ||
+        e.kind == RunEvent::Kind::kLoss || e.kind == RunEvent::Kind::kGradient;
     if (needs_tensor) {
       e.tensor = TensorFromJson(item.At("tensor"), world, t.meta.data);
       CheckPlacements(*e.tensor, item.At("tensor"), t.mesh_shape.size());
     }
     // Forward module calls nest: an end closes the innermost open begin.
-    if (e.kind == ModelEventKind::kModuleBegin) open.push_back(e.module);
-    if (e.kind == ModelEventKind::kModuleEnd) {
+    if (e.kind == RunEvent::Kind::kModuleBegin) open.push_back(e.module);
+    if (e.kind == RunEvent::Kind::kModuleEnd) {
       if (open.empty() || open.back() != e.module) {
         item.At("module").Fail(
             StrCat("ends ", Excerpt(item.At("module").json()), " while ",
@@ -438,10 +441,10 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
   const size_t n = std::min(a.events.size(), b.events.size());
   std::string last_collective;  // the collective that ran last before an event, for the reader
   for (size_t i = 0; i < n && out.size() < limit; ++i) {
-    const ModelTraceEvent& x = a.events[i];
-    const ModelTraceEvent& y = b.events[i];
+    const RunEvent& x = a.events[i];
+    const RunEvent& y = b.events[i];
     event = static_cast<int64_t>(i);
-    const std::string where = StrCat("event ", i + 1, ": ", Describe(x));
+    const std::string where = StrCat("event ", i + 1, ": ", EventLabel(x));
     const std::string after =
         last_collective.empty()
             ? ""
@@ -451,15 +454,15 @@ std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTra
       last_collective =
           StrCat(i + 1, ", ", ToString(c.kind), " on ", c.mesh_dim, " (", c.cause, ")");
     }
-    if (x.kind != y.kind || x.phase != y.phase || x.module != y.module || x.op != y.op ||
+    if (x.kind != y.kind || x.pass != y.pass || x.module != y.module || x.op != y.op ||
         x.name != y.name || x.type != y.type) {
-      add(where, StrCat("the other trace has ", Describe(y),
+      add(where, StrCat("the other trace has ", EventLabel(y),
                         " here; the runs part and the rest is "
                         "not compared"));
       return out;
     }
-    if (x.placements != y.placements) {
-      add(where, StrCat("placements ", x.placements, " vs ", y.placements));
+    if (x.args != y.args || x.results != y.results) {
+      add(where, StrCat("placements ", PlacementsText(x), " vs ", PlacementsText(y)));
     }
     if (x.collectives.size() != y.collectives.size()) {
       add(where, StrCat(x.collectives.size(), " vs ", y.collectives.size(), " collectives"));

@@ -2,6 +2,7 @@
 #include "dtsim/trace/run_events.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,24 @@ constexpr size_t kMaxEventsPerRank = size_t{1} << 24;
 constexpr int64_t kMaxMeshes = int64_t{1} << 20;  // a recording's "meshes"
 constexpr size_t kMaxDigests = 4096;
 constexpr double kMaxEventMicros = 1e15;  // an event's t_us and dur_us (about 31 years)
+
+constexpr std::array<std::pair<RunEvent::Kind, std::string_view>, 8> kKinds = {{
+    {RunEvent::Kind::kOp, "op"},
+    {RunEvent::Kind::kCollective, "collective"},
+    {RunEvent::Kind::kModuleBegin, "module_begin"},
+    {RunEvent::Kind::kModuleEnd, "module_end"},
+    {RunEvent::Kind::kBackwardBegin, "backward_begin"},
+    {RunEvent::Kind::kParameter, "parameter"},
+    {RunEvent::Kind::kLoss, "loss"},
+    {RunEvent::Kind::kGradient, "gradient"},
+}};
+
+// A recording's events are ops and collectives.
+std::optional<RunEvent::Kind> RecordingKind(std::string_view name) {
+  const std::optional<RunEvent::Kind> k = FindRunEventKind(name);
+  if (k != RunEvent::Kind::kOp && k != RunEvent::Kind::kCollective) return std::nullopt;
+  return k;
+}
 
 TensorDigest DigestFromJson(const JsonReader& r) {
   r.ExpectObject();
@@ -68,13 +87,10 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
   r.ExpectObject();
   RunEvent e;
   const std::string& kind = r.String("kind");
-  if (kind == "op") {
-    e.kind = RunEvent::Kind::kOp;
-  } else if (kind == "collective") {
-    e.kind = RunEvent::Kind::kCollective;
-  } else {
+  const std::optional<RunEvent::Kind> k = RecordingKind(kind);
+  if (!k)
     r.At("kind").Fail(StrCat("unknown event kind '", ExcerptText(kind), "' (op or collective)"));
-  }
+  e.kind = *k;
   e.op = r.String("op");
   if (e.op.empty() || e.op.size() > 256) r.At("op").Fail("expected an op name");
   e.module = r.String("module");
@@ -506,9 +522,50 @@ std::string Structure(const RunEvent& x, const RunEvent& y) {
 
 }  // namespace
 
+std::string_view ToString(RunEvent::Kind kind) {
+  for (const auto& [k, name] : kKinds) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::optional<RunEvent::Kind> FindRunEventKind(std::string_view name) {
+  for (const auto& [k, text] : kKinds) {
+    if (text == name) return k;
+  }
+  return std::nullopt;
+}
+
+std::string PlacementsText(const RunEvent& e) {
+  std::string text;
+  for (size_t i = 0; i < e.args.size(); ++i) text += StrCat(i ? ", " : "", e.args[i]);
+  text += " -> ";
+  for (size_t i = 0; i < e.results.size(); ++i) text += StrCat(i ? ", " : "", e.results[i]);
+  return text;
+}
+
 std::string EventLabel(const RunEvent& e) {
+  switch (e.kind) {
+    case RunEvent::Kind::kModuleBegin:
+      return StrCat(e.pass, " input of ", e.module);
+    case RunEvent::Kind::kModuleEnd:
+      return StrCat(e.pass, " output of ", e.module);
+    case RunEvent::Kind::kBackwardBegin:
+      return StrCat("output gradient of ", e.module);
+    case RunEvent::Kind::kParameter:
+      return StrCat("parameter ", e.name);
+    case RunEvent::Kind::kLoss:
+      return "loss";
+    case RunEvent::Kind::kGradient:
+      return StrCat("gradient of ", e.name);
+    case RunEvent::Kind::kOp:
+    case RunEvent::Kind::kCollective:
+      break;
+  }
   std::string text = e.op;
-  if (e.kind == RunEvent::Kind::kCollective) text += StrCat(" over ", IntListToString(e.group));
+  if (text.empty() && !e.collectives.empty()) text = std::string(ToString(e.collectives[0].kind));
+  if (text.empty()) text = std::string(ToString(e.kind));
+  if (!e.group.empty()) text += StrCat(" over ", IntListToString(e.group));
   text += StrCat(" in ", e.module, " (", e.pass, ")");
   if (!e.line.empty()) text += StrCat(" at ", e.line);
   return text;
@@ -532,12 +589,9 @@ nlohmann::json ToJson(const RunEvent& e) {
     return out;
   };
   const bool op = e.kind == RunEvent::Kind::kOp;
-  nlohmann::json out = {{"kind", op ? "op" : "collective"},
-                        {"op", e.op},
-                        {"module", e.module},
-                        {"pass", e.pass},
-                        {"line", e.line},
-                        {"inputs", digests(e.inputs)}};
+  nlohmann::json out = {{"kind", ToString(e.kind)}, {"op", e.op},
+                        {"module", e.module},       {"pass", e.pass},
+                        {"line", e.line},           {"inputs", digests(e.inputs)}};
   if (op) {
     out["args"] = e.args;
     out["results"] = e.results;

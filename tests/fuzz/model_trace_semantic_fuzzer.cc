@@ -159,7 +159,7 @@ std::optional<std::string> Impossible(const dtsim::ModelTrace& t) {
     if (t.model.contains(key) && !(t.model[key].is_number_integer() && t.model[key] >= 1))
       return StrCat("model.", key, " is ", t.model[key].dump());
   }
-  for (const dtsim::ModelTraceEvent& e : t.events) {
+  for (const dtsim::RunEvent& e : t.events) {
     for (const dtsim::CollectiveEvent& c : e.collectives) {
       size_t dim = 0;
       while (dim < t.mesh_names.size() && t.mesh_names[dim] != c.mesh_dim) ++dim;

@@ -35,7 +35,7 @@ ModelRunOptions Traced(const std::string& plan, std::vector<int64_t> shape,
 }
 
 // The index of the first event of `kind` in `module` (phase forward), or -1.
-int64_t Find(const ModelTrace& t, ModelEventKind kind, const std::string& module) {
+int64_t Find(const ModelTrace& t, RunEvent::Kind kind, const std::string& module) {
   for (size_t i = 0; i < t.events.size(); ++i) {
     if (t.events[i].kind == kind && t.events[i].module == module) return static_cast<int64_t>(i);
   }
@@ -78,7 +78,7 @@ TEST(ModelTraceTest, ACorruptActivationIsFoundAtItsModuleOnItsRank) {
   EXPECT_EQ(first_activation->ranks, std::vector<int64_t>({1}));
   // The event index names the same event as the text.
   ASSERT_GE(first_activation->event, 0);
-  EXPECT_EQ(a.events.at(first_activation->event).kind, ModelEventKind::kModuleEnd);
+  EXPECT_EQ(a.events.at(first_activation->event).kind, RunEvent::Kind::kModuleEnd);
   EXPECT_EQ(a.events.at(first_activation->event).module, "layers.1.attention.wk");
   // The same run twice agrees bit for bit (nothing counted as rounding).
   int64_t rounded = -1;
@@ -98,13 +98,13 @@ TEST(ModelTraceTest, EveryModuleCallAndCollectiveOfTheReportIsInTheTrace) {
       report_collectives += static_cast<int64_t>(n.collectives[0].size() + n.collectives[1].size());
       if (n.fqn == "Global" || n.fqn == "Transformer") continue;
       // Each module called once in forward: one begin, one end, in that order.
-      const int64_t begin = Find(t, ModelEventKind::kModuleBegin, n.fqn);
-      const int64_t end = Find(t, ModelEventKind::kModuleEnd, n.fqn);
+      const int64_t begin = Find(t, RunEvent::Kind::kModuleBegin, n.fqn);
+      const int64_t end = Find(t, RunEvent::Kind::kModuleEnd, n.fqn);
       EXPECT_GE(begin, 0) << plan << " " << n.fqn;
       EXPECT_GT(end, begin) << plan << " " << n.fqn;
-      EXPECT_GE(Find(t, ModelEventKind::kBackwardBegin, n.fqn), 0) << plan << " " << n.fqn;
+      EXPECT_GE(Find(t, RunEvent::Kind::kBackwardBegin, n.fqn), 0) << plan << " " << n.fqn;
     }
-    for (const ModelTraceEvent& e : t.events) {
+    for (const RunEvent& e : t.events) {
       trace_collectives += static_cast<int64_t>(e.collectives.size());
       for (const CollectiveEvent& c : e.collectives) {
         // Groups partition the world (every rank once).
@@ -131,7 +131,7 @@ TEST(ModelTraceTest, AMetadataRunRecordsTheDataRunsEvents) {
   const ModelTrace a = *RunModel(data).trace;
   const ModelTrace b = *RunModel(meta).trace;
   EXPECT_FALSE(b.meta.data);
-  for (const ModelTraceEvent& e : b.events) {
+  for (const RunEvent& e : b.events) {
     if (e.tensor) EXPECT_TRUE(e.tensor->hashes.empty());
   }
   // Same events, placements, shapes and collectives; hashes compared only where both have them.
@@ -144,12 +144,12 @@ TEST(ModelTraceTest, RoundingIsToldFromAWrongValue) {
   ModelTrace b = a;
   // One tensor moved by 1e-7 of its norm on rank 0 (a reduction in another order), another by
   // 1e-2 on rank 1 (a wrong value).
-  std::vector<ModelTraceTensor*> outputs;
-  for (ModelTraceEvent& e : b.events) {
-    if (e.kind == ModelEventKind::kModuleEnd) outputs.push_back(&*e.tensor);
+  std::vector<WorldTensor*> outputs;
+  for (RunEvent& e : b.events) {
+    if (e.kind == RunEvent::Kind::kModuleEnd) outputs.push_back(&*e.tensor);
   }
   ASSERT_GE(outputs.size(), 2u);
-  auto nudge = [](ModelTraceTensor& t, int64_t rank, double by) {
+  auto nudge = [](WorldTensor& t, int64_t rank, double by) {
     t.hashes[rank] = "xxh3:0123456789abcdef";
     t.sketches[rank][0] += by * t.sketches[rank][2];
   };
@@ -206,6 +206,17 @@ TEST(ModelTraceTest, TheReaderRefusesWhatARunCannotWrite) {
   refuses([&](nlohmann::json& j) { first(j, "op")["t_us"] = -1; }, "is not a time");
   refuses([&](nlohmann::json& j) { first(j, "module_end")["tensor"]["sketches"][0][2] = -1.0; },
           "non-negative norm");
+  // An op's placements: bracketed lists (or none) on each side of one arrow.
+  refuses([&](nlohmann::json& j) { first(j, "op")["placements"] = "[S(0)], [R]"; },
+          "is not \"ARGUMENTS -> RESULTS\"");
+  refuses([&](nlohmann::json& j) { first(j, "op")["placements"] = "[S(0)] -> [R] -> [R]"; },
+          "is not \"ARGUMENTS -> RESULTS\"");
+  refuses([&](nlohmann::json& j) { first(j, "op")["placements"] = "S(0), [R] -> [R]"; },
+          "is not a list of bracketed placements");
+  refuses([&](nlohmann::json& j) { first(j, "op")["placements"] = "[S(0), [R] -> [R]"; },
+          "is not a list of bracketed placements");
+  refuses([&](nlohmann::json& j) { first(j, "op")["placements"] = "[S(0)],[R] -> [R]"; },
+          "is not a list of bracketed placements");
 }
 
 }  // namespace

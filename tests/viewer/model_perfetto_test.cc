@@ -96,7 +96,7 @@ void CheckEveryEvent(const ModelTrace& trace, const Track& track, int64_t rank,
     const nlohmann::json& s = track.slices[i];
     if (s["cat"] == "phase") continue;
     const int64_t event = s["args"]["event"];
-    const bool nested = s["cat"] == "collective" && trace.events[event].kind == ModelEventKind::kOp;
+    const bool nested = s["cat"] == "collective" && trace.events[event].kind == RunEvent::Kind::kOp;
     int64_t collective = -1;
     if (nested) {
       // Which of the op's collectives: the k-th child of its op slice.
@@ -114,20 +114,20 @@ void CheckEveryEvent(const ModelTrace& trace, const Track& track, int64_t rank,
     return false;
   };
   for (size_t e = 0; e < trace.events.size(); ++e) {
-    const ModelTraceEvent& ev = trace.events[e];
+    const RunEvent& ev = trace.events[e];
     const auto event = static_cast<int64_t>(e);
-    if (ev.kind == ModelEventKind::kModuleEnd) continue;  // the end of its begin's slice
-    if (ev.kind == ModelEventKind::kCollective && !in_group(ev.collectives[0])) continue;
+    if (ev.kind == RunEvent::Kind::kModuleEnd) continue;  // the end of its begin's slice
+    if (ev.kind == RunEvent::Kind::kCollective && !in_group(ev.collectives[0])) continue;
     const auto it = found.find({event, -1});
-    ASSERT_NE(it, found.end()) << where << ": event " << e << " (" << Describe(ev) << ") missing";
+    ASSERT_NE(it, found.end()) << where << ": event " << e << " (" << EventLabel(ev) << ") missing";
     const nlohmann::json& s = track.slices[it->second];
-    if (ev.kind == ModelEventKind::kModuleBegin || ev.kind == ModelEventKind::kBackwardBegin) {
+    if (ev.kind == RunEvent::Kind::kModuleBegin || ev.kind == RunEvent::Kind::kBackwardBegin) {
       EXPECT_EQ(s["name"], ev.module);
       EXPECT_EQ(s["cat"], "module");
     }
-    if (ev.kind == ModelEventKind::kOp) {
+    if (ev.kind == RunEvent::Kind::kOp) {
       EXPECT_EQ(s["name"], ev.op);
-      EXPECT_EQ(s["args"]["placements"], ev.placements);
+      EXPECT_EQ(s["args"]["placements"], PlacementsText(ev));
       for (size_t k = 0; k < ev.collectives.size(); ++k) {
         const auto c = found.find({event, static_cast<int64_t>(k)});
         if (!in_group(ev.collectives[k])) continue;
@@ -143,13 +143,13 @@ void CheckEveryEvent(const ModelTrace& trace, const Track& track, int64_t rank,
       }
     }
     // Op, collective and module events sit in the slice of the module they belong to.
-    if (ev.kind == ModelEventKind::kOp || ev.kind == ModelEventKind::kCollective) {
+    if (ev.kind == RunEvent::Kind::kOp || ev.kind == RunEvent::Kind::kCollective) {
       ASSERT_GE(parent[it->second], 0);
       EXPECT_EQ(track.slices[parent[it->second]]["name"], ev.module) << where << " event " << e;
     }
     if (ev.tensor && rank < static_cast<int64_t>(ev.tensor->hashes.size())) {
-      const char* key = ev.kind == ModelEventKind::kModuleBegin     ? "input"
-                        : ev.kind == ModelEventKind::kBackwardBegin ? "output_gradient"
+      const char* key = ev.kind == RunEvent::Kind::kModuleBegin     ? "input"
+                        : ev.kind == RunEvent::Kind::kBackwardBegin ? "output_gradient"
                                                                     : "tensor";
       EXPECT_EQ(s["args"][key]["hash"], ev.tensor->hashes[rank]) << where << " event " << e;
       EXPECT_EQ(s["args"][key]["placements"], ev.tensor->placements);
@@ -275,8 +275,8 @@ TEST(ModelPerfettoTest, TwoTracesSideBySideWithTheDifferingRanks) {
   // A large pair exports the differing ranks beside the sample.
   ModelTrace a = Valid(MakeModelTrace({512, 8}, {"dp", "tp"}, 1));
   ModelTrace b = a;
-  for (ModelTraceEvent& e : b.events) {
-    if (e.kind == ModelEventKind::kModuleEnd && e.module == "layers.0.attn") {
+  for (RunEvent& e : b.events) {
+    if (e.kind == RunEvent::Kind::kModuleEnd && e.module == "layers.0.attn") {
       e.tensor->hashes[1380] = testing::FakeHash(0, 0, 9);
       e.tensor->sketches[1380][0] += 5;
     }

@@ -70,7 +70,7 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
   const auto dp = GroupsAlong(shape, false);
   double now = 0;
   auto tensor = [&](int64_t event) {
-    ModelTraceTensor x;
+    WorldTensor x;
     x.placements = "[S(0)]";
     x.shape = {4, 8};
     if (data) {
@@ -82,14 +82,14 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
     return x;
   };
   // Every third event happens at the same time as the one before (the export must separate them).
-  auto add = [&](ModelTraceEvent e) {
+  auto add = [&](RunEvent e) {
     const auto index = static_cast<int64_t>(t.events.size());
     if (index % 3 != 0) now += 10;
     e.t_us = now;
     const bool has_tensor =
-        e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kModuleBegin ||
-        e.kind == ModelEventKind::kModuleEnd || e.kind == ModelEventKind::kBackwardBegin ||
-        e.kind == ModelEventKind::kLoss || e.kind == ModelEventKind::kGradient;
+        e.kind == RunEvent::Kind::kParameter || e.kind == RunEvent::Kind::kModuleBegin ||
+        e.kind == RunEvent::Kind::kModuleEnd || e.kind == RunEvent::Kind::kBackwardBegin ||
+        e.kind == RunEvent::Kind::kLoss || e.kind == RunEvent::Kind::kGradient;
     if (has_tensor) e.tensor = tensor(index);
     t.events.push_back(std::move(e));
   };
@@ -110,33 +110,34 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
     c.implicit = implicit;
     return c;
   };
-  auto event = [](ModelEventKind kind, const std::string& phase, const std::string& module) {
-    ModelTraceEvent e;
+  auto event = [](RunEvent::Kind kind, const std::string& phase, const std::string& module) {
+    RunEvent e;
     e.kind = kind;
-    e.phase = phase;
+    e.pass = phase;
     e.module = module;
     return e;
   };
   auto op = [&](const std::string& phase, const std::string& module, const std::string& name,
                 std::vector<CollectiveEvent> cs) {
-    ModelTraceEvent e = event(ModelEventKind::kOp, phase, module);
+    RunEvent e = event(RunEvent::Kind::kOp, phase, module);
     e.op = name;
-    e.placements = "[S(0)], [S(1)] -> [S(0)]";
+    e.args = {"[S(0)]", "[S(1)]"};
+    e.results = {"[S(0)]"};
     e.collectives = std::move(cs);
     add(std::move(e));
   };
   auto standalone = [&](const std::string& phase, const std::string& module, CollectiveEvent c) {
-    ModelTraceEvent e = event(ModelEventKind::kCollective, phase, module);
+    RunEvent e = event(RunEvent::Kind::kCollective, phase, module);
     e.collectives = {std::move(c)};
     add(std::move(e));
   };
   auto begin = [&](const std::string& module, const std::string& type) {
-    ModelTraceEvent e = event(ModelEventKind::kModuleBegin, "forward", module);
+    RunEvent e = event(RunEvent::Kind::kModuleBegin, "forward", module);
     e.type = type;
     add(std::move(e));
   };
   auto end = [&](const std::string& module) {
-    add(event(ModelEventKind::kModuleEnd, "forward", module));
+    add(event(RunEvent::Kind::kModuleEnd, "forward", module));
   };
   std::vector<std::string> params;
   for (int l = 0; l < layers; ++l) {
@@ -144,7 +145,7 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
     params.push_back("layers." + std::to_string(l) + ".mlp.weight");
   }
   for (const std::string& p : params) {
-    ModelTraceEvent e = event(ModelEventKind::kParameter, "setup", "");
+    RunEvent e = event(RunEvent::Kind::kParameter, "setup", "");
     e.name = p;
     add(std::move(e));
   }
@@ -172,17 +173,17 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
     end(block);
   }
   end("Model");
-  add(event(ModelEventKind::kLoss, "forward", ""));
-  add(event(ModelEventKind::kBackwardBegin, "backward", "Model"));
+  add(event(RunEvent::Kind::kLoss, "forward", ""));
+  add(event(RunEvent::Kind::kBackwardBegin, "backward", "Model"));
   for (int l = layers - 1; l >= 0; --l) {
     const std::string block = "layers." + std::to_string(l);
-    add(event(ModelEventKind::kBackwardBegin, "backward", block));
-    add(event(ModelEventKind::kBackwardBegin, "backward", block + ".mlp"));
+    add(event(RunEvent::Kind::kBackwardBegin, "backward", block));
+    add(event(RunEvent::Kind::kBackwardBegin, "backward", block + ".mlp"));
     op("backward", block + ".mlp", "aten::mm", {});
     standalone("backward", block + ".mlp",
                collective(CollectiveKind::kAllGather, true, 8,
                           "backward of RowwiseParallel output of " + block + ".mlp", false));
-    add(event(ModelEventKind::kBackwardBegin, "backward", block + ".attn"));
+    add(event(RunEvent::Kind::kBackwardBegin, "backward", block + ".attn"));
     op("backward", block + ".attn", "aten::mm",
        {collective(CollectiveKind::kReduceScatter, true, 5, "aten::mm arg 0", true)});
     standalone("backward", block + ".attn",
@@ -190,7 +191,7 @@ inline ModelTrace MakeModelTrace(const std::vector<int64_t>& shape,
                           "fully_shard reduce-scatter of " + block, false));
   }
   for (const std::string& p : params) {
-    ModelTraceEvent e = event(ModelEventKind::kGradient, "end", "");
+    RunEvent e = event(RunEvent::Kind::kGradient, "end", "");
     e.name = p;
     add(std::move(e));
   }

@@ -37,7 +37,7 @@ ModuleTree TreeOf(const ModelTrace& t) {
   return ModuleTree::FromTrace(ModelTraceFromJson(ToJson(t)), "synthetic.json");
 }
 
-int64_t EventWhere(const ModelTrace& t, ModelEventKind kind, const std::string& module) {
+int64_t EventWhere(const ModelTrace& t, RunEvent::Kind kind, const std::string& module) {
   for (size_t i = 0; i < t.events.size(); ++i) {
     if (t.events[i].kind == kind && t.events[i].module == module) return static_cast<int64_t>(i);
   }
@@ -68,11 +68,11 @@ TEST(ModuleTreeTest, TheTreeFollowsTheForwardNesting) {
   EXPECT_EQ(t.node(attn).depth, 3);
   ASSERT_EQ(t.node(attn).calls.size(), 1u);
   EXPECT_EQ(t.node(attn).calls[0].begin,
-            EventWhere(t.trace(), ModelEventKind::kModuleBegin, "layers.1.attn"));
+            EventWhere(t.trace(), RunEvent::Kind::kModuleBegin, "layers.1.attn"));
   EXPECT_EQ(t.node(attn).calls[0].end,
-            EventWhere(t.trace(), ModelEventKind::kModuleEnd, "layers.1.attn"));
+            EventWhere(t.trace(), RunEvent::Kind::kModuleEnd, "layers.1.attn"));
   EXPECT_THAT(t.node(attn).backward,
-              ElementsAre(EventWhere(t.trace(), ModelEventKind::kBackwardBegin, "layers.1.attn")));
+              ElementsAre(EventWhere(t.trace(), RunEvent::Kind::kBackwardBegin, "layers.1.attn")));
   EXPECT_TRUE(t.IsAncestorOrSelf(root.children[0], attn));
   EXPECT_FALSE(t.IsAncestorOrSelf(*t.FindNode("layers.0"), attn));
   EXPECT_EQ(t.parameters().size(), 4u);
@@ -89,9 +89,9 @@ TEST(ModuleTreeTest, CountsAddUpTheEventsOfEachSubtree) {
   // event counted in the node its `module` names, and the root counts every collective.
   const ModuleTree t = ModuleTree::Load(Data(kSim));
   std::array<int64_t, 2> all{};
-  for (const ModelTraceEvent& e : t.trace().events) {
-    if (e.kind == ModelEventKind::kOp || e.kind == ModelEventKind::kCollective)
-      all[e.phase == "backward" ? kBackward : kForward] +=
+  for (const RunEvent& e : t.trace().events) {
+    if (e.kind == RunEvent::Kind::kOp || e.kind == RunEvent::Kind::kCollective)
+      all[e.pass == "backward" ? kBackward : kForward] +=
           static_cast<int64_t>(e.collectives.size());
   }
   EXPECT_EQ(t.node(0).total[kForward].count, all[kForward]);
@@ -123,7 +123,7 @@ TEST(ModuleTreeTest, CountsAddUpTheEventsOfEachSubtree) {
 TEST(ModelComparisonTest, AValueDifferenceOnOneRankIsLaidOntoItsModuleAndRank) {
   const ModelTrace a = MakeModelTrace({2, 4}, {"dp", "tp"}, 2);
   ModelTrace b = a;
-  const int64_t out = EventWhere(a, ModelEventKind::kModuleEnd, "layers.1.attn");
+  const int64_t out = EventWhere(a, RunEvent::Kind::kModuleEnd, "layers.1.attn");
   b.events[out].tensor->hashes[5] = testing::FakeHash(out, 5, 1);
   b.events[out].tensor->sketches[5][0] += 3;  // a wrong value, not rounding
   const ModuleTree ta = TreeOf(a), tb = TreeOf(b);
@@ -150,7 +150,7 @@ TEST(ModelComparisonTest, AValueDifferenceOnOneRankIsLaidOntoItsModuleAndRank) {
 TEST(ModelComparisonTest, RoundingIsNotADifferenceAndStructureConcernsEveryRank) {
   const ModelTrace a = MakeModelTrace({2, 4}, {"dp", "tp"}, 1);
   ModelTrace b = a;
-  const int64_t out = EventWhere(a, ModelEventKind::kModuleEnd, "layers.0.mlp");
+  const int64_t out = EventWhere(a, RunEvent::Kind::kModuleEnd, "layers.0.mlp");
   b.events[out].tensor->hashes[2] = testing::FakeHash(out, 2, 1);  // same sketch: rounding
   const ModelComparison rounded = CompareModelTraces(TreeOf(a), TreeOf(b));
   EXPECT_TRUE(rounded.differences.empty());
@@ -159,7 +159,7 @@ TEST(ModelComparisonTest, RoundingIsNotADifferenceAndStructureConcernsEveryRank)
   EXPECT_THAT(rounded.summary, HasSubstr("1 tensor equal within float rounding"));
   // Another group list in a collective: a difference with no rank, so every rank's row shows it.
   ModelTrace c = a;
-  const int64_t mm = EventWhere(a, ModelEventKind::kOp, "layers.0.attn");
+  const int64_t mm = EventWhere(a, RunEvent::Kind::kOp, "layers.0.attn");
   c.events[mm].collectives[1].max_bytes_sent = 2048;
   const ModelComparison s = CompareModelTraces(TreeOf(a), TreeOf(c));
   ASSERT_EQ(s.differences.size(), 1u);
@@ -205,7 +205,7 @@ TEST(ModelViewTest, RowsExpandIntoOpsAndTheCollectivesTheyCaused) {
   EXPECT_EQ(rows.back().label, "gradients (4)");
   // Expanding the forward group shows its ops; expanding the op its two implicit all_gathers.
   ToggleExpanded(s, StrCat("f", attn));
-  const int64_t mm = EventWhere(s.first.trace(), ModelEventKind::kOp, "layers.0.attn");
+  const int64_t mm = EventWhere(s.first.trace(), RunEvent::Kind::kOp, "layers.0.attn");
   rows = ModelTreeRows(s);
   const TreeRow* op = RowByKey(rows, StrCat("e", mm));
   ASSERT_NE(op, nullptr);
@@ -232,9 +232,9 @@ TEST(ModelViewTest, TheValuesColumnShowsTheSelectedRanksHashes) {
   const ModelTrace trace = MakeModelTrace({2, 4}, {"dp", "tp"}, 1);
   ModelSession s(TreeOf(trace));
   const int32_t attn = *s.first.FindNode("layers.0.attn");
-  const int64_t in = EventWhere(trace, ModelEventKind::kModuleBegin, "layers.0.attn");
-  const int64_t out = EventWhere(trace, ModelEventKind::kModuleEnd, "layers.0.attn");
-  const int64_t grad = EventWhere(trace, ModelEventKind::kBackwardBegin, "layers.0.attn");
+  const int64_t in = EventWhere(trace, RunEvent::Kind::kModuleBegin, "layers.0.attn");
+  const int64_t out = EventWhere(trace, RunEvent::Kind::kModuleEnd, "layers.0.attn");
+  const int64_t grad = EventWhere(trace, RunEvent::Kind::kBackwardBegin, "layers.0.attn");
   for (int64_t rank : {0, 3, 7}) {
     SelectRank(s, rank);
     const std::vector<TreeRow> rows = ModelTreeRows(s);
@@ -266,8 +266,8 @@ TEST(ModelViewTest, TwoTracesOpenAtTheFirstDifferenceOnItsRank) {
   ModelSession s(ModuleTree::Load(Data(kSim)), ModuleTree::Load(Data(kRealFault)));
   ASSERT_TRUE(s.diff.has_value());
   ASSERT_TRUE(s.diff->first_event.has_value());
-  const ModelTraceEvent& first = s.first.trace().events[*s.diff->first_event];
-  EXPECT_EQ(first.kind, ModelEventKind::kModuleBegin);
+  const RunEvent& first = s.first.trace().events[*s.diff->first_event];
+  EXPECT_EQ(first.kind, RunEvent::Kind::kModuleBegin);
   EXPECT_EQ(first.module, "layers.0.attention.wq");
   EXPECT_THAT(s.diff->summary,
               StartsWith(StrCat("differ: first at event ", *s.diff->first_event + 1,
@@ -338,7 +338,7 @@ TEST(ModelViewTest, NavigationByKeysAndByName) {
   EXPECT_EQ(s.view.selected, StrCat("m", *s.first.FindNode("layers.1")));
   // An event's row becomes visible when selected: its module and group expand.
   s.view.expanded = {"m0"};
-  const int64_t rs = EventWhere(s.first.trace(), ModelEventKind::kCollective, "layers.0.attn");
+  const int64_t rs = EventWhere(s.first.trace(), RunEvent::Kind::kCollective, "layers.0.attn");
   SelectEvent(s, rs);
   EXPECT_EQ(s.view.selected, StrCat("e", rs));
   EXPECT_NE(RowByKey(ModelTreeRows(s), StrCat("e", rs)), nullptr);
@@ -357,7 +357,7 @@ TEST(ModelViewTest, NavigationByKeysAndByName) {
 TEST(ModelViewTest, LayoutRecordsOneRectPerVisibleRow) {
   const ModelTrace a = MakeModelTrace({2, 4}, {"dp", "tp"}, 2);
   ModelTrace b = a;
-  const int64_t out = EventWhere(a, ModelEventKind::kModuleEnd, "layers.1.attn");
+  const int64_t out = EventWhere(a, RunEvent::Kind::kModuleEnd, "layers.1.attn");
   b.events[out].tensor->hashes[5] = testing::FakeHash(out, 5, 1);
   b.events[out].tensor->sketches[5][0] += 3;
   ModelSession s(TreeOf(a), TreeOf(b));
@@ -428,13 +428,13 @@ TEST(ModelViewTest, LayoutRecordsOneRectPerVisibleRow) {
 
 TEST(ModelViewTest, DetailsOfAnOpListItsCollectivesAndTheRanksGroup) {
   ModelSession s(TreeOf(MakeModelTrace({2, 4}, {"dp", "tp"}, 1)));
-  const int64_t mm = EventWhere(s.first.trace(), ModelEventKind::kOp, "layers.0.attn");
+  const int64_t mm = EventWhere(s.first.trace(), RunEvent::Kind::kOp, "layers.0.attn");
   SelectEvent(s, mm);
   SelectRank(s, 6);
   std::vector<std::string> lines;
   for (const DetailLine& l : RowDetails(s)) lines.push_back(l.text);
   EXPECT_THAT(lines, ::testing::Contains(StartsWith(
-                         StrCat("event ", mm + 1, ": forward aten::mm in layers.0.attn"))));
+                         StrCat("event ", mm + 1, ": aten::mm in layers.0.attn (forward)"))));
   EXPECT_THAT(lines,
               ::testing::Contains("all_gather on tp: 2 groups of up to 4 ranks, [S(1)] -> [R]"));
   EXPECT_THAT(lines, ::testing::Contains("    implicit redistribution: aten::mm arg 1"));

@@ -69,11 +69,7 @@ std::string DigestText(const TensorDigest& d) {
 
 std::string JoinedPlacements(const RunEvent& e) {
   if (e.kind == RunEvent::Kind::kCollective) return e.state;
-  std::string text;
-  for (size_t i = 0; i < e.args.size(); ++i) text += (i ? ", " : "") + e.args[i];
-  text += " -> ";
-  for (size_t i = 0; i < e.results.size(); ++i) text += (i ? ", " : "") + e.results[i];
-  return text;
+  return PlacementsText(e);
 }
 
 std::string OpText(const RunEvent& e) {

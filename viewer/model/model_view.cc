@@ -42,7 +42,7 @@ ParsedKey ParseKey(const std::string& key) {
 }
 
 // The 8 hex digits after "xxh3:" (the tree's columns).
-std::string Hex8(const std::optional<ModelTraceTensor>& tensor, int64_t rank) {
+std::string Hex8(const std::optional<WorldTensor>& tensor, int64_t rank) {
   if (!tensor || rank < 0 || rank >= static_cast<int64_t>(tensor->hashes.size())) return "";
   const std::string& h = tensor->hashes[rank];
   return h.size() >= 13 ? h.substr(5, 8) : h;
@@ -52,7 +52,7 @@ std::string Hex8(const std::optional<ModelTraceTensor>& tensor, int64_t rank) {
 std::string EventCounts(const ModuleTree& tree, const std::vector<int64_t>& events) {
   int64_t ops = 0, collectives = 0;
   for (int64_t e : events) {
-    if (tree.trace().events[e].kind == ModelEventKind::kOp) {
+    if (tree.trace().events[e].kind == RunEvent::Kind::kOp) {
       ++ops;
     } else {
       ++collectives;
@@ -179,17 +179,17 @@ class RowBuilder {
   }
 
   void Event(int64_t i, int depth) {
-    const ModelTraceEvent& e = tree_.trace().events[i];
+    const RunEvent& e = tree_.trace().events[i];
     TreeRow r;
     r.kind = TreeRow::Kind::kEvent;
     r.key = Key('e', i);
     r.depth = depth;
     r.event = i;
     r.node = tree_.NodeOfEvent(i);
-    const bool backward = e.phase == "backward";
+    const bool backward = e.pass == "backward";
     switch (e.kind) {
-      case ModelEventKind::kOp:
-        r.label = StrCat(e.op, "  ", e.placements);
+      case RunEvent::Kind::kOp:
+        r.label = StrCat(e.op, "  ", PlacementsText(e));
         if (!e.collectives.empty()) {
           r.label += StrCat("  (", e.collectives.size(), " collective",
                             e.collectives.size() == 1 ? "" : "s", ")");
@@ -197,20 +197,20 @@ class RowBuilder {
         (backward ? r.backward : r.forward) = CollectiveColumn(e.collectives);
         r.expandable = !e.collectives.empty();
         break;
-      case ModelEventKind::kCollective:
+      case RunEvent::Kind::kCollective:
         r.label = CollectiveLabel(e.collectives.at(0));
         (backward ? r.backward : r.forward) = CollectiveColumn(e.collectives);
         break;
-      case ModelEventKind::kParameter:
-      case ModelEventKind::kGradient:
-      case ModelEventKind::kLoss:
-        r.label = e.kind == ModelEventKind::kLoss ? std::string("loss") : e.name;
+      case RunEvent::Kind::kParameter:
+      case RunEvent::Kind::kGradient:
+      case RunEvent::Kind::kLoss:
+        r.label = e.kind == RunEvent::Kind::kLoss ? std::string("loss") : e.name;
         if (e.tensor)
           r.label += StrCat("  ", e.tensor->placements, " ", IntListToString(e.tensor->shape));
         r.values = Hex8(e.tensor, s_.view.rank);
         break;
       default:
-        r.label = Describe(e);
+        r.label = EventLabel(e);
         break;
     }
     r.expanded = r.expandable && s_.view.expanded.count(r.key) > 0;
@@ -296,7 +296,7 @@ std::vector<TreeRow> ModelTreeRows(const ModelSession& session) {
 }
 
 std::string RowKeyOfEvent(const ModuleTree& tree, int64_t event, std::vector<std::string>* expand) {
-  const ModelTraceEvent& e = tree.trace().events.at(event);
+  const RunEvent& e = tree.trace().events.at(event);
   const int32_t n = tree.NodeOfEvent(event);
   std::vector<std::string> keys;
   auto ancestors = [&](int32_t from) {
@@ -304,24 +304,24 @@ std::string RowKeyOfEvent(const ModuleTree& tree, int64_t event, std::vector<std
   };
   std::string key = Key('e', event);
   switch (e.kind) {
-    case ModelEventKind::kModuleBegin:
-    case ModelEventKind::kModuleEnd:
-    case ModelEventKind::kBackwardBegin:
+    case RunEvent::Kind::kModuleBegin:
+    case RunEvent::Kind::kModuleEnd:
+    case RunEvent::Kind::kBackwardBegin:
       key = Key('m', n);
       ancestors(tree.node(n).parent);
       break;
-    case ModelEventKind::kOp:
-    case ModelEventKind::kCollective:
+    case RunEvent::Kind::kOp:
+    case RunEvent::Kind::kCollective:
       ancestors(n);
-      keys.push_back(Key(e.phase == "backward" ? 'b' : 'f', n));
+      keys.push_back(Key(e.pass == "backward" ? 'b' : 'f', n));
       break;
-    case ModelEventKind::kParameter:
+    case RunEvent::Kind::kParameter:
       keys = {"m0", "p"};
       break;
-    case ModelEventKind::kGradient:
+    case RunEvent::Kind::kGradient:
       keys = {"m0", "g"};
       break;
-    case ModelEventKind::kLoss:
+    case RunEvent::Kind::kLoss:
       keys = {"m0"};
       break;
   }
@@ -557,14 +557,14 @@ std::vector<DetailLine> RowDetails(const ModelSession& s) {
   };
   // A tensor's line for the rank: placements, shape, hash; the other trace's hash beside it.
   auto tensor = [&](const std::string& what, int64_t event) {
-    const std::optional<ModelTraceTensor>& t = events[event].tensor;
+    const std::optional<WorldTensor>& t = events[event].tensor;
     if (!t) return;
     std::string text = StrCat(what, ": ", t->placements, " ", IntListToString(t->shape));
     if (rank < static_cast<int64_t>(t->hashes.size())) text += StrCat("  ", t->hashes[rank]);
     const bool differs = s.diff && s.diff->Differs(event, rank);
     line(text, differs);
     if (s.second && event < static_cast<int64_t>(s.second->trace().events.size())) {
-      const std::optional<ModelTraceTensor>& o = s.second->trace().events[event].tensor;
+      const std::optional<WorldTensor>& o = s.second->trace().events[event].tensor;
       if (o && rank < static_cast<int64_t>(o->hashes.size())) {
         std::string other = StrCat("    other trace: ", o->hashes[rank]);
         if (t->hashes.size() == o->hashes.size() && t->hashes[rank] != o->hashes[rank] && !differs)
@@ -637,18 +637,19 @@ std::vector<DetailLine> RowDetails(const ModelSession& s) {
                                            : " parameter gradients after backward"));
   } else if ((k.kind == 'e' || k.kind == 'c') && k.a >= 0 &&
              k.a < static_cast<int64_t>(events.size())) {
-    const ModelTraceEvent& e = events[k.a];
-    line(StrCat("event ", k.a + 1, ": ", Describe(e), "  (t = ", Fixed(e.t_us, 1), " us)"));
-    if (e.kind == ModelEventKind::kOp) line(StrCat("placements ", e.placements));
+    const RunEvent& e = events[k.a];
+    line(StrCat("event ", k.a + 1, ": ", EventLabel(e), "  (t = ", Fixed(e.t_us.value_or(0), 1),
+                " us)"));
+    if (e.kind == RunEvent::Kind::kOp) line(StrCat("placements ", PlacementsText(e)));
     if (k.kind == 'c' && k.b >= 0 && k.b < static_cast<int64_t>(e.collectives.size())) {
       collective(e.collectives[k.b], CollectiveDiffers(s, k.a, static_cast<int>(k.b)));
     } else {
       for (size_t c = 0; c < e.collectives.size(); ++c)
         collective(e.collectives[c], CollectiveDiffers(s, k.a, static_cast<int>(c)));
     }
-    if (e.kind == ModelEventKind::kParameter || e.kind == ModelEventKind::kGradient ||
-        e.kind == ModelEventKind::kLoss)
-      tensor(e.kind == ModelEventKind::kLoss ? "loss" : e.name, k.a);
+    if (e.kind == RunEvent::Kind::kParameter || e.kind == RunEvent::Kind::kGradient ||
+        e.kind == RunEvent::Kind::kLoss)
+      tensor(e.kind == RunEvent::Kind::kLoss ? "loss" : e.name, k.a);
     differences(k.a);
   }
   return out;

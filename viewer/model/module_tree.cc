@@ -67,22 +67,22 @@ void ModuleTree::Index() {
   ModuleNode root;
   root.name = "Global";
   nodes_.push_back(root);
-  const std::vector<ModelTraceEvent>& events = trace_.events;
+  const std::vector<RunEvent>& events = trace_.events;
   node_of_event_.assign(events.size(), 0);
   std::vector<std::pair<int32_t, size_t>> open;  // forward calls open: node, index into calls
   for (size_t i = 0; i < events.size(); ++i) {
-    const ModelTraceEvent& e = events[i];
+    const RunEvent& e = events[i];
     const auto index = static_cast<int64_t>(i);
     const int32_t parent = open.empty() ? 0 : open.back().first;
     switch (e.kind) {
-      case ModelEventKind::kModuleBegin: {
+      case RunEvent::Kind::kModuleBegin: {
         const int32_t n = NodeFor(e.module, parent, e.type);
         nodes_[n].calls.push_back(ModuleCall{index, -1});
         open.emplace_back(n, nodes_[n].calls.size() - 1);
         node_of_event_[i] = n;
         break;
       }
-      case ModelEventKind::kModuleEnd: {
+      case RunEvent::Kind::kModuleEnd: {
         // The reader checked that ends close the innermost open call.
         const int32_t n = NodeFor(e.module, parent, "");
         if (!open.empty() && open.back().first == n) {
@@ -92,28 +92,28 @@ void ModuleTree::Index() {
         node_of_event_[i] = n;
         break;
       }
-      case ModelEventKind::kBackwardBegin: {
+      case RunEvent::Kind::kBackwardBegin: {
         const int32_t n = NodeFor(e.module, 0, "");
         nodes_[n].backward.push_back(index);
         node_of_event_[i] = n;
         break;
       }
-      case ModelEventKind::kOp:
-      case ModelEventKind::kCollective: {
+      case RunEvent::Kind::kOp:
+      case RunEvent::Kind::kCollective: {
         const int32_t n = NodeFor(e.module, parent, "");
-        const int pass = e.phase == "backward" ? kBackward : kForward;
+        const int pass = e.pass == "backward" ? kBackward : kForward;
         nodes_[n].events[pass].push_back(index);
         for (const CollectiveEvent& c : e.collectives) nodes_[n].own[pass].Add(c);
         node_of_event_[i] = n;
         break;
       }
-      case ModelEventKind::kParameter:
+      case RunEvent::Kind::kParameter:
         parameters_.push_back(index);
         break;
-      case ModelEventKind::kLoss:
+      case RunEvent::Kind::kLoss:
         losses_.push_back(index);
         break;
-      case ModelEventKind::kGradient:
+      case RunEvent::Kind::kGradient:
         gradients_.push_back(index);
         break;
     }
@@ -239,7 +239,7 @@ std::vector<int64_t> BoundaryEvents(const ModuleNode& node) {
   return out;
 }
 
-std::string ShortHash(const std::optional<ModelTraceTensor>& tensor, int64_t rank) {
+std::string ShortHash(const std::optional<WorldTensor>& tensor, int64_t rank) {
   if (!tensor || rank < 0 || rank >= static_cast<int64_t>(tensor->hashes.size())) return "-";
   const std::string& h = tensor->hashes[rank];
   return h.substr(0, std::min<size_t>(h.size(), 13));  // "xxh3:" + 8 hex digits

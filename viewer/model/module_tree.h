@@ -147,6 +147,6 @@ ModelComparison CompareModelTraces(const ModuleTree& a, const ModuleTree& b);
 std::vector<int64_t> BoundaryEvents(const ModuleNode& node);
 
 // "xxh3:86b2d9b8" (the first 8 hex digits; the tree's columns), "-" when there is none.
-std::string ShortHash(const std::optional<ModelTraceTensor>& tensor, int64_t rank);
+std::string ShortHash(const std::optional<WorldTensor>& tensor, int64_t rank);
 
 }  // namespace dtsim::viewer

@@ -24,6 +24,9 @@
 //
 // Hashes are indexed by rank (0 .. world_size - 1) and absent from metadata-only runs (meta.data
 // false). Times are microseconds since the run began, on rank 0; trace-diff ignores them.
+//
+// In memory each event is a RunEvent (run_events.h) standing for every rank: "event" is its kind,
+// "phase" its pass, and an op's "placements" its arguments' and results' (PlacementsText).
 #pragma once
 
 #include <array>
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "dtsim/layout/collective_kind.h"
+#include "dtsim/trace/run_events.h"
 #include "dtsim/trace/trace.h"
 #include "dtsim/trace/trace_diff.h"
 
@@ -63,18 +67,6 @@ std::string ShortName(CollectiveKind kind);
 // A byte count in binary units with three significant digits: "512 B", "1.50 KiB", "833 KiB".
 std::string BytesText(int64_t bytes);
 
-// A tensor at a module boundary.
-struct ModelTraceTensor {
-  std::string placements;           // "[S(1), R]"; "local" for a plain per-rank tensor
-  std::vector<int64_t> shape;       // the global shape (a local tensor's: rank 0's)
-  std::vector<std::string> hashes;  // per rank, "xxh3:<16 hex>"; empty in metadata-only traces
-  // Per rank (with hashes): a sketch of the values that survives float rounding — two projections
-  // on fixed pseudo-random weights in [-1, 1] and the L2 norm — so that a real run whose
-  // reductions summed in another order (MPI's or NCCL's algorithms) is told apart from one with
-  // wrong values.
-  std::vector<std::array<double, 3>> sketches;
-};
-
 // Two sketches are equal within float rounding when each projection and the norm differ by at
 // most this times the larger norm: the tolerance of `dtsim model`'s check against the unsharded
 // model (model_run.h), as a reduction order changes values by a few ulps each (relative 1e-7 to
@@ -82,37 +74,14 @@ struct ModelTraceTensor {
 inline constexpr double kSketchTolerance = 1e-4;
 bool SketchesAgree(const std::array<double, 3>& a, const std::array<double, 3>& b);
 
-enum class ModelEventKind {
-  kParameter,      // a parameter as parallelized, before the run (`name`, `tensor`)
-  kModuleBegin,    // forward of `module` begins (`type`; `tensor`: its input)
-  kModuleEnd,      // forward of `module` ends (`tensor`: its output)
-  kBackwardBegin,  // the gradient of `module`'s output arrived (`tensor`: that gradient)
-  kOp,             // a DTensor op (`op`, `placements`, `collectives` of its redistributions)
-  kCollective,     // a collective no op caused (`collectives`: one)
-  kLoss,           // the loss (`tensor`)
-  kGradient,       // a parameter's gradient after backward (`name`, `tensor`)
-};
-std::string_view ToString(ModelEventKind kind);
-
-struct ModelTraceEvent {
-  ModelEventKind kind = ModelEventKind::kOp;
-  std::string phase = "forward";  // "forward" or "backward" ("setup" for parameters, "end" after)
-  std::string module;             // the module it belongs to (CommDebugMode's attribution)
-  std::string type;               // kModuleBegin: the module's type
-  std::string name;               // kParameter, kGradient: the parameter's fqn
-  std::string op;                 // kOp: "aten::mm"
-  std::string placements;         // kOp: "[S(0)], [R] -> [S(0)]"
-  std::vector<CollectiveEvent> collectives;
-  std::optional<ModelTraceTensor> tensor;
-  double t_us = 0;
-};
-
 struct ModelTrace {
   TraceMeta meta;
   nlohmann::json model = nlohmann::json::object();  // the model's sizes and plan, as given
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> mesh_names;
-  std::vector<ModelTraceEvent> events;
+  // The run's events in run order, each standing for every rank (run_events.h): module begins and
+  // ends, ops, collectives, parameters, the loss and gradients.
+  std::vector<RunEvent> events;
   std::vector<int64_t> peak_bytes;  // per rank, whole run
 };
 
@@ -122,7 +91,8 @@ nlohmann::json ToJson(const ModelTrace& trace);
 // false), groups of ranks inside the world, module begins and ends that nest; and what can be true
 // of a run: mesh dim names unique, the model's sizes whole numbers of at least 1, a collective's
 // mesh dim one of the mesh's with groups of that dim's size, a tensor's placements at most one per
-// mesh dim and valid for its shape. InputError("trace", "<path>: <problem>") on the first problem.
+// mesh dim and valid for its shape, an op's placements "ARGS -> RESULTS" with each side a list of
+// bracketed placements (or "none"). InputError("trace", "<path>: <problem>") on the first problem.
 ModelTrace ModelTraceFromJson(const nlohmann::json& json);
 // True when `json` says it is a model trace.
 bool IsModelTrace(const nlohmann::json& json);
@@ -137,8 +107,5 @@ bool IsModelTrace(const nlohmann::json& json);
 // At most `limit` differences.
 std::vector<TraceDifference> DiffModelTraces(const ModelTrace& a, const ModelTrace& b,
                                              size_t limit = 20, int64_t* rounded = nullptr);
-
-// A one-line description of an event ("forward output of layers.0.attention.wq").
-std::string Describe(const ModelTraceEvent& event);
 
 }  // namespace dtsim

@@ -1,19 +1,30 @@
-// Run events: every rank's DTensor ops and collectives in the order the rank ran them, as a
-// recording's "events" holds them (python/dtsim/events.py writes them: dtsim.record(ops=True),
-// dtsim record -- torchrun, dtsim run --trace), and the rank-by-rank diff that names the first op
-// or collective where two runs part. No LibTorch (library dtsim_trace).
+// Run events: RunEvent, the one type for "a run did this" (an op, a collective, a module boundary,
+// a parameter, the loss, a gradient), which both event formats hold:
+// - a recording's "events" (python/dtsim/events.py writes them: dtsim.record(ops=True), dtsim
+//   record -- torchrun, dtsim run --trace) are every rank's ops and collectives in the order the
+//   rank ran them, each with that rank's digests of its inputs and outputs (RunEvents);
+// - a model trace's events (model_trace.h, `dtsim model --trace`) are the whole world's, run in
+//   lockstep: one event stands for every rank, with each rank's hash of a module boundary's tensor
+//   (WorldTensor) and the collectives an op's implicit redistributions ran.
+// Each producer fills the fields it knows and leaves the rest empty; each format writes the keys
+// its documented JSON form has (docs/recording.md, docs/model.md), as CollectiveEvent and
+// RedistributionEvent do. Here too: the rank-by-rank diff of recordings that names the first op or
+// collective where two runs part, and the replica check. No LibTorch (library dtsim_trace).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "dtsim/layout/json_reader.h"
 #include "dtsim/layout/mesh.h"
+#include "dtsim/trace/collective_event.h"
 
 namespace dtsim {
 
@@ -29,15 +40,49 @@ struct TensorDigest {
   std::string unavailable;  // why it was not hashed, where the recorder said ("meta tensor"; "")
 };
 
+// A tensor as the whole world holds it, at a module boundary of a model trace: its placements and
+// global shape, and each rank's hash and sketch of its shard.
+struct WorldTensor {
+  std::string placements;           // "[S(1), R]"; "local" for a plain per-rank tensor
+  std::vector<int64_t> shape;       // the global shape (a local tensor's: rank 0's)
+  std::vector<std::string> hashes;  // per rank, "xxh3:<16 hex>"; empty in metadata-only traces
+  // Per rank (with hashes): a sketch of the values that survives float rounding — two projections
+  // on fixed pseudo-random weights in [-1, 1] and the L2 norm — so that a real run whose
+  // reductions summed in another order (MPI's or NCCL's algorithms) is told apart from one with
+  // wrong values.
+  std::vector<std::array<double, 3>> sketches;
+};
+
 struct RunEvent {
-  enum class Kind { kOp, kCollective };
+  // Recordings hold ops and collectives; model traces hold every kind.
+  enum class Kind {
+    kOp,             // a DTensor op (`op`, `args`, `results`)
+    kCollective,     // a collective (a recording: `op` and `group`; a model trace: `collectives`,
+                     // one, that no op caused)
+    kModuleBegin,    // forward of `module` begins (`type`; `tensor`: its input)
+    kModuleEnd,      // forward of `module` ends (`tensor`: its output)
+    kBackwardBegin,  // the gradient of `module`'s output arrived (`tensor`: that gradient)
+    kParameter,      // a parameter as parallelized, before the run (`name`, `tensor`)
+    kLoss,           // the loss (`tensor`)
+    kGradient,       // a parameter's gradient after backward (`name`, `tensor`)
+  };
   Kind kind = Kind::kOp;
   std::string op;      // "aten.mm.default", or the collective's kind ("all_gather")
   std::string module;  // the module path it ran in ("Global" outside every module)
-  std::string pass;    // "forward" or "backward"
-  std::string line;    // the program's line ("train.py:42"), shown, not compared
-  std::vector<std::string> args, results;  // an op's DTensor placements ("[S(0), R]")
-  std::vector<int64_t> group;              // a collective's process group (its global ranks)
+  // "forward" or "backward"; a model trace's parameters are "setup" and its gradients "end".
+  std::string pass;
+  std::string line;  // the program's line ("train.py:42"), shown, not compared
+  std::string type;  // kModuleBegin: the module's type ("TransformerBlock")
+  std::string name;  // kParameter, kGradient: the parameter's fully qualified name
+  // An op's DTensor placements ("[S(0), R]"), one per DTensor argument and result ("none" for a
+  // model trace's result that is no tensor).
+  std::vector<std::string> args, results;
+  std::vector<int64_t> group;  // a recording's collective: its process group (its global ranks)
+  // A model trace's planned collectives: those of an op's implicit redistributions, or the one of
+  // a kCollective event, each in every group along its mesh dim.
+  std::vector<CollectiveEvent> collectives;
+  // A model trace's tensor of a module boundary, parameter, loss or gradient, on every rank.
+  std::optional<WorldTensor> tensor;
   // An op's device mesh: its index in the recording's "meshes" (nullopt: not recorded, as by
   // recorders before meshes were).
   std::optional<int64_t> mesh;
@@ -63,6 +108,14 @@ struct RunEvent {
   // nullopt when not recorded. Shown (dtsim export), never compared.
   std::optional<double> t_us, dur_us;
 };
+
+// "op", "collective", "module_begin", "module_end", "backward_begin", "parameter", "loss",
+// "gradient": the names both formats write.
+std::string_view ToString(RunEvent::Kind kind);
+std::optional<RunEvent::Kind> FindRunEventKind(std::string_view name);
+
+// An op's placements in one line: "[S(0)], [R] -> [S(0)]".
+std::string PlacementsText(const RunEvent& e);
 
 // rank -> that rank's events, in its order.
 using RunEvents = std::map<int64_t, std::vector<RunEvent>>;
@@ -143,7 +196,10 @@ EventDiff DiffRunEventsByRank(const std::vector<int64_t>& ranks_a,
                               const std::vector<int64_t>& ranks_b,
                               const std::function<RankEventsPair(int64_t rank)>& read);
 
-// "aten.mm.default in layers.0.wo (backward) at train.py:42".
+// What an event is, in one line, for every kind: "aten.mm.default in layers.0.wo (backward) at
+// train.py:42", "all_gather over [0, 1] in layers.0 (forward)", "forward output of layers.0",
+// "output gradient of layers.0", "parameter layers.0.wq.weight", "loss",
+// "gradient of layers.0.wq.weight".
 std::string EventLabel(const RunEvent& e);
 
 // Consistency inside one run: ranks that must hold the same replica hold equal bytes. The n-th op
