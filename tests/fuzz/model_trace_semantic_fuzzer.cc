@@ -1,6 +1,7 @@
 // Fuzz target: model traces that lie (`dtsim model --trace`, read by trace-diff, export, the viewer
 // and Python). Each input is a program of semantic mutations applied to data/model_trace.json (a
 // 2x2 fsdp+tp run with backward): placements replaced by ones that do not fit the tensor or mesh,
+// an op's placements line replaced by one that may not split into arguments and results,
 // collectives moved to dims the mesh lacks or given groups of other sizes, mesh names duplicated,
 // model sizes made negative, fractional or huge, shapes and hash lists changed, events dropped or
 // duplicated. The JSON stays valid; what it says may be impossible. Properties, beyond "no crash,
@@ -9,7 +10,8 @@
 //    exception;
 //  * an accepted trace is possible — checked here independently of the validator (Impossible()
 //    below): unique mesh names, model sizes of at least 1, collectives along a mesh dim in groups
-//    of its size, placements at most one per mesh dim and shard dims inside the tensor's rank;
+//    of its size, placements at most one per mesh dim and shard dims inside the tensor's rank, an
+//    op's placements each one bracketed list or "none";
 //  * an accepted trace writes JSON that reads back to the same JSON and diffs equal to itself.
 // DTSIM_FUZZ_SWEEP=N:SEED (ctest's fuzz_model_trace_semantic sets it): the first input also runs N
 // programs drawn from SEED.
@@ -80,7 +82,7 @@ void Mutate(Program& p, Json& doc) {
   static const std::vector<Json> kSizes = {
       Json(-1), Json(0), Json(1), Json(1.5), Json("x"), Json(int64_t{1} << 40), Json(8)};
   static const std::vector<std::string> kDims = {"dp", "tp", "pp", "", "0"};
-  switch (p.Next() % 9) {
+  switch (p.Next() % 10) {
     case 0: {  // a tensor's placements
       const auto at = EventsWith(doc, "tensor");
       doc["events"][Pick(p, at)]["tensor"]["placements"] = Pick(p, kPlacements);
@@ -142,6 +144,25 @@ void Mutate(Program& p, Json& doc) {
         tensor["hashes"].push_back("xxh3:0000000000000000");
       break;
     }
+    case 8: {  // an op's placements line
+      static const std::vector<std::string> kLines = {"[S(0)] -> [S(0)]",
+                                                      "[S(0)], [R] -> [P(sum)]",
+                                                      " -> [R]",
+                                                      "[S(0)] -> none",
+                                                      "[S(0)]",
+                                                      "[S(0)] -> [R] -> [R]",
+                                                      "S(0) -> [R]",
+                                                      "[S(0)],[R] -> [R]",
+                                                      "[S(0) -> [R]",
+                                                      "",
+                                                      "->",
+                                                      "[S(0)]] -> [[R]"};
+      std::vector<size_t> ops;
+      for (size_t i = 0; i < doc["events"].size(); ++i)
+        if (doc["events"][i]["event"] == "op") ops.push_back(i);
+      doc["events"][Pick(p, ops)]["placements"] = Pick(p, kLines);
+      break;
+    }
     default: {  // a placement moved from one tensor to another
       const auto at = EventsWith(doc, "tensor");
       doc["events"][Pick(p, at)]["tensor"]["placements"] =
@@ -160,6 +181,14 @@ std::optional<std::string> Impossible(const dtsim::ModelTrace& t) {
       return StrCat("model.", key, " is ", t.model[key].dump());
   }
   for (const dtsim::RunEvent& e : t.events) {
+    for (const auto* list : {&e.args, &e.results}) {
+      for (const std::string& one : *list) {
+        const bool bracketed = one.size() >= 2 && one.front() == '[' && one.back() == ']' &&
+                               one.find('[', 1) == std::string::npos &&
+                               one.find(']') == one.size() - 1;
+        if (!bracketed && one != "none") return StrCat("an op's placement '", one, "'");
+      }
+    }
     for (const dtsim::CollectiveEvent& c : e.collectives) {
       size_t dim = 0;
       while (dim < t.mesh_names.size() && t.mesh_names[dim] != c.mesh_dim) ++dim;
