@@ -155,16 +155,16 @@ class Recorder : public ops::OpObserver, public ModuleObserver {
   }
 
   void OnOp(const ops::OpEvent& e) override {
-    RunEvent placed;
-    for (const Placements& p : e.input_placements) placed.args.push_back(ToString(p));
+    std::vector<std::string> args, results;
+    for (const Placements& p : e.input_placements) args.push_back(ToString(p));
     for (const auto& out : e.outputs)
-      placed.results.push_back(out ? ToString(out->placements()) : std::string("none"));
-    const std::string text = PlacementsText(placed);
+      results.push_back(out ? ToString(out->placements()) : std::string("none"));
+    const std::string text = PlacementsText(args, results);
     if (trace_) {
       RunEvent ev = NewEvent(RunEvent::Kind::kOp);
       ev.op = e.op;
-      ev.args = std::move(placed.args);
-      ev.results = std::move(placed.results);
+      ev.args = std::move(args);
+      ev.results = std::move(results);
       ev.collectives = std::move(pending_);
       pending_.clear();
       events_.push_back(std::move(ev));

@@ -536,13 +536,16 @@ std::optional<RunEvent::Kind> FindRunEventKind(std::string_view name) {
   return std::nullopt;
 }
 
-std::string PlacementsText(const RunEvent& e) {
+std::string PlacementsText(const std::vector<std::string>& args,
+                           const std::vector<std::string>& results) {
   std::string text;
-  for (size_t i = 0; i < e.args.size(); ++i) text += StrCat(i ? ", " : "", e.args[i]);
+  for (size_t i = 0; i < args.size(); ++i) text += StrCat(i ? ", " : "", args[i]);
   text += " -> ";
-  for (size_t i = 0; i < e.results.size(); ++i) text += StrCat(i ? ", " : "", e.results[i]);
+  for (size_t i = 0; i < results.size(); ++i) text += StrCat(i ? ", " : "", results[i]);
   return text;
 }
+
+std::string PlacementsText(const RunEvent& e) { return PlacementsText(e.args, e.results); }
 
 std::string EventLabel(const RunEvent& e) {
   switch (e.kind) {

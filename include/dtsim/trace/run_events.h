@@ -115,7 +115,9 @@ std::string_view ToString(RunEvent::Kind kind);
 std::optional<RunEvent::Kind> FindRunEventKind(std::string_view name);
 
 // An op's placements in one line: "[S(0)], [R] -> [S(0)]".
-std::string PlacementsText(const RunEvent& e);
+std::string PlacementsText(const std::vector<std::string>& args,
+                           const std::vector<std::string>& results);
+std::string PlacementsText(const RunEvent& e);  // of its args and results
 
 // rank -> that rank's events, in its order.
 using RunEvents = std::map<int64_t, std::vector<RunEvent>>;
