@@ -124,9 +124,6 @@ WorldTensor TensorFromJson(const JsonReader& r, int64_t world, bool data) {
   return t;
 }
 
-// An op's placements as one line ("[S(0)], [R] -> [S(0)]", as PlacementsText writes them) into its
-// arguments' and results': each side a list of bracketed placements or "none", split at the commas
-// outside brackets.
 // "[...]": one bracketed list, its brackets closing at its end.
 bool OneBracketedList(std::string_view text) {
   if (text.size() < 2 || text.front() != '[') return false;
@@ -138,6 +135,9 @@ bool OneBracketedList(std::string_view text) {
   return false;
 }
 
+// An op's placements as one line ("[S(0)], [R] -> [S(0)]", as PlacementsText writes them) into its
+// arguments' and results': each side a list of bracketed placements or "none", split at the commas
+// outside brackets; a line that does not read back to itself is refused.
 void SplitOpPlacements(const JsonReader& r, RunEvent* e) {
   const std::string& text = r.AsString();
   const size_t arrow = text.find(" -> ");
