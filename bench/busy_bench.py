@@ -3,9 +3,9 @@
     python bench/busy_bench.py DTSIM_BIN        prints one JSON object
 
 `bench model_busy_vs_serial ratio <x>`: the command's wall time with ranks run serially (DTSIM_PARALLEL_RANKS=0)
-over its wall time as dtsim runs it by default, both beside 4 processes that spin on the CPU; 5 runs of each,
-alternating, medians. 1 means dtsim's rank threads cost nothing under load; the target is >= 0.9 (the OpenMP rank
-threads once made it 27x slower).
+over its wall time as dtsim runs it by default, both beside 4 processes that spin on the CPU; 11 runs of each,
+alternating, medians (single runs spread by about 15 % either way under that load). 1 means dtsim's rank threads
+cost nothing under load; the target is >= 0.9 (the OpenMP rank threads once made it 27x slower).
 """
 import json
 import os
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+RUNS = 11
 COMMAND = ["model", "--mesh", "2x4", "--names", "dp,tp", "--plan", "fsdp+tp", "--dim", "256", "--heads", "8",
            "--layers", "2", "--vocab", "1000", "--seq", "64", "--batch", "4", "--backward"]
 
@@ -40,7 +41,7 @@ def main():
     try:
         time.sleep(1.0)  # the spinners are running
         default, serial = [], []
-        for _ in range(5):
+        for _ in range(RUNS):
             default.append(timed([dtsim] + COMMAND, dict(os.environ)))
             serial.append(timed([dtsim] + COMMAND, dict(os.environ, DTSIM_PARALLEL_RANKS="0")))
     finally:

@@ -109,7 +109,7 @@ if [ "$have_python" = 1 ]; then
   "$DTSIM_PY" "$DTSIM_ROOT/bench/record_ops_bench.py" "$DTSIM_BUILD/dtsim" > "$out/record_ops.json"
 fi
 # Issue 33: the model command on a busy machine (4 spinning processes beside it), default against serial ranks.
-echo "bench: model_busy_vs_serial (4 spinning processes beside the model command, about a minute) ..." >&2
+echo "bench: model_busy_vs_serial (4 spinning processes beside the model command, about 40 s) ..." >&2
 "$DTSIM_PY" "$DTSIM_ROOT/bench/busy_bench.py" "$DTSIM_BUILD/dtsim" > "$out/busy.json"
 # Issue 36: replay, export and the viewer on recordings of 2^16 and 2^20 ranks (bench/recording_scale_bench.py).
 echo "bench: recording_65536 and recording_1M (replay, export, viewer at 2^16 and 2^20 ranks, about 2 minutes) ..." >&2

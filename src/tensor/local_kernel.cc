@@ -242,12 +242,16 @@ bool MachineBusy() {
   }
   std::fclose(f);
   // This process's own intra-op threads may be among the running ones (spinning between parallel
-  // regions): busy is as many runnable threads besides them as CPUs, twice in a row (readings
-  // 100 ms apart), so that one burst does not switch LibTorch's threads back and forth.
+  // regions): busy is as many runnable threads besides them as CPUs. The first reading decides at
+  // once (a process started on a busy machine runs serially from its first op); after it, the
+  // answer changes only when two readings in a row (100 ms apart) say so, so that one burst does
+  // not switch LibTorch's threads back and forth.
+  static bool first = true;
   static int streak = 0;
   const bool now_busy = running - at::get_num_threads() >= cpus;
   streak = now_busy == busy ? 0 : streak + 1;
-  if (streak >= 2) {
+  if (first || streak >= 2) {
+    first = false;
     busy = now_busy;
     streak = 0;
   }
