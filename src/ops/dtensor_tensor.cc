@@ -338,6 +338,10 @@ struct OpNames {
   std::string short_name;                         // "add.Tensor"
   CustomHandler handler = nullptr;                // set kAlways
   CustomHandler loss_parallel_handler = nullptr;  // set kLossParallel
+  // How RunLocal runs it (besides calling it on the local data).
+  bool shape_args = false;  // IsShapeArgOp: its shape arguments made local first
+  bool embedding = false;   // aten::embedding: masked where the table is vocab-sharded
+  bool squeeze = false;     // aten::squeeze*: squeezes global size-1 dims only
 };
 
 const OpNames& NamesOf(const c10::OperatorHandle& op) {
@@ -350,6 +354,9 @@ const OpNames& NamesOf(const c10::OperatorHandle& op) {
     n.short_name = n.name.substr(n.name.find("::") + 2);
     n.handler = FindCustomHandler(HandlerSet::kAlways, n.name);
     n.loss_parallel_handler = FindCustomHandler(HandlerSet::kLossParallel, n.name);
+    n.shape_args = IsShapeArgOp(n.name);
+    n.embedding = n.name == "aten::embedding";
+    n.squeeze = n.name.rfind("aten::squeeze", 0) == 0;
     it = names.emplace(key, std::move(n)).first;
   }
   return it->second;
@@ -772,10 +779,9 @@ torch::jit::Stack KernelCall::RunLocal() {
       }
     }
   }
-  if (IsShapeArgOp(name)) LocalShapeArguments(local_stack);
+  if (names.shape_args) LocalShapeArguments(local_stack);
   std::optional<at::Tensor> masked;
-  if (name == "aten::embedding" && !decision.output_placements.empty() &&
-      decision.output_placements[0]) {
+  if (names.embedding && !decision.output_placements.empty() && decision.output_placements[0]) {
     masked =
         MaskedEmbedding(mesh(), *collectives, inputs[0].dt->shape(), decision.input_placements[0],
                         *decision.output_placements[0], locals[0], locals[1]);
@@ -783,7 +789,7 @@ torch::jit::Stack KernelCall::RunLocal() {
   if (masked) {
     local_stack.clear();
     local_stack.emplace_back(*masked);
-  } else if (name.rfind("aten::squeeze", 0) == 0 && inputs[0].dt) {
+  } else if (names.squeeze && inputs[0].dt) {
     at::Tensor out = SqueezeGlobalOnes();
     local_stack.clear();
     local_stack.emplace_back(std::move(out));

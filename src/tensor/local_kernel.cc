@@ -225,16 +225,24 @@ std::atomic<bool>& ParallelRanksFlag() {
 bool MachineBusy() {
   // procs_running in /proc/stat: the threads runnable at this instant, this one included. Read at
   // most every 100 ms (about 30 us a read); the answer in between is the last one.
+  // Between readings no lock is taken: the next reading's time and the answer are atomics.
   static std::mutex mutex;
-  static std::chrono::steady_clock::time_point next{};
-  static bool busy = false;
+  static std::atomic<int64_t> next_ns{0};  // steady_clock's count
+  static std::atomic<bool> busy{false};
   static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  const auto now = std::chrono::steady_clock::now();
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now < next_ns.load(std::memory_order_relaxed)) return busy.load(std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
-  if (!lock.owns_lock() || now < next) return busy;
-  next = now + std::chrono::milliseconds(100);
+  if (!lock.owns_lock() || now < next_ns.load(std::memory_order_relaxed))
+    return busy.load(std::memory_order_relaxed);
+  next_ns.store(now + int64_t{100'000'000}, std::memory_order_relaxed);
   std::FILE* f = std::fopen("/proc/stat", "r");
-  if (f == nullptr) return busy = false;
+  if (f == nullptr) {
+    busy.store(false, std::memory_order_relaxed);
+    return false;
+  }
   char line[256];
   long running = 0;
   while (std::fgets(line, sizeof(line), f) != nullptr) {
@@ -246,33 +254,34 @@ bool MachineBusy() {
   // once (a process started on a busy machine runs serially from its first op); after it, the
   // answer changes only when two readings in a row (100 ms apart) say so, so that one burst does
   // not switch LibTorch's threads back and forth.
-  static bool first = true;
+  static bool first = true;  // these two under the mutex
   static int streak = 0;
   const bool now_busy = running - at::get_num_threads() >= cpus;
-  streak = now_busy == busy ? 0 : streak + 1;
+  streak = now_busy == busy.load(std::memory_order_relaxed) ? 0 : streak + 1;
   if (first || streak >= 2) {
     first = false;
-    busy = now_busy;
+    busy.store(now_busy, std::memory_order_relaxed);
     streak = 0;
   }
-  return busy;
+  return busy.load(std::memory_order_relaxed);
 }
 
 void AdaptThreadsToLoad() {
   const OpenMp& omp = GetOpenMp();
   if (omp.ok() && omp.in_parallel()) return;  // a worker thread: the caller's setting holds
+  static const int configured = at::get_num_threads();  // as the user set it (OMP_NUM_THREADS)
+  if (configured < 2) return;
+  static std::atomic<bool> reduced{false};
+  const bool busy = MachineBusy();
+  if (busy == reduced.load(std::memory_order_acquire)) return;  // nothing to change: no lock
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  static const int configured = at::get_num_threads();  // as the user set it (OMP_NUM_THREADS)
-  static bool reduced = false;
-  if (configured < 2) return;
-  const bool busy = MachineBusy();
-  if (busy && !reduced) {
+  if (busy && !reduced.load(std::memory_order_relaxed)) {
     at::set_num_threads(1);
-    reduced = true;
-  } else if (!busy && reduced) {
+    reduced.store(true, std::memory_order_release);
+  } else if (!busy && reduced.load(std::memory_order_relaxed)) {
     at::set_num_threads(configured);
-    reduced = false;
+    reduced.store(false, std::memory_order_release);
   }
 }
 

@@ -381,17 +381,20 @@ std::optional<c10::IValue> StackedDims(const c10::IValue& dim, int64_t dims) {
     if (!d) return std::nullopt;
     return c10::IValue(*d);
   }
-  std::vector<int64_t> out;
-  if (dim.isNone() || dim.toIntVector().empty()) {
+  c10::List<int64_t> out;
+  if (dim.isNone() || dim.toIntList().empty()) {
+    out.reserve(dims);
     for (int64_t d = 1; d <= dims; ++d) out.push_back(d);
   } else {
-    for (int64_t d : dim.toIntVector()) {
-      std::optional<int64_t> m = moved(d);
+    const c10::List<int64_t> given = dim.toIntList();  // shares the argument's list
+    out.reserve(given.size());
+    for (size_t i = 0; i < given.size(); ++i) {
+      std::optional<int64_t> m = moved(given.get(i));
       if (!m) return std::nullopt;
       out.push_back(*m);
     }
   }
-  return c10::IValue(out);
+  return c10::IValue(std::move(out));
 }
 
 // A reduction (BatchRule::kReduction) of one LocalTensor over some of its shard dims.
