@@ -424,7 +424,10 @@ class KernelCall {
   c10::SmallVector<size_t, 4> input_arg;  // the argument each input comes from
   const DTensor* ref = nullptr;           // the first DTensor argument
   std::shared_ptr<Collectives> collectives;
-  std::vector<Placements> current;  // each input's placements before any redistribution
+  // Each input's placements before any redistribution: its DTensor's own (alive while the argument
+  // is on the stack), or `replicate` for a plain scalar tensor. CurrentPlacements() copies them.
+  c10::SmallVector<const Placements*, 4> current;
+  Placements replicate;
   std::shared_ptr<const CachedCall> cached;
   bool cache_hit = false;
   c10::SmallVector<at::Tensor, 4> locals;  // each input's local data, redistributed
@@ -433,6 +436,7 @@ class KernelCall {
 
  private:
   void fill_call();
+  std::vector<Placements> CurrentPlacements() const;
   const DeviceMesh& mesh() const { return ref->mesh(); }
   void FixMetaOutputs();
   void LocalShapeArguments(torch::jit::Stack& local_stack);
@@ -483,11 +487,17 @@ void KernelCall::Unwrap() {
   }
   DTSIM_CHECK(ref != nullptr, "DTensor kernel reached without a DTensor argument: ", name);
   collectives = ref->collectives_ptr();
-  current.reserve(inputs.size());
   for (const Input& in : inputs) {
-    current.push_back(in.dt ? in.dt->placements()
-                            : Placements(mesh().ndim(), Placement::Replicate()));
+    if (!in.dt && replicate.empty()) replicate.assign(mesh().ndim(), Placement::Replicate());
+    current.push_back(in.dt ? &in.dt->placements() : &replicate);
   }
+}
+
+std::vector<Placements> KernelCall::CurrentPlacements() const {
+  std::vector<Placements> out;
+  out.reserve(current.size());
+  for (const Placements* p : current) out.push_back(*p);
+  return out;
 }
 
 void KernelCall::fill_call() {
@@ -507,7 +517,7 @@ void KernelCall::fill_call() {
   call.mesh_shape = mesh().shape();
   for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper));
   call.args.assign(stack->begin() + base, stack->end());
-  call.current = current;
+  call.current = CurrentPlacements();
 }
 
 // Output metadata where LibTorch's C++ meta kernels disagree with its CPU kernels and upstream's
@@ -595,7 +605,7 @@ void KernelCall::Propagate() {
     }
   }
   if (!cached) {
-    if (FindStrategy(name) == nullptr) ThrowNoStrategy(name, current);
+    if (FindStrategy(name) == nullptr) ThrowNoStrategy(name, CurrentPlacements());
     fill_call();
     // Output metadata: the op on meta tensors of the global shapes.
     torch::jit::Stack meta_stack(stack->begin() + base, stack->end());
@@ -658,7 +668,7 @@ void KernelCall::Propagate() {
     }
     FixMetaOutputs();
     auto entry = std::make_shared<CachedCall>();
-    entry->decision = PropagateSharding(call, mesh, current);
+    entry->decision = PropagateSharding(call, mesh, CurrentPlacements());
     entry->outputs = call.outputs;
     // One output placement for several tensor outputs: every output gets it (upstream does the
     // same).
@@ -689,7 +699,7 @@ void KernelCall::Redistribute() {
     const Input& in = inputs[i];
     const Placements& target = decision.input_placements[i];
     if (!in.dt) {
-      if (target != current[i]) {
+      if (target != *current[i]) {
         throw InputError(
             "op", StrCat("aten.", short_name, ": a scalar tensor argument would need placements ",
                          ToString(target), "; make it a DTensor first"));
@@ -697,24 +707,24 @@ void KernelCall::Redistribute() {
       locals[i] = in.wrapper;
       continue;
     }
-    if (target == current[i]) {
+    if (target == *current[i]) {
       locals[i] = in.dt->to_local();
       continue;
     }
     if (inplace() && i == 0) {
       throw InputError(
           "op", StrCat("aten.", short_name, ": in-place operations that require placement changes ",
-                       "are not supported (self is ", ToString(current[i]), ", the op needs ",
+                       "are not supported (self is ", ToString(*current[i]), ", the op needs ",
                        ToString(target), "); use the out-of-place op"));
     }
     // Everything but R -> P through the planner and the collectives, then R -> P locally
     // (upstream's internal Replicate -> Partial: sum divides by the group size), which touches no
     // other mesh dim.
     DTensor dt = *in.dt;
-    const Placements planned = WithoutNewPartials(current[i], target);
+    const Placements planned = WithoutNewPartials(*current[i], target);
     OpRedistribution r;
     r.input = i;
-    r.from = current[i];
+    r.from = *current[i];
     r.to = target;
     if (dt.placements() != planned) {
       r.plan = PlanFor(dt.spec(), planned);
@@ -860,7 +870,7 @@ void KernelCall::Finish(std::vector<c10::IValue> results) {
     fill_call();
     event.op = name;
     event.inputs = call.inputs;
-    event.input_placements = current;
+    event.input_placements = CurrentPlacements();
     event.decision = cached->decision;
     event.cache_hit = cache_hit;
     g_observers.Notify([this](OpObserver& o) { o.OnOp(event); });
