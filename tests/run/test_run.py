@@ -56,8 +56,15 @@ def script_path(script):
 NUMBER = re.compile(r"[-+]?\d+\.\d+e[-+]\d+|[-+]?\d+\.\d+|[-+]?\d+")
 
 
-def run(argv, timeout=300, **kwargs):
-    return subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=ROOT, **kwargs)
+def run(argv, timeout=300, env=ENV, **kwargs):
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT, **kwargs)
+
+
+# The reference runs' processes wait at exit until Gloo's worker threads are done (reference_site/sitecustomize.py):
+# without it, under load, real torchrun lost a rank to upstream's teardown race in 18 of 30 runs of loss_parallel.py
+# beside two busy loops; with it, in none of 30 (docs/run.md).
+REFERENCE_ENV = dict(ENV, PYTHONPATH=os.pathsep.join(
+    [os.path.join(os.path.dirname(__file__), "reference_site")] + [p for p in [ENV.get("PYTHONPATH")] if p]))
 
 
 def compared_lines(stdout):
@@ -82,7 +89,8 @@ def died_in_gloo_teardown(out):
     Gloo worker thread destroys a finished collective's work after the rank's interpreter began to finalize; releasing
     what it holds (its tensors' Python objects, backward's contextvars Context) takes the GIL, which ends the thread
     through a noexcept frame, and the rank dies of std::terminate (SIGABRT) with its output complete
-    (docs/recording.md has the core-dump analysis; `dtsim record`'s rank hook avoids it, these plain scripts cannot).
+    (docs/recording.md has the core-dump analysis). The reference ranks wait for their threads at exit
+    (REFERENCE_ENV), which keeps them out of it unless a worker is still runnable after the wait's limit.
     Every other failure of the reference is a failure of the test."""
     failed = re.findall(r"exitcode\s*:\s*(-?\d+)", out.stderr)
     return (compared_lines(out.stdout)[-1:] == ["done"]
@@ -94,11 +102,14 @@ def died_in_gloo_teardown(out):
 
 def torchrun_lines(script, nproc):
     if script not in _torchrun_cache:
-        out = run(TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}", script_path(script)])
+        out = run(TORCHRUN + ["--standalone", f"--nproc_per_node={nproc}", script_path(script)], env=REFERENCE_ENV)
         if out.returncode != 0 and died_in_gloo_teardown(out):
             print(f"{script}: real torchrun lost a rank to Gloo's teardown race after 'done' (upstream defect)")
         else:
-            assert out.returncode == 0, out.stderr[-3000:]
+            # what the test needs to tell why: the last lines printed, any abort, and the ranks' exit codes
+            why = [line for line in out.stderr.splitlines()
+                   if "terminate called" in line or "exitcode" in line or "]: Traceback" in line]
+            assert out.returncode == 0, (compared_lines(out.stdout)[-2:], why, out.stderr[-3000:])
         _torchrun_cache[script] = compared_lines(out.stdout)
     return _torchrun_cache[script]
 
