@@ -40,14 +40,23 @@ std::shared_ptr<Collectives> CollectivesFor(std::shared_ptr<Collectives> given,
 
 DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
                     std::optional<std::vector<int64_t>> stride) {
+  return MakeDTensor(std::make_shared<const DTensorSpec>(std::move(spec)), std::move(local),
+                     std::move(collectives), std::move(stride));
+}
+
+DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
+                    std::shared_ptr<Collectives> collectives,
+                    std::optional<std::vector<int64_t>> stride) {
+  DTSIM_CHECK(spec != nullptr, "MakeDTensor needs a spec");
+  const std::vector<int64_t>& shape = spec->shape();
   if (!stride) {
-    stride = std::vector<int64_t>(spec.shape().size(), 1);
-    for (int64_t d = static_cast<int64_t>(spec.shape().size()) - 2; d >= 0; --d) {
-      (*stride)[d] = (*stride)[d + 1] * std::max<int64_t>(spec.shape()[d + 1], 1);
+    stride = std::vector<int64_t>(shape.size(), 1);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
+      (*stride)[d] = (*stride)[d + 1] * std::max<int64_t>(shape[d + 1], 1);
     }
   }
-  DTSIM_CHECK(stride->size() == spec.shape().size(), "stride ", IntListToString(*stride), " for ",
-              spec.ToString());
+  DTSIM_CHECK(stride->size() == shape.size(), "stride ", IntListToString(*stride), " for ",
+              spec->ToString());
   collectives = CollectivesFor(std::move(collectives), local);
   return DTensor(std::move(spec), std::move(local), std::move(collectives), std::move(*stride));
 }
@@ -123,18 +132,18 @@ DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh,
 
 DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placements,
                               const RedistributeOptions& options) const {
-  if (mesh != spec_.mesh()) {
-    throw InputError("mesh", StrCat("redistribute from ", spec_.mesh().ToString(),
+  if (mesh != spec_->mesh()) {
+    throw InputError("mesh", StrCat("redistribute from ", spec_->mesh().ToString(),
                                     " to another mesh ", mesh.ToString(),
                                     " is not supported (use DistributeTensor to shard onto another "
                                     "submesh of the same root)"));
   }
   const DTensor out =
-      ExecutePlan(*this, PlanFor(spec_, placements, options.planner), options.on_step);
+      ExecutePlan(*this, PlanFor(*spec_, placements, options.planner), options.on_step);
   const Placements& current = out.placements();
   // The plan ends at the requested placements (normalised); the result keeps them as the user wrote
   // them.
-  DTensorSpec target = DTensorSpec::Create(mesh, placements, spec_.shape(), spec_.dtype());
+  DTensorSpec target = DTensorSpec::Create(mesh, placements, spec_->shape(), spec_->dtype());
   for (size_t m = 0; m < target.placements().size(); ++m) {
     DTSIM_CHECK(current[m] == target.placements()[m].Canonical(), "plan ended at ",
                 ToString(current), " instead of ", ToString(target.placements()));
@@ -144,7 +153,7 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
 
 at::Tensor DTensor::FullTensor() const {
   if (local_.is_meta()) {  // a LocalTensor's device is its shards'
-    throw InputError("tensor", StrCat("full_tensor of a metadata-only DTensor (", spec_.ToString(),
+    throw InputError("tensor", StrCat("full_tensor of a metadata-only DTensor (", spec_->ToString(),
                                       "): its shards are meta tensors, there are no values"));
   }
   DTensor replicated = Redistribute(mesh(), Placements(mesh().ndim(), Placement::Replicate()));

@@ -87,8 +87,9 @@ thread_local OpObservers g_observers;
 struct CachedCall {
   ShardingDecision decision;
   std::vector<std::optional<TensorMeta>> outputs;
-  // The spec of each output (validated once), where the decision and the metadata give one.
-  std::vector<std::optional<DTensorSpec>> out_specs;
+  // The spec of each output (validated once), where the decision and the metadata give one; null
+  // otherwise. The outputs' DTensors share it.
+  std::vector<std::shared_ptr<const DTensorSpec>> out_specs;
 };
 struct Cache {
   std::mutex mu;
@@ -393,7 +394,8 @@ class KernelCall {
   // 4. Run the op on the local data: its results, per rank.
   torch::jit::Stack RunLocal();
   // 5. Wrap the local results as DTensors with the decision's specs.
-  std::vector<c10::IValue> Wrap(const torch::jit::Stack& local_stack);
+  using Results = c10::SmallVector<c10::IValue, 2>;  // most ops return one or two values
+  Results Wrap(const torch::jit::Stack& local_stack);
   // Whether the op writes its first argument (call.inplace()).
   bool inplace() {
     if (call.name.empty()) call.name = name;
@@ -401,7 +403,7 @@ class KernelCall {
   }
   // Replaces the arguments by the results; the observer hears of the call first (the arguments,
   // and the DTensors `ref` and `inputs` point into, are alive until the drop).
-  void Finish(std::vector<c10::IValue> results);
+  void Finish(Results results);
   // Stages 3 to the end, for a call that has been unwrapped and propagated.
   void RunGeneric() {
     Redistribute();
@@ -586,7 +588,10 @@ void KernelCall::Propagate() {
     } else if (v.isNone()) {
       key += "N;";
     } else if (v.isIntList()) {
-      AppendInts(key, v.toIntList().vec());
+      for (const c10::IValue& x : v.toListRef()) {  // the elements in place, not a copy
+        AppendInt(key, x.toInt());
+        key += ',';
+      }
       key += ';';
     } else {
       std::ostringstream s;
@@ -680,10 +685,10 @@ void KernelCall::Propagate() {
       const bool has = entry->outputs[o] && o < entry->decision.output_placements.size() &&
                        entry->decision.output_placements[o];
       entry->out_specs.push_back(
-          has ? std::optional<DTensorSpec>(DTensorSpec::Create(
+          has ? std::make_shared<const DTensorSpec>(DTensorSpec::Create(
                     mesh, *entry->decision.output_placements[o], entry->outputs[o]->shape,
                     FromScalarType(entry->outputs[o]->dtype)))
-              : std::nullopt);
+              : nullptr);
     }
     cached = entry;
     Cache& cache = GetCache();
@@ -810,12 +815,11 @@ torch::jit::Stack KernelCall::RunLocal() {
   return local_stack;
 }
 
-std::vector<c10::IValue> KernelCall::Wrap(const torch::jit::Stack& local_stack) {
+KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
   const ShardingDecision& decision = cached->decision;
   const std::vector<std::optional<TensorMeta>>& out_meta = cached->outputs;
   const DeviceMesh& mesh = this->mesh();
-  std::vector<c10::IValue> results;
-  results.reserve(local_stack.size());
+  Results results;
   size_t k = 0;
   auto wrap = [&](const at::Tensor& local, size_t out_index) -> at::Tensor {
     if (!local.defined()) return local;
@@ -824,13 +828,14 @@ std::vector<c10::IValue> KernelCall::Wrap(const torch::jit::Stack& local_stack) 
                     decision.output_placements[out_index],
                 name, ": output ", out_index, " has no spec");
     const TensorMeta& m = *out_meta[out_index];
-    DTensorSpec spec = *cached->out_specs.at(out_index);
+    std::shared_ptr<const DTensorSpec> spec = cached->out_specs.at(out_index);
     // The decision is keyed by the mesh's shape: a cached spec made on another mesh of that shape
     // (a submesh of another root, other ranks) is remade on this call's.
-    if (!spec.mesh().SameMesh(mesh)) {
-      spec = DTensorSpec::Create(mesh, spec.placements(), spec.shape(), spec.dtype());
+    if (!spec->mesh().SameMesh(mesh)) {
+      spec = std::make_shared<const DTensorSpec>(
+          DTensorSpec::Create(mesh, spec->placements(), spec->shape(), spec->dtype()));
     }
-    if (observe) event.outputs.push_back(spec);
+    if (observe) event.outputs.push_back(*spec);
     return AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride));
   };
   // In-place and out= ops return the mutated argument itself.
@@ -865,7 +870,7 @@ std::vector<c10::IValue> KernelCall::Wrap(const torch::jit::Stack& local_stack) 
   return results;
 }
 
-void KernelCall::Finish(std::vector<c10::IValue> results) {
+void KernelCall::Finish(Results results) {
   if (observe) {
     fill_call();
     event.op = name;

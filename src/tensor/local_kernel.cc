@@ -401,19 +401,19 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   const size_t base = stack->size() - n_args;
 
   // 1. Classify the arguments and find the rank set.
-  const std::vector<int64_t>* ranks = nullptr;
+  const RankList* ranks = nullptr;
   const std::shared_ptr<SimWorld>* world = nullptr;  // the first LocalTensor argument's
   bool meta = false;    // the first LocalTensor argument's shards are meta tensors
   bool on_host = true;  // ... or tensors of the host (not a GPU's)
   auto note_ranks = [&](const LocalTensorImpl* impl) {
     if (ranks == nullptr) {
-      ranks = &impl->ranks();
+      ranks = &impl->rank_list();
       world = &impl->world();
       meta = !impl->shards().empty() && impl->shards()[0].is_meta();
       on_host = impl->shards().empty() || impl->shards()[0].is_cpu();
-    } else if (*ranks != impl->ranks()) {
+    } else if (*ranks != impl->rank_list() && **ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ",
-                                             JoinInts(*ranks), " and ", JoinInts(impl->ranks())));
+                                             JoinInts(**ranks), " and ", JoinInts(impl->ranks())));
     }
   };
   ArgKind kinds_small[16];
@@ -478,7 +478,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // (LibTorch's threads fitted to the machine's load first).
   AdaptThreadsToLoad();
   if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world})) return;
-  const size_t n_ranks = ranks->size();
+  const size_t n_ranks = (*ranks)->size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
   // them per call; they are cleared on exit so no shard outlives the call.
   thread_local std::deque<std::vector<torch::jit::Stack>>
@@ -511,7 +511,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   auto run_rank = [&](size_t i) {
     torch::jit::Stack& s = outs[i];
     s.reserve(std::max(n_args, schema.returns().size()));
-    const int64_t rank = (*ranks)[i];
+    const int64_t rank = (**ranks)[i];
     for (size_t a = 0; a < n_args; ++a) {
       const c10::IValue& v = (*stack)[base + a];
       switch (kinds[a]) {
@@ -601,7 +601,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
       if (changed) {
         std::vector<at::Tensor> shards = impl->shards();
-        std::vector<int64_t> r = impl->ranks();
+        RankList r = impl->rank_list();
         impl->shallow_copy_from(
             c10::make_intrusive<LocalTensorImpl>(std::move(r), std::move(shards), impl->world()));
       }
@@ -634,7 +634,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
       for (size_t i = 0; i < n_ranks; ++i) {
         if (!shards[i].defined())
-          ThrowDisagree(op, *ranks, outs, j, "whether the result is defined");
+          ThrowDisagree(op, **ranks, outs, j, "whether the result is defined");
       }
       results.emplace_back(
           at::Tensor(c10::make_intrusive<LocalTensorImpl>(*ranks, std::move(shards), out_world)));
@@ -642,7 +642,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       size_t len = r0.toTensorList().size();
       for (size_t i = 1; i < n_ranks; ++i) {
         if (outs[i][j].toTensorList().size() != len) {
-          ThrowDisagree(op, *ranks, outs, j, "the length of the returned tensor list");
+          ThrowDisagree(op, **ranks, outs, j, "the length of the returned tensor list");
         }
       }
       c10::List<at::Tensor> list;
@@ -658,10 +658,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     } else if (info.return_symint[j] && (r0.isInt() || r0.isSymInt())) {
       std::vector<int64_t> values;
       for (size_t i = 0; i < n_ranks; ++i) values.push_back(outs[i][j].toSymInt().expect_int());
-      results.emplace_back(PerRankSymInt(*ranks, std::move(values)));
+      results.emplace_back(PerRankSymInt(**ranks, std::move(values)));
     } else {
       for (size_t i = 1; i < n_ranks; ++i) {
-        if (!(outs[i][j] == r0)) ThrowDisagree(op, *ranks, outs, j, "the returned value");
+        if (!(outs[i][j] == r0)) ThrowDisagree(op, **ranks, outs, j, "the returned value");
       }
       results.push_back(r0);
     }

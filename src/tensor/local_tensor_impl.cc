@@ -28,6 +28,11 @@ constexpr c10::DispatchKeySet kLocalKeys = c10::DispatchKeySet(
 
 LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                                  std::shared_ptr<SimWorld> world, std::optional<bool> uneven)
+    : LocalTensorImpl(std::make_shared<const std::vector<int64_t>>(std::move(ranks)),
+                      std::move(shards), std::move(world), uneven) {}
+
+LocalTensorImpl::LocalTensorImpl(RankList ranks, std::vector<at::Tensor> shards,
+                                 std::shared_ptr<SimWorld> world, std::optional<bool> uneven)
     : c10::TensorImpl(kLocalKeys, shards.at(0).dtype(), shards.at(0).device()),
       world_(std::move(world)) {
   DTSIM_CHECK(world_ != nullptr, "a LocalTensor needs its SimWorld");
@@ -36,13 +41,19 @@ LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Ten
 
 LocalTensorImpl::LocalTensorImpl(std::vector<int64_t> ranks, at::Tensor stacked,
                                  std::shared_ptr<SimWorld> world)
+    : LocalTensorImpl(std::make_shared<const std::vector<int64_t>>(std::move(ranks)),
+                      std::move(stacked), std::move(world)) {}
+
+LocalTensorImpl::LocalTensorImpl(RankList ranks, at::Tensor stacked,
+                                 std::shared_ptr<SimWorld> world)
     : c10::TensorImpl(kLocalKeys, stacked.dtype(), stacked.device()), world_(std::move(world)) {
   DTSIM_CHECK(world_ != nullptr, "a LocalTensor needs its SimWorld");
   InitStacked(std::move(ranks), std::move(stacked));
 }
 
-void LocalTensorImpl::InitStacked(std::vector<int64_t> ranks, at::Tensor stacked) {
-  DTSIM_CHECK(stacked.dim() >= 1 && stacked.size(0) == static_cast<int64_t>(ranks.size()),
+void LocalTensorImpl::InitStacked(RankList ranks, at::Tensor stacked) {
+  DTSIM_CHECK(ranks != nullptr, "a LocalTensor needs its ranks");
+  DTSIM_CHECK(stacked.dim() >= 1 && stacked.size(0) == static_cast<int64_t>(ranks->size()),
               "stacked shards need a leading dim of one slice per rank");
   ranks_ = std::move(ranks);
   {
@@ -66,15 +77,15 @@ void LocalTensorImpl::MakeShardViews() const {
   std::lock_guard<std::mutex> lock(shards_mutex_);
   if (shards_ready_.load(std::memory_order_relaxed)) return;
   std::vector<at::Tensor> views;
-  views.reserve(ranks_.size());
-  for (int64_t i = 0; i < static_cast<int64_t>(ranks_.size()); ++i) views.push_back(stacked_[i]);
+  views.reserve(ranks_->size());
+  for (int64_t i = 0; i < static_cast<int64_t>(ranks_->size()); ++i) views.push_back(stacked_[i]);
   shards_ = std::move(views);
   shards_ready_.store(true, std::memory_order_release);
 }
 
 void LocalTensorImpl::AdoptStacked(at::Tensor stacked) {
   DTSIM_CHECK(!uneven_ && stacked.dim() == dim_ + 1 &&
-                  stacked.size(0) == static_cast<int64_t>(ranks_.size()),
+                  stacked.size(0) == static_cast<int64_t>(ranks_->size()),
               "AdoptStacked needs one slice per rank of the shards' shape");
   const std::vector<at::Tensor>& current = shards();
   std::lock_guard<std::mutex> lock(shards_mutex_);
@@ -101,8 +112,9 @@ bool LocalTensorImpl::StackedIsCurrent() {
   return true;
 }
 
-void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+void LocalTensorImpl::Init(RankList ranks, std::vector<at::Tensor> shards,
                            std::optional<bool> uneven) {
+  DTSIM_CHECK(ranks != nullptr, "a LocalTensor needs its ranks");
   ranks_ = std::move(ranks);
   {
     std::lock_guard<std::mutex> lock(shards_mutex_);
@@ -137,25 +149,25 @@ void LocalTensorImpl::Init(std::vector<int64_t> ranks, std::vector<at::Tensor> s
   std::vector<int64_t> per_rank(shards_.size());
   for (int64_t d = 0; d < dim_; ++d) {
     for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].size(d);
-    sym_sizes_.push_back(PerRankSymInt(ranks_, per_rank));
+    sym_sizes_.push_back(PerRankSymInt(*ranks_, per_rank));
     for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].stride(d);
-    sym_strides_.push_back(PerRankSymInt(ranks_, per_rank));
+    sym_strides_.push_back(PerRankSymInt(*ranks_, per_rank));
   }
   for (size_t i = 0; i < shards_.size(); ++i) per_rank[i] = shards_[i].numel();
-  sym_numel_ = PerRankSymInt(ranks_, per_rank);
+  sym_numel_ = PerRankSymInt(*ranks_, per_rank);
   set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
 }
 
 int64_t LocalTensorImpl::IndexOf(int64_t rank) const {
-  auto it = std::lower_bound(ranks_.begin(), ranks_.end(), rank);
-  if (it == ranks_.end() || *it != rank) return -1;
-  return it - ranks_.begin();
+  auto it = std::lower_bound(ranks_->begin(), ranks_->end(), rank);
+  if (it == ranks_->end() || *it != rank) return -1;
+  return it - ranks_->begin();
 }
 
 std::string LocalTensorImpl::PerRankSizes() const {
   std::ostringstream out;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    out << (i ? ", " : "") << "rank " << ranks_[i] << ": "
+  for (size_t i = 0; i < ranks_->size(); ++i) {
+    out << (i ? ", " : "") << "rank " << (*ranks_)[i] << ": "
         << JoinInts(ToVector(shards()[i].sizes()));
   }
   return out.str();
@@ -186,7 +198,7 @@ c10::SymInt LocalTensorImpl::sym_numel_custom() const { return sym_numel_; }
 c10::SymInt LocalTensorImpl::sym_storage_offset_custom() const {
   std::vector<int64_t> v;
   for (const auto& s : shards()) v.push_back(s.storage_offset());
-  return PerRankSymInt(ranks_, v);
+  return PerRankSymInt(*ranks_, v);
 }
 c10::SymBool LocalTensorImpl::sym_is_contiguous_custom(at::MemoryFormat memory_format) const {
   return c10::SymBool(std::all_of(shards().begin(), shards().end(), [&](const at::Tensor& s) {

@@ -101,6 +101,9 @@ class LocalIntNode : public c10::SymNodeImpl {
 // Even shards (all the same sizes and strides) use ordinary int sizes; uneven shards use the
 // CustomSizes policy and answer sym_sizes()/sym_strides()/sym_numel() with LocalIntNode for the
 // dims that differ, while sizes()/strides()/ numel() throw an InputError naming the per-rank sizes.
+// A LocalTensor's ranks, immutable, so that an op's results share their inputs' list.
+using RankList = std::shared_ptr<const std::vector<int64_t>>;
+
 class LocalTensorImpl final : public c10::TensorImpl {
  public:
   // `ranks` ascending and distinct, one shard each; shards share dtype and device (checked by the
@@ -108,12 +111,17 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // `world` (not null) is the SimWorld the tensor belongs to.
   LocalTensorImpl(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
                   std::shared_ptr<SimWorld> world, std::optional<bool> uneven = std::nullopt);
+  LocalTensorImpl(RankList ranks, std::vector<at::Tensor> shards, std::shared_ptr<SimWorld> world,
+                  std::optional<bool> uneven = std::nullopt);
   // Stacked shards: `stacked` has one leading dim of ranks.size(), and rank ranks[i]'s shard is
   // stacked[i] (a view, made when shards() is first read). The batched kernel (rank_batch.h) makes
   // them; the shards are even.
   LocalTensorImpl(std::vector<int64_t> ranks, at::Tensor stacked, std::shared_ptr<SimWorld> world);
+  LocalTensorImpl(RankList ranks, at::Tensor stacked, std::shared_ptr<SimWorld> world);
 
-  const std::vector<int64_t>& ranks() const { return ranks_; }
+  const std::vector<int64_t>& ranks() const { return *ranks_; }
+  // The same list, to share with another LocalTensor of these ranks.
+  const RankList& rank_list() const { return ranks_; }
   // One shard per rank. For stacked shards the views are made on the first call (thread-safe).
   const std::vector<at::Tensor>& shards() const {
     if (!shards_ready_.load(std::memory_order_acquire)) MakeShardViews();
@@ -164,12 +172,12 @@ class LocalTensorImpl final : public c10::TensorImpl {
   [[noreturn]] void ThrowUneven(const char* what) const;
   // Sets shards, ranks and the size metadata (plain ints when even, CustomSizes with LocalIntNode
   // when uneven).
-  void Init(std::vector<int64_t> ranks, std::vector<at::Tensor> shards,
+  void Init(RankList ranks, std::vector<at::Tensor> shards,
             std::optional<bool> uneven = std::nullopt);
-  void InitStacked(std::vector<int64_t> ranks, at::Tensor stacked);
+  void InitStacked(RankList ranks, at::Tensor stacked);
   void MakeShardViews() const;
 
-  std::vector<int64_t> ranks_;
+  RankList ranks_;                          // never null
   mutable std::vector<at::Tensor> shards_;  // filled from stacked_ on first read
   mutable std::atomic<bool> shards_ready_{false};
   mutable std::mutex shards_mutex_;

@@ -319,7 +319,7 @@ bool RunView(const BatchCall& call) {
   if (call.kinds[0] != ArgKind::kLocal) return PerRank("a view of no LocalTensor");
   LocalTensorImpl& impl = *FindLocalImpl(stack[call.base].toTensor());
   if (impl.uneven()) return PerRank("uneven shards");
-  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  const int64_t n = static_cast<int64_t>(call.ranks->size());
   at::Tensor base, first;  // what the result is laid over; rank 0's shard
   int64_t rank_stride = 0;
   if (impl.StackedIsCurrent()) {
@@ -413,7 +413,7 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
       StackedForm(*FindLocalImpl(stack[call.base].toTensor()), &why);
   if (!in) return PerRank(why);
   if (in->rank_stride == 0) return PerRank("replicas (computed per rank, as reductions are)");
-  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  const int64_t n = static_cast<int64_t>(call.ranks->size());
   const int64_t dims = in->ShardDim();
   int64_t numel = 1;
   for (int64_t d : in->ShardSizes()) numel *= d;
@@ -437,11 +437,11 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
 bool RunBatched(const BatchCall& call) {
   const c10::FunctionSchema& schema = call.op.schema();
   last_decision.schema = &schema;
-  last_decision.n_ranks = call.ranks.size();
+  last_decision.n_ranks = call.ranks->size();
   if (!BatchedRanksFlag().load(std::memory_order_relaxed)) return PerRank("batched ranks are off");
   const BatchInfo& info = GetBatchInfo(schema);
   if (info.rule == BatchRule::kNone) return PerRank("no batch rule for this op");
-  const int64_t n = static_cast<int64_t>(call.ranks.size());
+  const int64_t n = static_cast<int64_t>(call.ranks->size());
   if (n < 2) return PerRank("one rank");
   if (PythonDispatchActive()) return PerRank("a Python dispatch mode or key is active");
   if (info.rule == BatchRule::kView) return RunView(call);
@@ -530,13 +530,13 @@ bool RunBatched(const BatchCall& call) {
     }
     std::vector<at::Tensor> shards(n);
     {
-      RankScope scope(call.ranks[0]);
-      OpBoundaryScope boundary(call.ranks[0]);
+      RankScope scope((*call.ranks)[0]);
+      OpBoundaryScope boundary((*call.ranks)[0]);
       call.op.callBoxed(s);
     }
     shards[0] = s[0].toTensor();
     for (int64_t i = 1; i < n; ++i) {
-      RankScope scope(call.ranks[i]);
+      RankScope scope((*call.ranks)[i]);
       shards[i] = ShareReplica(shards[0], call.world.get());
     }
     torch::jit::drop(stack, call.n_args);

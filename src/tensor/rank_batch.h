@@ -58,7 +58,7 @@ struct BatchCall {
   size_t base;
   size_t n_args;
   const ArgKind* kinds;
-  const std::vector<int64_t>& ranks;
+  const std::shared_ptr<const std::vector<int64_t>>& ranks;  // a RankList: the results share it
   const std::shared_ptr<SimWorld>& world;
 };
 

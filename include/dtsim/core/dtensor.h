@@ -61,10 +61,10 @@ class DTensor {
                            std::optional<std::vector<int64_t>> stride = std::nullopt,
                            std::shared_ptr<Collectives> collectives = nullptr);
 
-  const DTensorSpec& spec() const { return spec_; }
-  const DeviceMesh& mesh() const { return spec_.mesh(); }
-  const Placements& placements() const { return spec_.placements(); }
-  const std::vector<int64_t>& shape() const { return spec_.shape(); }
+  const DTensorSpec& spec() const { return *spec_; }
+  const DeviceMesh& mesh() const { return spec_->mesh(); }
+  const Placements& placements() const { return spec_->placements(); }
+  const std::vector<int64_t>& shape() const { return spec_->shape(); }
   // The global stride (upstream's DTensor.stride()): contiguous unless given to FromLocal or taken
   // from the tensor DistributeTensor was given.
   const std::vector<int64_t>& stride() const { return stride_; }
@@ -85,17 +85,17 @@ class DTensor {
   at::Tensor FullTensor() const;
 
  private:
-  DTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
-          std::vector<int64_t> stride)
+  DTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
+          std::shared_ptr<Collectives> collectives, std::vector<int64_t> stride)
       : spec_(std::move(spec)),
         local_(std::move(local)),
         collectives_(std::move(collectives)),
         stride_(std::move(stride)) {}
-  friend DTensor MakeDTensor(DTensorSpec spec, at::Tensor local,
+  friend DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
                              std::shared_ptr<Collectives> collectives,
                              std::optional<std::vector<int64_t>> stride);
 
-  DTensorSpec spec_;
+  std::shared_ptr<const DTensorSpec> spec_;  // never null; immutable, so copies share it
   at::Tensor local_;
   std::shared_ptr<Collectives> collectives_;
   std::vector<int64_t> stride_;
@@ -104,6 +104,10 @@ class DTensor {
 // Builds a DTensor from parts already known to agree (no checks beyond DTSIM_CHECK); `stride`
 // defaults to contiguous.
 DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collectives> collectives,
+                    std::optional<std::vector<int64_t>> stride = std::nullopt);
+// The same with a spec that other DTensors may share (the op layer's cached output specs): no copy.
+DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
+                    std::shared_ptr<Collectives> collectives,
                     std::optional<std::vector<int64_t>> stride = std::nullopt);
 
 // Upstream's distribute_tensor: every rank takes its part of `tensor` as held by the rank at
