@@ -45,6 +45,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 
 from . import _C, _versions
+from ._quiet_exit import wait_for_quiet_threads as _wait_for_quiet_threads
 
 FORMAT = "dtsim-recording"
 VERSION = 1
@@ -819,48 +820,10 @@ def _collective_device(dist: Any) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-# Upstream's teardown race, which a recording rank (dtsim record's, or one with a record block) stays out of. Gloo's
-# worker thread destroys a work after it has completed, and so releases what the work held: its tensors (whose Python
-# objects the tensors keep while C++ holds them) and, for a collective issued during backward (DDP's bucket all-reduces), the thread state with
-# backward's stashed contextvars Context. Each release takes the GIL. A worker starved of CPU until the program has
-# returned and Python has begun to finalize cannot take it: Python ends the thread through a noexcept destructor and
-# the rank dies of std::terminate ("terminate called without an active exception", SIGABRT) with its program done. At
-# exit, before Python finalizes, a process that recorded on a real rank waits, with the GIL free, until no other thread
-# of it is runnable (docs/recording.md).
-_QUIET_WAIT_S = 5.0  # a thread still runnable then computes on its own (a program's daemon thread)
+# Upstream's teardown race, which a recording rank (dtsim record's, or one with a record block) stays out of: at exit,
+# before Python finalizes, a process that recorded on a real rank waits until no other thread of it is runnable
+# (_quiet_exit.py, docs/recording.md).
 _QUIET_AT_EXIT: List[bool] = []  # the wait is registered (once per process)
-
-
-def _runnable_threads() -> List[int]:
-    """The process's threads, this one aside, that are running or waiting for a CPU (Linux's task states R and D; a
-    thread blocked on a lock, a condition or a socket sleeps: S). Empty where /proc is not there."""
-    me = threading.get_native_id()
-    runnable = []
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return []
-    for tid in tasks:
-        if int(tid) == me:
-            continue
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # the thread has ended
-        if state in ("R", "D"):
-            runnable.append(int(tid))
-    return runnable
-
-
-def _wait_for_quiet_threads() -> None:
-    """Returns once no other thread of the process was runnable at two checks in a row (sleeping between them, so the
-    GIL is free for a thread that needs it to finish), or after _QUIET_WAIT_S."""
-    deadline = time.monotonic() + _QUIET_WAIT_S
-    quiet = 0
-    while quiet < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
-        quiet = 0 if _runnable_threads() else quiet + 1
 
 
 @contextlib.contextmanager

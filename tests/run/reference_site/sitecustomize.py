@@ -1,10 +1,16 @@
 """On PYTHONPATH of the both-ways tests' real torchrun runs only (tests/run/test_run.py): every process of the
 reference job waits at exit, before Python finalizes and with the GIL free, until no other thread of it is runnable.
 That keeps the reference ranks out of upstream's Gloo teardown race (docs/run.md), in which a Gloo worker thread that
-releases a finished work after finalization began aborts the rank. It runs after the program's own exit handlers
-and changes nothing the program computes or prints."""
+releases a finished work after finalization began aborts the rank. The wait (python/dtsim/_quiet_exit.py, the one
+`dtsim record`'s ranks use) is loaded by its path, so the reference imports neither dtsim nor anything beyond the
+standard library for it; it runs after the program's own exit handlers and changes nothing the program computes or
+prints."""
 import atexit
+import importlib.util
+import os
 
-from dtsim.recorder import _wait_for_quiet_threads
-
-atexit.register(_wait_for_quiet_threads)
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python", "dtsim", "_quiet_exit.py")
+_spec = importlib.util.spec_from_file_location("_dtsim_quiet_exit", _PATH)
+_quiet_exit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_quiet_exit)
+atexit.register(_quiet_exit.wait_for_quiet_threads)
