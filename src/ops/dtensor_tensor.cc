@@ -123,6 +123,13 @@ void AppendInts(std::string& key, c10::IntArrayRef v) {
     key += ',';
   }
 }
+// The same for an int list argument, read in place (no vector made of it).
+void AppendInts(std::string& key, c10::ArrayRef<c10::IValue> v) {
+  for (const c10::IValue& x : v) {
+    AppendInt(key, x.toInt());
+    key += ',';
+  }
+}
 
 // The placements in the decision cache's key, one code each (no string built per call).
 void AppendPlacements(std::string& key, const Placements& placements) {
@@ -588,10 +595,7 @@ void KernelCall::Propagate() {
     } else if (v.isNone()) {
       key += "N;";
     } else if (v.isIntList()) {
-      for (const c10::IValue& x : v.toListRef()) {  // the elements in place, not a copy
-        AppendInt(key, x.toInt());
-        key += ',';
-      }
+      AppendInts(key, v.toListRef());
       key += ';';
     } else {
       std::ostringstream s;

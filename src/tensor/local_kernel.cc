@@ -478,7 +478,8 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // (LibTorch's threads fitted to the machine's load first).
   AdaptThreadsToLoad();
   if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world})) return;
-  const size_t n_ranks = (*ranks)->size();
+  const std::vector<int64_t>& rank_ids = **ranks;
+  const size_t n_ranks = rank_ids.size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
   // them per call; they are cleared on exit so no shard outlives the call.
   thread_local std::deque<std::vector<torch::jit::Stack>>
@@ -511,7 +512,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   auto run_rank = [&](size_t i) {
     torch::jit::Stack& s = outs[i];
     s.reserve(std::max(n_args, schema.returns().size()));
-    const int64_t rank = (**ranks)[i];
+    const int64_t rank = rank_ids[i];
     for (size_t a = 0; a < n_args; ++a) {
       const c10::IValue& v = (*stack)[base + a];
       switch (kinds[a]) {
@@ -634,7 +635,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
       for (size_t i = 0; i < n_ranks; ++i) {
         if (!shards[i].defined())
-          ThrowDisagree(op, **ranks, outs, j, "whether the result is defined");
+          ThrowDisagree(op, rank_ids, outs, j, "whether the result is defined");
       }
       results.emplace_back(
           at::Tensor(c10::make_intrusive<LocalTensorImpl>(*ranks, std::move(shards), out_world)));
@@ -642,7 +643,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       size_t len = r0.toTensorList().size();
       for (size_t i = 1; i < n_ranks; ++i) {
         if (outs[i][j].toTensorList().size() != len) {
-          ThrowDisagree(op, **ranks, outs, j, "the length of the returned tensor list");
+          ThrowDisagree(op, rank_ids, outs, j, "the length of the returned tensor list");
         }
       }
       c10::List<at::Tensor> list;
@@ -658,10 +659,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     } else if (info.return_symint[j] && (r0.isInt() || r0.isSymInt())) {
       std::vector<int64_t> values;
       for (size_t i = 0; i < n_ranks; ++i) values.push_back(outs[i][j].toSymInt().expect_int());
-      results.emplace_back(PerRankSymInt(**ranks, std::move(values)));
+      results.emplace_back(PerRankSymInt(rank_ids, std::move(values)));
     } else {
       for (size_t i = 1; i < n_ranks; ++i) {
-        if (!(outs[i][j] == r0)) ThrowDisagree(op, **ranks, outs, j, "the returned value");
+        if (!(outs[i][j] == r0)) ThrowDisagree(op, rank_ids, outs, j, "the returned value");
       }
       results.push_back(r0);
     }
