@@ -12,6 +12,8 @@
 #   bench redistribute_<case> ratio <x>      upstream DTensor.redistribute / dtsim's (bench/redistribute_cases.json)
 #   bench op_<family>_vs_upstream ratio <x>  upstream DTensor op under LocalTensorMode / dtsim's (8 ranks, bench/op_bench.cc)
 #   bench op_<family>_dispatch_overhead ratio <x>  the op on the local data alone / the DTensor op (1 = no overhead)
+#   bench op_math_wrapper_floor_vs_upstream ratio <x>  upstream's sum / two wrapper layers that do nothing but
+#                                      unwrap, call ATen's sum on the stacked shards and wrap: op_math's ceiling
 #   bench mpi_overhead_<case> ratio <x>      raw MPI call time / dtsim's MPI collective, 8 ranks x 16 MiB (mpirun)
 # Issue 17 (`import dtsim`; bench/python_bench.py, both sides in one process, alternating batches):
 #   bench python_redistribute_vs_upstream ratio <x>  upstream DTensor.redistribute under LocalTensorMode / dtsim's
@@ -168,6 +170,10 @@ for family in ("matrix", "pointwise", "math", "view"):
           f"(upstream DTensor under LocalTensorMode {up_ops[family + '_us']:.0f} us, dtsim {b['b_us']:.1f} us)")
     print(f"bench op_{family}_dispatch_overhead ratio {b['a_us'] / b['b_us']:.2f}   "
           f"(the local op alone {b['a_us']:.1f} us, the DTensor op {b['b_us']:.1f} us)")
+floor = ops["BM_OpMathWrapperFloor"]
+print(f"bench op_math_wrapper_floor_vs_upstream ratio {up_ops['math_us'] / floor['b_us']:.1f}   "
+      f"(upstream {up_ops['math_us']:.0f} us, two do-nothing wrappers over the stacked sum {floor['b_us']:.2f} us: "
+      f"the most op_math_vs_upstream can reach with a DTensor layer over a LocalTensor layer)")
 up = json.load(open(os.path.join(out, "upstream.json")))
 for case, name in (("add", "BM_PairedAdd"), ("chain", "BM_PairedChain")):
     b = paired[name]
