@@ -48,15 +48,15 @@ LocalTensorImpl::LocalTensorImpl(RankList ranks, at::Tensor stacked,
                                  std::shared_ptr<SimWorld> world)
     : c10::TensorImpl(kLocalKeys, stacked.dtype(), stacked.device()), world_(std::move(world)) {
   DTSIM_CHECK(world_ != nullptr, "a LocalTensor needs its SimWorld");
-  InitStacked(std::move(ranks), std::move(stacked));
+  InitStacked(std::move(ranks), std::move(stacked), /*fresh=*/true);
 }
 
-void LocalTensorImpl::InitStacked(RankList ranks, at::Tensor stacked) {
+void LocalTensorImpl::InitStacked(RankList ranks, at::Tensor stacked, bool fresh) {
   DTSIM_CHECK(ranks != nullptr, "a LocalTensor needs its ranks");
   DTSIM_CHECK(stacked.dim() >= 1 && stacked.size(0) == static_cast<int64_t>(ranks->size()),
               "stacked shards need a leading dim of one slice per rank");
   ranks_ = std::move(ranks);
-  {
+  if (!fresh) {
     std::lock_guard<std::mutex> lock(shards_mutex_);
     shards_.clear();
     shards_ready_.store(false, std::memory_order_release);

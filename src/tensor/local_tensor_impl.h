@@ -174,7 +174,9 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // when uneven).
   void Init(RankList ranks, std::vector<at::Tensor> shards,
             std::optional<bool> uneven = std::nullopt);
-  void InitStacked(RankList ranks, at::Tensor stacked);
+  // `fresh`: called from a constructor, where no shard was handed out and no other thread can see
+  // the impl yet (no lock needed).
+  void InitStacked(RankList ranks, at::Tensor stacked, bool fresh = false);
   void MakeShardViews() const;
 
   RankList ranks_;                          // never null

@@ -381,7 +381,11 @@ std::optional<c10::IValue> StackedDims(const c10::IValue& dim, int64_t dims) {
     if (!d) return std::nullopt;
     return c10::IValue(*d);
   }
-  c10::List<int64_t> out;
+  // The list is reused from call to call while nothing else holds it (the boxed call it goes to
+  // pops its arguments): no allocation per call.
+  thread_local c10::List<int64_t> reused;
+  c10::List<int64_t> out = reused.use_count() == 1 ? reused : c10::List<int64_t>();
+  out.clear();
   if (dim.isNone() || dim.toIntList().empty()) {
     out.reserve(dims);
     for (int64_t d = 1; d <= dims; ++d) out.push_back(d);
