@@ -101,9 +101,17 @@ at::Tensor FloorWrap(at::Tensor inner) {
   return at::Tensor(c10::make_intrusive<FloorImpl>(std::move(inner)));
 }
 
+// The wrapper impl of `t`, or nullptr for any other tensor (only FloorImpl has PrivateUse3).
+const FloorImpl* FindFloorImpl(const at::Tensor& t) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return t.defined() && impl->key_set().has(c10::DispatchKey::PrivateUse3)
+             ? static_cast<const FloorImpl*>(impl)
+             : nullptr;
+}
+
 // The tensor a wrapper holds, or an undefined tensor for anything else.
 at::Tensor FloorUnwrap(const at::Tensor& t) {
-  const auto* impl = dynamic_cast<const FloorImpl*>(t.unsafeGetTensorImpl());
+  const FloorImpl* impl = FindFloorImpl(t);
   return impl != nullptr ? impl->inner() : at::Tensor();
 }
 
@@ -111,9 +119,7 @@ void FloorKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   const size_t n_args = op.schema().arguments().size();
   for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n_args); it != stack->end(); ++it) {
     if (!it->isTensor()) continue;
-    c10::TensorImpl* impl = it->toTensor().unsafeGetTensorImpl();
-    if (impl->key_set().has(c10::DispatchKey::PrivateUse3))
-      *it = static_cast<FloorImpl*>(impl)->inner();
+    if (const FloorImpl* impl = FindFloorImpl(it->toTensor())) *it = impl->inner();
   }
   op.callBoxed(*stack);
   const size_t n_out = op.schema().returns().size();
