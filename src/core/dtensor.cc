@@ -55,10 +55,18 @@ DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
       (*stride)[d] = (*stride)[d + 1] * std::max<int64_t>(shape[d + 1], 1);
     }
   }
-  DTSIM_CHECK(stride->size() == shape.size(), "stride ", IntListToString(*stride), " for ",
+  return MakeDTensor(std::move(spec), std::move(local), std::move(collectives),
+                     std::make_shared<const std::vector<int64_t>>(std::move(*stride)));
+}
+
+DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
+                    std::shared_ptr<Collectives> collectives,
+                    std::shared_ptr<const std::vector<int64_t>> stride) {
+  DTSIM_CHECK(spec != nullptr && stride != nullptr, "MakeDTensor needs a spec and a stride");
+  DTSIM_CHECK(stride->size() == spec->shape().size(), "stride ", IntListToString(*stride), " for ",
               spec->ToString());
   collectives = CollectivesFor(std::move(collectives), local);
-  return DTensor(std::move(spec), std::move(local), std::move(collectives), std::move(*stride));
+  return DTensor(std::move(spec), std::move(local), std::move(collectives), std::move(stride));
 }
 
 DTensor DTensor::FromLocal(const at::Tensor& local, const DeviceMesh& mesh,
@@ -148,7 +156,8 @@ DTensor DTensor::Redistribute(const DeviceMesh& mesh, const Placements& placemen
     DTSIM_CHECK(current[m] == target.placements()[m].Canonical(), "plan ended at ",
                 ToString(current), " instead of ", ToString(target.placements()));
   }
-  return MakeDTensor(std::move(target), out.to_local(), collectives_, stride_);
+  return MakeDTensor(std::make_shared<const DTensorSpec>(std::move(target)), out.to_local(),
+                     collectives_, stride_);
 }
 
 at::Tensor DTensor::FullTensor() const {

@@ -7,11 +7,16 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/SmallVector.h>
 
+#include <atomic>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "dtsim/core/redistribute.h"
 #include "dtsim/layout/error.h"
@@ -19,6 +24,7 @@
 #include "dtsim/ops/custom_handlers.h"
 #include "dtsim/ops/loss_parallel.h"
 #include "dtsim/tensor/aten_dtype.h"
+#include "dtsim/tensor/ivalue_kinds.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
 
@@ -75,7 +81,9 @@ class DTensorImpl final : public c10::TensorImpl {
 
 DTensorImpl* FindImpl(const at::Tensor& t) {
   if (!t.defined() || !t.key_set().has(c10::DispatchKey::PrivateUse2)) return nullptr;
-  return dynamic_cast<DTensorImpl*>(t.unsafeGetTensorImpl());
+  // DTensorImpl is final: an exact type check is enough and cheaper than dynamic_cast.
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return typeid(*impl) == typeid(DTensorImpl) ? static_cast<DTensorImpl*>(impl) : nullptr;
 }
 
 thread_local OpObservers g_observers;
@@ -90,14 +98,34 @@ struct CachedCall {
   // The spec of each output (validated once), where the decision and the metadata give one; null
   // otherwise. The outputs' DTensors share it.
   std::vector<std::shared_ptr<const DTensorSpec>> out_specs;
+  // The global stride of each output with a spec (from the metadata), shared the same way.
+  std::vector<std::shared_ptr<const std::vector<int64_t>>> out_strides;
 };
+// The cache's hash: XXH3 over the key's bytes.
+struct KeyHash {
+  size_t operator()(const std::string& key) const {
+    return static_cast<size_t>(XXH3_64bits(key.data(), key.size()));
+  }
+};
+using CacheEntries = std::unordered_map<std::string, std::shared_ptr<const CachedCall>, KeyHash>;
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<const CachedCall>> entries;
+  CacheEntries entries;
+  std::atomic<uint64_t> generation{0};  // one more at every clear
 };
 Cache& GetCache() {
   static Cache* c = new Cache();
   return *c;
+}
+// Each thread's copy of the entries it has used, looked up without the lock; emptied when the
+// shared cache's generation moves on (a clear).
+struct FrontCache {
+  uint64_t generation = 0;
+  CacheEntries entries;
+};
+FrontCache& GetFrontCache() {
+  thread_local FrontCache front;
+  return front;
 }
 
 TensorMeta MetaOf(const at::Tensor& t) {
@@ -106,33 +134,43 @@ TensorMeta MetaOf(const at::Tensor& t) {
 
 // One tensor input of the call: a DTensor, or a 0-d plain tensor standing for a replicated scalar.
 struct Input {
-  at::Tensor wrapper;           // the argument as passed
-  const DTensor* dt = nullptr;  // inside the wrapper's impl (alive while the argument is on the
-                                // stack); null for a plain scalar tensor
+  const at::Tensor* arg = nullptr;  // the argument as passed, on the call's stack (alive until the
+                                    // results replace the arguments); null for a list's element
+  at::Tensor element;               // a tensor list's element, held here (a list yields copies)
+  const DTensor* dt = nullptr;      // inside the wrapper's impl (alive while the argument is on
+                                    // the stack); null for a plain scalar tensor
+  const at::Tensor& wrapper() const { return arg != nullptr ? *arg : element; }
 };
 
+// The decision cache's key is bytes, not text: each field self-delimiting (a count before every
+// list, one tag byte before every argument), so two different calls never give the same key.
+// An integer in [0, kWideInt) is one byte; any other is kWideInt and its eight bytes.
+constexpr unsigned char kWideInt = 0xF0;
+
 void AppendInt(std::string& key, int64_t x) {
-  char buf[24];
-  const auto end = std::to_chars(buf, buf + sizeof(buf), x).ptr;
-  key.append(buf, end);
+  if (x >= 0 && x < kWideInt) {
+    key += static_cast<char>(x);
+    return;
+  }
+  char buf[1 + sizeof(x)];
+  buf[0] = static_cast<char>(kWideInt);
+  std::memcpy(buf + 1, &x, sizeof(x));
+  key.append(buf, sizeof(buf));
 }
 
 void AppendInts(std::string& key, c10::IntArrayRef v) {
-  for (int64_t x : v) {
-    AppendInt(key, x);
-    key += ',';
-  }
+  AppendInt(key, static_cast<int64_t>(v.size()));
+  for (int64_t x : v) AppendInt(key, x);
 }
 // The same for an int list argument, read in place (no vector made of it).
 void AppendInts(std::string& key, c10::ArrayRef<c10::IValue> v) {
-  for (const c10::IValue& x : v) {
-    AppendInt(key, x.toInt());
-    key += ',';
-  }
+  AppendInt(key, static_cast<int64_t>(v.size()));
+  for (const c10::IValue& x : v) AppendInt(key, x.toInt());
 }
 
-// The placements in the decision cache's key, one code each (no string built per call).
+// The placements in the decision cache's key, a tag byte and their integers each.
 void AppendPlacements(std::string& key, const Placements& placements) {
+  AppendInt(key, static_cast<int64_t>(placements.size()));
   for (const Placement& p : placements) {
     switch (p.kind()) {
       case Placement::Kind::kShard:
@@ -142,7 +180,6 @@ void AppendPlacements(std::string& key, const Placements& placements) {
       case Placement::Kind::kStridedShard:
         key += 's';
         AppendInt(key, p.dim());
-        key += '/';
         AppendInt(key, p.split_factor());
         break;
       case Placement::Kind::kReplicate:
@@ -153,7 +190,6 @@ void AppendPlacements(std::string& key, const Placements& placements) {
         AppendInt(key, static_cast<int64_t>(p.reduce_op()));
         break;
     }
-    key += ',';
   }
 }
 
@@ -370,6 +406,31 @@ const OpNames& NamesOf(const c10::OperatorHandle& op) {
   return it->second;
 }
 
+// A stack for the local call, taken from a per-thread pool (one per nesting depth) so that a call
+// allocates none once the pool is warm; emptied when released, so no tensor outlives the call.
+struct PooledStack {
+  PooledStack() : stack(Acquire()) {}
+  ~PooledStack() {
+    stack.clear();
+    --Depth();
+  }
+  PooledStack(const PooledStack&) = delete;
+  PooledStack& operator=(const PooledStack&) = delete;
+  torch::jit::Stack& stack;
+
+ private:
+  static size_t& Depth() {
+    thread_local size_t depth = 0;
+    return depth;
+  }
+  static torch::jit::Stack& Acquire() {
+    thread_local std::deque<torch::jit::Stack> pool;  // a deque: references survive growth
+    size_t& depth = Depth();
+    if (pool.size() <= depth) pool.emplace_back();
+    return pool[depth++];
+  }
+};
+
 // One call of an op on DTensors through the kernel's stages, each a member function run after the
 // one before: Unwrap (the arguments: DTensor inputs and their placements) -> Propagate (the
 // sharding decision and output metadata, from the cache or propagated) -> Redistribute (the inputs
@@ -390,6 +451,16 @@ class KernelCall {
         short_name(names.short_name),
         observe(g_observers.observed()) {
     call.schema = &schema;  // call.name: set when needed (fill_call, inplace)
+    if (observe) event.emplace();
+    ++Depth();
+  }
+  ~KernelCall() { --Depth(); }
+  KernelCall(const KernelCall&) = delete;
+  KernelCall& operator=(const KernelCall&) = delete;
+  // The KernelCalls in progress on this thread.
+  static int& Depth() {
+    thread_local int depth = 0;
+    return depth;
   }
 
   // 1. Classify the arguments.
@@ -398,8 +469,8 @@ class KernelCall {
   void Propagate();
   // 3. Redistribute the inputs that need it (fills `locals`).
   void Redistribute();
-  // 4. Run the op on the local data: its results, per rank.
-  torch::jit::Stack RunLocal();
+  // 4. Run the op on the local data: `local_stack` (empty) ends holding its results.
+  void RunLocal(torch::jit::Stack& local_stack);
   // 5. Wrap the local results as DTensors with the decision's specs.
   using Results = c10::SmallVector<c10::IValue, 2>;  // most ops return one or two values
   Results Wrap(const torch::jit::Stack& local_stack);
@@ -414,7 +485,9 @@ class KernelCall {
   // Stages 3 to the end, for a call that has been unwrapped and propagated.
   void RunGeneric() {
     Redistribute();
-    Finish(Wrap(RunLocal()));
+    PooledStack local;
+    RunLocal(local.stack);
+    Finish(Wrap(local.stack));
   }
 
   const c10::OperatorHandle& op;
@@ -432,15 +505,22 @@ class KernelCall {
   c10::SmallVector<Input, 4> inputs;
   c10::SmallVector<size_t, 4> input_arg;  // the argument each input comes from
   const DTensor* ref = nullptr;           // the first DTensor argument
-  std::shared_ptr<Collectives> collectives;
+  // The first DTensor argument's Collectives (its DTensor is alive while the call runs).
+  const std::shared_ptr<Collectives>& collectives() const { return ref->collectives_ptr(); }
   // Each input's placements before any redistribution: its DTensor's own (alive while the argument
   // is on the stack), or `replicate` for a plain scalar tensor. CurrentPlacements() copies them.
   c10::SmallVector<const Placements*, 4> current;
   Placements replicate;
-  std::shared_ptr<const CachedCall> cached;
+  // The decision: an entry of this thread's front cache, which only an outermost call (none in
+  // progress on the thread) may empty; or one `cached_owner` holds.
+  const CachedCall* cached = nullptr;
+  std::shared_ptr<const CachedCall> cached_owner;
   bool cache_hit = false;
-  c10::SmallVector<at::Tensor, 4> locals;  // each input's local data, redistributed
-  OpEvent event;
+  // Each input's local data: its DTensor's own, or its redistributed one in `redistributed`
+  // (reserved for every input first, so that pointers into it stay valid).
+  c10::SmallVector<const at::Tensor*, 4> locals;
+  c10::SmallVector<at::Tensor, 4> redistributed;
+  std::optional<OpEvent> event;  // only while observed (observe)
   const bool observe;
 
  private:
@@ -461,10 +541,11 @@ void KernelCall::Unwrap() {
                                 ": DTensor arguments on different meshes: ", ref->mesh().ToString(),
                                 " and ", impl->dtensor().mesh().ToString()));
       }
-      inputs.push_back({t, &impl->dtensor()});
+      inputs.push_back(in_list ? Input{nullptr, t, &impl->dtensor()}
+                               : Input{&t, at::Tensor(), &impl->dtensor()});
       if (!ref) ref = &impl->dtensor();
     } else if (t.dim() == 0 && !in_list) {
-      inputs.push_back({t, nullptr});
+      inputs.push_back(Input{&t, at::Tensor(), nullptr});
     } else {
       throw InputError(
           schema.arguments()[a].name(),
@@ -481,7 +562,7 @@ void KernelCall::Unwrap() {
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) continue;
       add_tensor(t, a, false);
-    } else if (v.isTensorList()) {
+    } else if (IsTensorList(v)) {
       for (const at::Tensor& t : v.toTensorList()) add_tensor(t, a, true);
     } else if (v.isList() && schema.arguments()[a].real_type()->kind() == c10::TypeKind::ListType) {
       // Tensor?[] (index): not supported by any strategy yet; refuse clearly if it holds DTensors.
@@ -495,7 +576,6 @@ void KernelCall::Unwrap() {
     }
   }
   DTSIM_CHECK(ref != nullptr, "DTensor kernel reached without a DTensor argument: ", name);
-  collectives = ref->collectives_ptr();
   for (const Input& in : inputs) {
     if (!in.dt && replicate.empty()) replicate.assign(mesh().ndim(), Placement::Replicate());
     current.push_back(in.dt ? &in.dt->placements() : &replicate);
@@ -519,12 +599,12 @@ void KernelCall::fill_call() {
     const c10::IValue& v = (*stack)[base + a];
     if (v.isTensor() && v.toTensor().defined()) {
       call.meta[a] = MetaOf(v.toTensor());
-    } else if (v.isTensorList()) {
+    } else if (IsTensorList(v)) {
       for (const at::Tensor& t : v.toTensorList()) call.list_meta[a].push_back(MetaOf(t));
     }
   }
   call.mesh_shape = mesh().shape();
-  for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper));
+  for (const Input& in : inputs) call.inputs.push_back(MetaOf(in.wrapper()));
   call.args.assign(stack->begin() + base, stack->end());
   call.current = CurrentPlacements();
 }
@@ -556,64 +636,80 @@ void KernelCall::Propagate() {
   const DeviceMesh& mesh = this->mesh();
   thread_local std::string key;  // reused: keeps its capacity from call to call
   key.assign(name);
-  key += '|';
+  key += '\0';                    // no operator name holds one
   AppendInts(key, mesh.shape());  // the decision depends on the mesh's sizes (costs, shardability)
-  key += '|';
   for (size_t a = 0; a < n_args; ++a) {
     const c10::IValue& v = (*stack)[base + a];
-    if (v.isTensor() || v.isTensorList()) {
+    if (v.isTensor() || IsTensorList(v)) {
       auto add = [&](const at::Tensor& t) {
         if (!t.defined()) {
-          key += "u;";
+          key += 'u';
           return;
         }
-        key += c10::toString(t.scalar_type());
-        key += '[';
+        key += 't';
+        AppendInt(key, static_cast<int64_t>(t.scalar_type()));
         AppendInts(key, t.sizes());
-        key += '/';
         AppendInts(key, t.strides());
-        if (DTensorImpl* impl = FindImpl(t)) AppendPlacements(key, impl->dtensor().placements());
-        key += "];";
+        if (DTensorImpl* impl = FindImpl(t)) {
+          AppendPlacements(key, impl->dtensor().placements());
+        } else {
+          key += 'p';  // a plain tensor
+        }
       };
       if (v.isTensor()) {
         add(v.toTensor());
       } else {
-        for (const at::Tensor& t : v.toTensorList()) add(t);
+        const c10::List<at::Tensor> list = v.toTensorList();
+        key += 'L';
+        AppendInt(key, static_cast<int64_t>(list.size()));
+        for (const at::Tensor& t : list) add(t);
       }
     } else if (v.isInt()) {
+      key += 'i';
       AppendInt(key, v.toInt());
-      key += ';';
     } else if (v.isDouble()) {  // a Scalar such as add's alpha: its bits
       const double d = v.toDouble();
       int64_t bits = 0;
       std::memcpy(&bits, &d, sizeof(bits));
       key += 'd';
       AppendInt(key, bits);
-      key += ';';
     } else if (v.isBool()) {
-      key += v.toBool() ? "T;" : "F;";
+      key += v.toBool() ? 'T' : 'F';
     } else if (v.isNone()) {
-      key += "N;";
-    } else if (v.isIntList()) {
+      key += 'N';
+    } else if (IsIntList(v)) {
+      key += 'l';
       AppendInts(key, v.toListRef());
-      key += ';';
     } else {
       std::ostringstream s;
       s << v.tagKind() << ':' << v;
-      key += s.str();
-      key += ';';
+      const std::string text = s.str();
+      key += 'o';
+      AppendInt(key, static_cast<int64_t>(text.size()));
+      key += text;
     }
   }
-  {
-    Cache& cache = GetCache();
+  Cache& cache = GetCache();
+  FrontCache& front = GetFrontCache();
+  const uint64_t generation = cache.generation.load(std::memory_order_acquire);
+  if (front.generation != generation && Depth() == 1) {
+    front.entries.clear();
+    front.generation = generation;
+  }
+  const bool use_front = front.generation == generation;
+  if (auto it = front.entries.find(key); use_front && it != front.entries.end()) {
+    cached = it->second.get();
+    cache_hit = true;
+  } else {
     std::lock_guard<std::mutex> lock(cache.mu);
-    auto it = cache.entries.find(key);
-    if (it != cache.entries.end()) {
-      cached = it->second;
+    if (auto shared = cache.entries.find(key); shared != cache.entries.end()) {
+      cached_owner = shared->second;
+      cached = cached_owner.get();
       cache_hit = true;
+      if (use_front) front.entries.emplace(key, cached_owner);
     }
   }
-  if (!cached) {
+  if (cached == nullptr) {
     if (FindStrategy(name) == nullptr) ThrowNoStrategy(name, CurrentPlacements());
     fill_call();
     // Output metadata: the op on meta tensors of the global shapes.
@@ -626,7 +722,7 @@ void KernelCall::Propagate() {
       c10::IValue& v = meta_stack[a];
       if (v.isTensor() && v.toTensor().defined()) {
         v = to_meta(v.toTensor());
-      } else if (v.isTensorList()) {
+      } else if (IsTensorList(v)) {
         std::vector<at::Tensor> list;
         for (const at::Tensor& t : v.toTensorList()) list.push_back(to_meta(t));
         v = c10::IValue(list);
@@ -654,7 +750,7 @@ void KernelCall::Propagate() {
         if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_meta()) {
           const at::Tensor& t = v.toTensor();
           v = at::zeros_like(t, at::TensorOptions().device(at::kCPU));
-        } else if (v.isTensorList()) {
+        } else if (IsTensorList(v)) {
           std::vector<at::Tensor> list;
           for (const at::Tensor& t : v.toTensorList())
             list.push_back(at::zeros_like(t, at::TensorOptions().device(at::kCPU)));
@@ -671,7 +767,7 @@ void KernelCall::Propagate() {
       if (r.isTensor()) {
         const at::Tensor& t = r.toTensor();
         call.outputs.push_back(t.defined() ? std::optional<TensorMeta>(MetaOf(t)) : std::nullopt);
-      } else if (r.isTensorList()) {
+      } else if (IsTensorList(r)) {
         for (const at::Tensor& t : r.toTensorList()) call.outputs.push_back(MetaOf(t));
       }
     }
@@ -693,17 +789,25 @@ void KernelCall::Propagate() {
                     mesh, *entry->decision.output_placements[o], entry->outputs[o]->shape,
                     FromScalarType(entry->outputs[o]->dtype)))
               : nullptr);
+      entry->out_strides.push_back(
+          has ? std::make_shared<const std::vector<int64_t>>(entry->outputs[o]->stride) : nullptr);
     }
-    cached = entry;
-    Cache& cache = GetCache();
-    std::lock_guard<std::mutex> lock(cache.mu);
-    cache.entries.emplace(key, cached);
+    cached_owner = entry;
+    cached = entry.get();
+    {
+      std::lock_guard<std::mutex> lock(cache.mu);
+      cache.entries.emplace(key, cached_owner);
+    }
+    // Only while no clear came in between: a front entry never outlives its generation.
+    if (use_front && front.generation == cache.generation.load(std::memory_order_acquire))
+      front.entries.emplace(key, cached_owner);
   }
 }
 
 void KernelCall::Redistribute() {
   const ShardingDecision& decision = cached->decision;
   locals.resize(inputs.size());
+  redistributed.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     const Placements& target = decision.input_placements[i];
@@ -713,11 +817,11 @@ void KernelCall::Redistribute() {
             "op", StrCat("aten.", short_name, ": a scalar tensor argument would need placements ",
                          ToString(target), "; make it a DTensor first"));
       }
-      locals[i] = in.wrapper;
+      locals[i] = &in.wrapper();
       continue;
     }
     if (target == *current[i]) {
-      locals[i] = in.dt->to_local();
+      locals[i] = &in.dt->to_local();
       continue;
     }
     if (inplace() && i == 0) {
@@ -740,8 +844,9 @@ void KernelCall::Redistribute() {
       dt = ExecutePlanObserved(name, i, dt, r.plan);
     }
     dt = PartitionReplicas(dt, target);
-    locals[i] = dt.to_local();
-    if (observe) event.redistributions.push_back(std::move(r));
+    redistributed.push_back(dt.to_local());
+    locals[i] = &redistributed.back();
+    if (observe) event->redistributions.push_back(std::move(r));
   }
 }
 
@@ -778,23 +883,33 @@ at::Tensor KernelCall::SqueezeGlobalOnes() {
     const int64_t nd = NormalizeDim(d, static_cast<int64_t>(shape.size()));
     if (nd < static_cast<int64_t>(shape.size()) && shape[nd] == 1) dims.push_back(nd);
   }
-  return inplace() ? at::_ops::squeeze__dims::call(locals[0], dims)
-                   : at::_ops::squeeze_dims::call(locals[0], dims);
+  at::Tensor local = *locals[0];  // the same impl: squeeze_ changes the input's local data
+  return inplace() ? at::_ops::squeeze__dims::call(local, dims)
+                   : at::_ops::squeeze_dims::call(local, dims);
 }
 
-torch::jit::Stack KernelCall::RunLocal() {
+void KernelCall::RunLocal(torch::jit::Stack& local_stack) {
   const ShardingDecision& decision = cached->decision;
-  torch::jit::Stack local_stack(stack->begin() + base, stack->end());
+  // The arguments with each tensor input's local data in its place (one reference taken each).
+  // The others move over where nothing reads them from the call's stack after this: not when an
+  // observer will (Finish's fill_call), nor for the ops run their own way below (squeeze reads its
+  // dims there).
+  const bool move_args = !observe && !names.squeeze && !names.embedding && !names.shape_args;
+  local_stack.reserve(n_args);
   {
     size_t i = 0;
     for (size_t a = 0; a < n_args; ++a) {
-      c10::IValue& v = local_stack[a];
-      if (v.isTensor()) {
-        if (v.toTensor().defined()) v = locals[i++];
-      } else if (v.isTensorList()) {
+      c10::IValue& v = (*stack)[base + a];
+      if (v.isTensor() && v.toTensor().defined()) {
+        local_stack.emplace_back(*locals[i++]);
+      } else if (IsTensorList(v)) {
         std::vector<at::Tensor> list;
-        for (size_t k = 0; k < v.toTensorList().size(); ++k) list.push_back(locals[i++]);
-        v = c10::IValue(list);
+        for (size_t k = 0; k < v.toTensorList().size(); ++k) list.push_back(*locals[i++]);
+        local_stack.emplace_back(std::move(list));
+      } else if (move_args) {
+        local_stack.push_back(std::move(v));
+      } else {
+        local_stack.push_back(v);
       }
     }
   }
@@ -802,8 +917,8 @@ torch::jit::Stack KernelCall::RunLocal() {
   std::optional<at::Tensor> masked;
   if (names.embedding && !decision.output_placements.empty() && decision.output_placements[0]) {
     masked =
-        MaskedEmbedding(mesh(), *collectives, inputs[0].dt->shape(), decision.input_placements[0],
-                        *decision.output_placements[0], locals[0], locals[1]);
+        MaskedEmbedding(mesh(), *collectives(), inputs[0].dt->shape(), decision.input_placements[0],
+                        *decision.output_placements[0], *locals[0], *locals[1]);
   }
   if (masked) {
     local_stack.clear();
@@ -814,9 +929,8 @@ torch::jit::Stack KernelCall::RunLocal() {
     local_stack.emplace_back(std::move(out));
   } else {
     op.callBoxed(&local_stack);
-    if (observe && collectives->simulated()) event.local_execution = LastRankExecution();
+    if (observe && collectives()->simulated()) event->local_execution = LastRankExecution();
   }
-  return local_stack;
 }
 
 KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
@@ -831,7 +945,6 @@ KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
                     out_index < decision.output_placements.size() &&
                     decision.output_placements[out_index],
                 name, ": output ", out_index, " has no spec");
-    const TensorMeta& m = *out_meta[out_index];
     std::shared_ptr<const DTensorSpec> spec = cached->out_specs.at(out_index);
     // The decision is keyed by the mesh's shape: a cached spec made on another mesh of that shape
     // (a submesh of another root, other ranks) is remade on this call's.
@@ -839,8 +952,9 @@ KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
       spec = std::make_shared<const DTensorSpec>(
           DTensorSpec::Create(mesh, spec->placements(), spec->shape(), spec->dtype()));
     }
-    if (observe) event.outputs.push_back(*spec);
-    return AsTensor(MakeDTensor(std::move(spec), local, collectives, m.stride));
+    if (observe) event->outputs.push_back(*spec);
+    return AsTensor(
+        MakeDTensor(std::move(spec), local, collectives(), cached->out_strides[out_index]));
   };
   // In-place and out= ops return the mutated argument itself.
   std::vector<size_t> mutated;
@@ -857,13 +971,13 @@ KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
         size_t which = std::min(r, mutated.size() - 1);
         results.push_back((*stack)[base + mutated[which]]);
         if (observe && FindImpl((*stack)[base + mutated[which]].toTensor())) {
-          event.outputs.push_back(GetDTensor((*stack)[base + mutated[which]].toTensor()).spec());
+          event->outputs.push_back(GetDTensor((*stack)[base + mutated[which]].toTensor()).spec());
         }
         ++k;
       } else {
         results.push_back(wrap(v.toTensor(), k++));
       }
-    } else if (v.isTensorList()) {
+    } else if (IsTensorList(v)) {
       std::vector<at::Tensor> list;
       for (const at::Tensor& t : v.toTensorList()) list.push_back(wrap(t, k++));
       results.emplace_back(list);
@@ -877,12 +991,12 @@ KernelCall::Results KernelCall::Wrap(const torch::jit::Stack& local_stack) {
 void KernelCall::Finish(Results results) {
   if (observe) {
     fill_call();
-    event.op = name;
-    event.inputs = call.inputs;
-    event.input_placements = CurrentPlacements();
-    event.decision = cached->decision;
-    event.cache_hit = cache_hit;
-    g_observers.Notify([this](OpObserver& o) { o.OnOp(event); });
+    event->op = name;
+    event->inputs = call.inputs;
+    event->input_placements = CurrentPlacements();
+    event->decision = cached->decision;
+    event->cache_hit = cache_hit;
+    g_observers.Notify([this](OpObserver& o) { o.OnOp(*event); });
   }
   torch::jit::drop(*stack, n_args);
   for (auto& r : results) stack->push_back(std::move(r));
@@ -901,12 +1015,12 @@ void ArgMinMaxHandler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor local =
       ArgMinMax(*k.inputs[0].dt, k.name == "aten::argmax",
                 dim.isNone() ? std::nullopt : std::optional<int64_t>(dim.toInt()),
-                (*stack)[k.base + 2].toBool(), k.observe ? &k.event.redistributions : nullptr);
+                (*stack)[k.base + 2].toBool(), k.observe ? &k.event->redistributions : nullptr);
   const TensorMeta& m = *k.cached->outputs.at(0);
   DTensorSpec spec = DTensorSpec::Create(k.ref->mesh(), *decision.output_placements.at(0), m.shape,
                                          FromScalarType(m.dtype));
-  if (k.observe) k.event.outputs.push_back(spec);
-  k.Finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, k.collectives, m.stride)))});
+  if (k.observe) k.event->outputs.push_back(spec);
+  k.Finish({c10::IValue(AsTensor(MakeDTensor(std::move(spec), local, k.collectives(), m.stride)))});
 }
 
 // The kernel every ATen op with a DTensor argument reaches: the op's custom handler where one is
@@ -1060,6 +1174,7 @@ void ClearShardingCache() {
   Cache& cache = GetCache();
   std::lock_guard<std::mutex> lock(cache.mu);
   cache.entries.clear();
+  cache.generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace ops

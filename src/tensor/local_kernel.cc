@@ -12,11 +12,11 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <dlfcn.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +28,7 @@
 #include <unordered_map>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/tensor/ivalue_kinds.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
 #include "dtsim/tensor/sim_world.h"
@@ -47,6 +48,7 @@ struct OpInfo {
   std::vector<int> write_args;        // arguments marked (a!)
   std::vector<int> return_alias_arg;  // per return: the written argument it returns, or -1
   std::vector<bool> return_symint;    // per return: declared SymInt
+  BatchInfo batch;                    // for RunBatched
 };
 
 const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
@@ -56,6 +58,7 @@ const OpInfo& GetOpInfo(const c10::OperatorHandle& op) {
   if (it != cache.end()) return it->second;
   OpInfo info;
   info.seeded = op.hasTag(at::Tag::nondeterministic_seeded);
+  info.batch = BatchInfoOf(*key);
   const std::string& name = key->name();
   info.aten = name.rfind("aten::", 0) == 0 || name.rfind("prims::", 0) == 0;
   for (const auto& ret : key->returns()) {
@@ -104,7 +107,7 @@ int64_t FirstRankArgBytes(const torch::jit::Stack& stack, size_t base, size_t n_
     const c10::IValue& v = stack[base + a];
     if (kinds[a] == ArgKind::kLocal) {
       add(v.toTensor());
-    } else if (kinds[a] == ArgKind::kList && v.isTensorList()) {
+    } else if (kinds[a] == ArgKind::kList && IsTensorList(v)) {
       for (const at::Tensor& t : v.toTensorList()) add(t);
     }
   }
@@ -112,7 +115,7 @@ int64_t FirstRankArgBytes(const torch::jit::Stack& stack, size_t base, size_t n_
 }
 
 c10::IValue UnwrapList(const c10::IValue& v, size_t idx) {
-  if (v.isTensorList()) {
+  if (IsTensorList(v)) {
     c10::List<at::Tensor> out;
     auto in = v.toTensorList();
     out.reserve(in.size());
@@ -149,7 +152,7 @@ std::string IValueText(const c10::IValue& v) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     per_rank << (i ? ", " : "") << "rank " << ranks[i] << ": ";
     const c10::IValue& v = outs[i][j];
-    if (v.isTensorList()) {
+    if (IsTensorList(v)) {
       per_rank << v.toTensorList().size();
     } else {
       per_rank << IValueText(v);
@@ -227,12 +230,14 @@ bool MachineBusy() {
   // most every 100 ms (about 30 us a read); the answer in between is the last one.
   // Between readings no lock is taken: the next reading's time and the answer are atomics.
   static std::mutex mutex;
-  static std::atomic<int64_t> next_ns{0};  // steady_clock's count
+  static std::atomic<int64_t> next_ns{0};  // CLOCK_MONOTONIC_COARSE's count
   static std::atomic<bool> busy{false};
   static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
+  // The coarse clock (a few milliseconds' resolution, a fraction of the precise one's cost per
+  // op) is fine enough for a reading every 100 ms.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
   if (now < next_ns.load(std::memory_order_relaxed)) return busy.load(std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
   if (!lock.owns_lock() || now < next_ns.load(std::memory_order_relaxed))
@@ -373,7 +378,7 @@ bool WritesAreRankPrivate(const OpInfo& info, const ArgKind* kinds, const torch:
     std::vector<at::Tensor> tensors;
     if (v.isTensor()) {
       tensors.push_back(v.toTensor());
-    } else if (v.isTensorList()) {
+    } else if (IsTensorList(v)) {
       for (const at::Tensor& t : v.toTensorList()) tensors.push_back(t);
     } else if (v.isList()) {
       for (const c10::IValue& e : v.toList()) {
@@ -409,8 +414,10 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     if (ranks == nullptr) {
       ranks = &impl->rank_list();
       world = &impl->world();
-      meta = !impl->shards().empty() && impl->shards()[0].is_meta();
-      on_host = impl->shards().empty() || impl->shards()[0].is_cpu();
+      // The impl's device is its shards' (read here without handing a shard out: stacked shards
+      // get no views made).
+      meta = impl->device().is_meta();
+      on_host = impl->device().is_cpu();
     } else if (*ranks != impl->rank_list() && **ranks != impl->ranks()) {
       throw InputError(schema.name(), StrCat("LocalTensor arguments hold different ranks: ",
                                              JoinInts(**ranks), " and ", JoinInts(impl->ranks())));
@@ -431,14 +438,14 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
         note_ranks(impl);
         kinds[a] = ArgKind::kLocal;
       }
-    } else if (v.isTensorList()) {
+    } else if (IsTensorList(v)) {
       for (const at::Tensor& t : v.toTensorList()) {
         if (LocalTensorImpl* impl = FindLocalImpl(t)) {
           note_ranks(impl);
           kinds[a] = ArgKind::kList;
         }
       }
-    } else if (v.isSymIntList()) {
+    } else if (IsSymIntList(v)) {
       for (const c10::SymInt& s : v.toSymIntList()) {
         if (IsLocalSymInt(s)) kinds[a] = ArgKind::kSymIntList;
       }
@@ -463,7 +470,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   for (int a : info.write_args) {
     const c10::IValue& v = (*stack)[base + a];
     bool plain = (v.isTensor() && v.toTensor().defined() && kinds[a] != ArgKind::kLocal) ||
-                 (v.isTensorList() && kinds[a] != ArgKind::kList && v.toTensorList().size() > 0);
+                 (IsTensorList(v) && kinds[a] != ArgKind::kList && v.toTensorList().size() > 0);
     if (plain) {
       throw InputError(
           schema.arguments()[a].name(),
@@ -477,7 +484,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   // 3. Run the op once for all ranks where that is exact (rank_batch.h), else once per rank
   // (LibTorch's threads fitted to the machine's load first).
   AdaptThreadsToLoad();
-  if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world})) return;
+  if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world, info.batch})) return;
   const std::vector<int64_t>& rank_ids = **ranks;
   const size_t n_ranks = rank_ids.size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
@@ -552,7 +559,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       for (int a : info.write_args) {
         if (kinds[a] == ArgKind::kLocal) {
           MakeOwnStorage(s[a].toTensor());
-        } else if (kinds[a] == ArgKind::kList && s[a].isTensorList()) {
+        } else if (kinds[a] == ArgKind::kList && IsTensorList(s[a])) {
           for (const at::Tensor& t : s[a].toTensorList()) MakeOwnStorage(t);
         }
       }
@@ -639,7 +646,7 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
       }
       results.emplace_back(
           at::Tensor(c10::make_intrusive<LocalTensorImpl>(*ranks, std::move(shards), out_world)));
-    } else if (r0.isTensorList()) {
+    } else if (IsTensorList(r0)) {
       size_t len = r0.toTensorList().size();
       for (size_t i = 1; i < n_ranks; ++i) {
         if (outs[i][j].toTensorList().size() != len) {

@@ -59,6 +59,7 @@ void LocalTensorImpl::InitStacked(RankList ranks, at::Tensor stacked, bool fresh
   if (!fresh) {
     std::lock_guard<std::mutex> lock(shards_mutex_);
     shards_.clear();
+    handouts_.fetch_add(1, std::memory_order_acq_rel);  // new shards: not verified
     shards_ready_.store(false, std::memory_order_release);
   }
   stacked_ = std::move(stacked);
@@ -80,6 +81,7 @@ void LocalTensorImpl::MakeShardViews() const {
   views.reserve(ranks_->size());
   for (int64_t i = 0; i < static_cast<int64_t>(ranks_->size()); ++i) views.push_back(stacked_[i]);
   shards_ = std::move(views);
+  handouts_.fetch_add(1, std::memory_order_acq_rel);  // new shards: not verified
   shards_ready_.store(true, std::memory_order_release);
 }
 
@@ -91,14 +93,22 @@ void LocalTensorImpl::AdoptStacked(at::Tensor stacked) {
   std::lock_guard<std::mutex> lock(shards_mutex_);
   for (size_t i = 0; i < current.size(); ++i) shards_[i] = stacked[static_cast<int64_t>(i)];
   stacked_ = std::move(stacked);
+  handouts_.fetch_add(1, std::memory_order_acq_rel);  // new shards: not verified
 }
 
 bool LocalTensorImpl::StackedIsCurrent() {
   if (!stacked_.defined()) return false;
   if (!shards_ready_.load(std::memory_order_acquire)) return true;  // no shard was handed out
+  // Shards unchanged since the last full check: no shard handed out since, and none had another
+  // holder then. Nor the stacked tensor: its holders leave its metadata alone (stacked()'s
+  // contract), and this impl's own changes to it count as handouts.
+  const uint64_t handouts = handouts_.load(std::memory_order_acquire);
+  if (verified_handouts_.load(std::memory_order_acquire) == handouts) return true;
   const c10::StorageImpl* storage = stacked_.storage().unsafeGetStorageImpl();
   const c10::IntArrayRef sizes = stacked_.sizes().slice(1), strides = stacked_.strides().slice(1);
-  for (size_t i = 0; i < shards_.size(); ++i) {
+  const size_t n = shards_.size();
+  bool alone = true;  // no tensor but shards_ refers to a shard's impl
+  for (size_t i = 0; i < n; ++i) {
     const at::Tensor& s = shards_[i];
     const bool same = s.has_storage() && s.storage().unsafeGetStorageImpl() == storage &&
                       s.storage_offset() == stacked_.storage_offset() +
@@ -108,7 +118,9 @@ bool LocalTensorImpl::StackedIsCurrent() {
       stacked_ = at::Tensor();
       return false;
     }
+    alone = alone && s.use_count() == 1 && s.weak_use_count() == 1;
   }
+  if (alone) verified_handouts_.store(handouts, std::memory_order_release);
   return true;
 }
 
@@ -119,6 +131,7 @@ void LocalTensorImpl::Init(RankList ranks, std::vector<at::Tensor> shards,
   {
     std::lock_guard<std::mutex> lock(shards_mutex_);
     shards_ = std::move(shards);
+    handouts_.fetch_add(1, std::memory_order_acq_rel);  // new shards: not verified
     shards_ready_.store(true, std::memory_order_release);
   }
   stacked_ = at::Tensor();

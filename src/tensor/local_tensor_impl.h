@@ -125,10 +125,12 @@ class LocalTensorImpl final : public c10::TensorImpl {
   // One shard per rank. For stacked shards the views are made on the first call (thread-safe).
   const std::vector<at::Tensor>& shards() const {
     if (!shards_ready_.load(std::memory_order_acquire)) MakeShardViews();
+    handouts_.fetch_add(1, std::memory_order_acq_rel);  // StackedIsCurrent must look again
     return shards_;
   }
   // The tensor whose slice i is the shard of ranks()[i], for stacked shards; undefined otherwise
-  // (and once a write changed a shard's shape).
+  // (and once a write changed a shard's shape). For reading and for functional ops: a caller never
+  // changes its metadata (StackedIsCurrent trusts it unchanged between its checks).
   const at::Tensor& stacked() const { return stacked_; }
   // Moves the shards into `stacked` (a copy of them with a leading rank dim): each shard becomes
   // stacked[i], in place in shards(). For shards no other tensor can see (rank_batch.cc checks),
@@ -183,6 +185,10 @@ class LocalTensorImpl final : public c10::TensorImpl {
   mutable std::vector<at::Tensor> shards_;  // filled from stacked_ on first read
   mutable std::atomic<bool> shards_ready_{false};
   mutable std::mutex shards_mutex_;
+  // Calls of shards() so far, and their count when StackedIsCurrent last found every shard its
+  // slice with no holder but this impl: while the two agree, no shard can have changed since.
+  mutable std::atomic<uint64_t> handouts_{0};
+  std::atomic<uint64_t> verified_handouts_{~uint64_t{0}};
   at::Tensor stacked_;
   bool uneven_ = false;
   std::shared_ptr<SimWorld> world_;

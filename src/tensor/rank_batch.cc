@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "dtsim/layout/error.h"
+#include "dtsim/tensor/ivalue_kinds.h"
 #include "dtsim/tensor/local_tensor.h"
 #include "dtsim/tensor/memory_meter.h"
 #include "dtsim/tensor/sim_world.h"
@@ -74,44 +75,6 @@ const std::unordered_map<std::string, BatchRule>& RuleTable() {
     return t;
   }();
   return *table;
-}
-
-// What the batched path needs of a schema, computed once.
-struct BatchInfo {
-  BatchRule rule = BatchRule::kNone;
-  int alpha_arg = -1;  // the index of an "alpha" argument, or -1
-  int dim_arg = -1;    // the index of a "dim" argument, or -1
-};
-
-const BatchInfo& GetBatchInfo(const c10::FunctionSchema& schema) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, BatchInfo> cache;
-  auto it = cache.find(&schema);
-  if (it != cache.end()) return it->second;
-  BatchInfo info;
-  info.rule = BatchRuleOf(schema);
-  const auto& args = schema.arguments();
-  for (size_t a = 0; a < args.size(); ++a) {
-    if (args[a].name() == "alpha") info.alpha_arg = static_cast<int>(a);
-    if (args[a].name() == "dim") info.dim_arg = static_cast<int>(a);
-    // Written or aliased arguments (in-place and out= overloads) never batch.
-    if (args[a].alias_info() != nullptr) info.rule = BatchRule::kNone;
-  }
-  if (schema.returns().size() != 1 ||
-      !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
-    info.rule = BatchRule::kNone;
-  // A view of its first argument: its result is the same metadata function of every rank's shard,
-  // so rank i's view lies a rank's distance from rank 0's (not for views placed at an absolute
-  // storage offset).
-  const auto* ret_alias = schema.returns().empty() ? nullptr : schema.returns()[0].alias_info();
-  const bool aten = schema.name().rfind("aten::", 0) == 0;
-  bool absolute_offset = schema.name() == "aten::as_strided";
-  for (const auto& arg : args) absolute_offset = absolute_offset || arg.name() == "storage_offset";
-  if (aten && schema.returns().size() == 1 && ret_alias != nullptr && !ret_alias->isWrite() &&
-      !args.empty() && args[0].alias_info() != nullptr && !args[0].alias_info()->isWrite() &&
-      args[0].alias_info()->beforeSets() == ret_alias->beforeSets() && !absolute_offset &&
-      schema.returns()[0].type()->kind() == c10::TypeKind::TensorType)
-    info.rule = BatchRule::kView;
-  return cache.emplace(&schema, info).first->second;
 }
 
 std::atomic<bool>& BatchedRanksFlag() {
@@ -307,6 +270,34 @@ BatchRule BatchRuleOf(const c10::FunctionSchema& schema) {
   return it == table.end() ? BatchRule::kNone : it->second;
 }
 
+BatchInfo BatchInfoOf(const c10::FunctionSchema& schema) {
+  BatchInfo info;
+  info.rule = BatchRuleOf(schema);
+  const auto& args = schema.arguments();
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (args[a].name() == "alpha") info.alpha_arg = static_cast<int>(a);
+    if (args[a].name() == "dim") info.dim_arg = static_cast<int>(a);
+    // Written or aliased arguments (in-place and out= overloads) never batch.
+    if (args[a].alias_info() != nullptr) info.rule = BatchRule::kNone;
+  }
+  if (schema.returns().size() != 1 ||
+      !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
+    info.rule = BatchRule::kNone;
+  // A view of its first argument: its result is the same metadata function of every rank's shard,
+  // so rank i's view lies a rank's distance from rank 0's (not for views placed at an absolute
+  // storage offset).
+  const auto* ret_alias = schema.returns().empty() ? nullptr : schema.returns()[0].alias_info();
+  const bool aten = schema.name().rfind("aten::", 0) == 0;
+  bool absolute_offset = schema.name() == "aten::as_strided";
+  for (const auto& arg : args) absolute_offset = absolute_offset || arg.name() == "storage_offset";
+  if (aten && schema.returns().size() == 1 && ret_alias != nullptr && !ret_alias->isWrite() &&
+      !args.empty() && args[0].alias_info() != nullptr && !args[0].alias_info()->isWrite() &&
+      args[0].alias_info()->beforeSets() == ret_alias->beforeSets() && !absolute_offset &&
+      schema.returns()[0].type()->kind() == c10::TypeKind::TensorType)
+    info.rule = BatchRule::kView;
+  return info;
+}
+
 // A view op (BatchRule::kView) on a LocalTensor whose shards share one storage a constant distance
 // apart: run on rank 0's shard alone, and the result laid over every rank at that distance.
 bool RunView(const BatchCall& call) {
@@ -368,37 +359,50 @@ bool RunView(const BatchCall& call) {
   return PushStacked(call, std::move(out));
 }
 
-// The `dim` argument of a reduction over a shard of `dims` dims, as the stacked call's: each dim
-// one further out; none or an empty list (every dim) spelled out. nullopt for a dim out of range
-// (the per-rank call then raises ATen's own error).
-std::optional<c10::IValue> StackedDims(const c10::IValue& dim, int64_t dims) {
+// Rewrites the `dim` argument of a reduction over a shard of `dims` dims into the stacked call's:
+// each dim one further out; none or an empty list (every dim) spelled out. False for a dim out of
+// range (the per-rank call then raises ATen's own error), `dim` then unchanged.
+bool StackDims(c10::IValue& dim, int64_t dims) {
   auto moved = [&](int64_t d) -> std::optional<int64_t> {
     if (d < -dims || d >= dims) return std::nullopt;
     return (d < 0 ? d + dims : d) + 1;
   };
   if (dim.isInt()) {
     std::optional<int64_t> d = moved(dim.toInt());
-    if (!d) return std::nullopt;
-    return c10::IValue(*d);
+    if (!d) return false;
+    dim = *d;
+    return true;
   }
-  // The list is reused from call to call while nothing else holds it (the boxed call it goes to
-  // pops its arguments): no allocation per call.
+  const bool every_dim = dim.isNone() || dim.toListRef().empty();
+  if (!every_dim) {
+    for (const c10::IValue& d : dim.toListRef()) {
+      if (!moved(d.toInt())) return false;
+    }
+  }
+  // A list only the stack holds (the boxed call pops its arguments) is rewritten in place;
+  // otherwise one reused from call to call while nothing else holds it: no allocation per call.
+  if (!every_dim && IsIntList(dim)) {
+    c10::List<int64_t> given = std::move(dim).toIntList();
+    if (given.use_count() == 1) {
+      for (size_t i = 0; i < given.size(); ++i) given.set(i, *moved(given.get(i)));
+      dim = std::move(given);
+      return true;
+    }
+    dim = std::move(given);
+  }
   thread_local c10::List<int64_t> reused;
   c10::List<int64_t> out = reused.use_count() == 1 ? reused : c10::List<int64_t>();
   out.clear();
-  if (dim.isNone() || dim.toIntList().empty()) {
+  if (every_dim) {
     out.reserve(dims);
     for (int64_t d = 1; d <= dims; ++d) out.push_back(d);
   } else {
-    const c10::List<int64_t> given = dim.toIntList();  // shares the argument's list
+    c10::ArrayRef<c10::IValue> given = dim.toListRef();
     out.reserve(given.size());
-    for (size_t i = 0; i < given.size(); ++i) {
-      std::optional<int64_t> m = moved(given.get(i));
-      if (!m) return std::nullopt;
-      out.push_back(*m);
-    }
+    for (const c10::IValue& d : given) out.push_back(*moved(d.toInt()));
   }
-  return c10::IValue(std::move(out));
+  dim = std::move(out);
+  return true;
 }
 
 // A reduction (BatchRule::kReduction) of one LocalTensor over some of its shard dims.
@@ -413,8 +417,7 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
   if (call.kinds[0] != ArgKind::kLocal || info.dim_arg < 0)
     return PerRank("no LocalTensor to reduce");
   const char* why = "";
-  const std::optional<StackedArg> in =
-      StackedForm(*FindLocalImpl(stack[call.base].toTensor()), &why);
+  std::optional<StackedArg> in = StackedForm(*FindLocalImpl(stack[call.base].toTensor()), &why);
   if (!in) return PerRank(why);
   if (in->rank_stride == 0) return PerRank("replicas (computed per rank, as reductions are)");
   const int64_t n = static_cast<int64_t>(call.ranks->size());
@@ -426,10 +429,10 @@ bool RunReduction(const BatchCall& call, const BatchInfo& info) {
     return PerRank("shards too large for one thread (the reduction order would differ)");
   if (MemoryMeter::Current() != nullptr)
     return PerRank("a memory meter is on (one stacked allocation is no rank's own)");
-  std::optional<c10::IValue> dim = StackedDims(stack[call.base + info.dim_arg], dims);
-  if (!dim) return PerRank("a dim out of range");
-  stack[call.base] = StackedView(*in, n, dims);
-  stack[call.base + info.dim_arg] = *dim;
+  if (!StackDims(stack[call.base + info.dim_arg], dims)) return PerRank("a dim out of range");
+  // The stacked tensor itself goes on the stack when it is the view (no reference taken twice).
+  stack[call.base] =
+      in->stacked && in->ShardDim() == dims ? std::move(in->t) : StackedView(*in, n, dims);
   call.op.callBoxed(stack);
   at::Tensor out = std::move(stack.back()).toTensor();
   stack.pop_back();
@@ -443,7 +446,7 @@ bool RunBatched(const BatchCall& call) {
   last_decision.schema = &schema;
   last_decision.n_ranks = call.ranks->size();
   if (!BatchedRanksFlag().load(std::memory_order_relaxed)) return PerRank("batched ranks are off");
-  const BatchInfo& info = GetBatchInfo(schema);
+  const BatchInfo& info = call.info;
   if (info.rule == BatchRule::kNone) return PerRank("no batch rule for this op");
   const int64_t n = static_cast<int64_t>(call.ranks->size());
   if (n < 2) return PerRank("one rank");

@@ -51,6 +51,15 @@ enum class BatchRule : uint8_t {
 // The rule of `schema` in the table (kNone for an op not listed).
 BatchRule BatchRuleOf(const c10::FunctionSchema& schema);
 
+// What the batched path needs to know of an operator schema (the kernel computes it once per
+// schema, with the rest of what it keeps of the schema).
+struct BatchInfo {
+  BatchRule rule = BatchRule::kNone;  // BatchRuleOf, or kNone where the schema rules it out
+  int alpha_arg = -1;                 // the index of an "alpha" argument, or -1
+  int dim_arg = -1;                   // the index of a "dim" argument, or -1
+};
+BatchInfo BatchInfoOf(const c10::FunctionSchema& schema);
+
 // One kernel call, as local_kernel.cc sees it: the op's arguments at stack[base, base + n_args).
 struct BatchCall {
   const c10::OperatorHandle& op;
@@ -60,6 +69,7 @@ struct BatchCall {
   const ArgKind* kinds;
   const std::shared_ptr<const std::vector<int64_t>>& ranks;  // a RankList: the results share it
   const std::shared_ptr<SimWorld>& world;
+  const BatchInfo& info;  // BatchInfoOf(op.schema())
 };
 
 // Runs the call batched where that is exact, replacing its arguments on the stack by its results,

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <vector>
+
 #include "dtsim/core/dtensor.h"
 #include "dtsim/layout/error.h"
 #include "dtsim/ops/dtensor_tensor.h"
@@ -277,6 +280,29 @@ TEST(OpDispatchTest, ACachedDecisionGivesTheCallsOwnMesh) {
   EXPECT_EQ(out.mesh().ranks(), std::vector<int64_t>({2, 3}));
   EXPECT_TRUE(out.mesh().root().SameMesh(world));
   EXPECT_TRUE(at::allclose(out.FullTensor(), a + b));
+}
+
+// A call that finds its decision in the cache runs as the first did, whether observed or not and
+// after the cache is cleared: the arguments besides tensors reach the local op (a sum's dims; the
+// dims squeeze reads itself to keep only the global size-1 ones). Judged by the same ops on the
+// global tensor.
+TEST(OpDispatchTest, RepeatedCallsRunAsTheFirst) {
+  DeviceMesh mesh = DeviceMesh::Create({4});
+  const at::Tensor g = at::randn({8, 1, 6});
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    if (round == 3) ClearShardingCache();
+    Recorder rec;
+    std::optional<OpObservers::Scoped> observe;
+    if (round == 2) observe.emplace(ThreadOpObservers(), &rec);
+    const at::Tensor x = Dist(g, mesh, "S(0)");
+    EXPECT_TRUE(at::allclose(Full(at::sum(x, {2})), at::sum(g, {2}), 1e-6, 1e-6));
+    EXPECT_TRUE(at::allclose(Full(at::sum(x, {-1, 1})), at::sum(g, {-1, 1}), 1e-6, 1e-6));
+    const at::Tensor squeezed = at::squeeze(x, {1, 2});
+    EXPECT_EQ(squeezed.sizes().vec(), g.squeeze({1, 2}).sizes().vec());
+    EXPECT_TRUE(at::equal(Full(squeezed), g.squeeze({1, 2})));
+    EXPECT_EQ(rec.events.empty(), round != 2);
+  }
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ class DTensor {
   const std::vector<int64_t>& shape() const { return spec_->shape(); }
   // The global stride (upstream's DTensor.stride()): contiguous unless given to FromLocal or taken
   // from the tensor DistributeTensor was given.
-  const std::vector<int64_t>& stride() const { return stride_; }
+  const std::vector<int64_t>& stride() const { return *stride_; }
   // The local data: a LocalTensor in simulation.
   const at::Tensor& to_local() const { return local_; }
   Collectives& collectives() const { return *collectives_; }
@@ -86,19 +86,20 @@ class DTensor {
 
  private:
   DTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
-          std::shared_ptr<Collectives> collectives, std::vector<int64_t> stride)
+          std::shared_ptr<Collectives> collectives,
+          std::shared_ptr<const std::vector<int64_t>> stride)
       : spec_(std::move(spec)),
         local_(std::move(local)),
         collectives_(std::move(collectives)),
         stride_(std::move(stride)) {}
   friend DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
                              std::shared_ptr<Collectives> collectives,
-                             std::optional<std::vector<int64_t>> stride);
+                             std::shared_ptr<const std::vector<int64_t>> stride);
 
   std::shared_ptr<const DTensorSpec> spec_;  // never null; immutable, so copies share it
   at::Tensor local_;
   std::shared_ptr<Collectives> collectives_;
-  std::vector<int64_t> stride_;
+  std::shared_ptr<const std::vector<int64_t>> stride_;  // never null; immutable, shared as spec_
 };
 
 // Builds a DTensor from parts already known to agree (no checks beyond DTSIM_CHECK); `stride`
@@ -109,6 +110,10 @@ DTensor MakeDTensor(DTensorSpec spec, at::Tensor local, std::shared_ptr<Collecti
 DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
                     std::shared_ptr<Collectives> collectives,
                     std::optional<std::vector<int64_t>> stride = std::nullopt);
+// The same with a stride that other DTensors may share too (never null, one entry per dim).
+DTensor MakeDTensor(std::shared_ptr<const DTensorSpec> spec, at::Tensor local,
+                    std::shared_ptr<Collectives> collectives,
+                    std::shared_ptr<const std::vector<int64_t>> stride);
 
 // Upstream's distribute_tensor: every rank takes its part of `tensor` as held by the rank at
 // coordinate `src_data_rank` on each mesh dim (scatter / broadcast); with src_data_rank = nullopt
