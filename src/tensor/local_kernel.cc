@@ -482,9 +482,16 @@ void LocalKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   }
 
   // 3. Run the op once for all ranks where that is exact (rank_batch.h), else once per rank
-  // (LibTorch's threads fitted to the machine's load first).
-  AdaptThreadsToLoad();
+  // (LibTorch's threads fitted to the machine's load first). The batched reductions, aligned
+  // elementwise ops and views run on one thread (rank_batch.h), so their threads are fitted only
+  // for the per-rank calls they may fall back to.
+  const BatchRule rule = info.batch.rule;
+  const bool one_thread_batched = rule == BatchRule::kReduction ||
+                                  rule == BatchRule::kElementwiseAligned ||
+                                  rule == BatchRule::kView;
+  if (!one_thread_batched) AdaptThreadsToLoad();
   if (RunBatched(BatchCall{op, stack, base, n_args, kinds, *ranks, *world, info.batch})) return;
+  if (one_thread_batched) AdaptThreadsToLoad();
   const std::vector<int64_t>& rank_ids = **ranks;
   const size_t n_ranks = rank_ids.size();
   // Per-rank stacks come from a thread-local pool (one level per nesting depth) to avoid allocating
