@@ -4,7 +4,8 @@
 // add. No redistribution happens in these cases (the inputs already have the placements the op
 // wants), as in upstream's steady state. scripts/bench.sh prints `bench
 // op_<family>_dispatch_overhead ratio <local / dtsim>` and, with bench/upstream_op_bench.py, `bench
-// op_<family>_vs_upstream ratio <upstream / dtsim>`.
+// op_<family>_vs_upstream ratio <upstream / dtsim>`. BM_OpMathWrapperFloor (below) times the least
+// any two-layer design spends on op_math's sum, for `bench op_math_wrapper_floor_vs_upstream`.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
