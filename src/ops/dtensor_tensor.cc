@@ -406,30 +406,14 @@ const OpNames& NamesOf(const c10::OperatorHandle& op) {
   return it->second;
 }
 
-// A stack for the local call, taken from a per-thread pool (one per nesting depth) so that a call
-// allocates none once the pool is warm; emptied when released, so no tensor outlives the call.
-struct PooledStack {
-  PooledStack() : stack(Acquire()) {}
-  ~PooledStack() {
-    stack.clear();
-    --Depth();
-  }
-  PooledStack(const PooledStack&) = delete;
-  PooledStack& operator=(const PooledStack&) = delete;
-  torch::jit::Stack& stack;
-
- private:
-  static size_t& Depth() {
-    thread_local size_t depth = 0;
-    return depth;
-  }
-  static torch::jit::Stack& Acquire() {
-    thread_local std::deque<torch::jit::Stack> pool;  // a deque: references survive growth
-    size_t& depth = Depth();
-    if (pool.size() <= depth) pool.emplace_back();
-    return pool[depth++];
-  }
-};
+// The local call's stack of the KernelCall at nesting depth `depth` on this thread (no other call
+// in progress has that depth), from a per-thread pool so that a call allocates none once the pool
+// is warm. Its call empties it when done, so no tensor outlives the call.
+torch::jit::Stack& LocalStackAt(size_t depth) {
+  thread_local std::deque<torch::jit::Stack> pool;  // a deque: references survive growth
+  while (pool.size() <= depth) pool.emplace_back();
+  return pool[depth];
+}
 
 // One call of an op on DTensors through the kernel's stages, each a member function run after the
 // one before: Unwrap (the arguments: DTensor inputs and their placements) -> Propagate (the
@@ -449,15 +433,15 @@ class KernelCall {
         names(names),
         name(names.name),
         short_name(names.short_name),
-        observe(g_observers.observed()) {
+        observe(g_observers.observed()),
+        depth(static_cast<size_t>(Depth()++)) {
     call.schema = &schema;  // call.name: set when needed (fill_call, inplace)
     if (observe) event.emplace();
-    ++Depth();
   }
   ~KernelCall() { --Depth(); }
   KernelCall(const KernelCall&) = delete;
   KernelCall& operator=(const KernelCall&) = delete;
-  // The KernelCalls in progress on this thread.
+  // The KernelCalls in progress on this thread (this one's `depth` is their number before it).
   static int& Depth() {
     thread_local int depth = 0;
     return depth;
@@ -485,7 +469,10 @@ class KernelCall {
   // Stages 3 to the end, for a call that has been unwrapped and propagated.
   void RunGeneric() {
     Redistribute();
-    PooledStack local;
+    struct Emptied {
+      torch::jit::Stack& stack;
+      ~Emptied() { stack.clear(); }
+    } local{LocalStackAt(depth)};
     RunLocal(local.stack);
     Finish(Wrap(local.stack));
   }
@@ -522,6 +509,7 @@ class KernelCall {
   c10::SmallVector<at::Tensor, 4> redistributed;
   std::optional<OpEvent> event;  // only while observed (observe)
   const bool observe;
+  const size_t depth;  // Depth() before this call began
 
  private:
   void fill_call();
@@ -692,12 +680,13 @@ void KernelCall::Propagate() {
   Cache& cache = GetCache();
   FrontCache& front = GetFrontCache();
   const uint64_t generation = cache.generation.load(std::memory_order_acquire);
-  if (front.generation != generation && Depth() == 1) {
+  if (front.generation != generation && depth == 0) {
     front.entries.clear();
     front.generation = generation;
   }
   const bool use_front = front.generation == generation;
-  if (auto it = front.entries.find(key); use_front && it != front.entries.end()) {
+  auto it = use_front ? front.entries.find(key) : front.entries.end();
+  if (it != front.entries.end()) {
     cached = it->second.get();
     cache_hit = true;
   } else {
