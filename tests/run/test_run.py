@@ -39,6 +39,10 @@ BOTH_WAYS = {
     "optimizers.py": 4,  # SGD/AdamW foreach, Adam fused, the default backend, torch.accelerator (tests/run/scripts/)
     "uneven_views.py": 4,  # ops whose propagation reads the rank, and op outputs redistributed per rank: what the
                            # propagation cache that the ranks share (python/dtsim/run/propagation.py) must keep exact
+    "rank_modules.py": 4,  # module-level caches, class state, counters and import-time registries are each rank's own;
+                           # a thread pool the rank starts runs collectives on its groups (rank_state.py)
+    "titan_patterns.py": 4,  # torchtitan's patterns: meta init, vocabulary-parallel embedding, complex RoPE, clipping
+    "process_state.py": 4,  # builtins.print and sys.stdout replaced on some ranks change those ranks' own view only
     "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
                                # reference to init_process_group, which dtsim run replaces too)
 }
@@ -47,7 +51,8 @@ BOTH_WAYS = {
 # Scripts whose printed values must equal real torchrun's bit for bit: every float sum in them is over two ranks
 # (a + b is the same in any order) or of exactly representable values, and nothing else reduces. The others sum
 # floats over 4 ranks, which Gloo's ring adds in another order than dtsim's ascending ranks.
-BITWISE = {"tp_fsdp_adamw.py", "pipeline_2stage.py", "rank_branches.py", "p2p_ring.py"}
+BITWISE = {"tp_fsdp_adamw.py", "pipeline_2stage.py", "rank_branches.py", "p2p_ring.py", "rank_modules.py",
+           "process_state.py"}
 
 
 def script_path(script):
@@ -683,7 +688,10 @@ def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     assert f"output hash differs on rank {rank} (" in diff.stdout, diff.stdout
 
 
-CHECKED_CLEAN = ["tp_mlp.py", "tp_sp.py", "tp_fsdp_adamw.py", "loss_parallel.py", "sharding_bugs.py"]
+# titan_patterns.py: torchtitan's meta-device init, vocabulary-parallel embedding (_MaskPartial), complex rotary
+# frequencies and clip_grad_norm_ (_NormPartial) over FSDP2 + TP, each a false divergence or a crash before issue 59
+CHECKED_CLEAN = ["tp_mlp.py", "tp_sp.py", "tp_fsdp_adamw.py", "loss_parallel.py", "sharding_bugs.py",
+                 "titan_patterns.py"]
 
 
 @pytest.mark.parametrize("script", CHECKED_CLEAN)
@@ -764,3 +772,54 @@ def test_replay_names_a_replica_written_on_one_rank(tmp_path):
                                   if r["role"] == "mesh_cell" and r["fill"] == [235, 20, 20, 255]}
         assert fills(written) == (0, {2})  # before: rank 2's replica was written before the redistribution
         assert fills(clean)[1] == set()
+
+
+def test_shared_modules_all_reproduces_the_shared_cache_bug():
+    """With every module shared (--shared-modules all), rank_lib's cached wrapper class gathers over rank 0's tp group
+    on ranks 2 and 3 (torchtitan's simple_fsdp pattern, issue 59): the run hangs there, which per-rank modules (the
+    default, matching real torchrun in test_script_matches_real_torchrun) avoid."""
+    out = run([DTSIM, "run", "--shared-modules", "all", "--nproc-per-node", "4", script_path("rank_modules.py")])
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert "mesh_tp" in out.stderr and "rank_lib/__init__.py:38 in apply" in out.stderr, out.stderr[-2000:]
+    shared = run([DTSIM, "run", "--shared-modules", "rank_lib", "--nproc-per-node", "4",
+                  script_path("rank_modules.py")])
+    assert shared.returncode == 4, shared.stderr[-2000:]
+
+
+def test_threads_a_rank_starts_are_metered_as_the_rank():
+    """A thread each rank starts allocates 256 float32 on its device: the rank's meter counts 1,024 bytes."""
+    out = run([DTSIM, "run", "--memory", "--nproc-per-node", "4", script_path("process_state.py")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    for rank in range(4):
+        assert f"memory rank {rank} thread allocated 1024" in text, text
+
+
+def test_os_exit_on_one_rank_ends_the_run_naming_rank_and_code(tmp_path):
+    """os._exit(7) on rank 1: the run ends (exit 1, as torchrun for a failed worker) naming the rank and its code,
+    and the report is written, marked incomplete; no rank's later line is printed."""
+    report = tmp_path / "r.json"
+    env = dict(ENV, DTSIM_PLANT="exit")
+    out = run([DTSIM, "run", "--nproc-per-node", "4", "--report-json", str(report), script_path("process_state.py")],
+              env=env)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "rank 1 (local rank 1) failed with exit code 7" in out.stderr, out.stderr[-2000:]
+    assert "os._exit(7)" in out.stderr
+    assert "done" not in out.stdout
+    assert json.loads(report.read_text())["complete"] is False
+
+
+def test_an_active_venv_that_does_not_run_the_program_is_named(tmp_path):
+    """build/dtsim run inside another activated venv: it says which interpreter runs the program and how to choose,
+    before any rank starts, and a missing module's failure carries the same hint."""
+    venv = tmp_path / "user-venv"
+    venv.mkdir()
+    script = tmp_path / "needs.py"
+    script.write_text("import no_such_module_of_the_users_venv\n")
+    out = run([DTSIM, "run", "--nproc-per-node", "2", str(script)], env=dict(ENV, VIRTUAL_ENV=str(venv)))
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"not with the active venv {venv}" in out.stderr.split("\n")[0], out.stderr[-2000:]
+    assert "set DTSIM_PYTHON" in out.stderr.split("dtsim run: error:")[-1], out.stderr[-2000:]
+    plain = run([DTSIM, "run", "--nproc-per-node", "2", str(script)],
+                env={k: v for k, v in ENV.items() if k != "VIRTUAL_ENV"})
+    assert "active venv" not in plain.stderr

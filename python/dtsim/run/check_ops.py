@@ -43,6 +43,8 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from . import patches
+
 _RTOL = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 1e-4, torch.complex64: 1e-4,
          torch.bfloat16: 2e-2, torch.float16: 2e-2}
 _SLOT = object()  # where a DTensor argument goes in an op's flattened arguments
@@ -74,15 +76,56 @@ def _placements(placements) -> str:
 
 
 class _Tensor:
-    """One rank's view of a DTensor argument or result."""
+    """One rank's view of a DTensor argument or result, as the checker rebuilds it: a Partial subclass of upstream's is
+    brought to the plain Partial it reduces as (`_MaskPartial`: the rank's mask applied to its copy now, while the
+    mask is there; `_NormPartial(p)`: the local value raised to p, its global result to 1/p afterwards, in `post`).
+    `unknown`: the name of a Partial subclass the checker cannot rebuild (its op is not checked)."""
 
-    __slots__ = ("placements", "shape", "dtype", "local")
+    __slots__ = ("placements", "shape", "dtype", "local", "post", "unknown", "_partials")
 
     def __init__(self, dt, local: torch.Tensor):
-        self.placements = tuple(dt.placements)
+        from torch.distributed.tensor.placement_types import Partial
+
         self.shape = tuple(dt.shape)
         self.dtype = dt.dtype
+        self.post: List[Callable[[torch.Tensor], torch.Tensor]] = []
+        self.unknown: Optional[str] = None
+        self._partials: list = []
+        placements = []
+        for p in dt.placements:
+            if isinstance(p, Partial) and type(p) is not Partial:
+                p, local = self._plain_partial(p, local)
+            placements.append(p)
+        self.placements = tuple(placements)
         self.local = local
+
+    def _plain_partial(self, p, local: torch.Tensor):
+        from torch.distributed.tensor.placement_types import Partial
+
+        name = type(p).__name__
+        if name == "_MaskPartial":
+            buffer = getattr(p, "mask_buffer", None)
+            if buffer is None or getattr(buffer, "data", None) is None or local.is_meta:
+                self.unknown = f"{name} whose mask is not materialized"
+                return Partial(p.reduce_op), local
+            local = local.clone()
+            buffer.apply_mask(local)
+            return Partial(p.reduce_op), local
+        pre, post = getattr(p, "_pre_reduce_transform", None), getattr(p, "_post_reduce_transform", None)
+        if name == "_NormPartial" and pre is not None and post is not None:
+            # x^p on every mesh dim it is partial over, summed once over all of them, then ^(1/p) once.
+            norms = {getattr(q, "norm_type", None) for q in self._partials}
+            if norms and norms != {p.norm_type}:
+                self.unknown = f"{name} of two norm types"
+            elif not norms:
+                self.post.append(post)
+                local = pre(local)
+            self._partials.append(p)
+            return Partial(p.reduce_op), local
+        if type(p)._reduce_value is not Partial._reduce_value or \
+                type(p)._reduce_shard_value is not Partial._reduce_shard_value:
+            self.unknown = name  # reduces in its own way: not rebuilt as a plain Partial
+        return Partial(p.reduce_op), local
 
 
 class _Arrival:
@@ -150,7 +193,11 @@ class OpChecker:
                                     f"{list(mesh_shape)}: {listing}")
             return
         where = self._where(first, ranks, n)
+        uninitialized = isinstance(first.reference, torch._ops.OpOverload) and \
+            first.reference._schema.name.split("::")[-1] in _UNINITIALIZED
         for kind, index in (("argument", "args"), ("result", "results")):
+            if kind == "result" and uninitialized:
+                continue  # no values yet: replicas of an empty tensor need not agree
             for k in range(len(getattr(first, index))):
                 odd = _odd_replicas([getattr(a, index)[k] for a in arrivals], mesh_shape)
                 if odd is not None:
@@ -163,6 +210,13 @@ class OpChecker:
         if not first.results:
             self.skip("no DTensor result")
             return
+        unknown = next((t.unknown for a in arrivals for t in a.args + a.results if t.unknown), None)
+        if unknown is not None:
+            self.skip(f"a {unknown} placement")
+            return
+        if any(t.local.is_meta for t in first.args + first.results):
+            self.skip("meta tensors (no values; layouts checked)")
+            return
         try:
             expected = self._unsharded(first, mesh_shape, arrivals)
         except Exception as e:  # the op refuses the global tensors: counted as not checked, never as equal
@@ -171,8 +225,6 @@ class OpChecker:
         if len(expected) != len(first.results):  # results the reference cannot be matched with: not checked
             self.skip("the unsharded op gave another number of tensors")
             return
-        uninitialized = isinstance(first.reference, torch._ops.OpOverload) and \
-            first.reference._schema.name.split("::")[-1] in _UNINITIALIZED
         for k, (got_parts, want) in enumerate(zip(zip(*[a.results for a in arrivals]), expected)):
             got = _rebuild(list(got_parts), mesh_shape)
             spec = got_parts[0]
@@ -294,6 +346,8 @@ def _odd_replicas(parts: List[_Tensor], mesh_shape) -> Optional[Tuple[List[int],
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.is_meta or b.is_meta:
+        return True  # no values to compare: their layouts agree
     if a.is_floating_point() or a.is_complex():
         return bool(torch.equal(a, b) or torch.equal(torch.isnan(a), torch.isnan(b)) and
                     torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
@@ -311,10 +365,19 @@ def _rebuild(parts: List[_Tensor], mesh_shape) -> torch.Tensor:
     mesh = _MESHES.get(tuple(mesh_shape))
     if mesh is None:
         mesh = _MESHES[tuple(mesh_shape)] = dtsim.init_device_mesh("cpu", tuple(mesh_shape))
-    locals_ = {position: part.local.contiguous() for position, part in enumerate(parts)}
+    complex_ = first.local.is_complex()
+    # dtsim's layouts hold real dtypes: a complex tensor is rebuilt as its real view (a trailing dim of 2).
+    locals_ = {position: (torch.view_as_real(part.local.resolve_conj()) if complex_ else part.local).contiguous()
+               for position, part in enumerate(parts)}
+    shape = first.shape + ((2,) if complex_ else ())
     with _disable_current_modes():
-        dt = dtsim.DTensor.from_local(locals_, mesh, _placements(first.placements)[1:-1], shape=first.shape)
-        return dt.full_tensor()
+        dt = dtsim.DTensor.from_local(locals_, mesh, _placements(first.placements)[1:-1], shape=shape)
+        full = dt.full_tensor()
+        if complex_:
+            full = torch.view_as_complex(full)
+        for post in first.post:
+            full = post(full)
+        return full
 
 
 def _wrong_ranks(parts: List[_Tensor], want: torch.Tensor, mesh_shape) -> List[int]:
@@ -325,9 +388,13 @@ def _wrong_ranks(parts: List[_Tensor], want: torch.Tensor, mesh_shape) -> List[i
 
     if any(isinstance(p, Partial) for p in parts[0].placements):
         return []
+    complex_ = want.is_complex()
     with _disable_current_modes():
-        pieces = dtsim.distribute_tensor(want.contiguous(), _MESHES[tuple(mesh_shape)],
-                                         _placements(parts[0].placements)[1:-1], src_data_rank=None).to_local()
+        pieces = dtsim.distribute_tensor((torch.view_as_real(want) if complex_ else want).contiguous(),
+                                         _MESHES[tuple(mesh_shape)], _placements(parts[0].placements)[1:-1],
+                                         src_data_rank=None).to_local()
+        if complex_:
+            pieces = [torch.view_as_complex(t.contiguous()) for t in pieces]
     return [p for p, (part, piece) in enumerate(zip(parts, pieces))
             if part.local.shape != piece.shape or _differs(part.local, piece) is not None]
 
@@ -342,6 +409,8 @@ def _differs(got: torch.Tensor, want: torch.Tensor) -> Optional[str]:
         index = tuple(int(i) for i in wrong.nonzero()[0])
         return (f"{int(wrong.sum())} of {got.numel()} elements differ; first at {list(index)}: "
                 f"{got[index].item()} vs {want[index].item()}")
+    if got.is_complex():  # each of the real and imaginary parts within the dtype's tolerance
+        return _differs(torch.view_as_real(got.resolve_conj()), torch.view_as_real(want.resolve_conj()))
     rtol = _RTOL.get(got.dtype, 1e-4)
     scale = max(1.0, float(want.abs().nan_to_num(0.0, 0.0, 0.0).max())) if want.numel() else 1.0
     diff = (got.double() - want.double()).abs()
@@ -433,12 +502,11 @@ def _strategy(func, args, kwargs) -> Optional[str]:
         return None
 
 
-def install_local_map(checker: OpChecker, rank_of: Callable[[], Optional[int]]) -> None:
+def _local_map_wrapped(session, original):
     """Checks every `local_map` call as one op: its function on the global tensors against the global results."""
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.experimental import _func_map
 
-    original = _func_map._local_map_wrapped
+    checker, rank_of = session.checker, session.rank_of
     # Its parameters by name: torch releases add some before the function's own arguments (2.15: enable_spmd_types).
     signature = inspect.signature(original)
 
@@ -462,25 +530,37 @@ def install_local_map(checker: OpChecker, rank_of: Callable[[], Optional[int]]) 
             placed = None
         return mode.record(name, func, flat, spec, dtensors, call, placed)
 
-    _func_map._local_map_wrapped = wrapped
-    _answer_as_one_rank()
+    return wrapped
 
 
-def _answer_as_one_rank() -> None:
+def _as_one_rank(value):
     """While a reference runs, the program's rank queries answer as the one rank of a world of one: a local_map
     function that offsets by its rank or mesh coordinate then computes the unsharded result."""
-    from torch.distributed.device_mesh import DeviceMesh
-
     from .process_group import _REFERENCE
 
-    def as_one(original, value):
+    def make(session, original):
         def query(*args, **kwargs):
             return value(*args, **kwargs) if _REFERENCE.active else original(*args, **kwargs)
 
         return query
 
-    for name, value in (("get_rank", lambda *a, **k: 0), ("get_world_size", lambda *a, **k: 1)):
-        setattr(dist, name, as_one(getattr(dist, name), value))
-    DeviceMesh.get_local_rank = as_one(DeviceMesh.get_local_rank, lambda self, *a, **k: 0)
-    DeviceMesh.get_coordinate = as_one(DeviceMesh.get_coordinate, lambda self: [0] * self.ndim)
-    DeviceMesh.size = as_one(DeviceMesh.size, lambda self, mesh_dim=None: 1)
+    return make
+
+
+def _checking(config) -> bool:
+    return config.check_ops
+
+
+CHECK_OPS_ENTRIES = patches.register("check_ops", [
+    patches.Replace("torch.distributed.tensor.experimental._func_map._local_map_wrapped", _local_map_wrapped,
+                    when=_checking),
+    patches.Replace("torch.distributed.get_rank", _as_one_rank(lambda *a, **k: 0), when=_checking),
+    patches.Replace("torch.distributed.get_world_size", _as_one_rank(lambda *a, **k: 1), when=_checking),
+    patches.Replace("torch.distributed.device_mesh.DeviceMesh.get_local_rank",
+                    _as_one_rank(lambda self, *a, **k: 0), when=_checking),
+    patches.Replace("torch.distributed.device_mesh.DeviceMesh.get_coordinate",
+                    _as_one_rank(lambda self: [0] * self.ndim), when=_checking),
+    patches.Replace("torch.distributed.device_mesh.DeviceMesh.size",
+                    _as_one_rank(lambda self, mesh_dim=None: 1), when=_checking),
+    patches.Read("torch.distributed.tensor.DTensor._op_dispatcher"),
+])

@@ -1,7 +1,9 @@
-"""What turns one process into a torchrun job of N ranks: installed once by the launcher, before any rank runs.
+"""What turns one process into a torchrun job of N ranks: the tables of torch replacements that the launcher installs
+through the registry (patches.py) before any rank runs.
 
 - c10d's state (`torch.distributed.distributed_c10d._world`: the default group, group names, ranks) is kept per rank
-  thread, and so is the C++ registry of groups by name (c10d's thread isolation mode);
+  (in the rank's program thread and in the threads it starts), and so is the C++ registry of groups by name (c10d's
+  thread isolation mode);
 - `init_process_group` builds the rank's default group on the `dtsim` backend (process_group.py), whatever backend
   the program names ("nccl", "gloo", "cpu:gloo,cuda:nccl", ...), with the rank and world size of its thread;
 - CUDA is emulated on the CPU: tensors asked for on "cuda" live on the CPU (a torch function mode rewrites the device
@@ -21,11 +23,11 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.overrides import TorchFunctionMode
 
-from .process_group import World
+from . import patches
 
 _GPU_TYPES = ("cuda", "xpu", "mps", "hpu", "mtia")
 # Whether the program asked for a GPU (a tensor, a module or a device mesh on one): its tensors then stand for GPU
-# tensors, and torch.optim picks its implementation as on CUDA (_install_optimizer_defaults).
+# tensors, and torch.optim picks its implementation as on CUDA (_optimizer_defaults).
 _program_on_gpu = False
 
 
@@ -56,16 +58,26 @@ class _RankWorld:
 
 
 class _RankWorlds:
-    """Stands in for c10d's `_world`: every rank thread sees a `_RankWorld` of its own."""
+    """Stands in for c10d's `_world`: every rank sees a `_RankWorld` of its own, in its program's thread and in the
+    threads it starts (rank_state.py binds them to the rank); a thread of no rank (the launcher's) has its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank_of: Callable[[], Optional[int]]) -> None:
+        object.__setattr__(self, "_rank_of", rank_of)
+        object.__setattr__(self, "_ranks", {})
         object.__setattr__(self, "_local", threading.local())
 
     def _world(self) -> _RankWorld:
-        local = object.__getattribute__(self, "_local")
-        world = getattr(local, "world", None)
+        rank = object.__getattribute__(self, "_rank_of")()
+        if rank is None:
+            local = object.__getattribute__(self, "_local")
+            world = getattr(local, "world", None)
+            if world is None:
+                world = local.world = _RankWorld()
+            return world
+        ranks = object.__getattribute__(self, "_ranks")
+        world = ranks.get(rank)
         if world is None:
-            world = local.world = _RankWorld()
+            world = ranks[rank] = _RankWorld()
         return world
 
     def __getattr__(self, name: str) -> Any:
@@ -179,10 +191,62 @@ def _does_nothing() -> Callable[..., None]:
 _warned: set = set()
 
 
-def _install_memory(namespace, tracker, rank_of: Callable[[], Optional[int]]) -> None:
-    """torch.cuda's (and torch.accelerator's) memory statistics answer from the rank's meter (modules.py): the bytes of
-    the tensors the rank's program holds. Nothing is cached, so reserved equals allocated. Without the meter (no
+def _cannot_emulate(name: str, why: str) -> Callable[..., Any]:
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"dtsim run: {name} cannot run on the simulated devices: {why} (docs/run.md, \"GPU scripts "
+                           "on a CPU machine\")")
+
+    return refuse
+
+
+class _NoCudaGraph:
+    """torch.cuda.CUDAGraph: refused where it is made."""
+
+    def __init__(self, *args, **kwargs):
+        _cannot_emulate("torch.cuda.CUDAGraph", "a CUDA graph replays captured GPU kernels, and the simulated ranks' "
+                        "tensors live on the CPU")()
+
+
+
+# The emulated device's memory, as torch.cuda.get_device_properties and mem_get_info report it: an 80 GiB GPU (an
+# H100's), which is what torchtitan's memory monitor divides its percentages by.
+EMULATED_TOTAL_MEMORY = 80 * 1024 ** 3
+
+
+class DeviceProperties:
+    """torch.cuda.get_device_properties(i) of an emulated device: the fields torch and torchtitan read."""
+
+    def __init__(self, index: int):
+        self.name = "dtsim simulated GPU (CPU tensors)"
+        self.major, self.minor = 9, 0
+        self.total_memory = EMULATED_TOTAL_MEMORY
+        self.multi_processor_count = 132
+        self.is_integrated = 0
+        self.is_multi_gpu_board = 0
+        self.max_threads_per_multi_processor = 2048
+        self.warp_size = 32
+        self.regs_per_multiprocessor = 65536
+        self.shared_memory_per_block = 49152
+        self.shared_memory_per_block_optin = 232448
+        self.shared_memory_per_multiprocessor = 233472
+        self.L2_cache_size = 50 * 1024 ** 2
+        self.uuid = f"dtsim-{index:04d}"
+        self.pci_bus_id = index
+        self.pci_device_id = 0
+        self.pci_domain_id = 0
+        self.gcnArchName = "NVIDIA H100 (dtsim)"
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 1024 ** 2}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def _memory_functions(session) -> Dict[str, Callable[..., Any]]:
+    """torch.cuda's (and torch.accelerator's) memory statistics, answered from the rank's meter (modules.py): the bytes
+    of the tensors the rank's program holds. Nothing is cached, so reserved equals allocated. Without the meter (no
     --memory, --report, --report-json or --meta) they answer 0, and say so once."""
+    tracker = session.tracker
+    rank_of = session.rank_of
 
     def unmetered() -> bool:
         if tracker.metered:
@@ -210,85 +274,51 @@ def _install_memory(namespace, tracker, rank_of: Callable[[], Optional[int]]) ->
         now, most = current(), peak()
         return {"allocated_bytes.all.current": now, "allocated_bytes.all.peak": most,
                 "reserved_bytes.all.current": now, "reserved_bytes.all.peak": most,
-                "active_bytes.all.current": now, "active_bytes.all.peak": most}
+                "active_bytes.all.current": now, "active_bytes.all.peak": most,
+                "num_alloc_retries": 0, "num_ooms": 0}
 
-    for name, function in (("memory_allocated", current), ("max_memory_allocated", peak),
-                           ("memory_reserved", current), ("max_memory_reserved", peak),
-                           ("reset_peak_memory_stats", reset), ("reset_max_memory_allocated", reset),
-                           ("reset_accumulated_memory_stats", _does_nothing()), ("memory_stats", stats)):
-        if namespace is not None:
-            setattr(namespace, name, function)
+    def mem_get_info(*args, **kwargs):
+        used = current()
+        return (EMULATED_TOTAL_MEMORY - used, EMULATED_TOTAL_MEMORY)
 
-
-def _cannot_emulate(name: str, why: str) -> Callable[..., Any]:
-    def refuse(*args, **kwargs):
-        raise RuntimeError(f"dtsim run: {name} cannot run on the simulated devices: {why} (docs/run.md, \"GPU scripts "
-                           "on a CPU machine\")")
-
-    return refuse
+    return {"memory_allocated": current, "max_memory_allocated": peak, "memory_reserved": current,
+            "max_memory_reserved": peak, "reset_peak_memory_stats": reset, "reset_max_memory_allocated": reset,
+            "reset_accumulated_memory_stats": _does_nothing(), "memory_stats": stats, "mem_get_info": mem_get_info}
 
 
-class _NoCudaGraph:
-    """torch.cuda.CUDAGraph: refused where it is made."""
+def _memory(name: str) -> Callable[[Any, Any], Any]:
+    def make(session, original):
+        functions = session.extra.get("memory_functions")
+        if functions is None:
+            functions = session.extra["memory_functions"] = _memory_functions(session)
+        return functions[name]
 
-    def __init__(self, *args, **kwargs):
-        _cannot_emulate("torch.cuda.CUDAGraph", "a CUDA graph replays captured GPU kernels, and the simulated ranks' "
-                        "tensors live on the CPU")()
-
-
-def _install_cuda(devices: _RankDevices, tracker, rank_of: Callable[[], Optional[int]]) -> None:
-    cuda = torch.cuda
-    cuda.is_available = lambda: True
-    cuda.device_count = lambda: devices.count
-    cuda.set_device = devices.set
-    cuda.current_device = devices.current
-    cuda.synchronize = _does_nothing()
-    cuda.init = _does_nothing()
-    cuda.is_initialized = lambda: True
-    cuda.get_device_name = lambda *a, **k: "dtsim simulated GPU (CPU tensors)"
-    cuda.get_device_capability = lambda *a, **k: (9, 0)
-    cuda.is_bf16_supported = lambda *a, **k: True
-    cuda.manual_seed = _does_nothing()
-    cuda.manual_seed_all = _does_nothing()
-    cuda.empty_cache = _does_nothing()
-    cuda.Stream = _NoOpStream
-    cuda.Event = _NoOpStream
-    cuda.stream = lambda *a, **k: _NoOpStream()
-    cuda.current_stream = lambda *a, **k: _NoOpStream()
-    cuda.default_stream = lambda *a, **k: _NoOpStream()
-    cuda.set_stream = _does_nothing()
-    cuda.device = _NoOpStream
-    cuda.CUDAGraph = _NoCudaGraph
-    cuda.graph = _cannot_emulate("torch.cuda.graph", "it captures GPU kernels into a CUDA graph, and the simulated "
-                                 "ranks' tensors live on the CPU")
-    cuda.make_graphed_callables = _cannot_emulate("torch.cuda.make_graphed_callables", "it captures GPU kernels into "
-                                                  "CUDA graphs, and the simulated ranks' tensors live on the CPU")
-    _install_memory(cuda, tracker, rank_of)
-    _install_memory(getattr(cuda, "memory", None), tracker, rank_of)
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        accelerator.is_available = lambda: True
-        accelerator.current_accelerator = lambda *a, **k: torch.device("cuda")
-        accelerator.device_count = lambda: devices.count
-        accelerator.set_device_index = devices.set
-        accelerator.set_device_idx = devices.set
-        accelerator.current_device_index = devices.current
-        accelerator.current_device_idx = devices.current
-        accelerator.synchronize = _does_nothing()
-        accelerator.current_stream = lambda *a, **k: _NoOpStream()
-        accelerator.set_stream = _does_nothing()
-        _install_memory(getattr(accelerator, "memory", None), tracker, rank_of)
-        for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                     "reset_peak_memory_stats", "memory_stats"):
-            if hasattr(accelerator, name):
-                setattr(accelerator, name, getattr(cuda, name))
+    return make
 
 
-def _install_mesh_on_cpu() -> None:
-    from torch.distributed.device_mesh import DeviceMesh
+def _const(value) -> Callable[[Any, Any], Any]:
+    return lambda session, original: (lambda *a, **k: value)
 
-    original = DeviceMesh.__init__
 
+def _value(value) -> Callable[[Any, Any], Any]:
+    return lambda session, original: value
+
+
+def _no_op_factory(session, original):
+    return _does_nothing()
+
+
+def _stream_factory(session, original):
+    return lambda *a, **k: _NoOpStream()
+
+
+def _devices(session) -> _RankDevices:
+    if session.devices is None:
+        session.devices = _RankDevices(session.local_rank_of, session.config.nproc_per_node)
+    return session.devices
+
+
+def _mesh_on_cpu(session, original):
     def __init__(self, device_type, *args, **kwargs):
         global _program_on_gpu
         if isinstance(device_type, str) and device_type in _GPU_TYPES:
@@ -296,83 +326,178 @@ def _install_mesh_on_cpu() -> None:
             _program_on_gpu = True
         original(self, device_type, *args, **kwargs)
 
-    DeviceMesh.__init__ = __init__
+    return __init__
 
 
-def _install_optimizer_defaults() -> None:
+def _optimizer_defaults(session, original):
     """torch.optim's optimizers pick their implementation from their parameters' device when the program does not
     (`foreach=None`): the foreach kernels on CUDA, one tensor at a time on the CPU. A program on the emulated GPUs gets
     CUDA's choice, so its ops are those of its GPU run (the foreach ops run on the CPU tensors as they would on CUDA's)."""
-    from torch.optim import optimizer
-
-    original = getattr(optimizer, "_get_foreach_kernels_supported_devices", None)
-    if original is None:  # a torch that decides otherwise: left as it is
-        return
 
     def foreach_devices() -> list:
         devices = list(original())
         return devices + ["cpu"] if _program_on_gpu and "cpu" not in devices else devices
 
-    optimizer._get_foreach_kernels_supported_devices = foreach_devices
+    return foreach_devices
 
 
-def before_destroy(hook: Callable[[Any], None]) -> None:
-    """`hook(group)` runs before every `destroy_process_group(group)` of the program (every module's reference)."""
-    original = c10d.destroy_process_group
-
-    def destroy_process_group(group=None):
-        hook(group)
-        return original(group)
-
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("torch") and \
-                getattr(module, "destroy_process_group", None) is original:
-            module.destroy_process_group = destroy_process_group
-    dist.destroy_process_group = destroy_process_group
-
-
-def install(world: World, rank_of: Callable[[], int], local_rank_of: Callable[[], int], local_world_size: int,
-            store, tracker) -> None:
-    """Makes torch.distributed and torch.cuda serve the simulated ranks; called once, before the ranks start."""
-    c10d._world = _RankWorlds()
-    torch._C._distributed_c10d._set_thread_isolation_mode(True)
-    # Backward runs on the thread that calls it (the rank's), never on autograd's device threads.
-    torch.autograd.set_multithreading_enabled(False)
-    dist.Backend.register_backend("dtsim", world.create, extended_api=True, devices=["cpu", "cuda"])
-
-    original_init = c10d.init_process_group
+def _init_process_group(session, original_init):
+    world = session.world
 
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                            group_name="", pg_options=None, device_id=None, **kwargs):
-        own_rank = rank_of()
+        own_rank = session.rank_of()
         if world_size not in (-1, None) and world_size != world.world_size:
             raise ValueError(f"init_process_group: world_size={world_size}, but dtsim run simulates "
                              f"{world.world_size} ranks (--nproc-per-node x --nnodes)")
         if rank not in (-1, None) and rank != own_rank:
             raise ValueError(f"init_process_group: rank={rank} on the rank dtsim run started as rank {own_rank}")
         options = {"timeout": timeout} if timeout is not None else {}
-        return original_init("dtsim", world_size=world.world_size, rank=own_rank, store=_shared_store,
+        return original_init("dtsim", world_size=world.world_size, rank=own_rank, store=session.store,
                              group_name=group_name, **options, **kwargs)
 
-    _shared_store = store
-    # Every module that imported the function by name gets the rank's one too: init_device_mesh calls
-    # device_mesh.py's own reference when no default group exists yet (upstream's tutorials rely on it).
-    importlib.import_module("torch.distributed.device_mesh")  # imported before the scan, so it is among them
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("torch") and \
-                getattr(module, "init_process_group", None) is original_init:
-            module.init_process_group = init_process_group
-    dist.init_process_group = init_process_group
-    _install_cuda(_RankDevices(local_rank_of, local_world_size), tracker, rank_of)
-    from . import modules
+    return init_process_group
 
-    if tracker.metered:
-        modules.install_resize_hook(tracker)
-    if tracker.modules:
-        modules.install_module_hooks(tracker)
-    _install_mesh_on_cpu()
-    _install_optimizer_defaults()
+
+def _rank_worlds(session, original):
+    return _RankWorlds(session.rank_of)
+
+
+def _thread_isolation(session):
+    # The C++ registry of groups by name, kept per thread (c10d's thread isolation mode); a rank's own threads get its
+    # groups registered when they start (rank_state.py).
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    return lambda: torch._C._distributed_c10d._set_thread_isolation_mode(False)
+
+
+def _single_threaded_backward(session):
+    # Backward runs on the thread that calls it (the rank's), never on autograd's device threads.
+    torch.autograd.set_multithreading_enabled(False)
+    return lambda: torch.autograd.set_multithreading_enabled(True)
+
+
+def _register_backend(session):
+    dist.Backend.register_backend("dtsim", session.world.create, extended_api=True, devices=["cpu", "cuda"])
+    importlib.import_module("torch.distributed.device_mesh")  # imported before the by-name scans, so it is among them
+
+    def undo() -> None:
+        if "dtsim" in dist.Backend.backend_list:
+            dist.Backend.backend_list.remove("dtsim")
+        dist.Backend._plugins.pop("DTSIM", None)
+        for table in (dist.Backend.backend_capability, dist.Backend.backend_type_map):
+            table.pop("dtsim", None)
+        if getattr(dist.Backend, "DTSIM", None) == "dtsim":
+            delattr(dist.Backend, "DTSIM")
+
+    return undo
+
+
+def _graph_refused(name: str, why: str):
+    return lambda session, original: _cannot_emulate(name, why)
+
+
+_GRAPH_WHY = "it captures GPU kernels into {}, and the simulated ranks' tensors live on the CPU"
+_CUDA_MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats",
+                "memory_stats", "mem_get_info")
+_ACCELERATOR_MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                       "reset_peak_memory_stats", "memory_stats")
+
+def before_destroy(session, hook: Callable[[Any], None]) -> None:
+    """`hook(group)` runs before every `destroy_process_group(group)` of the program (every module's reference)."""
+    session.extra.setdefault("destroy_hooks", []).append(hook)
+
+
+def _destroy_process_group(session, original):
+    def destroy_process_group(group=None):
+        for hook in session.extra.get("destroy_hooks", ()):
+            hook(group)
+        return original(group)
+
+    return destroy_process_group
+
+
+# One row per replaced torch attribute, in installation order.
+C10D_ENTRIES = patches.register("c10d", [
+    patches.Replace("torch.distributed.distributed_c10d._world", _rank_worlds,
+                    why="c10d's default group, group names and ranks, kept per rank"),
+    patches.Custom("torch._C._distributed_c10d._set_thread_isolation_mode", _thread_isolation),
+    patches.Custom("torch.autograd.set_multithreading_enabled", _single_threaded_backward),
+    patches.Custom("torch.distributed.Backend.register_backend", _register_backend),
+    patches.Replace("torch.distributed.distributed_c10d.init_process_group", _init_process_group, by_name=True,
+                    why="every rank's default group on the dtsim backend, with its thread's rank"),
+    patches.Replace("torch.distributed.init_process_group", _init_process_group),
+    patches.Replace("torch.distributed.distributed_c10d.destroy_process_group", _destroy_process_group, by_name=True,
+                    why="the hooks of before_destroy (--trace ends a rank's record block there)"),
+    patches.Replace("torch.distributed.destroy_process_group", _destroy_process_group),
+    patches.Read("torch._C._distributed_c10d._register_process_group"),
+    patches.Read("torch._C._distributed_c10d._create_work_from_future"),
+    patches.Read("torch.distributed.distributed_c10d._resolve_process_group"),
+])
+
+CUDA_ENTRIES = patches.register("cuda", [
+    patches.Replace("torch.cuda.is_available", _const(True)),
+    patches.Replace("torch.cuda.device_count", lambda s, o: (lambda: _devices(s).count)),
+    patches.Replace("torch.cuda.set_device", lambda s, o: _devices(s).set),
+    patches.Replace("torch.cuda.current_device", lambda s, o: _devices(s).current),
+    patches.Replace("torch.cuda.synchronize", _no_op_factory),
+    patches.Replace("torch.cuda.init", _no_op_factory),
+    patches.Replace("torch.cuda.is_initialized", _const(True)),
+    patches.Replace("torch.cuda.get_device_name", _const("dtsim simulated GPU (CPU tensors)")),
+    patches.Replace("torch.cuda.get_device_capability", _const((9, 0))),
+    patches.Replace("torch.cuda.get_device_properties",
+                    lambda s, o: (lambda device=None: DeviceProperties(_device_index(device) or 0))),
+    patches.Replace("torch.cuda.is_bf16_supported", _const(True)),
+    patches.Replace("torch.cuda.manual_seed", _no_op_factory),
+    patches.Replace("torch.cuda.manual_seed_all", _no_op_factory),
+    patches.Replace("torch.cuda.empty_cache", _no_op_factory),
+    patches.Replace("torch.cuda.Stream", _value(_NoOpStream)),
+    patches.Replace("torch.cuda.Event", _value(_NoOpStream)),
+    patches.Replace("torch.cuda.stream", _stream_factory),
+    patches.Replace("torch.cuda.current_stream", _stream_factory),
+    patches.Replace("torch.cuda.default_stream", _stream_factory),
+    patches.Replace("torch.cuda.set_stream", _no_op_factory),
+    patches.Replace("torch.cuda.device", _value(_NoOpStream)),
+    patches.Replace("torch.cuda.CUDAGraph", _value(_NoCudaGraph)),
+    patches.Replace("torch.cuda.graph", _graph_refused("torch.cuda.graph", _GRAPH_WHY.format("a CUDA graph"))),
+    patches.Replace("torch.cuda.make_graphed_callables",
+                    _graph_refused("torch.cuda.make_graphed_callables", _GRAPH_WHY.format("CUDA graphs"))),
+] + [patches.Replace(f"torch.cuda.{name}", _memory(name)) for name in _CUDA_MEMORY]
+  + [patches.Replace(f"torch.cuda.memory.{name}", _memory(name)) for name in _CUDA_MEMORY]
+  + [
+    patches.Replace("torch.accelerator.is_available", _const(True)),
+    patches.Replace("torch.accelerator.current_accelerator", _const(torch.device("cuda"))),
+    patches.Replace("torch.accelerator.device_count", lambda s, o: (lambda: _devices(s).count)),
+    patches.Replace("torch.accelerator.set_device_index", lambda s, o: _devices(s).set),
+    patches.Replace("torch.accelerator.set_device_idx", lambda s, o: _devices(s).set, optional=True),
+    patches.Replace("torch.accelerator.current_device_index", lambda s, o: _devices(s).current),
+    patches.Replace("torch.accelerator.current_device_idx", lambda s, o: _devices(s).current, optional=True),
+    patches.Replace("torch.accelerator.synchronize", _no_op_factory),
+    patches.Replace("torch.accelerator.current_stream", _stream_factory),
+    patches.Replace("torch.accelerator.set_stream", _no_op_factory),
+] + [patches.Replace(f"torch.accelerator.{name}", _memory(name), optional=True) for name in _ACCELERATOR_MEMORY]
+  + [patches.Replace(f"torch.accelerator.memory.{name}", _memory(name), optional=True)
+     for name in _ACCELERATOR_MEMORY]
+  + [
+    patches.Replace("torch.distributed.device_mesh.DeviceMesh.__init__", _mesh_on_cpu,
+                    why="device meshes of a GPU device type are CPU meshes"),
+    patches.Replace("torch.optim.optimizer._get_foreach_kernels_supported_devices", _optimizer_defaults,
+                    optional=True, why="a torch that decides the default otherwise is left as it is"),
+])
+
+
+def _strategies(session):
     from . import propagation, strategies
 
     strategies.install()
     propagation.install()
+    return None  # the op strategies and the shared propagation cache stay registered for the process's life
+
+
+DTENSOR_ENTRIES = patches.register("dtensor", [
+    patches.Custom("torch.distributed.tensor._ops.utils.register_op_strategy", _strategies,
+                   why="upstream keeps no way to unregister an op strategy"),
+    patches.Read("torch.distributed.tensor.DTensor._op_dispatcher"),
+    patches.Read("torch._C._get_dtensor_allow_implicit_replication"),
+    patches.Read("torch._C._set_dtensor_allow_implicit_replication"),
+])

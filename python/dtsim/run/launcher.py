@@ -23,7 +23,9 @@ import threading
 import time
 import traceback
 import types
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
+
+from .config import RunConfig, RunSession
 
 EXIT_OK, EXIT_RANK_FAILED, EXIT_BAD_INPUT, EXIT_HANG, EXIT_OP_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 4, 5, 130
 MAX_RANKS = 4096
@@ -41,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive_int(field: str, text: str, limit: int) -> int:
     try:
+        if not text.isascii():
+            raise ValueError(text)
         value = int(text)
     except ValueError:
         raise BadInput(field, f"'{text}' is not a whole number") from None
@@ -87,6 +91,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="check every DTensor op against the same op on the global tensors (replicas equal, results "
                         "equal within float rounding); the first divergence is reported with its op, module, ranks "
                         "and line, and the run exits 5")
+    p.add_argument("--shared-modules", dest="shared_modules", default=None, metavar="PKG,...",
+                   help="top-level packages every rank shares instead of importing its own copy (comma list), or "
+                        "'all' for none per rank (docs/run.md, \"What the ranks share\")")
     p.add_argument("-m", "--module", dest="module", action="store_true", help="run a module, as python -m")
     p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script", help="the training script (or module with -m)")
@@ -109,6 +116,30 @@ def _procs(text: str) -> int:
     if text == "gpu":
         raise BadInput("nproc-per-node", "'gpu' counts the GPUs of a real node; give the number of ranks")
     return _positive_int("nproc-per-node", text, MAX_RANKS)
+
+
+def _other_venv() -> Optional[str]:
+    """The active venv ($VIRTUAL_ENV) where it is not the interpreter running dtsim run, else None."""
+    venv = os.environ.get("VIRTUAL_ENV")
+    if not venv or not os.path.isdir(venv):
+        return None
+    same = os.path.realpath(venv) in (os.path.realpath(sys.prefix), os.path.realpath(sys.exec_prefix))
+    return None if same else venv
+
+
+def _shared_modules(text: Optional[str]) -> Optional[Tuple[str, ...]]:
+    """--shared-modules: None (the default: the program's modules are per rank), ('all',) for no per-rank modules, or
+    the top-level package names every rank shares."""
+    if text is None:
+        return None
+    if text == "all":
+        return ("all",)
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if not name.isidentifier() or not name.isascii():
+            raise BadInput("shared-modules", f"'{name}' is not a top-level package name (a comma list of names, or "
+                           "'all')")
+    return names
 
 
 def _seconds(text: str) -> float:
@@ -269,6 +300,7 @@ def _rank_env(rank: int, nproc: int, nnodes: int, master_addr: str, master_port:
 
 def _run_rank(scheduler, rank: int, program: _Program, mode_factory) -> None:
     scheduler.bind(rank)
+    from .rank_state import RankExit
     from .scheduler import RunAborted
     try:
         scheduler.wait_first_turn(rank)
@@ -280,6 +312,10 @@ def _run_rank(scheduler, rank: int, program: _Program, mode_factory) -> None:
             exec(program.code, scheduler.ranks[rank].context.main_module.__dict__)
     except RunAborted:
         return
+    except RankExit as e:  # os._exit(code): the rank's process ends here, without its finally blocks' output
+        code = e.code
+        if code != 0:
+            error = f"os._exit({code}) ended rank {rank}'s process"
     except SystemExit as e:
         if e.code is None:
             code = 0
@@ -308,9 +344,15 @@ def main(argv: Sequence[str]) -> int:
         shown = None
         if args.ranks_filter is not None:
             try:
+                if not args.ranks_filter.isascii():
+                    raise ValueError(args.ranks_filter)
                 shown = {int(r) for r in args.ranks_filter.split(",")}
             except ValueError:
                 raise BadInput("local-ranks-filter", f"'{args.ranks_filter}' is not a comma list of ranks") from None
+            outside = sorted(r for r in shown if not 0 <= r < world_size)
+            if outside:
+                raise BadInput("local-ranks-filter", f"'{args.ranks_filter}' names rank {outside[0]}, outside the "
+                               f"{world_size} ranks (0 to {world_size - 1})")
         if args.no_python:
             raise BadInput("no-python", "dtsim run runs Python programs in its own process")
         program = _Program(args.script, args.module)
@@ -321,10 +363,18 @@ def main(argv: Sequence[str]) -> int:
             if args.meta:
                 raise BadInput("trace", "a metadata-only run (--meta) has no shard values to hash or keep; trace a "
                                "run with values, or use --report-json for the collectives of a --meta run")
+        shared = _shared_modules(args.shared_modules)
         outputs = [] if args.report_json is None else [(args.report_json, "report-json")]
         if args.trace is not None:
             outputs += [(args.trace, "trace"), (args.trace + ".data", "trace (its data sidecar)")]
         _check_outputs(outputs, program.path, args.trace)
+        config = RunConfig(nproc_per_node=nproc, nnodes=nnodes, meta=args.meta, memory=args.memory,
+                           check_ops=args.check_ops, report=args.report, report_json=args.report_json,
+                           trace=args.trace, rank_prefix=args.rank_prefix,
+                           shown_ranks=frozenset(shown) if shown is not None else None, timeout_s=timeout,
+                           timeout_text=args.timeout,
+                           shared_modules=() if shared in (None, ("all",)) else shared,
+                           per_rank_modules=shared != ("all",))
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -335,47 +385,50 @@ def main(argv: Sequence[str]) -> int:
     import torch
     import torch.distributed as dist
 
-    from . import emulation
+    other_venv = _other_venv()
+    if other_venv is not None:
+        print(f"dtsim run: the program runs with {sys.executable} (torch {torch.__version__}), not with the active "
+              f"venv {other_venv}; to use that one, run `python -m dtsim run ...` from it with dtsim installed there "
+              "(docs/python.md), or set DTSIM_PYTHON to its python", file=sys.stderr)
+
+    from . import check_ops, emulation, meta, modules, patches, rank_state  # noqa: F401 (their registry tables)
     from .modules import MemoryMeter, Tracker
     from .process_group import World
     from .scheduler import RankContext, Scheduler
 
+    try:
+        patches.probe_all(config=config)
+    except patches.TorchContractError as e:
+        print(f"dtsim: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     master_addr = getattr(args, "master_addr", None) or "127.0.0.1"
     master_port = getattr(args, "master_port", None) or "29500"
     sys.path.insert(0, program.path_entry)
     argv0 = [program.path] + list(args.args)
     sys.argv[:] = argv0
+    world_size = config.world_size
     contexts = [RankContext(dict(_rank_env(r, nproc, nnodes, master_addr, master_port),
                                  **({"DTSIM_RUN_META": "1"} if args.meta else {})), program.new_main(), list(argv0))
                 for r in range(world_size)]
     os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
-    reporting = args.report or args.report_json is not None
-    world.tracker = Tracker(world_size, scheduler.current_rank,
-                            modules=reporting or args.check_ops or args.trace is not None,
-                            metered=args.memory or reporting or args.meta or args.trace is not None)
-    if reporting:
+    world.tracker = Tracker(world_size, scheduler.current_rank, modules=config.tracks_modules,
+                            metered=config.metered)
+    if config.reporting:
         from .report import Report
 
         world.report = Report(world_size, world.tracker)
-    emulation.install(world, scheduler.current_rank, lambda: scheduler.current_rank() % nproc, nproc,
-                      dist.HashStore(), world.tracker)
-    from . import meta
-
-    if args.meta:
-        meta.install()
-
-    checker = None
+    session = RunSession(config, scheduler=scheduler, world=world, tracker=world.tracker, store=dist.HashStore())
     if args.check_ops:
-        from .check_ops import OpChecker, OpCheckMode, install_local_map
+        from .check_ops import OpChecker, OpCheckMode
 
         def module_of(rank: int) -> str:
             path, pass_ = world.tracker.collective_keys(rank)[-1]
             return f"{path} ({pass_})"
 
-        checker = OpChecker(module_of)
-        install_local_map(checker, scheduler.current_rank)
+        session.checker = OpChecker(module_of)
+    patches.install(session, ["c10d", "cuda", "dtensor", "modules", "meta", "check_ops", "process"])
     tracing = _Tracing(args.trace) if args.trace is not None else None
     if tracing is not None:
         from .. import recorder
@@ -389,16 +442,25 @@ def main(argv: Sequence[str]) -> int:
 
         world.tracker.boundary = boundary
         world.collective_log = []
-        emulation.before_destroy(lambda group: tracing.close(scheduler.current_rank())
+        emulation.before_destroy(session, lambda group: tracing.close(scheduler.current_rank())
                                  if group is None or group is dist.GroupMember.WORLD else None)
+
+    def device_and_meter(rank: int):
+        """What a rank's threads run under: GPU devices on the CPU (or meta), and the rank's memory meter."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(meta.MetaForAll() if args.meta else emulation.CpuForGpu())
+        if world.tracker.metered:
+            stack.enter_context(MemoryMeter(world.tracker, rank))
+        return stack
+
+    session.rank_modes = device_and_meter
 
     @contextlib.contextmanager
     def rank_modes(rank: int):
-        """What each rank's program runs under: GPU devices on the CPU (or meta), the rank's memory meter, and with
-        --trace its record block."""
-        with (meta.MetaForAll() if args.meta else emulation.CpuForGpu()), \
-                (MemoryMeter(world.tracker, rank) if world.tracker.metered else contextlib.nullcontext()), \
-                (OpCheckMode(checker, rank) if checker is not None else contextlib.nullcontext()):
+        """What each rank's program runs under: its device and meter modes, with --check-ops its op checker, and
+        with --trace its record block."""
+        with device_and_meter(rank), \
+                (OpCheckMode(session.checker, rank) if session.checker is not None else contextlib.nullcontext()):
             if tracing is None:
                 yield
                 return
@@ -416,8 +478,9 @@ def main(argv: Sequence[str]) -> int:
                 raise
             tracing.close(rank)
     real_out, real_err = sys.stdout, sys.stderr
-    sys.stdout = _RankOutput(real_out, scheduler.current_rank, args.rank_prefix, shown)
-    sys.stderr = _RankOutput(real_err, scheduler.current_rank, args.rank_prefix, shown)
+    sys.stdout = _RankOutput(real_out, scheduler.current_rank, config.rank_prefix, config.shown_ranks)
+    sys.stderr = _RankOutput(real_err, scheduler.current_rank, config.rank_prefix, config.shown_ranks)
+    scheduler.process_state = rank_state.ProcessState(world_size, config.shared_modules, config.per_rank_modules)
 
     threads = []
     for rank in range(world_size):
@@ -453,17 +516,23 @@ def main(argv: Sequence[str]) -> int:
                     f"{failure.exit_code}")
             if failure.error:
                 text += ":\n" + failure.error.rstrip("\n").split("\n")[-1]
+                if "ModuleNotFoundError" in failure.error.rstrip("\n").split("\n")[-1]:
+                    text += (f"\n(the ranks run with {sys.executable}"
+                             + (f", not with the active venv {other_venv}" if other_venv else "")
+                             + "; set DTSIM_PYTHON, or run `python -m dtsim run` from the environment that has the "
+                             "module: docs/run.md, \"Which Python runs the program\")")
             _finish(real_out, real_err, text, EXIT_RANK_FAILED)
         _finish(real_out, real_err, scheduler.abort_reason, scheduler.abort_code)
     for t in threads:
         t.join()
+    scheduler.process_state.restore_base()
     sys.stdout, sys.stderr = real_out, real_err
     if tracing is not None:
         _add_run_collectives(args.trace, world.collective_log, real_err)
     real_out.flush()
     diverged = False
-    if checker is not None:
-        text, diverged = checker.summary()
+    if session.checker is not None:
+        text, diverged = session.checker.summary()
         real_err.write(text + "\n")
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 from .emulation import _is_gpu
+from . import patches
 
 
 def _is_backward(func, args) -> bool:
@@ -232,20 +233,39 @@ _FUNCTIONAL_KERNELS = {
 _libraries = []  # the registrations live as long as the process
 
 
-def install() -> None:
-    """Called once before the ranks start, for --meta only."""
-    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
-
-    FSDPParamGroup._validate_no_meta_params = lambda self: None
+def _stream_ids(session):
     # FSDP2 (torch 2.15) hands the current stream of its device to an op when a gradient buffer is not on the CPU. Its
     # device is the CPU under dtsim run and the buffer a meta tensor here, so it reads the ids every torch.Stream
     # carries from torch.cpu's stream, which has none: it gets those of the CPU's one stream.
-    for name in ("stream_id", "device_index", "device_type"):
-        if not hasattr(torch.cpu.Stream, name):
-            setattr(torch.cpu.Stream, name, 0)
+    added = [name for name in ("stream_id", "device_index", "device_type") if not hasattr(torch.cpu.Stream, name)]
+    for name in added:
+        setattr(torch.cpu.Stream, name, 0)
+
+    def undo() -> None:
+        for name in added:
+            delattr(torch.cpu.Stream, name)
+
+    return undo
+
+
+def _functional_meta_kernels(session):
     library = torch.library.Library("_c10d_functional", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
         for name, kernel in _FUNCTIONAL_KERNELS.items():
             library.impl(name, kernel, "Meta")
     _libraries.append(library)
+    return None  # the registrations live as long as the process: upstream's own Meta kernels are not restorable
+
+
+def _meta_run(config) -> bool:
+    return config.meta
+
+
+META_ENTRIES = patches.register("meta", [
+    patches.Replace("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPParamGroup._validate_no_meta_params",
+                    lambda session, original: (lambda self: None), when=_meta_run,
+                    why="FSDP2 runs on meta parameters (its lazy-init check that they were materialized is off)"),
+    patches.Custom("torch.cpu.Stream", _stream_ids, when=_meta_run),
+    patches.Custom("torch.ops._c10d_functional", _functional_meta_kernels, when=_meta_run),
+])

@@ -27,6 +27,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import patches
+
 FORWARD, BACKWARD = "forward", "backward"
 GLOBAL = "Global"
 
@@ -352,3 +354,21 @@ def install_resize_hook(tracker: Tracker) -> Callable[[], None]:
             torch.UntypedStorage.resize_ = original
 
     return remove
+
+
+def _resize_hook(session):
+    return install_resize_hook(session.tracker)
+
+
+def _module_hooks(session):
+    return install_module_hooks(session.tracker).remove
+
+
+MODULE_ENTRIES = patches.register("modules", [
+    patches.Custom("torch.UntypedStorage.resize_", _resize_hook, when=lambda config: config.metered,
+                   why="a storage resize (FSDP2's free and refill) is counted by the meter"),
+    patches.Custom("torch.nn.modules.module.register_module_forward_pre_hook", _module_hooks,
+                   when=lambda config: config.tracks_modules),
+    patches.Read("torch._C._current_graph_task_id"),
+    patches.Read("torch.autograd.Variable._execution_engine"),
+])

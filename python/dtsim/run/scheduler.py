@@ -5,7 +5,8 @@ been sent, the end of its program); it then hands the baton to the next rank tha
 after itself. A run is therefore deterministic: the same program prints the same lines in the same order every time.
 
 Process-wide state that a real rank owns alone (the global RNGs, the rank's environment variables, `sys.argv`,
-`sys.modules["__main__"]`) is saved when a rank hands the baton on and restored when it gets it back (`RankContext`).
+`sys.modules["__main__"]`) is saved when a rank hands the baton on and restored when it gets it back (`RankContext`);
+so are its imported modules, standard streams and builtins (rank_state.py's `ProcessState`).
 
 When the rank that holds the baton must wait and no rank can go on, the program would hang on a real cluster: the
 scheduler ends the run with a report of every rank's pending call and Python stack (`hang_report`).
@@ -119,6 +120,7 @@ class Scheduler:
         self.abort_code = 0
         self._local = threading.local()
         self.first_failure: Optional[RankState] = None
+        self.process_state = None  # rank_state.ProcessState: each rank's modules, streams and builtins
 
     # ---- the current rank ----------------------------------------------------------------------------------------
 
@@ -150,6 +152,8 @@ class Scheduler:
             state.status = RankState.WAITING
             state.waiting_for = waitable
             state.context.save()
+            if self.process_state is not None:
+                self.process_state.leave(rank)
             self._pass_on(rank)
             self._wait_for_turn(rank)
 
@@ -158,6 +162,8 @@ class Scheduler:
             state = self.ranks[rank]
             state.exit_code = exit_code
             state.error = error
+            if self.process_state is not None and self.holder == rank:
+                self.process_state.leave(rank)
             state.waiting_for = None
             if exit_code != 0:
                 state.status = RankState.FAILED
@@ -207,6 +213,8 @@ class Scheduler:
         state.status = RankState.RUNNING
         state.waiting_for = None
         state.context.restore(self._environ)
+        if self.process_state is not None:
+            self.process_state.enter(rank)
 
     def _give_turn(self, rank: int) -> None:
         self.holder = rank

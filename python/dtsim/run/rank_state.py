@@ -1,0 +1,222 @@
+"""What a real rank owns alone in its process, kept per rank in the one process `dtsim run`'s ranks share.
+
+The scheduler (scheduler.py) hands the one running turn from rank to rank; `ProcessState.leave(rank)` runs when a rank
+gives the turn away (it waits, or its program ended) and `enter(rank)` when a rank gets it, so that while a rank runs,
+the process looks as the rank's own process would:
+
+- **Modules.** Every module that the program imports while a rank runs, and that is not shared (below), is that
+  rank's own: rank 0's copy leaves `sys.modules` when rank 0 gives the turn away, and rank 1's first `import` of the
+  same name runs the module afresh for rank 1. So a module-level cache, counter or registry, and a class's own state
+  (accelerate's `PartialState`), are per rank, as on a real job. Shared by every rank: what was imported before the
+  ranks started (torch, dtsim and what they import), the standard library, torch's own tree and its dependencies
+  (`SHARED_ROOTS`), compiled extension modules (most cannot be loaded twice in a process), and the packages named by
+  `--shared-modules`. torch's own registries (custom ops, op strategies, pytree nodes) are process-wide: a per-rank
+  copy of a module registers again, and the last registration serves every rank, as the same code does.
+- **`sys.stdout`, `sys.stderr` and `builtins`**: a rank that replaces them (`builtins.print = ...` on rank 0 only,
+  `sys.stdout = open(os.devnull, "w")` on the other ranks) changes its own view only.
+- **Threads a rank starts belong to it** (`threading.Thread.start`): they see the rank's process groups (c10d's state
+  and the groups registered by name), its emulated device, its memory meter and its environment. A thread that runs
+  while another rank holds the turn sees that rank's modules and standard streams (docs/run.md).
+- **`os._exit(code)`** on a rank ends that rank's program at once: a non-zero code ends the run (exit 1, naming the
+  rank and its code, with the report written), 0 ends the rank alone, as a real rank's process that exits early.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.machinery
+import os
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Set
+
+from . import patches
+
+# Top-level packages every rank shares besides the standard library: torch's tree, what torch imports or is built
+# with, the test runner, and dtsim itself. A per-rank copy of one of them would give torch two versions of its own
+# types.
+SHARED_ROOTS = frozenset({
+    "torch", "torchgen", "functorch", "triton", "numpy", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
+    "filelock", "fsspec", "typing_extensions", "optree", "setuptools", "pkg_resources", "_distutils_hack", "nvidia",
+    "dtsim", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "__main__", "__mp_main__",
+})
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+_MISSING = object()
+
+
+class RankExit(BaseException):
+    """Raised in a rank's thread by `os._exit(code)`: the rank's program ends there (launcher.py)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class ProcessState:
+    """Each rank's modules, standard streams and builtins, swapped with the turn."""
+
+    def __init__(self, world_size: int, shared_roots=(), per_rank_modules: bool = True):
+        self.per_rank_modules = per_rank_modules
+        self._roots = SHARED_ROOTS | frozenset(shared_roots) | frozenset(sys.stdlib_module_names) | \
+            frozenset(sys.builtin_module_names)
+        self._shared: Set[str] = set(sys.modules)  # imported before the ranks start: shared
+        self._modules: List[Dict[str, Any]] = [{} for _ in range(world_size)]
+        self._seen = len(sys.modules)
+        self._streams = [(None, None)] * world_size  # a rank's own sys.stdout / sys.stderr where it replaced them
+        self.run_streams = (sys.stdout, sys.stderr)  # the run's (launcher.py sets them once they are the ranks')
+        self._builtins = dict(builtins.__dict__)  # as the ranks start
+        self._overrides: List[Dict[str, Any]] = [{} for _ in range(world_size)]
+        self._applied: Dict[str, Any] = {}  # the overrides in builtins now
+
+    # ---- modules ---------------------------------------------------------------------------------------------
+
+    def is_shared(self, name: str, module: Any) -> bool:
+        if not self.per_rank_modules or name in self._shared or name.split(".", 1)[0] in self._roots:
+            return True
+        origin = getattr(getattr(module, "__spec__", None), "origin", None) or getattr(module, "__file__", None)
+        return isinstance(origin, str) and origin.endswith(_EXTENSION_SUFFIXES)
+
+    def module_names(self, rank: int) -> List[str]:
+        """The names of the modules that are `rank`'s own (imported while it ran), sorted."""
+        return sorted(self._modules[rank])
+
+    def _leave_modules(self, rank: int) -> None:
+        modules = sys.modules
+        own = self._modules[rank]
+        if len(modules) != self._seen:  # something was imported during the turn: sort the new names
+            for name, module in list(modules.items()):
+                if name in own or name in self._shared:
+                    continue
+                if self.is_shared(name, module):
+                    self._shared.add(name)
+                else:
+                    own[name] = module
+        for name in list(own):
+            module = modules.pop(name, _MISSING)
+            if module is _MISSING:
+                del own[name]  # the program removed it itself
+            else:
+                own[name] = module
+        self._seen = len(modules)
+
+    def _enter_modules(self, rank: int) -> None:
+        own = self._modules[rank]
+        if own:
+            sys.modules.update(own)
+        self._seen = len(sys.modules)
+
+    # ---- streams and builtins --------------------------------------------------------------------------------
+
+    def _leave_globals(self, rank: int) -> None:
+        out, err = self.run_streams
+        self._streams[rank] = (sys.stdout if sys.stdout is not out else None,
+                               sys.stderr if sys.stderr is not err else None)
+        sys.stdout, sys.stderr = out, err
+        now = builtins.__dict__
+        base = self._builtins
+        overrides = {k: v for k, v in now.items() if base.get(k, _MISSING) is not v}
+        for k in base:
+            if k not in now:
+                overrides[k] = _MISSING  # deleted by the rank
+        self._overrides[rank] = overrides
+        for k in overrides:
+            if k in base:
+                now[k] = base[k]
+            else:
+                now.pop(k, None)
+        self._applied = {}
+
+    def _enter_globals(self, rank: int) -> None:
+        out, err = self._streams[rank]
+        if out is not None:
+            sys.stdout = out
+        if err is not None:
+            sys.stderr = err
+        overrides = self._overrides[rank]
+        now = builtins.__dict__
+        for k, v in overrides.items():
+            if v is _MISSING:
+                now.pop(k, None)
+            else:
+                now[k] = v
+        self._applied = overrides
+
+    # ---- the turn --------------------------------------------------------------------------------------------
+
+    def leave(self, rank: int) -> None:
+        self._leave_modules(rank)
+        self._leave_globals(rank)
+
+    def enter(self, rank: int) -> None:
+        self._enter_modules(rank)
+        self._enter_globals(rank)
+
+    def restore_base(self) -> None:
+        """After the run: the run's own streams and the builtins as the ranks found them."""
+        sys.stdout, sys.stderr = self.run_streams
+        now = builtins.__dict__
+        for k in list(now):
+            if k not in self._builtins:
+                del now[k]
+        now.update(self._builtins)
+
+
+def _thread_start(session, original):
+    """A thread started by a rank runs as that rank: bound to it (the scheduler's current rank, hence its c10d state,
+    meter and device), with its process groups registered by name in the thread's own C++ registry, under the rank's
+    device and meter modes."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    register = patches.read("torch._C._distributed_c10d._register_process_group")
+
+    def start(self):
+        rank = session.rank_of()
+        if rank is None or getattr(self, "_dtsim_rank", None) is not None:
+            return original(self)
+        self._dtsim_rank = rank
+        run = self.run
+
+        def run_as_rank():
+            session.scheduler.bind(rank)
+            for pg, name in list(getattr(c10d._world, "pg_names", {}).items()):
+                try:
+                    register(name, pg)
+                except RuntimeError:  # registered in this thread already
+                    pass
+            torch.autograd.set_multithreading_enabled(False)
+            modes = session.rank_modes(rank) if session.rank_modes is not None else None
+            if modes is None:
+                return run()
+            with modes:
+                return run()
+
+        self.run = run_as_rank
+        return original(self)
+
+    return start
+
+
+def _os_exit(session, original):
+    def _exit(code):
+        rank = session.rank_of()
+        if rank is None:
+            return original(code)
+        if threading.current_thread() is not _rank_thread(session):  # a thread the rank started
+            session.scheduler.abort(f"rank {rank} called os._exit({code}) in its thread "
+                                    f"'{threading.current_thread().name}': its process would end here", 1)
+        raise RankExit(int(code))
+
+    return _exit
+
+
+def _rank_thread(session) -> Optional[threading.Thread]:
+    rank = session.rank_of()
+    return session.scheduler.ranks[rank].thread if rank is not None else None
+
+
+PROCESS_ENTRIES = patches.register("process", [
+    patches.Replace("threading.Thread.start", _thread_start,
+                    why="threads a rank starts see its process groups, device and meter"),
+    patches.Replace("os._exit", _os_exit, why="os._exit on a rank ends that rank's program, not the whole run"),
+])
