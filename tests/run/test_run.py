@@ -823,3 +823,31 @@ def test_an_active_venv_that_does_not_run_the_program_is_named(tmp_path):
     plain = run([DTSIM, "run", "--nproc-per-node", "2", str(script)],
                 env={k: v for k, v in ENV.items() if k != "VIRTUAL_ENV"})
     assert "active venv" not in plain.stderr
+
+
+def phases(stdout):
+    """meta_init_step.py's lines: {(rank, phase): bytes}."""
+    found = re.findall(r"^memory rank (\d+) (\w+) (\d+)$", stdout, re.M)
+    return {(int(rank), phase): int(n) for rank, phase, n in found}
+
+
+def test_meta_built_model_counts_nothing_and_meta_equals_the_data_run():
+    """tests/run/scripts/meta_init_step.py builds two 64 x 64 linears on the meta device, shards them with FSDP2 over
+    4 ranks, materializes them with to_empty, and takes a DataLoader batch, clip_grad_norm_(foreach=True) and an
+    AdamW(foreach=True) step. The meta-built model holds nothing (as on a GPU); materializing adds each rank's
+    16 x 64 x 4-byte shard of both weights (8,192 bytes); the step adds the gradients and AdamW's two moments (3 x
+    8,192), the data set, the batch and scalars; and --meta reports every rank's numbers equal to the run with values."""
+    data = run([DTSIM, "run", "--memory", "--nproc-per-node", "4", script_path("meta_init_step.py")])
+    meta = run([DTSIM, "run", "--meta", "--nproc-per-node", "4", script_path("meta_init_step.py")])
+    assert data.returncode == 0, data.stderr[-3000:]
+    assert meta.returncode == 0, meta.stderr[-3000:]
+    got, got_meta = phases(data.stdout + data.stderr), phases(meta.stdout + meta.stderr)
+    assert len(got) == 12 and got == got_meta, (got, got_meta)
+    for rank in range(4):
+        built, materialized, stepped = (got[(rank, p)] for p in ("built", "materialized", "stepped"))
+        assert built < 64, built  # the device mesh's rank tensors only: the meta-built model holds nothing
+        assert materialized - built == 2 * 16 * 64 * 4
+        # the gradients and AdamW's two moments, the data set (8 x 64 float32) and the batch (2 x 64), and scalars
+        # (the loss, AdamW's step counts)
+        extra = stepped - materialized - 3 * 8192 - 8 * 64 * 4 - 2 * 64 * 4
+        assert 0 <= extra <= 64, stepped - materialized

@@ -414,7 +414,7 @@ def main(argv: Sequence[str]) -> int:
     scheduler = Scheduler(contexts, os.environ)
     world = World(scheduler, world_size)
     world.tracker = Tracker(world_size, scheduler.current_rank, modules=config.tracks_modules,
-                            metered=config.metered)
+                            metered=config.metered, meta_run=config.meta)
     if config.reporting:
         from .report import Report
 
@@ -448,7 +448,8 @@ def main(argv: Sequence[str]) -> int:
     def device_and_meter(rank: int):
         """What a rank's threads run under: GPU devices on the CPU (or meta), and the rank's memory meter."""
         stack = contextlib.ExitStack()
-        stack.enter_context(meta.MetaForAll() if args.meta else emulation.CpuForGpu())
+        program_meta = (lambda out: world.tracker.uncount(rank, out)) if world.tracker.metered else None
+        stack.enter_context(meta.MetaForAll(program_meta) if args.meta else emulation.CpuForGpu())
         if world.tracker.metered:
             stack.enter_context(MemoryMeter(world.tracker, rank))
         return stack

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -78,8 +79,12 @@ _VALUE_READERS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__"
 _SPECIAL_NAMES = _VALUE_READERS | {"backward", "to", "cuda", "cpu"}
 # Modules whose tensors carry values the program needs back (c10d's object collectives pickle into byte tensors; a
 # device mesh's rank tensor): their devices are the CPU's even in a metadata-only run.
+# torch.utils.data's loaders and samplers draw their seeds and orders as CPU tensors and read them (`.item()`), as
+# they do on a GPU run: their tensors keep their values too.
 _HOST_MODULES = frozenset({"torch.distributed.distributed_c10d", "torch.distributed.device_mesh",
-                           "torch.distributed._mesh_layout"})
+                           "torch.distributed._mesh_layout", "torch.utils.data.dataloader",
+                           "torch.utils.data.sampler", "torch.utils.data.distributed",
+                           "torch.utils.data._utils.worker", "torch.utils.data.dataset"})
 
 
 # Torch's own function modes between the program and this one (`with torch.device(...)` blocks): the call's origin is
@@ -94,6 +99,20 @@ def _from_host_module() -> bool:
     return frame is not None and frame.f_globals.get("__name__") in _HOST_MODULES
 
 
+def _in_meta_block() -> bool:
+    """Whether the call comes through a `with torch.device("meta")` block of the program (torch's DeviceContext mode,
+    the frame above this mode's): what the program itself made meta, as opposed to a meta device read off a tensor
+    that stands for a GPU one (`device=x.device`)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "torch.overrides":
+        frame = frame.f_back
+    if frame is None or frame.f_globals.get("__name__") != "torch.utils._device":
+        return False
+    context = frame.f_locals.get("self")
+    device = getattr(context, "device", None)
+    return isinstance(device, torch.device) and device.type == "meta"
+
+
 class MetaForAll(TorchFunctionMode):
     """`dtsim run --meta`: every tensor the program makes lives on the meta device (shapes, dtypes and sizes; no
     values). Factories without a device or with any device, `.to(<a GPU>)`, `.cuda()` give meta tensors; `.to("cpu")`
@@ -101,11 +120,14 @@ class MetaForAll(TorchFunctionMode):
     the CPU, a device mesh's rank tensor and c10d's object collectives stay on the CPU with their values. Reading a meta tensor's values (`.item()`,
     `.tolist()`, `bool()`, ...) raises a RuntimeError that says so."""
 
-    def __init__(self):
+    def __init__(self, program_meta: Optional[Callable[[Any], None]] = None):
+        """`program_meta(out)`: told of the tensors the program itself put on the meta device (inside a `with
+        torch.device("meta")` block, or `.to("meta")`), which hold nothing on a GPU (the memory meter's `uncount`)."""
         super().__init__()
         from torch.utils._device import _device_constructors
 
         self._factories = _device_constructors()
+        self._program_meta = program_meta
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -120,6 +142,10 @@ class MetaForAll(TorchFunctionMode):
         if name == "to" and args and isinstance(args[0], torch.Tensor):
             positional = len(args) > 1 and _is_device(args[1])
             target = args[1] if positional else kwargs.get("device")
+            if target is not None and _is_meta(target) and self._program_meta is not None:
+                out = func(*args, **kwargs)
+                self._program_meta(out)
+                return out
             if target is not None and not _is_meta(target) and (_is_gpu(target) or isinstance(target, int)
                                                                    or args[0].is_meta):
                 if positional:
@@ -130,6 +156,10 @@ class MetaForAll(TorchFunctionMode):
         if name in ("cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
             return args[0] if args[0].is_meta or name == "cpu" else args[0].to("meta")
         device = kwargs.get("device")
+        if device is not None and _is_meta(device) and self._program_meta is not None and _in_meta_block():
+            out = func(*args, **kwargs)
+            self._program_meta(out)
+            return out
         if device is not None:
             if not _is_meta(device) and not (name in _DATA_CONSTRUCTORS and not _is_gpu(device)):
                 kwargs = dict(kwargs, device="cpu" if _from_host_module() else "meta")
@@ -262,7 +292,20 @@ def _meta_run(config) -> bool:
     return config.meta
 
 
+def _foreach_on_meta(session, original):
+    """clip_grad_norm_(foreach=True), clip_grad_value_ and the foreach optimizers accept meta tensors: their foreach
+    kernels have meta kernels, and the run has the program's GPU tensors on the meta device."""
+
+    def devices() -> list:
+        found = list(original())
+        return found + ["meta"] if "meta" not in found else found
+
+    return devices
+
+
 META_ENTRIES = patches.register("meta", [
+    patches.Replace("torch.utils._foreach_utils._get_foreach_kernels_supported_devices", _foreach_on_meta,
+                    when=_meta_run),
     patches.Replace("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPParamGroup._validate_no_meta_params",
                     lambda session, original: (lambda self: None), when=_meta_run,
                     why="FSDP2 runs on meta parameters (its lazy-init check that they were materialized is off)"),

@@ -8,7 +8,9 @@ resizes (`untyped_storage().resize_()`, as FSDP2 frees and refills its unsharded
 difference. A DTensor counts its local shard; other wrapper subclasses count their inner tensors. A rank's count is
 the bytes of the tensors its program holds at op boundaries: temporaries an op allocates and frees inside itself,
 the collectives' internal buffers and the backend's own staging are not in it (the simulated backend writes into the
-program's tensors). Meta tensors count their sizes, so a metadata-only run measures memory without values.
+program's tensors). A meta tensor the program makes itself (`with torch.device("meta")`, `.to("meta")`) holds nothing,
+as on a GPU, and neither does what is computed from such tensors alone; in a metadata-only run (`--meta`) the meta
+tensors that stand for the program's GPU tensors count their sizes, so it measures memory without values.
 
 **Modules.** A global forward pre-hook on every module of the program, a hook of each call that runs after the
 module's own forward hooks (so a parallel style's output redistribution counts in its module), and, for backward,
@@ -26,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from . import patches
 
@@ -80,12 +83,15 @@ class ModuleStats:
 class Tracker:
     """Every rank's memory count and running modules, for one run."""
 
-    def __init__(self, world_size: int, rank_of: Callable[[], Optional[int]], modules: bool, metered: bool = True):
+    def __init__(self, world_size: int, rank_of: Callable[[], Optional[int]], modules: bool, metered: bool = True,
+                 meta_run: bool = False):
         self.world_size = world_size
+        self.meta_run = meta_run  # --meta: the meta tensors dtsim made stand for GPU tensors and count
         self.metered = metered  # the ranks run under their MemoryMeter (--memory, --report, --report-json, --meta)
         self._rank_of = rank_of
         self._ranks = [_Rank() for _ in range(world_size)]
-        # storage (its C++ address) -> [owning rank, counted bytes]; an entry leaves when the storage is freed.
+        # storage (its C++ address) -> [owning rank, counted bytes, whether it holds memory]; an entry leaves when the
+        # storage is freed.
         self._storages: Dict[int, List[int]] = {}
         self.paused = False  # the backend computes a collective: its temporaries are not the program's
         self.modules = modules  # the per-module tree is kept (--report); memory is counted either way
@@ -97,15 +103,56 @@ class Tracker:
 
     # ---- memory ---------------------------------------------------------------------------------------------------
 
-    def observe(self, rank: int, out) -> None:
+    def observe(self, rank: int, out, counts: bool = True) -> None:
+        """Counts the storages of an op's outputs for `rank`; `counts=False`: they hold nothing (meta tensors the
+        program made itself, and what is computed from them only)."""
         if isinstance(out, torch.Tensor):
-            self._tensor(rank, out)
+            self._tensor(rank, out, counts)
         elif isinstance(out, (tuple, list)):
             for item in out:
                 if isinstance(item, torch.Tensor):
-                    self._tensor(rank, item)
+                    self._tensor(rank, item, counts)
 
-    def _tensor(self, rank: int, t: torch.Tensor) -> None:
+    def _storage_of(self, t: torch.Tensor):
+        if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+            if getattr(t, "__tensor_flatten__", None) is not None or torch._subclasses.fake_tensor.is_fake(t):
+                return None
+        try:
+            return t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
+            return None
+
+    def holds_nothing(self, tensors) -> bool:
+        """True when every tensor of `tensors` (at least one) is in a storage that holds nothing: an op computed from
+        them alone (a view, `new_zeros`, FSDP2's shards of a meta-built module) holds nothing either."""
+        seen = False
+        for t in tensors:
+            storage = self._storage_of(t)
+            if storage is None:
+                continue
+            entry = self._storages.get(storage._cdata)
+            if entry is None or entry[2]:
+                return False
+            seen = True
+        return seen
+
+    def uncount(self, rank: int, out) -> None:
+        """The program itself put these tensors on the meta device (`with torch.device("meta")`, `.to("meta")`): on a
+        GPU they hold nothing, so they count nothing, in a metadata-only run too."""
+        for t in (out if isinstance(out, (tuple, list)) else [out]):
+            if not isinstance(t, torch.Tensor) or not t.is_meta:
+                continue
+            storage = self._storage_of(t)
+            if storage is None:
+                continue
+            entry = self._storages.get(storage._cdata)
+            if entry is None:
+                self._tensor(rank, t, False)
+            elif entry[2]:
+                self._add(entry[0], -entry[1])
+                entry[1], entry[2] = 0, False
+
+    def _tensor(self, rank: int, t: torch.Tensor, counts: bool = True) -> None:
         if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
             flatten = getattr(t, "__tensor_flatten__", None)
             if flatten is not None:
@@ -113,7 +160,7 @@ class Tracker:
                 for name in names:
                     inner = getattr(t, name, None)
                     if isinstance(inner, torch.Tensor):
-                        self._tensor(rank, inner)
+                        self._tensor(rank, inner, counts)
                 return
             if torch._subclasses.fake_tensor.is_fake(t):
                 return
@@ -123,14 +170,19 @@ class Tracker:
             return
         key = storage._cdata
         entry = self._storages.get(key)
-        size = storage.nbytes()
         if entry is None:
-            self._storages[key] = [rank, size]
+            # A meta tensor holds memory only in a metadata-only run, where it stands for the GPU tensor it would be.
+            held = counts and (self.meta_run or not t.is_meta)
+            size = storage.nbytes() if held else 0
+            self._storages[key] = [rank, size, held]
             weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
-            self._add(rank, size)
-        elif entry[1] != size:
-            self._add(entry[0], size - entry[1])
-            entry[1] = size
+            if size:
+                self._add(rank, size)
+        elif entry[2]:
+            size = storage.nbytes()
+            if entry[1] != size:
+                self._add(entry[0], size - entry[1])
+                entry[1] = size
 
     def resized(self, storage) -> None:
         """After `storage.resize_(n)`: the storage's count follows its new size."""
@@ -140,8 +192,10 @@ class Tracker:
             rank = self._rank_of()
             if rank is None or self.paused:
                 return
-            entry = self._storages[key] = [rank, 0]
+            entry = self._storages[key] = [rank, 0, self.meta_run or storage.device.type != "meta"]
             weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
+        if not entry[2]:
+            return
         size = storage.nbytes()
         self._add(entry[0], size - entry[1])
         entry[1] = size
@@ -276,7 +330,11 @@ class MemoryMeter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         tracker = self._tracker
         if not tracker.paused:
-            tracker.observe(self._rank, out)
+            if tracker.meta_run:
+                inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+                tracker.observe(self._rank, out, not tracker.holds_nothing(inputs))
+            else:
+                tracker.observe(self._rank, out)
         return out
 
 
