@@ -851,3 +851,37 @@ def test_meta_built_model_counts_nothing_and_meta_equals_the_data_run():
         # (the loss, AdamW's step counts)
         extra = stepped - materialized - 3 * 8192 - 8 * 64 * 4 - 2 * 64 * 4
         assert 0 <= extra <= 64, stepped - materialized
+
+
+@pytest.mark.parametrize("plant,code,says", [
+    # Gloo reinterprets the bytes (a float32 message into int64 here); dtsim refuses, as the strictest backend
+    ("recv_dtype", 1, ["rank 1 receives int64[4] from rank 0, which sent float32[4] at ", "c10d_misuse.py:21"]),
+    ("send_peer", 1, ["send on rank 0 (group '0' ranks 0-1): dst (its group rank) 99 is not a rank of the group",
+                      "c10d_misuse.py\", line 26"]),  # Gloo: a segmentation fault
+    ("gather_list", 1, ["all_gather on rank 0 (group '0' ranks 0-1): tensor_list[0] holds 3 tensors; the group has "
+                        "2 ranks"]),  # Gloo: "invalid output tensor list at index 0 (expected length 2, got 3)"
+    ("bad_root", 1, ["broadcast on rank 0 (group '0' ranks 0-1): src (its group rank) 5 is not a rank of the "
+                     "group"]),  # Gloo: "invalid root rank: 5"
+    ("unreceived", 4, ["messages sent and never received by the end of the run", "rank 0 sent float32[4] to rank 1 "
+                       "(tag 0) in group '0' (default_pg) ranks 0-1 at ", "c10d_misuse.py:32"]),
+])
+def test_c10d_misuse_is_refused_with_rank_call_and_line(plant, code, says):
+    """tests/run/scripts/c10d_misuse.py: each misuse a real backend refuses (or turns into garbage, a crash or a
+    pending send) ends the run naming the rank, the call and the program line."""
+    out = run([DTSIM, "run", "--nproc-per-node", "2", script_path("c10d_misuse.py")],
+              env=dict(ENV, DTSIM_PLANT=plant))
+    assert out.returncode == code, out.stderr[-2000:]
+    for part in says:
+        assert part in out.stderr, (part, out.stderr[-2000:])
+
+
+def test_all_reduce_of_a_leaf_that_requires_grad_is_accepted_as_gloo_accepts_it():
+    """A backend writes outside autograd: all_reduce of a leaf tensor that requires grad runs under Gloo, and under
+    dtsim run with the same values."""
+    env = dict(ENV, DTSIM_PLANT="leaf_grad")
+    real = run(TORCHRUN + ["--standalone", "--nproc_per_node=2", script_path("c10d_misuse.py")],
+               env=dict(REFERENCE_ENV, DTSIM_PLANT="leaf_grad"))
+    sim = run([DTSIM, "run", "--nproc-per-node", "2", script_path("c10d_misuse.py")], env=env)
+    assert real.returncode == 0 and sim.returncode == 0, (real.stderr[-2000:], sim.stderr[-2000:])
+    assert sorted(compared_lines(real.stdout)) == sorted(compared_lines(sim.stdout))
+    assert "result rank 0 leaf [4.0, 4.0, 4.0]" in sim.stdout

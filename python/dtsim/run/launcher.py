@@ -528,6 +528,11 @@ def main(argv: Sequence[str]) -> int:
         t.join()
     scheduler.process_state.restore_base()
     sys.stdout, sys.stderr = real_out, real_err
+    unreceived = world.unreceived()
+    if unreceived:
+        _finish(real_out, real_err, "messages sent and never received by the end of the run (a real job ends with "
+                "their sends pending, or hangs in them):\n" + "\n".join(f"  {line}" for line in unreceived),
+                EXIT_HANG)
     if tracing is not None:
         _add_run_collectives(args.trace, world.collective_log, real_err)
     real_out.flush()

@@ -192,6 +192,17 @@ class World:
             "input_bytes": [arrivals[i].before[1] for i in order], "output_bytes": [after[i][1] for i in order],
             "input_hashes": [arrivals[i].before[2] for i in order], "output_hashes": [after[i][2] for i in order]})
 
+    def unreceived(self) -> List[str]:
+        """Every message sent and still in a mailbox (never received), as the report's lines."""
+        lines = []
+        for channel in self._channels.values():
+            for (src, dst, tag), box in channel._mail.items():
+                for sent in box:
+                    lines.append(f"rank {channel.ranks[src]} sent {_tensor_text(sent.tensor)} to rank "
+                                 f"{channel.ranks[dst]} (tag {tag}) in group {channel.label()} at {sent.line}; no "
+                                 "rank received it")
+        return lines
+
     def channel(self, name: str, ranks: List[int]) -> GroupChannel:
         key = (name, tuple(ranks))
         if key not in self._channels:
@@ -342,7 +353,9 @@ class SimProcessGroup(dist.ProcessGroup):
             try:
                 if tracker is not None:
                     tracker.paused = True  # the backend's temporaries are not the program's memory
-                compute(payloads)
+                # A backend writes its results outside autograd (a leaf that requires grad is a valid buffer).
+                with torch.no_grad():
+                    compute(payloads)
             except Mismatch as e:
                 self._world.scheduler.abort(
                     f"collective #{seq} of group {channel.label()}: {e}\n" + self._where(op), 4)
@@ -394,6 +407,25 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ---- collectives ---------------------------------------------------------------------------------------------
 
+    # ---- what a real backend refuses at the call (Gloo's checks, as strict as the strictest backend) ---------------
+
+    def _refuse(self, call: str, what: str) -> None:
+        raise ValueError(f"dtsim run: {call} on rank {self._channel.ranks[self._group_rank]} (group "
+                         f"{self._channel.label()}): {what}")
+
+    def _check_peer(self, call: str, field: str, peer: int) -> None:
+        n = len(self._channel.ranks)
+        if not 0 <= peer < n:
+            self._refuse(call, f"{field} {peer} is not a rank of the group, which has {n} (group ranks 0 to {n - 1})")
+
+    def _check_lists(self, call: str, field: str, lists, count: int) -> None:
+        n = len(self._channel.ranks)
+        if len(lists) != count:
+            self._refuse(call, f"{field} holds {len(lists)} lists for {count} tensors")
+        for i, tensors in enumerate(lists):
+            if len(tensors) != n:
+                self._refuse(call, f"{field}[{i}] holds {len(tensors)} tensors; the group has {n} ranks")
+
     def allreduce(self, tensors, opts=None):
         op_name = _reduce_name(opts.reduceOp) if opts is not None else "sum"
 
@@ -415,6 +447,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
+        self._check_peer("broadcast", "src (its group rank)", root)
 
         def compute(payloads):
             for i in range(len(tensors)):
@@ -428,6 +461,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts):
         root, op_name = opts.rootRank, _reduce_name(opts.reduceOp)
+        self._check_peer("reduce", "dst (its group rank)", root)
 
         def compute(payloads):
             for i in range(len(tensors)):
@@ -438,6 +472,8 @@ class SimProcessGroup(dist.ProcessGroup):
         return _done(list(tensors))
 
     def allgather(self, output_lists, input_tensors, opts=None):
+        self._check_lists("all_gather", "tensor_list", output_lists, len(input_tensors))
+
         def compute(payloads):
             for outs, _ in payloads:
                 for i in range(len(outs)):
@@ -562,6 +598,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def gather(self, output_lists, input_tensors, opts):
         root = opts.rootRank
+        self._check_peer("gather", "dst (its group rank)", root)
+        if self._group_rank == root:
+            self._check_lists("gather", "gather_list", output_lists, len(input_tensors))
 
         def compute(payloads):
             outs = payloads[root][0]
@@ -575,6 +614,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def scatter(self, output_tensors, input_lists, opts):
         root = opts.rootRank
+        self._check_peer("scatter", "src (its group rank)", root)
+        if self._group_rank == root:
+            self._check_lists("scatter", "scatter_list", input_lists, len(output_tensors))
 
         def compute(payloads):
             ins = payloads[root][1]
@@ -589,15 +631,32 @@ class SimProcessGroup(dist.ProcessGroup):
     # ---- point to point ------------------------------------------------------------------------------------------
 
     def send(self, tensors, dst, tag):
+        self._check_peer("send", "dst (its group rank)", dst)
+        stack = user_stack(sys._getframe(1), limit=1)
         for t in tensors:
-            self._channel.mailbox(self._group_rank, dst, tag).append(t.detach().clone())
+            self._channel.mailbox(self._group_rank, dst, tag).append(
+                _Sent(t.detach().clone(), stack[0] if stack else "?"))
         return _done(list(tensors))
 
     def recv(self, tensors, src, tag):
+        self._check_peer("recv", "src (its group rank)", src)
         return _RecvWork(self, tensors, src, tag)
 
     def recv_anysource(self, tensors, tag):
         return _RecvWork(self, tensors, None, tag)
+
+
+class _Sent:
+    """A message in a mailbox: the tensor sent, and the sender's program line."""
+
+    __slots__ = ("tensor", "line")
+
+    def __init__(self, tensor: torch.Tensor, line: str):
+        self.tensor, self.line = tensor, line
+
+
+def _tensor_text(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
 
 
 class _RecvWork(dist.Work):
@@ -623,11 +682,14 @@ class _RecvWork(dist.Work):
             if src is None:
                 src = next(s for s in range(len(channel.ranks)) if channel.mailbox(s, self._group._group_rank,
                                                                                    self._tag))
-            data = channel.mailbox(src, self._group._group_rank, self._tag).popleft()
-            if data.shape != t.shape and data.numel() != t.numel():
+            sent = channel.mailbox(src, self._group._group_rank, self._tag).popleft()
+            data = sent.tensor
+            if data.dtype != t.dtype or (data.shape != t.shape and data.numel() != t.numel()):
                 raise RuntimeError(f"dtsim run: rank {channel.ranks[self._group._group_rank]} receives "
-                                   f"{list(t.shape)} from rank {channel.ranks[src]}, which sent {list(data.shape)}")
-            t.copy_(data.view(t.shape))
+                                   f"{_tensor_text(t)} from rank {channel.ranks[src]}, which sent {_tensor_text(data)}"
+                                   f" at {sent.line}: a real backend refuses a receive of another size or dtype")
+            with torch.no_grad():
+                t.copy_(data.view(t.shape))
             self._source = src
         self._done = True
         return True
