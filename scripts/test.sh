@@ -4,6 +4,10 @@
 # DTSIM_ASAN=0 skips that step (ctest then runs the bad-input table against the Release dtsim, cli_bad_input).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 configure_and_build
+# The torchtitan lane (tests/titan/): its own venv with torch 2.15.0 and torchtitan 0.3.0, kept outside the checkout
+# and reused where the machine keeps it (scripts/titan_venv.sh).
+DTSIM_TITAN_PYTHON="$("$DTSIM_ROOT/scripts/titan_venv.sh")"
+export DTSIM_TITAN_PYTHON
 cd "$DTSIM_BUILD"
 # Two tests run at once on 2 cores, and LibTorch's OpenMP threads (which also run a LocalTensor op's ranks at once)
 # would spin while they wait, taking the core the other test needs: oracle_ops took 194 s beside oracle_grads with

@@ -191,10 +191,29 @@ def _does_nothing() -> Callable[..., None]:
 _warned: set = set()
 
 
+# The option of a library that turns a refused GPU-only feature off, named in the refusal when the call comes from
+# that library: (the library's top-level package, the feature) -> the option.
+_OPTION_TO_CHANGE = {
+    ("torchtitan", "torch.cuda.CUDAGraph"): "--training.disable_cuda_graphs",
+    ("torchtitan", "torch.cuda.graph"): "--training.disable_cuda_graphs",
+}
+
+
+def _option_hint(name: str) -> str:
+    frame = sys._getframe(2)
+    while frame is not None:
+        root = str(frame.f_globals.get("__name__", "")).split(".", 1)[0]
+        option = _OPTION_TO_CHANGE.get((root, name))
+        if option is not None:
+            return f"; {root} turns it off with {option}"
+        frame = frame.f_back
+    return ""
+
+
 def _cannot_emulate(name: str, why: str) -> Callable[..., Any]:
     def refuse(*args, **kwargs):
-        raise RuntimeError(f"dtsim run: {name} cannot run on the simulated devices: {why} (docs/run.md, \"GPU scripts "
-                           "on a CPU machine\")")
+        raise RuntimeError(f"dtsim run: {name} cannot run on the simulated devices: {why}{_option_hint(name)} "
+                           "(docs/run.md, \"GPU scripts on a CPU machine\")")
 
     return refuse
 
@@ -481,6 +500,8 @@ CUDA_ENTRIES = patches.register("cuda", [
   + [
     patches.Replace("torch.distributed.device_mesh.DeviceMesh.__init__", _mesh_on_cpu,
                     why="device meshes of a GPU device type are CPU meshes"),
+    patches.Replace("torch.numa.binding._maybe_apply_numa_binding_to_current_process", _no_op_factory, optional=True,
+                    why="binding the process's threads to one rank's GPU's NUMA node would bind every simulated rank"),
     patches.Replace("torch.optim.optimizer._get_foreach_kernels_supported_devices", _optimizer_defaults,
                     optional=True, why="a torch that decides the default otherwise is left as it is"),
 ])

@@ -9,8 +9,9 @@ the process looks as the rank's own process would:
   same name runs the module afresh for rank 1. So a module-level cache, counter or registry, and a class's own state
   (accelerate's `PartialState`), are per rank, as on a real job. Shared by every rank: what was imported before the
   ranks started (torch, dtsim and what they import), the standard library, torch's own tree and its dependencies
-  (`SHARED_ROOTS`), compiled extension modules (most cannot be loaded twice in a process), and the packages named by
-  `--shared-modules`. torch's own registries (custom ops, op strategies, pytree nodes) are process-wide: a per-rank
+  (`SHARED_ROOTS`), packages that hold a compiled extension module (most cannot be loaded twice in a process, and a
+  fresh copy of such a package's Python modules would not find its extensions set up: pandas, pyarrow, tokenizers),
+  and the packages named by `--shared-modules`. torch's own registries (custom ops, op strategies, pytree nodes) are process-wide: a per-rank
   copy of a module registers again, and the last registration serves every rank, as the same code does.
 - **`sys.stdout`, `sys.stderr` and `builtins`**: a rank that replaces them (`builtins.print = ...` on rank 0 only,
   `sys.stdout = open(os.devnull, "w")` on the other ranks) changes its own view only.
@@ -39,6 +40,8 @@ SHARED_ROOTS = frozenset({
     "torch", "torchgen", "functorch", "triton", "numpy", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
     "filelock", "fsspec", "typing_extensions", "optree", "setuptools", "pkg_resources", "_distutils_hack", "nvidia",
     "dtsim", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "__main__", "__mp_main__",
+    # Registers its Arrow extension types in pyarrow's process-wide registry at import, which refuses a second copy.
+    "datasets",
 })
 _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _MISSING = object()
@@ -60,6 +63,7 @@ class ProcessState:
         self._roots = SHARED_ROOTS | frozenset(shared_roots) | frozenset(sys.stdlib_module_names) | \
             frozenset(sys.builtin_module_names)
         self._shared: Set[str] = set(sys.modules)  # imported before the ranks start: shared
+        self._compiled_roots: Dict[str, bool] = {}
         self._modules: List[Dict[str, Any]] = [{} for _ in range(world_size)]
         self._seen = len(sys.modules)
         self._streams = [(None, None)] * world_size  # a rank's own sys.stdout / sys.stderr where it replaced them
@@ -71,10 +75,34 @@ class ProcessState:
     # ---- modules ---------------------------------------------------------------------------------------------
 
     def is_shared(self, name: str, module: Any) -> bool:
-        if not self.per_rank_modules or name in self._shared or name.split(".", 1)[0] in self._roots:
+        root = name.split(".", 1)[0]
+        if not self.per_rank_modules or name in self._shared or root in self._roots:
             return True
         origin = getattr(getattr(module, "__spec__", None), "origin", None) or getattr(module, "__file__", None)
-        return isinstance(origin, str) and origin.endswith(_EXTENSION_SUFFIXES)
+        if isinstance(origin, str) and origin.endswith(_EXTENSION_SUFFIXES):
+            return True
+        return self._compiled(root)
+
+    def _compiled(self, root: str) -> bool:
+        """Whether the top-level package `root` holds a compiled extension module anywhere below it (pandas, pyarrow,
+        tokenizers): shared whole, since a fresh copy of its Python modules would not find the extensions' parent
+        packages set up (and most extensions load once per process)."""
+        known = self._compiled_roots.get(root)
+        if known is not None:
+            return known
+        module = sys.modules.get(root)
+        found = False
+        for folder in list(getattr(module, "__path__", None) or []):
+            for _, _, files in os.walk(folder):
+                if any(f.endswith(_EXTENSION_SUFFIXES) for f in files):
+                    found = True
+                    break
+            if found:
+                break
+        self._compiled_roots[root] = found
+        if found:
+            self._roots = self._roots | {root}
+        return found
 
     def module_names(self, rank: int) -> List[str]:
         """The names of the modules that are `rank`'s own (imported while it ran), sorted."""

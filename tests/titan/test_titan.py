@@ -1,0 +1,101 @@
+"""torchtitan's trainer under `dtsim run`, unmodified and with no shim, against real torchrun + Gloo (issue 59).
+
+The lane's venv (scripts/titan_venv.sh: torch 2.15.0, torchtitan 0.3.0) runs both. The program is torchtitan's own
+`python -m torchtitan.train` with its graph_trainer llama3 debug config on SDPA (its default configs use
+FlexAttention, which has no backward on a CPU), on assets made here (tests/titan/make_assets.py: torchtitan's wheel
+ships no tokenizer or c4_test data). The reference run alone has tests/titan/reference_site/ on its path: torchtitan has
+no CPU device, and that shim gives it one. Every step's loss and gradient norm, as every rank logs them, must equal the
+reference's to the printed digit.
+
+dtsim run runs from this checkout's Python package (a staged copy without the C++ extension, which is built against
+the project's torch 2.13: a plain `dtsim run` does not load it).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+TITAN_PY = os.environ.get("DTSIM_TITAN_PYTHON") or os.path.expanduser(
+    "~/.cache/dtsim/titan-venv-2.15.0/bin/python")
+COMMON = ["--module", "graph_trainer.llama3", "--config", "graph_trainer_llama3_debugmodel_sdpa_eager",
+          "--training.steps", "3", "--training.seq_len", "256", "--training.local_batch_size", "2",
+          "--checkpoint.no-enable", "--validator.no-enable", "--debug.seed", "42"]
+NO_GRAPHS = ["--training.disable_cuda_graphs"]
+STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([-\d.]+)\s+grad_norm:\s+([-\d.]+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    if not os.path.exists(TITAN_PY):
+        pytest.fail(f"the torchtitan lane's venv is missing ({TITAN_PY}): run scripts/titan_venv.sh (scripts/test.sh "
+                    "does)")
+    root = tmp_path_factory.mktemp("titan")
+    subprocess.run([TITAN_PY, os.path.join(HERE, "make_assets.py"), str(root)], check=True)
+    package = root / "package"
+    shutil.copytree(os.path.join(ROOT, "python", "dtsim"), package / "dtsim",
+                    ignore=lambda folder, names: [n for n in names if n.startswith("_C.") or n == "_build_info.py"
+                                                  or n == "__pycache__"])
+    return root
+
+
+def env_for(workdir, reference: bool):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(workdir / "hf"),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("VIRTUAL_ENV", None)
+    env["PYTHONPATH"] = os.path.join(HERE, "reference_site") if reference else str(workdir / "package")
+    return env
+
+
+def steps(text):
+    """{(step, loss, grad_norm)} as the ranks log them (each rank logs its own line)."""
+    return sorted({m.groups() for m in STEP.finditer(ANSI.sub("", text))})
+
+
+def reference(workdir, nproc, args):
+    out = subprocess.run([TITAN_PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                          "-m", "torchtitan.train"] + COMMON + NO_GRAPHS + args, capture_output=True, text=True,
+                         cwd=workdir, env=env_for(workdir, True), timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return steps(out.stdout + out.stderr)
+
+
+def simulated(workdir, nproc, args, extra=(), graphs_off=True):
+    started = time.monotonic()
+    out = subprocess.run([TITAN_PY, "-m", "dtsim", "run", "--nproc-per-node", str(nproc)] + list(extra)
+                         + ["-m", "torchtitan.train"] + COMMON + (NO_GRAPHS if graphs_off else []) + args,
+                         capture_output=True, text=True, cwd=workdir, env=env_for(workdir, False), timeout=900)
+    return out, time.monotonic() - started
+
+
+@pytest.mark.parametrize("nproc,args", [
+    (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]),
+    (8, ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]),
+    (4, ["--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2"]),
+], ids=["fsdp2_tp2", "fsdp4_tp2", "hsdp2x2"])
+def test_torchtitan_trains_as_under_torchrun(workdir, nproc, args):
+    """FSDP x TP and HSDP (dp_replicate x dp_shard) on torchtitan's debug model: every step's loss and gradient norm
+    equal real torchrun + Gloo's, with no shim in dtsim run's path."""
+    want = reference(workdir, nproc, args)
+    assert [s[0] for s in want] == ["1", "2", "3"], want
+    out, seconds = simulated(workdir, nproc, args)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = steps(out.stdout + out.stderr)
+    assert got == want, (got, want)
+    print(f"torchtitan {args} on {nproc} ranks: {got} equal; dtsim run {seconds:.1f} s for 3 steps")
+
+
+def test_cuda_graphs_are_refused_naming_torchtitans_option(workdir):
+    """torchtitan 0.3.0 captures CUDA graphs by default: dtsim run refuses them at the line that reached them and
+    names the option that turns them off."""
+    out, _ = simulated(workdir, 2, ["--parallelism.data_parallel_shard_degree", "2"], graphs_off=False)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "torch.cuda.CUDAGraph cannot run on the simulated devices" in out.stderr
+    assert "torchtitan turns it off with --training.disable_cuda_graphs" in out.stderr, out.stderr[-3000:]
+    assert "torchtitan/distributed/cudagraph.py" in out.stderr
