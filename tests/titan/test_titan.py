@@ -77,11 +77,13 @@ def simulated(workdir, nproc, args, extra=(), graphs_off=True):
 @pytest.mark.parametrize("nproc,args", [
     (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]),
     (8, ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]),
-    (4, ["--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2"]),
-], ids=["fsdp2_tp2", "fsdp4_tp2", "hsdp2x2"])
+    (4, ["--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
+         "--training.global_batch_size", "8"]),
+], ids=["fsdp2_tp2", "fsdp4_tp2", "hsdp2x2_grad_accumulation"])
 def test_torchtitan_trains_as_under_torchrun(workdir, nproc, args):
-    """FSDP x TP and HSDP (dp_replicate x dp_shard) on torchtitan's debug model: every step's loss and gradient norm
-    equal real torchrun + Gloo's, with no shim in dtsim run's path."""
+    """FSDP x TP, and HSDP (dp_replicate x dp_shard) with two gradient-accumulation microbatches a step (a global
+    batch of 8 over 2 x 2 ranks of 2), on torchtitan's debug model: every step's loss and gradient norm equal real
+    torchrun + Gloo's, with no shim in dtsim run's path."""
     want = reference(workdir, nproc, args)
     assert [s[0] for s in want] == ["1", "2", "3"], want
     out, seconds = simulated(workdir, nproc, args)
