@@ -15,6 +15,7 @@ APT_PACKAGES+=(clang-14 libclang-rt-14-dev llvm-14)  # sanitizer build + libFuzz
 # The NCCL backend compiles where the CUDA toolkit is (its runtime headers and library); NCCL itself comes from PyPI.
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 PIP_PACKAGES=("torch==$TORCH_VERSION" numpy pytest)
+PIP_PACKAGES+=("accelerate==1.15.0")  # tests/run/scripts/accelerate_ddp.py: HuggingFace's launcher state, per rank
 [ -f "$CUDA_HOME/include/cuda_runtime.h" ] && PIP_PACKAGES+=(nvidia-nccl-cu13)
 # The viewer: Dear ImGui (Debian's libimgui.a ships its GLFW and OpenGL3 backends), GLFW, stb_image_write; headless
 # screenshots and pixel tests run under xvfb-run (xauth) on Mesa's software OpenGL (llvmpipe, in libgl1-mesa-dri).

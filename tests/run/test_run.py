@@ -41,6 +41,7 @@ BOTH_WAYS = {
                            # propagation cache that the ranks share (python/dtsim/run/propagation.py) must keep exact
     "rank_modules.py": 4,  # module-level caches, class state, counters and import-time registries are each rank's own;
                            # a thread pool the rank starts runs collectives on its groups (rank_state.py)
+    "accelerate_ddp.py": 2,  # accelerate's class-level rank state, per rank; DDP(device_ids=[i]) on an emulated GPU
     "titan_patterns.py": 4,  # torchtitan's patterns: meta init, vocabulary-parallel embedding, complex RoPE, clipping
     "process_state.py": 4,  # builtins.print and sys.stdout replaced on some ranks change those ranks' own view only
     "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
@@ -52,7 +53,7 @@ BOTH_WAYS = {
 # (a + b is the same in any order) or of exactly representable values, and nothing else reduces. The others sum
 # floats over 4 ranks, which Gloo's ring adds in another order than dtsim's ascending ranks.
 BITWISE = {"tp_fsdp_adamw.py", "pipeline_2stage.py", "rank_branches.py", "p2p_ring.py", "rank_modules.py",
-           "process_state.py"}
+           "process_state.py", "accelerate_ddp.py"}
 
 
 def script_path(script):

@@ -348,6 +348,20 @@ def _mesh_on_cpu(session, original):
     return __init__
 
 
+def _ddp_init(session, original):
+    """DDP(module, device_ids=[i], output_device=i) of a module on an emulated GPU: its parameters are CPU tensors, for
+    which DDP takes no device ids, so they are dropped (the module's device is the rank's GPU, as the program asked)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        if device_ids is not None or output_device is not None:
+            devices = {p.device.type for p in module.parameters()}
+            if devices <= {"cpu", "meta"}:
+                device_ids = output_device = None
+        original(self, module, device_ids, output_device, *args, **kwargs)
+
+    return __init__
+
+
 def _optimizer_defaults(session, original):
     """torch.optim's optimizers pick their implementation from their parameters' device when the program does not
     (`foreach=None`): the foreach kernels on CUDA, one tensor at a time on the CPU. A program on the emulated GPUs gets
@@ -500,6 +514,8 @@ CUDA_ENTRIES = patches.register("cuda", [
   + [
     patches.Replace("torch.distributed.device_mesh.DeviceMesh.__init__", _mesh_on_cpu,
                     why="device meshes of a GPU device type are CPU meshes"),
+    patches.Replace("torch.nn.parallel.DistributedDataParallel.__init__", _ddp_init,
+                    why="device_ids of an emulated GPU name a CPU module's device"),
     patches.Replace("torch.numa.binding._maybe_apply_numa_binding_to_current_process", _no_op_factory, optional=True,
                     why="binding the process's threads to one rank's GPU's NUMA node would bind every simulated rank"),
     patches.Replace("torch.optim.optimizer._get_foreach_kernels_supported_devices", _optimizer_defaults,
