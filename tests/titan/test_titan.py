@@ -7,12 +7,11 @@ ships no tokenizer or c4_test data). The reference run alone has tests/titan/ref
 no CPU device, and that shim gives it one. Every step's loss and gradient norm, as every rank logs them, must equal the
 reference's to the printed digit.
 
-dtsim run runs from this checkout's Python package (a staged copy without the C++ extension, which is built against
-the project's torch 2.13: a plain `dtsim run` does not load it).
+dtsim runs as a user installs it: scripts/titan_venv.sh pip-installs this checkout into the lane's venv, built against
+its torch 2.15.0, and the runs call that venv's `python -m dtsim run`.
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -38,10 +37,10 @@ def workdir(tmp_path_factory):
                     "does)")
     root = tmp_path_factory.mktemp("titan")
     subprocess.run([TITAN_PY, os.path.join(HERE, "make_assets.py"), str(root)], check=True)
-    package = root / "package"
-    shutil.copytree(os.path.join(ROOT, "python", "dtsim"), package / "dtsim",
-                    ignore=lambda folder, names: [n for n in names if n.startswith("_C.") or n == "_build_info.py"
-                                                  or n == "__pycache__"])
+    installed = subprocess.run([TITAN_PY, "-c", "import torch, dtsim._C, dtsim; print(dtsim.__file__)"],
+                               capture_output=True, text=True, cwd=root, env=env_for(root, False))
+    assert installed.returncode == 0, f"dtsim is not installed in the lane's venv: {installed.stderr[-2000:]}"
+    assert "site-packages" in installed.stdout, installed.stdout
     return root
 
 
@@ -49,7 +48,10 @@ def env_for(workdir, reference: bool):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", HF_HOME=str(workdir / "hf"),
                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env.pop("VIRTUAL_ENV", None)
-    env["PYTHONPATH"] = os.path.join(HERE, "reference_site") if reference else str(workdir / "package")
+    if reference:
+        env["PYTHONPATH"] = os.path.join(HERE, "reference_site")
+    else:
+        env.pop("PYTHONPATH", None)
     return env
 
 
@@ -101,3 +103,17 @@ def test_cuda_graphs_are_refused_naming_torchtitans_option(workdir):
     assert "torch.cuda.CUDAGraph cannot run on the simulated devices" in out.stderr
     assert "torchtitan turns it off with --training.disable_cuda_graphs" in out.stderr, out.stderr[-3000:]
     assert "torchtitan/distributed/cudagraph.py" in out.stderr
+
+
+def test_check_ops_is_clean_on_torchtitan_fsdp_tp(workdir):
+    """--check-ops on FSDP 4 x TP 2 over 8 ranks: every DTensor op torchtitan runs (meta-device init, to_empty and its
+    initializers, the vocabulary-parallel embedding, rotary embeddings, SDPA, clipping, AdamW) equals the same op on the
+    global tensors, no op diverges, and the program's steps are those of the run without the check."""
+    args = ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]
+    out, seconds = simulated(workdir, 8, args, extra=["--check-ops"])
+    assert out.returncode == 0, out.stderr[-4000:]
+    count = int(re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", out.stderr).group(1))
+    assert count > 1000 and "  no divergence" in out.stderr, out.stderr[-4000:]
+    plain, _ = simulated(workdir, 8, args)
+    assert steps(out.stdout + out.stderr) == steps(plain.stdout + plain.stderr)
+    print(f"--check-ops on torchtitan FSDP 4 x TP 2, 8 ranks: {count} ops checked, no divergence, {seconds:.1f} s")

@@ -81,7 +81,7 @@ class _Tensor:
     mask is there; `_NormPartial(p)`: the local value raised to p, its global result to 1/p afterwards, in `post`).
     `unknown`: the name of a Partial subclass the checker cannot rebuild (its op is not checked)."""
 
-    __slots__ = ("placements", "shape", "dtype", "local", "post", "unknown", "_partials")
+    __slots__ = ("placements", "shape", "dtype", "local", "post", "unknown", "_partials", "empty")
 
     def __init__(self, dt, local: torch.Tensor):
         from torch.distributed.tensor.placement_types import Partial
@@ -90,6 +90,7 @@ class _Tensor:
         self.dtype = dt.dtype
         self.post: List[Callable[[torch.Tensor], torch.Tensor]] = []
         self.unknown: Optional[str] = None
+        self.empty = False  # holds no values yet: made by `empty` and its kin, or a view of such a tensor
         self._partials: list = []
         placements = []
         for p in dt.placements:
@@ -193,12 +194,15 @@ class OpChecker:
                                     f"{list(mesh_shape)}: {listing}")
             return
         where = self._where(first, ranks, n)
-        uninitialized = isinstance(first.reference, torch._ops.OpOverload) and \
-            first.reference._schema.name.split("::")[-1] in _UNINITIALIZED
+        uninitialized = (isinstance(first.reference, torch._ops.OpOverload) and
+                         first.reference._schema.name.split("::")[-1] in _UNINITIALIZED) or \
+            (bool(first.results) and all(t.empty for a in arrivals for t in a.results))
         for kind, index in (("argument", "args"), ("result", "results")):
             if kind == "result" and uninitialized:
                 continue  # no values yet: replicas of an empty tensor need not agree
             for k in range(len(getattr(first, index))):
+                if any(getattr(a, index)[k].empty for a in arrivals):
+                    continue  # an argument with no values yet (written by this op, or a view of empty memory)
                 odd = _odd_replicas([getattr(a, index)[k] for a in arrivals], mesh_shape)
                 if odd is not None:
                     held, others = odd
@@ -219,6 +223,9 @@ class OpChecker:
             return
         try:
             expected = self._unsharded(first, mesh_shape, arrivals)
+        except CapturedShard:  # a local_map function that reads a DTensor it was not given: no global meaning
+            self.skip("a local_map function reads a DTensor outside its arguments")
+            return
         except Exception as e:  # the op refuses the global tensors: counted as not checked, never as equal
             self.skip(f"the unsharded op raised {type(e).__name__}")
             return
@@ -226,15 +233,24 @@ class OpChecker:
             self.skip("the unsharded op gave another number of tensors")
             return
         for k, (got_parts, want) in enumerate(zip(zip(*[a.results for a in arrivals]), expected)):
-            got = _rebuild(list(got_parts), mesh_shape)
             spec = got_parts[0]
+            if uninitialized:  # no values: the layout's global shape only
+                if tuple(spec.shape) != tuple(want.shape):
+                    self._diverge(first.op, f"{where}: result {k} {_placements(spec.placements)} has global shape "
+                                            f"{list(spec.shape)}, the unsharded op gives {list(want.shape)}")
+                    return
+                continue
+            try:
+                got = _rebuild(list(got_parts), mesh_shape)
+            except ValueError as e:  # the ranks' pieces make no global tensor of that layout
+                self._diverge(first.op, f"{where}: result {k} ({_placements(spec.placements)}): the ranks' local "
+                                        f"results do not make one global tensor: {e}" + self._strategy(first))
+                return
             if tuple(got.shape) != tuple(want.shape):
                 self._diverge(first.op, f"{where}: result {k} {_placements(spec.placements)} has global shape "
                                         f"{list(got.shape)}, the unsharded op gives {list(want.shape)}"
                                         + self._strategy(first))
                 return
-            if uninitialized:
-                continue
             bad = _differs(got, want)
             if bad is not None:
                 args = ", ".join(_placements(t.placements) for t in first.args)
@@ -257,7 +273,9 @@ class OpChecker:
 
     def _unsharded(self, first: _Arrival, mesh_shape, arrivals: List[_Arrival]) -> List[torch.Tensor]:
         flat, spec = first.template
-        globals_ = [_rebuild([a.args[k] for a in arrivals], mesh_shape) for k in range(len(first.args))]
+        globals_ = [_rebuild(_agreed([a.args[k] for a in arrivals], mesh_shape)
+                             if any(a.args[k].empty for a in arrivals) else [a.args[k] for a in arrivals], mesh_shape)
+                    for k in range(len(first.args))]
         it = iter(globals_)
         flat = [next(it) if item is _SLOT else item for item in flat]
         args, kwargs = tree_unflatten(flat, spec)
@@ -302,6 +320,13 @@ class OpChecker:
             return "\n".join(lines), True
 
 
+def _storage_key(dt) -> int:
+    try:
+        return dt._local_tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
 def _ranks(ranks) -> str:
     ranks = list(ranks)
     return ", ".join(str(r) for r in ranks) if len(ranks) <= 8 else f"{ranks[0]}-{ranks[-1]} ({len(ranks)} ranks)"
@@ -341,6 +366,26 @@ def _odd_replicas(parts: List[_Tensor], mesh_shape) -> Optional[Tuple[List[int],
             odd = [p for g in groups[1:] for p in g]
             return sorted(odd), sorted(groups[0])
     return None
+
+
+def _agreed(parts: List[_Tensor], mesh_shape) -> List[_Tensor]:
+    """An argument with no values yet, its replicas made to agree (each takes its replica set's first): what the
+    unsharded op reads of it is then one global tensor, as it is for the op it feeds (it writes over it)."""
+    from torch.distributed.tensor.placement_types import Replicate
+
+    replicate = [isinstance(p, Replicate) for p in parts[0].placements]
+    first_of: Dict[Tuple[int, ...], int] = {}
+    agreed = []
+    for position, part in enumerate(parts):
+        coords = _coordinates(position, mesh_shape)
+        key = tuple(c for c, r in zip(coords, replicate) if not r)
+        source = parts[first_of.setdefault(key, position)]
+        copy = _Tensor.__new__(_Tensor)
+        for slot in _Tensor.__slots__:
+            setattr(copy, slot, getattr(part, slot))
+        copy.local = source.local
+        agreed.append(copy)
+    return agreed
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -435,6 +480,7 @@ class OpCheckMode(TorchDispatchMode):
         self.rank = rank
         checker.modes[rank] = self
         self.seq: Dict[Tuple, int] = {}
+        self.empty: set = set()  # the local storages of this rank's DTensors that hold no values yet
         self.meshes: Dict[Any, Tuple[Tuple[int, ...], Tuple[int, ...], int]] = {}
 
     def _mesh(self, mesh):
@@ -462,6 +508,24 @@ class OpCheckMode(TorchDispatchMode):
         strategy = _strategy(func, args, kwargs)
         return self.record(str(func), func, flat, spec, dtensors, lambda: func(*args, **kwargs), strategy)
 
+    def _follow_values(self, reference, dtensors, inputs, out_tensors, results) -> None:
+        """Which local storages hold no values yet: the results of `empty` and its kin, and the views of them (a
+        `detach`) until an op writes them (`fill_`, `copy_`, an initializer)."""
+        schema = getattr(reference, "_schema", None)
+        if schema is None:
+            return
+        written = {i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write}
+        tensor_positions = [i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)]
+        for slot, position in enumerate(tensor_positions[:len(dtensors)]):
+            if position in written:
+                self.empty.discard(_storage_key(dtensors[slot]))
+        made_empty = schema.name.split("::")[-1] in _UNINITIALIZED
+        for x, t in zip(out_tensors, results):
+            key = _storage_key(x)
+            if made_empty:
+                self.empty.add(key)
+            t.empty = key in self.empty
+
     def record(self, name: str, reference, flat, spec, dtensors, run: Callable[[], Any], strategy=None):
         """Runs `run` (the op on this rank) and hands the checker its arguments and results."""
         from torch.distributed.tensor import DTensor
@@ -469,9 +533,12 @@ class OpCheckMode(TorchDispatchMode):
         # Copies: the check runs when the mesh's last rank reaches the op, and this rank may write these tensors in
         # place before then (this op, if in place; an optimizer step; a gradient accumulation).
         inputs = [_Tensor(x, x._local_tensor.detach().clone()) for x in dtensors]
+        for x, t in zip(dtensors, inputs):
+            t.empty = _storage_key(x) in self.empty
         out = run()
-        results = [_Tensor(x, x._local_tensor.detach().clone()) for x in tree_flatten(out)[0]
-                   if isinstance(x, DTensor)]
+        out_tensors = [x for x in tree_flatten(out)[0] if isinstance(x, DTensor)]
+        results = [_Tensor(x, x._local_tensor.detach().clone()) for x in out_tensors]
+        self._follow_values(reference, dtensors, inputs, out_tensors, results)
         ranks, mesh_shape, position = self._mesh(dtensors[0].device_mesh)
         mesh_key = (ranks, mesh_shape)
         n = self.seq.get(mesh_key, 0) + 1
@@ -547,6 +614,22 @@ def _as_one_rank(value):
     return make
 
 
+class CapturedShard(RuntimeError):
+    """Raised while a reference runs when the function reads a DTensor it was not given (a module's sharded weight
+    read through `self`): its global computation cannot be known from its arguments."""
+
+
+def _to_local(session, original):
+    from .process_group import _REFERENCE
+
+    def to_local(self, *args, **kwargs):
+        if _REFERENCE.active:
+            raise CapturedShard("the unsharded reference read a DTensor's local shard outside its arguments")
+        return original(self, *args, **kwargs)
+
+    return to_local
+
+
 def _checking(config) -> bool:
     return config.check_ops
 
@@ -562,5 +645,7 @@ CHECK_OPS_ENTRIES = patches.register("check_ops", [
                     _as_one_rank(lambda self: [0] * self.ndim), when=_checking),
     patches.Replace("torch.distributed.device_mesh.DeviceMesh.size",
                     _as_one_rank(lambda self, mesh_dim=None: 1), when=_checking),
+    patches.Replace("torch.distributed.tensor.DTensor.to_local", _to_local, when=_checking,
+                    why="a local_map reference that reads a captured DTensor is not checked, never called equal"),
     patches.Read("torch.distributed.tensor.DTensor._op_dispatcher"),
 ])
