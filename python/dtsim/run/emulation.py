@@ -67,17 +67,21 @@ class _RankWorlds:
         object.__setattr__(self, "_local", threading.local())
 
     def _world(self) -> _RankWorld:
+        # Kept per thread once found: a thread's rank is bound before its first use of c10d and never changes.
+        local = object.__getattribute__(self, "_local")
+        try:
+            return local.world
+        except AttributeError:
+            pass
         rank = object.__getattribute__(self, "_rank_of")()
         if rank is None:
-            local = object.__getattribute__(self, "_local")
-            world = getattr(local, "world", None)
+            world = _RankWorld()
+        else:
+            ranks = object.__getattribute__(self, "_ranks")
+            world = ranks.get(rank)
             if world is None:
-                world = local.world = _RankWorld()
-            return world
-        ranks = object.__getattribute__(self, "_ranks")
-        world = ranks.get(rank)
-        if world is None:
-            world = ranks[rank] = _RankWorld()
+                world = ranks[rank] = _RankWorld()
+        local.world = world
         return world
 
     def __getattr__(self, name: str) -> Any:

@@ -91,8 +91,9 @@ class Tracker:
         self._rank_of = rank_of
         self._ranks = [_Rank() for _ in range(world_size)]
         # storage (its C++ address) -> [owning rank, counted bytes, whether it holds memory]; an entry leaves when the
-        # storage is freed.
+        # storage is freed. `empty_storages`: how many entries hold nothing (the program's own meta tensors).
         self._storages: Dict[int, List[int]] = {}
+        self.empty_storages = 0
         self.paused = False  # the backend computes a collective: its temporaries are not the program's
         self.modules = modules  # the per-module tree is kept (--report); memory is counted either way
         self.stats: Dict[Tuple[str, str], ModuleStats] = {}
@@ -151,6 +152,7 @@ class Tracker:
             elif entry[2]:
                 self._add(entry[0], -entry[1])
                 entry[1], entry[2] = 0, False
+                self.empty_storages += 1
 
     def _tensor(self, rank: int, t: torch.Tensor, counts: bool = True) -> None:
         if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
@@ -175,6 +177,8 @@ class Tracker:
             held = counts and (self.meta_run or not t.is_meta)
             size = storage.nbytes() if held else 0
             self._storages[key] = [rank, size, held]
+            if not held:
+                self.empty_storages += 1
             weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
             if size:
                 self._add(rank, size)
@@ -193,6 +197,8 @@ class Tracker:
             if rank is None or self.paused:
                 return
             entry = self._storages[key] = [rank, 0, self.meta_run or storage.device.type != "meta"]
+            if not entry[2]:
+                self.empty_storages += 1
             weakref.finalize(storage, self._freed, key).atexit = False  # nothing to count at exit
         if not entry[2]:
             return
@@ -204,6 +210,8 @@ class Tracker:
         entry = self._storages.pop(key, None)
         if entry is not None:
             self._ranks[entry[0]].live -= entry[1]
+            if not entry[2]:
+                self.empty_storages -= 1
 
     def _add(self, rank: int, delta: int) -> None:
         state = self._ranks[rank]
@@ -330,7 +338,7 @@ class MemoryMeter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         tracker = self._tracker
         if not tracker.paused:
-            if tracker.meta_run:
+            if tracker.meta_run and tracker.empty_storages:
                 inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
                 tracker.observe(self._rank, out, not tracker.holds_nothing(inputs))
             else:

@@ -142,6 +142,9 @@ class ProcessState:
         sys.stdout, sys.stderr = out, err
         now = builtins.__dict__
         base = self._builtins
+        if not self._applied and len(now) == len(base) and now == base:  # the common case, compared in C
+            self._overrides[rank] = {}
+            return
         overrides = {k: v for k, v in now.items() if base.get(k, _MISSING) is not v}
         for k in base:
             if k not in now:
@@ -161,6 +164,9 @@ class ProcessState:
         if err is not None:
             sys.stderr = err
         overrides = self._overrides[rank]
+        if not overrides:
+            self._applied = overrides
+            return
         now = builtins.__dict__
         for k, v in overrides.items():
             if v is _MISSING:
