@@ -27,28 +27,46 @@ if ! has; then
   has || { say "torch==$TORCH and torchtitan==$TITAN did not install in $VENV"; exit 1; }
 fi
 say "$("$PY" -c 'import torch, torchtitan; print("torch", torch.__version__, "torchtitan", torchtitan.__version__)') in $VENV"
-# dtsim itself, as a user installs it into their venv (docs/python.md): built against the venv's torch in a build tree
-# kept beside the venv (incremental through ccache), installed from this checkout on every run.
-BUILD="${DTSIM_TITAN_BUILD:-$(dirname "$VENV")/titan-build}"
+# dtsim itself, as a user installs it into their venv (docs/python.md): built against the venv's torch. The C++
+# inputs (sources, headers, CMake files) and the torch release make a key; where the venv's dtsim was built from the
+# same key, only its Python package is brought up to this checkout's, else `pip install --no-build-isolation` builds
+# it again (in build-titan/ of the checkout, through ccache).
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${DTSIM_TITAN_BUILD:-$ROOT/build-titan}"
 export PIP_CONFIG_FILE=/dev/null PIP_CONSTRAINT=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
-"$PY" -c "import scikit_build_core" 2>/dev/null || "$PY" -m pip install -q "scikit-build-core>=0.10" pytest >&2
-mkdir -p "$BUILD"
-say "pip install --no-build-isolation $ROOT (build tree $BUILD; the first build takes a while on 2 cores)"
-"$PY" -m pip install -v --no-build-isolation --no-deps -C build-dir="$BUILD" \
-  -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -C cmake.define.DTSIM_BUILD_VIEWER=OFF \
-  -C cmake.define.DTSIM_BUILD_BENCHMARKS=OFF -C cmake.define.DTSIM_WITH_MPI=OFF "$ROOT" >"$BUILD/pip.log" 2>&1 \
-  </dev/null &
-pip_pid=$!
-trap 'kill "$pip_pid" 2>/dev/null || true' EXIT
-while kill -0 "$pip_pid" 2>/dev/null; do
-  sleep 20
-  step="$(grep -oE "\[[0-9]+/[0-9]+\]" "$BUILD/pip.log" | tail -1 || true)"
-  [ -n "$step" ] && say "building $step"
-done
-wait "$pip_pid" || { grep -E "error|Error" "$BUILD/pip.log" | head -20 >&2; say "pip install failed: $BUILD/pip.log"; exit 1; }
-trap - EXIT
-(cd / && "$PY" -c "import torch, dtsim._C, dtsim._build_info as b; assert b.TORCH_VERSION.startswith('$TORCH'), b.TORCH_VERSION") ||
-  { say "the venv's dtsim was not built against torch $TORCH"; exit 1; }
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+KEY="$(cd "$ROOT" && { echo "torch $TORCH"; git ls-files -s -- src include python/src simulator \
+  CMakeLists.txt python/CMakeLists.txt '*.cmake' pyproject.toml | grep -E "\.(cc|h|cpp|hpp|txt|cmake|toml|in)$" || true;
+  git diff HEAD -- src include python/src simulator CMakeLists.txt python/CMakeLists.txt pyproject.toml; } |
+  sha256sum | cut -c1-16)"
+MARK="$SITE/dtsim/.dtsim-build-key"
+if [ -f "$MARK" ] && [ "$(cat "$MARK")" = "$KEY" ] &&
+   (cd / && "$PY" -c "import torch, dtsim._C" 2>/dev/null); then
+  say "dtsim's extension in $VENV is built from these C++ sources (key $KEY): syncing its Python package"
+  (cd "$ROOT/python/dtsim" && find . -name '*.py' -o -name '*.pyi' -o -name py.typed) | while read -r f; do
+    mkdir -p "$SITE/dtsim/$(dirname "$f")"
+    cp "$ROOT/python/dtsim/$f" "$SITE/dtsim/$f"
+  done
+else
+  "$PY" -c "import scikit_build_core" 2>/dev/null || "$PY" -m pip install -q "scikit-build-core>=0.10" pytest >&2
+  mkdir -p "$BUILD"
+  say "pip install --no-build-isolation $ROOT (build tree $BUILD; the first build takes a while on 2 cores)"
+  "$PY" -m pip install -v --no-build-isolation --no-deps -C build-dir="$BUILD" \
+    -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -C cmake.define.DTSIM_BUILD_VIEWER=OFF \
+    -C cmake.define.DTSIM_BUILD_BENCHMARKS=OFF -C cmake.define.DTSIM_WITH_MPI=OFF "$ROOT" >"$BUILD/pip.log" 2>&1 \
+    </dev/null &
+  pip_pid=$!
+  trap 'kill "$pip_pid" 2>/dev/null || true' EXIT
+  while kill -0 "$pip_pid" 2>/dev/null; do
+    sleep 20
+    step="$(grep -oE "\[[0-9]+/[0-9]+\]" "$BUILD/pip.log" | tail -1 || true)"
+    [ -n "$step" ] && say "building $step"
+  done
+  wait "$pip_pid" || { grep -E "error|Error" "$BUILD/pip.log" | head -20 >&2; say "pip install failed: $BUILD/pip.log"; exit 1; }
+  trap - EXIT
+  (cd / && "$PY" -c "import torch, dtsim._C, dtsim._build_info as b; assert b.TORCH_VERSION.startswith('$TORCH'), b.TORCH_VERSION") ||
+    { say "the venv's dtsim was not built against torch $TORCH"; exit 1; }
+  echo "$KEY" > "$MARK"
+fi
 say "dtsim installed in $VENV, built against torch $TORCH"
 echo "$PY"
