@@ -43,10 +43,14 @@ MARK="$SITE/dtsim/.dtsim-build-key"
 if [ -f "$MARK" ] && [ "$(cat "$MARK")" = "$KEY" ] &&
    (cd / && "$PY" -c "import torch, dtsim._C" 2>/dev/null); then
   say "dtsim's extension in $VENV is built from these C++ sources (key $KEY): syncing its Python package"
-  (cd "$ROOT/python/dtsim" && find . -name '*.py' -o -name '*.pyi' -o -name py.typed) | while read -r f; do
+  # _build_info.py is the build's (it names the torch the extension was built against): the venv keeps its own.
+  (cd "$ROOT/python/dtsim" && find . \( -name '*.py' -o -name '*.pyi' -o -name py.typed \) \
+     ! -name _build_info.py ! -path '*/__pycache__/*') | while read -r f; do
     mkdir -p "$SITE/dtsim/$(dirname "$f")"
     cp "$ROOT/python/dtsim/$f" "$SITE/dtsim/$f"
   done
+  (cd / && "$PY" -c "import torch, dtsim._C, dtsim._build_info as b; assert b.TORCH_VERSION.startswith('$TORCH')") ||
+    { say "the venv's dtsim does not load after the sync"; exit 1; }
 else
   "$PY" -c "import scikit_build_core" 2>/dev/null || "$PY" -m pip install -q "scikit-build-core>=0.10" pytest >&2
   mkdir -p "$BUILD"
