@@ -1,13 +1,14 @@
 """`dtsim run`: a torchrun script, unchanged, as N simulated ranks in this one process.
 
     dtsim run [--nproc-per-node N] [--nnodes M] [--standalone] [--rank-prefix] [--local-ranks-filter R]
-              [--timeout S] [--report] [--report-json FILE] [--trace FILE] [--memory] [--meta]
-              (SCRIPT | -m MODULE) [ARGS...]
+              [--timeout S] [--report] [--report-json FILE] [--trace FILE] [--memory] [--meta] [--check-ops]
+              [--shared-modules PKG,...|all] (SCRIPT | -m MODULE) [ARGS...]
 
 Exit status: 0 when every rank's program ended normally; 1 when a rank raised or exited non-zero (as torchrun, which
 exits 1 for any failed worker; the rank's own code is in the summary); 2 for bad input (options, a missing script or
 module); 4 when the simulated world found what would hang or corrupt a real job (ranks at different collectives, a
-wait no rank can end, a rank past --timeout); 130 on Ctrl-C.
+wait no rank can end, a rank past --timeout, a message sent and never received); 5 when --check-ops found a divergent
+op; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
