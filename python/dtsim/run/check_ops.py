@@ -514,11 +514,11 @@ class OpCheckMode(TorchDispatchMode):
         schema = getattr(reference, "_schema", None)
         if schema is None:
             return
-        written = {i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write}
-        tensor_positions = [i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)]
-        for slot, position in enumerate(tensor_positions[:len(dtensors)]):
-            if position in written:
-                self.empty.discard(_storage_key(dtensors[slot]))
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            # An op that writes an argument (`fill_`, `copy_`, a foreach initializer) gives every DTensor argument
+            # values from here on: for one it did not write, that errs toward comparing its replicas, never away.
+            for x in dtensors:
+                self.empty.discard(_storage_key(x))
         made_empty = schema.name.split("::")[-1] in _UNINITIALIZED
         for x, t in zip(out_tensors, results):
             key = _storage_key(x)
