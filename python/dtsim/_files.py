@@ -5,8 +5,11 @@ so every command refuses and writes alike:
 - an output is never an input or another output of the run, however spelled (a relative path, `..`, a link);
 - a directory, a device other than /dev/null or the process's own standard output or error, a socket, or a FIFO no
   process reads is refused; a folder that is missing or not writable is refused;
+- the process's own standard output or error, however named (/dev/stdout, or the file the shell redirected it to), is
+  written to that descriptor after the program's output, never replaced; a recording (a file with a sidecar) is
+  refused there;
 - a regular or new file is written atomically (a temporary file beside it, renamed), a symlink is written through,
-  and the special files allowed are written as streams.
+  and the special files allowed are written as streams; a failed write raises ValueError, and the command fails.
 Refusals raise ValueError("<field>: <why>")."""
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ def check_recording_path(path: str, field: str) -> None:
     if os.path.lexists(path) and not os.path.isfile(path):
         raise ValueError(f"{field}: '{path}' is not a regular file: a recording is a file with its data sidecar "
                          f"('{path}.data') beside it")
+    if os.path.isfile(path):
+        st = os.stat(path)
+        for fd, name in ((1, "standard output"), (2, "standard error")):
+            try:
+                own = os.fstat(fd)
+            except OSError:
+                continue
+            if (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino):
+                raise ValueError(f"{field}: '{path}' is this process's {name} (redirected to that file): a "
+                                 f"recording is a file of its own, with its data sidecar ('{path}.data') beside it; "
+                                 "writing it there would replace the program's output")
 
 
 def write_output(path: str, chunks: Sequence[Any], field: str) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import time
 import weakref
@@ -39,6 +38,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _library_files
 
 from . import _C
 
@@ -165,23 +166,8 @@ def _dtensor_type() -> type:
     return _DTENSOR[0]
 
 
-_OWN_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + (os.path.dirname(__file__) + os.sep,)
-_LIBRARY_FILES = ("/threading.py", "/contextlib.py", "/functools.py", "/typing_extensions.py", "/warnings.py")
-# torch's package in any installation: a Flight Recorder dump's frames are those of the machine that wrote it.
-_ANY_TORCH = re.compile(r"[/\\](?:site|dist)-packages[/\\]torch[/\\]")
-
-
-_LIBRARY_FILE: Dict[str, bool] = {}  # file name -> is_library_file's answer (a stack walk asks it of every frame)
-
-
-def is_library_file(name: str) -> bool:
-    """Whether a stack frame's file is torch's (of this or another installation), dtsim's, or a standard wrapper's
-    (`functools`, `typing_extensions`' deprecation wrapper, ...) rather than the program's own."""
-    known = _LIBRARY_FILE.get(name)
-    if known is None:
-        known = _LIBRARY_FILE[name] = (name.startswith(_OWN_DIRS) or name.endswith(_LIBRARY_FILES)
-                                       or name.startswith("<frozen") or _ANY_TORCH.search(name) is not None)
-    return known
+_library_files.add_library_dir(os.path.dirname(torch.__file__))
+is_library_file = _library_files.is_library_file
 
 
 def program_line(depth: int = 1) -> str:

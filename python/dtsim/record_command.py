@@ -97,6 +97,30 @@ def _die_with_parent() -> None:
         pass
 
 
+def _remove_stale_folders() -> None:
+    """Removes the working folders (`dtsim-record-<pid>-*` in the temporary directory) of `dtsim record` processes
+    that no longer run: one killed by SIGKILL could not remove its own. A folder is left alone while its process
+    lives, or when it is not this user's."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[:2] != ["dtsim", "record"] or not parts[2].isdigit():
+            continue
+        path = os.path.join(root, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path):
+                continue
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, OverflowError, ValueError):
+            continue
+
+
 def main(argv: Sequence[str]) -> int:
     try:
         args = _parse(argv)
@@ -104,7 +128,8 @@ def main(argv: Sequence[str]) -> int:
     except BadInput as e:
         print(f"dtsim: error: {e}", file=sys.stderr)
         return 2
-    folder = tempfile.mkdtemp(prefix="dtsim-record-")
+    _remove_stale_folders()
+    folder = tempfile.mkdtemp(prefix=f"dtsim-record-{os.getpid()}-")
     try:
         boot = os.path.join(folder, "boot")
         os.mkdir(boot)

@@ -40,7 +40,7 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -847,7 +847,7 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, o
     from ._files import check_outputs, check_recording_path
 
     check_recording_path(path, "path")
-    check_outputs([(path, "path"), (path + ".data", "path (its data sidecar)")])
+    check_outputs([(path, "path"), (path + ".data", "path (its data sidecar)")], _program_files())
     if not isinstance(ops, bool):
         raise ValueError(f"ops: expected a bool, got {ops!r}")
     if not isinstance(memory, bool):
@@ -863,6 +863,15 @@ def record(path: "str | os.PathLike[str]", *, max_data_bytes: int = 256 << 20, o
         _MESH_JSON.clear()
         _PLACEMENTS_TEXT.clear()
     recorder.finish(" ".join(sys.argv))
+
+
+def _program_files() -> List[Tuple[str, str]]:
+    """The running program's own files, which no recording may replace (the CLI's rule: dtsim/_files.py): its script
+    (`sys.argv[0]` and `__main__`'s file, where they are files)."""
+    main = sys.modules.get("__main__")
+    names = [sys.argv[0] if sys.argv else None, getattr(main, "__file__", None)]
+    return [(name, "the running program") for name in dict.fromkeys(n for n in names if isinstance(n, str) and n)
+            if os.path.isfile(name)]
 
 
 # ---- `dtsim record -- COMMAND`: every rank of a launched job records into a part file, the launcher merges ----------

@@ -1,7 +1,8 @@
 // dtsim._files_c: the output-path policy of dtsim's C++ writers (include/dtsim/trace/files.h) for
 // the Python writers (dtsim record, import-fr, dtsim.record, dtsim run's --trace and --report-json;
 // python/dtsim/_files.py). A module of its own, without LibTorch (it links only the trace library),
-// so that `dtsim record` checks its outputs and starts the job it records without loading torch.
+// so that `dtsim record` checks its outputs and starts the job it records without loading torch;
+// and the recording reader, so that a Python writer checks that what it writes reads back.
 // Errors as dtsim._C's (errors.h).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,6 +14,8 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/trace/files.h"
+#include "dtsim/trace/recording.h"
+#include "dtsim/trace/trace.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -62,4 +65,12 @@ PYBIND11_MODULE(_files_c, m) {
           }
           release();
         });
+  // check_recording(text) reads `text` as dtsim's readers read a recording file (RecordingFromText:
+  // trace-diff, replay, the viewer), without its data sidecar; ValueError("recording: ...") names
+  // the first problem.
+  m.def("check_recording", [](const py::bytes& text) {
+    std::string copy = text;
+    py::gil_scoped_release unlocked;
+    RecordingFromText(TraceTextOf("<the recording to write>", std::move(copy)));
+  });
 }

@@ -23,7 +23,10 @@ namespace {
 std::string Quoted(const std::string& path) { return StrCat("'", ExcerptText(path), "'"); }
 
 // What a path names now, and whether a writer may use it.
-enum class Kind { kMissing, kRegular, kStream, kFifo };
+// kStdout / kStderr: the file this process's standard output or error is (a terminal, a pipe, or
+// the regular file it was redirected to), however named: written to that descriptor, where the
+// process's own output goes, never replaced.
+enum class Kind { kMissing, kRegular, kStream, kFifo, kStdout, kStderr };
 
 struct Identity {
   bool exists = false;
@@ -67,6 +70,10 @@ Kind Classify(const std::string& path, const std::string& field) {
     if (errno == ENOENT) return Kind::kMissing;
     throw InputError(field, StrCat("cannot write ", Quoted(path), ": ", std::strerror(errno)));
   }
+  if (!S_ISDIR(st.st_mode)) {
+    if (SameInode(st, STDOUT_FILENO)) return Kind::kStdout;
+    if (SameInode(st, STDERR_FILENO)) return Kind::kStderr;
+  }
   if (S_ISREG(st.st_mode)) return Kind::kRegular;
   if (S_ISDIR(st.st_mode)) {
     throw InputError(field, StrCat(Quoted(path), " is a directory; give a file path"));
@@ -76,9 +83,7 @@ Kind Classify(const std::string& path, const std::string& field) {
     struct stat null_st;
     const bool is_null = ::stat("/dev/null", &null_st) == 0 && null_st.st_dev == st.st_dev &&
                          null_st.st_ino == st.st_ino;
-    if (is_null || SameInode(st, STDOUT_FILENO) || SameInode(st, STDERR_FILENO)) {
-      return Kind::kStream;
-    }
+    if (is_null) return Kind::kStream;
     throw InputError(field, StrCat(Quoted(path),
                                    " is a character device other than /dev/null or this "
                                    "process's standard output or error: not written"));
@@ -256,7 +261,11 @@ void RunFiles::Output(const std::string& path, const std::string& field) {
 void WriteOutputFile(const std::string& path, const std::vector<std::string_view>& chunks,
                      const std::string& field) {
   const Kind kind = Classify(path, field);
-  if (kind == Kind::kStream || kind == Kind::kFifo) {
+  if (kind == Kind::kStdout || kind == Kind::kStderr) {
+    // After what the process wrote there through stdio (C++ streams included): in order.
+    std::fflush(nullptr);
+    WriteAll(kind == Kind::kStdout ? STDOUT_FILENO : STDERR_FILENO, chunks, path, field);
+  } else if (kind == Kind::kStream || kind == Kind::kFifo) {
     WriteStream(path, chunks, kind, field);
   } else {
     WriteAtomically(path, chunks, field);

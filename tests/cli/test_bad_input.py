@@ -60,6 +60,23 @@ def trace_text(**changes):
 GOOD_TRACE = trace_text()
 
 
+def _fr_bomb() -> bytes:
+    """A Flight Recorder 'dump' whose one list is referred to from 2^26 places through the pickle's memo."""
+    import pickle
+
+    x = [0]
+    for _ in range(26):
+        x = [x, x]
+    return pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "profiling_name": x}]}, protocol=2)
+
+
+FR_BOMB = _fr_bomb()
+# One all-reduce entry as a Gloo dump writes it (tests/run/fr_dumps/), for the import-fr rows.
+FR_ENTRY = {"record_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+            "profiling_name": "gloo:all_reduce", "input_sizes": [[4]], "input_dtypes": ["Float"],
+            "time_created_ns": 1000, "state": "scheduled"}
+
+
 def dtsim_output_text(name, argv, changes):
     """The JSON file a dtsim command writes (argv, with "{out}" standing for its path; run once per `name`, then kept)
     with changes: a dotted path ("events.5.tensor.hashes.1") to a value, or to None to delete the key."""
@@ -830,6 +847,24 @@ BAD_INPUTS = [
     Row("import-fr-entry-without-kind", ["import-fr", "-o", "fr.json", "rank0"], "dump",
         ["entries[0] has no 'profiling_name'"],
         files={"rank0": '{"version": "2.10", "entries": [{"record_id": 0}]}'}),
+    # A pickle's memo lets 300 bytes name one list from 2^26 places: refused by what it would build, at once.
+    Row("import-fr-pickle-bomb", ["import-fr", "-o", "fr.json", "rank0"], "dump", ["refused as a pickle bomb"],
+        files={"rank0": FR_BOMB}),
+    Row("import-fr-nested-too-deep", ["import-fr", "-o", "fr.json", "rank0"], "dump",
+        ["nests more than 32 containers deep"], files={"rank0": "{\"version\": \"2.10\", \"entries\": "
+                                                       + "[" * 100 + "]" * 100 + "}"}),
+    Row("import-fr-time-out-of-range", ["import-fr", "-o", "fr.json", "rank0"], "dump",
+        ["entries[0].time_created_ns", "is not a whole number from 0 to"],
+        files={"rank0": json.dumps({"version": "2.10", "entries": [dict(FR_ENTRY, time_created_ns=-5)]})}),
+    Row("import-fr-times-past-a-recording", ["import-fr", "-o", "fr.json", "rank0"], "dump",
+        ["time_created_ns span", "more than a recording's times hold"],
+        files={"rank0": json.dumps({"version": "2.10", "entries": [
+            dict(FR_ENTRY, time_created_ns=0), dict(FR_ENTRY, record_id=1, collective_seq_id=2,
+                                                    time_created_ns=1 << 62)]})}),
+    Row("import-fr-started-not-a-number", ["import-fr", "-o", "fr.json", "rank0"], "dump",
+        ["pg_status.0.last_started_collective", "'x'"],
+        files={"rank0": json.dumps({"version": "2.10", "entries": [FR_ENTRY], "pg_status": {
+            "0": {"last_completed_collective": 0, "last_started_collective": "x"}}})}),
     Row("import-fr-two-dumps-of-one-rank", ["import-fr", "-o", "fr.json", "a1", "b1"], "dump",
         ["are both rank 1's"], files={"a1": '{"version": "2.10", "entries": []}',
                                       "b1": '{"version": "2.10", "entries": []}'}),
@@ -884,7 +919,13 @@ BAD_INPUTS = [
     Row("run-no-script", ["run"], "arguments", ["required: script"]),
     Row("run-missing-script", ["run", "--nproc-per-node", "2", "nope.py"], "script",
         ["cannot open 'nope.py'", "No such file or directory"]),
-    Row("run-script-is-a-directory", ["run", "."], "script", ["cannot open '.'", "Is a directory"]),
+    Row("run-script-is-a-directory", ["run", "."], "script", ["'.' is a directory, not a regular file"]),
+    Row("run-script-is-a-device", ["run", "/dev/zero"], "script", ["'/dev/zero' is a device, not a regular file"]),
+    Row("run-module-without-python-code", ["run", "-m", "sys"], "module", ["'sys' has no Python code to run"]),
+    Row("run-option-given-twice", ["run", "--nproc-per-node", "2", "--nproc_per_node=3", "s.py"], "nproc-per-node",
+        ["given twice ('--nproc-per-node 2' and '--nproc_per_node=3')"], files={"s.py": "print(1)\n"}),
+    Row("run-flag-given-twice", ["run", "--meta", "--report", "--meta", "s.py"], "meta",
+        ["given twice ('--meta' and '--meta')"], files={"s.py": "print(1)\n"}),
     Row("run-missing-module", ["run", "-m", "no_such_module_dtsim"], "module", ["No module named 'no_such_module_dtsim'"]),
     Row("run-nproc-zero", ["run", "--nproc-per-node", "0", "s.py"], "nproc-per-node", ["0 is out of range"],
         files={"s.py": "print(1)\n"}),

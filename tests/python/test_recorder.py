@@ -541,3 +541,15 @@ def test_digest_cache_reuses_only_what_holds_the_same_bytes():
         assert log._digest(other) == real_digest(other) and len(calls) == n + 1
     finally:
         events.digest = real_digest
+
+
+def test_record_never_replaces_the_running_script(tmp_path):
+    """dtsim.record(__file__): the CLI's output policy, so the recording is refused before the script is touched."""
+    script = tmp_path / "self_record.py"
+    source = ("import dtsim\ntry:\n    with dtsim.record(__file__):\n        pass\nexcept ValueError as e:\n"
+              "    print('refused:', e)\n")
+    script.write_text(source)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: path:" in out.stdout and "the running program" in out.stdout, out.stdout
+    assert script.read_text() == source

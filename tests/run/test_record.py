@@ -559,3 +559,22 @@ def test_one_recording_names_the_rank_whose_replica_differs(tmp_path, fault, ran
         assert f"replicas.py:{line_of(REPLICAS, statement)}: {argument}: rank {rank} holds " in firsts[0], firsts[0]
         others = sorted({0, 1, 2, 3} - {rank})
         assert f"its replicas (ranks {others}) hold " in firsts[0], firsts[0]
+
+
+def test_record_removes_the_folders_of_killed_records(tmp_path):
+    """A `dtsim record` killed by SIGKILL leaves its working folder (dtsim-record-<pid>-*) in the temporary
+    directory; the next one removes it, and leaves the folder of a record that still runs."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp / f"dtsim-record-{dead.pid}-abc"
+    (stale / "boot").mkdir(parents=True)
+    (stale / "boot" / "sitecustomize.py").write_text("")
+    live = tmp / f"dtsim-record-{os.getpid()}-def"
+    live.mkdir()
+    p = run([DTSIM, "record", "-o", str(tmp_path / "r.json"), "--", "true"], env=dict(ENV, TMPDIR=str(tmp)))
+    assert p.returncode == 2 and "no rank recorded" in p.stderr, p.stderr
+    assert not stale.exists()
+    assert live.exists()
+    assert sorted(os.listdir(tmp)) == [live.name]  # its own folder is gone too

@@ -46,6 +46,7 @@ BOTH_WAYS = {
     "process_state.py": 4,  # builtins.print and sys.stdout replaced on some ranks change those ranks' own view only
     "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
                                # reference to init_process_group, which dtsim run replaces too)
+    "rank_process_calls.py": 2,  # each rank's own signal handlers, object collectives, monitored_barrier on Gloo
 }
 
 
@@ -53,7 +54,7 @@ BOTH_WAYS = {
 # (a + b is the same in any order) or of exactly representable values, and nothing else reduces. The others sum
 # floats over 4 ranks, which Gloo's ring adds in another order than dtsim's ascending ranks.
 BITWISE = {"tp_fsdp_adamw.py", "pipeline_2stage.py", "rank_branches.py", "p2p_ring.py", "rank_modules.py",
-           "process_state.py", "accelerate_ddp.py"}
+           "process_state.py", "accelerate_ddp.py", "rank_process_calls.py"}
 
 
 def script_path(script):
@@ -886,3 +887,92 @@ def test_all_reduce_of_a_leaf_that_requires_grad_is_accepted_as_gloo_accepts_it(
     assert real.returncode == 0 and sim.returncode == 0, (real.stderr[-2000:], sim.stderr[-2000:])
     assert sorted(compared_lines(real.stdout)) == sorted(compared_lines(sim.stdout))
     assert "result rank 0 leaf [4.0, 4.0, 4.0]" in sim.stdout
+
+
+def test_object_collectives_under_meta_equal_real_torchrun():
+    """c10d's object collectives pickle into CPU byte tensors: under --meta they carry their values, and the script
+    prints what real torchrun prints."""
+    real = torchrun_lines("rank_process_calls.py", 2)
+    out = run([DTSIM, "run", "--meta", "--nproc-per-node", "2", script_path("rank_process_calls.py")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert compared_lines(out.stdout) == real, (compared_lines(out.stdout), real)
+
+
+def test_monitored_barrier_of_another_backend_is_refused_as_c10d_refuses_it(tmp_path):
+    """monitored_barrier is Gloo's alone: a program that asked for NCCL gets c10d's own ValueError at its line."""
+    script = tmp_path / "mb.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\ndist.monitored_barrier()\n")
+    out = run([DTSIM, "run", "--nproc-per-node", "2", str(script)])
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "ValueError: monitored_barrier is only implemented for GLOO backend." in out.stderr
+    assert "mb.py\", line 3" in out.stderr, out.stderr[-2000:]
+
+
+def test_rank_prefix_keeps_each_ranks_last_unterminated_line(tmp_path):
+    script = tmp_path / "tail.py"
+    script.write_text("import os, sys\nprint('first')\nsys.stdout.write(f'last of {os.environ[\"RANK\"]}')\n")
+    out = run([DTSIM, "run", "--rank-prefix", "--nproc-per-node", "2", str(script)])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(out.stdout.splitlines()) == ["[rank0]:first", "[rank0]:last of 0", "[rank1]:first",
+                                               "[rank1]:last of 1"], out.stdout
+
+
+def test_sigterm_ends_the_run_with_its_report(tmp_path):
+    """SIGTERM while rank 1 loops: exit 143, where every rank was, the report written and marked incomplete, and
+    the process gone."""
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen([DTSIM, "run", "--nproc-per-node", "3", "--report-json", str(report),
+                             os.path.join(SCRIPTS, "endless.py")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
+    assert proc.stdout.readline() == "rank 1 loops\n"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "endless.py:11" in err, err
+    assert json.loads(report.read_text())["complete"] is False
+
+
+def test_timeout_ends_a_rank_stuck_in_one_c_call(tmp_path):
+    """A rank inside one C call that holds the GIL (a regular expression that backtracks 2^40 times): the main
+    thread cannot run, and the watchdog thread (dtsim._watchdog_c) ends the run with exit 4, naming the rank and the
+    script's line in its stack."""
+    script = tmp_path / "stuck.py"
+    script.write_text("import re, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "if dist.get_rank() == 1:\n    re.match(r'(a+)+$', 'a' * 40 + 'b')\ndist.barrier()\n")
+    start = time.monotonic()
+    out = run([DTSIM, "run", "--nproc-per-node", "2", "--timeout", "3", str(script)], timeout=120)
+    assert out.returncode == 4, out.stderr[-3000:]
+    assert "rank 1 has run for more than 3 s (--timeout) inside one call" in out.stderr, out.stderr[-3000:]
+    assert f'File "{script}", line 4' in out.stderr, out.stderr[-3000:]
+    assert time.monotonic() - start < 100
+
+
+def test_report_json_to_redirected_stdout_follows_the_programs_output(tmp_path):
+    """--report-json /dev/stdout with stdout redirected to a file: the report is written after the program's lines,
+    in that file, which is not replaced; --trace there is refused (a recording has a sidecar); a report that cannot
+    be written (the pipe's reader left) fails the run with exit 2."""
+    script = tmp_path / "p.py"
+    script.write_text("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "print('program line', dist.get_rank(), flush=True)\nt = torch.ones(2)\ndist.all_reduce(t)\n")
+    log = tmp_path / "out.txt"
+    with open(log, "w") as f:
+        out = subprocess.run([DTSIM, "run", "--nproc-per-node", "2", "--report-json", "/dev/stdout", str(script)],
+                             stdout=f, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = log.read_text()
+    lines, rest = text.split("\n", 2)[:2], text.split("\n", 2)[2]
+    assert sorted(lines) == ["program line 0", "program line 1"], text[:300]
+    assert json.loads(rest)["collectives"] == 1
+    with open(log, "w") as f:
+        out = subprocess.run([DTSIM, "run", "--nproc-per-node", "2", "--trace", "/dev/stdout", str(script)],
+                             stdout=f, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120, cwd=ROOT)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "'/dev/stdout' is this process's standard output" in out.stderr
+    quiet = tmp_path / "q.py"
+    quiet.write_text("import time, torch.distributed as dist\ndist.init_process_group('gloo')\ntime.sleep(1)\n")
+    proc = subprocess.Popen([DTSIM, "run", "--nproc-per-node", "2", "--report-json", "/dev/stdout", str(quiet)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
+    proc.stdout.close()  # the reader leaves before the report is written
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert b"report-json: writing '/dev/stdout' failed: Broken pipe" in err, err

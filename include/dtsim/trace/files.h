@@ -7,10 +7,12 @@
 //    a hard link to it): files that exist are compared by device and inode, outputs that do not
 //    exist yet by the canonical path of their folder plus their name. InputError(<the output's
 //    option>, "'./t.json' is the same file as the input of <option> ('t.json') ...").
-//  * Special files are never replaced by a regular file: /dev/null and this process's own standard
-//    output or error (a terminal, /dev/stdout) are written as a stream; a FIFO is written as a
-//    stream when a reader holds it open, and refused otherwise (no wait); any other device, a
-//    socket or a directory is refused.
+//  * Special files are never replaced by a regular file: /dev/null is written as a stream; this
+//    process's own standard output or error, however named (/dev/stdout, /proc/self/fd/2, or the
+//    regular file the shell redirected it to), is written to that descriptor after what the
+//    process wrote there, never replaced; a FIFO is written as a stream when a reader holds it
+//    open, and refused otherwise (no wait); any other device, a socket or a directory is refused.
+//    A failed write (a closed pipe, a full disk) is an InputError: the command fails.
 //  * A symlinked output is written through: the file it points to is replaced (atomically) or
 //    created, the link itself stays a link.
 //  * A regular or new file is written atomically: a temporary file beside it, then a rename, so a

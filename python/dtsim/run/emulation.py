@@ -390,10 +390,31 @@ def _init_process_group(session, original_init):
         if rank not in (-1, None) and rank != own_rank:
             raise ValueError(f"init_process_group: rank={rank} on the rank dtsim run started as rank {own_rank}")
         options = {"timeout": timeout} if timeout is not None else {}
+        # The backend the program asked for, as c10d would keep it ("undefined" when none was named); "dtsim" is this
+        # function calling itself through c10d's module (both names are replaced).
+        asked = str(backend).lower() if backend else "undefined"
+        if asked != "dtsim":
+            session.extra.setdefault("asked_backend", {})[own_rank] = asked
         return original_init("dtsim", world_size=world.world_size, rank=own_rank, store=session.store,
                              group_name=group_name, **options, **kwargs)
 
     return init_process_group
+
+
+def _monitored_barrier(session, original):
+    """monitored_barrier as c10d's: only where the program asked for Gloo (exactly "gloo"), else c10d's own refusal;
+    on the simulated backend it is a barrier (a rank that never comes is the run's hang report)."""
+
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        asked = session.extra.get("asked_backend", {}).get(session.rank_of())
+        if asked is not None and asked != "gloo":
+            raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+        if group is not None and c10d._rank_not_in_group(group):
+            return None
+        (group or c10d._get_default_group()).barrier().wait()
+        return None
+
+    return monitored_barrier
 
 
 def _rank_worlds(session, original):
@@ -464,6 +485,9 @@ C10D_ENTRIES = patches.register("c10d", [
     patches.Replace("torch.distributed.distributed_c10d.init_process_group", _init_process_group, by_name=True,
                     why="every rank's default group on the dtsim backend, with its thread's rank"),
     patches.Replace("torch.distributed.init_process_group", _init_process_group),
+    patches.Replace("torch.distributed.distributed_c10d.monitored_barrier", _monitored_barrier, by_name=True,
+                    why="c10d checks the group's backend name (dtsim's), not the one the program asked for"),
+    patches.Replace("torch.distributed.monitored_barrier", _monitored_barrier),
     patches.Replace("torch.distributed.distributed_c10d.destroy_process_group", _destroy_process_group, by_name=True,
                     why="the hooks of before_destroy (--trace ends a rank's record block there)"),
     patches.Replace("torch.distributed.destroy_process_group", _destroy_process_group),

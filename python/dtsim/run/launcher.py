@@ -6,9 +6,10 @@
 
 Exit status: 0 when every rank's program ended normally; 1 when a rank raised or exited non-zero (as torchrun, which
 exits 1 for any failed worker; the rank's own code is in the summary); 2 for bad input (options, a missing script or
-module); 4 when the simulated world found what would hang or corrupt a real job (ranks at different collectives, a
-wait no rank can end, a rank past --timeout, a message sent and never received); 5 when --check-ops found a divergent
-op; 130 on Ctrl-C.
+module, a script that is not a regular file) and for an output of the run that could not be written; 4 when the
+simulated world found what would hang or corrupt a real job (ranks at different collectives, a wait no rank can end, a
+rank past --timeout, a message sent and never received); 5 when --check-ops found a divergent op; 130 on Ctrl-C
+(SIGINT), 143 on SIGTERM, both with the report written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import atexit
 import importlib.util
 import io
 import os
+import signal
+import stat
 import sys
 import threading
 import time
@@ -29,7 +32,9 @@ from typing import List, Optional, Sequence, Tuple
 from .config import RunConfig, RunSession
 
 EXIT_OK, EXIT_RANK_FAILED, EXIT_BAD_INPUT, EXIT_HANG, EXIT_OP_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 4, 5, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process that SIGTERM ended
 MAX_RANKS = 4096
+MAX_SCRIPT_BYTES = 64 << 20
 
 
 class BadInput(Exception):
@@ -99,7 +104,31 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("script", help="the training script (or module with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _refuse_repeats(p, list(argv))
     return p.parse_args(list(argv))
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser, argv: List[str]) -> None:
+    """BadInput for an option of dtsim run's own given twice (under any of its spellings): torchrun keeps the last,
+    which hides a mistake; what follows the script is the script's and is not looked at."""
+    seen = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return  # the script (or -m's module, handled by the option's action below) starts here
+        name = word.split("=", 1)[0]
+        action = parser._option_string_actions.get(name)  # noqa: SLF001 (argparse's table of option strings)
+        if action is None:
+            return  # parse_args names the unknown option
+        takes_value = action.nargs is None  # store actions take one value; flags take none (nargs 0)
+        shown = f"{word} {argv[i + 1]}" if takes_value and "=" not in word and i + 1 < len(argv) else word
+        if action.dest in seen and action.dest != "help":
+            raise BadInput(action.option_strings[0].lstrip("-"), f"given twice ('{seen[action.dest]}' and '{shown}'); give it once")
+        seen[action.dest] = shown
+        i += 2 if takes_value and "=" not in word else 1
+        if action.dest == "module":
+            return  # -m MODULE: the module's name comes next, then its arguments
 
 
 def _nodes(text: str) -> int:
@@ -170,16 +199,33 @@ class _Program:
                 spec = importlib.util.find_spec(main_name)
                 if spec is None:
                     raise BadInput("module", f"'{target}' is a package and has no __main__ module")
-            self.code = spec.loader.get_code(spec.name)
+            get_code = getattr(spec.loader, "get_code", None)
+            self.code = get_code(spec.name) if get_code is not None else None
+            if self.code is None:
+                raise BadInput("module", f"'{target}' has no Python code to run (a module built into the interpreter "
+                               "or compiled from C); give a module written in Python")
             self.path = spec.origin
             self.spec = spec
             self.path_entry = os.getcwd()
         else:
             try:
+                st = os.stat(target)
+                if not stat.S_ISREG(st.st_mode):
+                    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                            else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+                    raise BadInput("script", f"'{target}' is {kind}, not a regular file: dtsim run runs a script "
+                                   "file, which every rank reads as its own")
+                if st.st_size > MAX_SCRIPT_BYTES:
+                    raise BadInput("script", f"'{target}' has {st.st_size} bytes; scripts over {MAX_SCRIPT_BYTES} "
+                                   "bytes are refused")
                 with open(target, "rb") as f:
-                    source = f.read()
+                    source = f.read(MAX_SCRIPT_BYTES + 1)
             except OSError as e:
                 raise BadInput("script", f"cannot open '{target}': {e.strerror}") from None
+            if len(source) > MAX_SCRIPT_BYTES:
+                raise BadInput("script", f"'{target}' holds more than {MAX_SCRIPT_BYTES} bytes; larger scripts are "
+                               "refused")
             self.path = target
             self.spec = None
             self.path_entry = os.path.dirname(os.path.abspath(target))
@@ -240,6 +286,14 @@ class _RankOutput(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        self._real.flush()
+
+    def end_lines(self) -> None:
+        """Writes what each rank left after its last newline, as a line of its own (the run is over)."""
+        for rank, rest in sorted(self._partial.items()):
+            if rest:
+                self._real.write(f"[rank{rank}]:{rest}\n")
+        self._partial.clear()
         self._real.flush()
 
 
@@ -482,6 +536,7 @@ def main(argv: Sequence[str]) -> int:
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout = _RankOutput(real_out, scheduler.current_rank, config.rank_prefix, config.shown_ranks)
     sys.stderr = _RankOutput(real_err, scheduler.current_rank, config.rank_prefix, config.shown_ranks)
+    _RANK_STREAMS[:] = [sys.stdout, sys.stderr]
     scheduler.process_state = rank_state.ProcessState(world_size, config.shared_modules, config.per_rank_modules)
 
     threads = []
@@ -492,10 +547,18 @@ def main(argv: Sequence[str]) -> int:
         threads.append(t)
     for t in threads:
         t.start()
+    watchdog = _arm_watchdog(timeout, args.timeout, threads)
+    if watchdog is not None:
+        scheduler.holder_cell = watchdog.holder_cell()
+    # SIGTERM (a scheduler's or `timeout`'s) ends the run as Ctrl-C does: the report is written, with where every rank
+    # was. The ranks' own handlers are theirs alone (rank_state.py) and are not called.
+    signal.signal(signal.SIGTERM, _terminated)
     scheduler.start()
 
     def check_timeout() -> None:
         holder = scheduler.holder
+        if watchdog is not None:
+            watchdog.kick(-1 if holder is None else holder)
         if holder is not None and time.monotonic() - scheduler.turn_started > timeout:
             stack = scheduler.running_report(holder)
             report = (f"rank {holder} has run for more than {args.timeout} s (--timeout) without reaching a "
@@ -505,12 +568,18 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         scheduler.wait_until_over(min(0.25, timeout / 4), check_timeout)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated) as e:
+        if watchdog is not None:
+            watchdog.disarm()
         _write_report(world.report, args, real_err, complete=False)
         report = scheduler.hang_report().split("\n", 1)[-1]
-        _finish(real_out, real_err, f"interrupted (Ctrl-C); where every rank was:\n{report}", EXIT_INTERRUPTED)
+        how, code = ("terminated (SIGTERM)", EXIT_TERMINATED) if isinstance(e, _Terminated) else \
+            ("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+        _finish(real_out, real_err, f"{how}; where every rank was:\n{report}", code)
+    if watchdog is not None:
+        watchdog.disarm()
     elapsed = time.monotonic() - started
-    _write_report(world.report, args, real_err, complete=scheduler.abort_reason is None)
+    written = _write_report(world.report, args, real_err, complete=scheduler.abort_reason is None)
     if scheduler.abort_reason is not None:
         failure = scheduler.first_failure
         if failure is not None:
@@ -528,6 +597,7 @@ def main(argv: Sequence[str]) -> int:
     for t in threads:
         t.join()
     scheduler.process_state.restore_base()
+    _end_rank_lines()
     sys.stdout, sys.stderr = real_out, real_err
     unreceived = world.unreceived()
     if unreceived:
@@ -535,7 +605,7 @@ def main(argv: Sequence[str]) -> int:
                 "their sends pending, or hangs in them):\n" + "\n".join(f"  {line}" for line in unreceived),
                 EXIT_HANG)
     if tracing is not None:
-        _add_run_collectives(args.trace, world.collective_log, real_err)
+        written = _add_run_collectives(args.trace, world.collective_log, real_err) and written
     real_out.flush()
     diverged = False
     if session.checker is not None:
@@ -550,10 +620,12 @@ def main(argv: Sequence[str]) -> int:
     if diverged:
         _finish(real_out, real_err, "--check-ops: a DTensor op diverged from the unsharded op (above)",
                 EXIT_OP_DIVERGED)
+    if not written:
+        _finish(real_out, real_err, "an output of the run could not be written (above)", EXIT_BAD_INPUT)
     _finish(real_out, real_err, None, EXIT_OK)
 
 
-def _add_run_collectives(path: str, log, real_err) -> None:
+def _add_run_collectives(path: str, log, real_err) -> bool:
     """Adds every collective of the run ("collectives": c10d, functional, FSDP2, DDP, direct; with each rank's input
     and output hash) to the recording rank 0 wrote."""
     import json
@@ -567,11 +639,14 @@ def _add_run_collectives(path: str, log, real_err) -> None:
         write_output(path, [(json.dumps(doc, separators=(",", ":")) + "\n").encode()], "trace")
     except (OSError, ValueError) as e:
         real_err.write(f"dtsim run: error: trace: cannot add the run's collectives to '{path}': {e}\n")
+        return False
+    return True
 
 
-def _write_report(report, args, real_err, complete: bool) -> None:
+def _write_report(report, args, real_err, complete: bool) -> bool:
+    """Prints --report and writes --report-json; False when the JSON could not be written (said on stderr)."""
     if report is None:
-        return
+        return True
     sys.stdout.flush()
     if args.report:
         real_err.write(report.text() + ("\n" if complete else "\n(the run ended early: collectives up to then)\n"))
@@ -581,11 +656,48 @@ def _write_report(report, args, real_err, complete: bool) -> None:
             report.write_json(args.report_json)
         except ValueError as e:
             real_err.write(f"dtsim run: error: {e}\n")
+            return False
+    return True
+
+
+class _Terminated(BaseException):
+    """SIGTERM reached the launcher's thread."""
+
+
+def _terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _arm_watchdog(timeout: float, timeout_text: str, threads):
+    """The watchdog (dtsim._watchdog_c) that ends the run when the launcher's thread cannot run for longer than
+    --timeout: a rank holds the GIL in one C call. None where the extension is not built (the check of a rank that
+    runs Python code past --timeout, check_timeout, works without it)."""
+    try:
+        from .. import _watchdog_c
+    except ImportError:
+        return None
+    _watchdog_c.arm(timeout + 1.0, EXIT_HANG,
+                    f"has run for more than {timeout_text} s (--timeout) inside one call that never lets the "
+                    "interpreter go (a C function holding the GIL), so neither the other ranks nor dtsim could run; "
+                    "the run ends here, without its report or recording (docs/run.md, \"--timeout\")")
+    for rank, t in enumerate(threads):
+        if t.ident is not None:
+            _watchdog_c.name_thread(t.ident, rank)
+    return _watchdog_c
+
+
+_RANK_STREAMS: List[_RankOutput] = []  # the ranks' sys.stdout and sys.stderr, while the ranks run
+
+
+def _end_rank_lines() -> None:
+    for stream in _RANK_STREAMS:
+        stream.end_lines()
 
 
 def _finish(real_out, real_err, text: Optional[str], code: int) -> None:
     """Ends the process now: ranks still waiting are threads of this process, and end with it."""
     try:
+        _end_rank_lines()
         sys.stdout.flush()
         real_out.flush()
         if text is not None:

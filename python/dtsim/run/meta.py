@@ -303,7 +303,21 @@ def _foreach_on_meta(session, original):
     return devices
 
 
+def _object_to_tensor_on_host(session, original):
+    """c10d's object collectives pickle into `torch.ByteTensor(storage)`, a legacy constructor whose empty tensor the
+    metadata-only mode would make meta (which cannot take a CPU storage): it runs without the run's function modes,
+    and gives a CPU tensor with the pickle's bytes, as on a GPU run's CPU side."""
+
+    def _object_to_tensor(obj, device, group):
+        with torch._C.DisableTorchFunction():
+            return original(obj, "cpu", group)
+
+    return _object_to_tensor
+
+
 META_ENTRIES = patches.register("meta", [
+    patches.Replace("torch.distributed.distributed_c10d._object_to_tensor", _object_to_tensor_on_host,
+                    when=_meta_run, why="object collectives under --meta (all_gather_object, broadcast_object_list)"),
     patches.Replace("torch.utils._foreach_utils._get_foreach_kernels_supported_devices", _foreach_on_meta,
                     when=_meta_run),
     patches.Replace("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPParamGroup._validate_no_meta_params",

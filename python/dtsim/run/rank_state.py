@@ -18,6 +18,9 @@ the process looks as the rank's own process would:
 - **Threads a rank starts belong to it** (`threading.Thread.start`): they see the rank's process groups (c10d's state
   and the groups registered by name), its emulated device, its memory meter and its environment. A thread that runs
   while another rank holds the turn sees that rank's modules and standard streams (docs/run.md).
+- **Signal handlers** (`signal.signal`, `signal.getsignal`): a rank that sets one sets its own (from any of its
+  threads, as a real rank's main thread may), and reads back its own. No signal calls them: a signal to `dtsim run`
+  is the launcher's (SIGINT and SIGTERM end the run with its report, as a real job's agent stops its workers).
 - **`os._exit(code)`** on a rank ends that rank's program at once: a non-zero code ends the run (exit 1, naming the
   rank and its code, with the report written), 0 ends the rank alone, as a real rank's process that exits early.
 """
@@ -27,8 +30,10 @@ from __future__ import annotations
 import builtins
 import importlib.machinery
 import os
+import signal
 import sys
 import threading
+from signal import NSIG
 from typing import Any, Dict, List, Optional, Set
 
 from . import patches
@@ -71,6 +76,15 @@ class ProcessState:
         self._builtins = dict(builtins.__dict__)  # as the ranks start
         self._overrides: List[Dict[str, Any]] = [{} for _ in range(world_size)]
         self._applied: Dict[str, Any] = {}  # the overrides in builtins now
+        self.signal_handlers: List[Dict[int, Any]] = [{} for _ in range(world_size)]  # each rank's own
+        # The process's handlers as the ranks start (before the launcher's own SIGTERM handler): what a rank reads
+        # where it set none.
+        self.start_handlers: Dict[int, Any] = {}
+        for number in range(1, NSIG):
+            try:
+                self.start_handlers[number] = _PROCESS_GETSIGNAL(number)
+            except (ValueError, OSError):
+                pass
 
     # ---- modules ---------------------------------------------------------------------------------------------
 
@@ -244,6 +258,57 @@ def _os_exit(session, original):
     return _exit
 
 
+_UNCATCHABLE = ("SIGKILL", "SIGSTOP")
+_PROCESS_GETSIGNAL = signal.getsignal  # the process's own (the replacement below is the ranks')
+
+
+def _signal_number(signalnum) -> int:
+    """`signalnum` checked as signal.signal checks it (ValueError out of range, OSError for SIGKILL and SIGSTOP)."""
+    import signal as signal_module
+
+    number = int(signalnum)  # TypeError for a non-integer, as signal.signal
+    if not 1 <= number < signal_module.NSIG:
+        raise ValueError("signal number out of range")
+    if any(getattr(signal_module, name, None) == number for name in _UNCATCHABLE):
+        raise OSError(22, "Invalid argument")
+    return number
+
+
+def _start_handler(session, number: int):
+    handlers = session.scheduler.process_state.start_handlers
+    return handlers[number] if number in handlers else _PROCESS_GETSIGNAL(number)
+
+
+def _signal_signal(session, original):
+    import signal as signal_module
+
+    def signal(signalnum, handler):
+        rank = session.rank_of()
+        if rank is None:
+            return original(signalnum, handler)
+        number = _signal_number(signalnum)
+        if handler not in (signal_module.SIG_DFL, signal_module.SIG_IGN) and not callable(handler):
+            raise TypeError("signal handler must be signal.SIG_IGN, signal.SIG_DFL, or a callable object")
+        own = session.scheduler.process_state.signal_handlers[rank]
+        previous = own[number] if number in own else _start_handler(session, number)
+        own[number] = handler
+        return previous
+
+    return signal
+
+
+def _signal_getsignal(session, original):
+    def getsignal(signalnum):
+        rank = session.rank_of()
+        if rank is None:
+            return original(signalnum)
+        number = _signal_number(signalnum)
+        own = session.scheduler.process_state.signal_handlers[rank]
+        return own[number] if number in own else _start_handler(session, number)
+
+    return getsignal
+
+
 def _rank_thread(session) -> Optional[threading.Thread]:
     rank = session.rank_of()
     return session.scheduler.ranks[rank].thread if rank is not None else None
@@ -253,4 +318,7 @@ PROCESS_ENTRIES = patches.register("process", [
     patches.Replace("threading.Thread.start", _thread_start,
                     why="threads a rank starts see its process groups, device and meter"),
     patches.Replace("os._exit", _os_exit, why="os._exit on a rank ends that rank's program, not the whole run"),
+    patches.Replace("signal.signal", _signal_signal, why="a rank's signal handlers are its own (and a rank's thread "
+                    "is no main thread, where signal.signal refuses)"),
+    patches.Replace("signal.getsignal", _signal_getsignal, why="a rank reads back its own signal handlers"),
 ])

@@ -121,6 +121,7 @@ class Scheduler:
         self._local = threading.local()
         self.first_failure: Optional[RankState] = None
         self.process_state = None  # rank_state.ProcessState: each rank's modules, streams and builtins
+        self.holder_cell = None  # a memoryview of one int32 that mirrors `holder` (the launcher's C watchdog reads it)
 
     # ---- the current rank ----------------------------------------------------------------------------------------
 
@@ -218,6 +219,8 @@ class Scheduler:
 
     def _give_turn(self, rank: int) -> None:
         self.holder = rank
+        if self.holder_cell is not None:
+            self.holder_cell[0] = rank
         self.turn_started = time.monotonic()
         self._turn[rank].notify()
 
