@@ -180,6 +180,21 @@ def test_dev_null_and_stdout_are_streams_never_replaced(tmp_path):
     trace_text = out.stdout[:out.stdout.rindex("}\n{") + 2] if "}\n{" in out.stdout else out.stdout
     assert json.loads(trace_text)["format"] == "dtsim-trace"
     assert no_temporaries("/dev") == []
+    # stdout redirected to a regular file: /dev/stdout (and that file's own name) is written to the descriptor, after
+    # what the command printed there, and the file is never replaced by the output alone.
+    log = tmp_path / "log.txt"
+    for target in ("/dev/stdout", str(log)):
+        with open(log, "w") as f:
+            f.write("before\n")
+            f.flush()
+            out = run("redistribute", *CASE, "--json", "--trace", target, stdout=f)
+        assert out.returncode == 0, out.stderr
+        text = log.read_text()
+        assert text.startswith("before\n"), text[:200]
+        body = text[len("before\n"):]
+        docs = [json.loads(part if part.startswith("{") else "{" + part)
+                for part in body.replace("}\n{", "}\n\x00{").split("\x00")]
+        assert sorted(d.get("format", "report") for d in docs) == ["dtsim-trace", "report"], body[:300]
 
 
 @pytest.mark.parametrize("path,words", [("/dev/zero", "a character device other than /dev/null"),
