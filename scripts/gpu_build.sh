@@ -55,8 +55,8 @@ libdir="$CARRY/root/usr/lib/x86_64-linux-gnu"
 # The Python package: its sources (no bytecode) and the module built here.
 (cd "$DTSIM_ROOT/python" && find dtsim -name '*.py' -o -name '*.pyi' -o -name py.typed) |
   while read -r f; do mkdir -p "$CARRY/python/$(dirname "$f")"; cp "$DTSIM_ROOT/python/$f" "$CARRY/python/$f"; done
-cp "$GPU_BUILD"/python/dtsim/_C.*.so "$GPU_BUILD"/python/dtsim/_files_c.*.so "$GPU_BUILD/python/dtsim/_build_info.py" \
-  "$CARRY/python/dtsim/"
+cp "$GPU_BUILD"/python/dtsim/_C.*.so "$GPU_BUILD"/python/dtsim/_files_c.*.so "$GPU_BUILD"/python/dtsim/_watchdog_c.*.so \
+  "$GPU_BUILD/python/dtsim/_build_info.py" "$CARRY/python/dtsim/"
 for l in "${PY_LIBS[@]}"; do cp "$GPU_BUILD/libdtsim_$l.a" "$CARRY/static/"; done
 printf '%s\n' "${PY_LIBS[@]}" >"$CARRY/static/ORDER"
 cp -r /usr/include/nlohmann "$CARRY/include/"

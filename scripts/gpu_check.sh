@@ -91,7 +91,10 @@ while read -r l; do static+=("$CARRY/static/libdtsim_$l.a"); done <"$CARRY/stati
   -Wl,-rpath,"$torchdir/lib" -Wl,-rpath,"$CARRY/root/usr/lib/x86_64-linux-gnu" &&
   run files_module 300 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -I"$ROOT/include" -I"$CARRY/include" \
     -isystem "$pyinc" -isystem "$torchdir/include" "$ROOT/python/src/files_module.cc" -o "$work/_files_c$ext" \
-    -Wl,--start-group "${static[@]}" -Wl,--end-group -lstdc++) &
+    -Wl,--start-group "${static[@]}" -Wl,--end-group -lstdc++ &&
+  # dtsim._watchdog_c (`dtsim run --timeout` for a rank stuck in a C call): optional, dtsim run works without it.
+  { run watchdog_module 120 c++ -std=gnu++17 -O1 -fPIC -shared -fvisibility=hidden -isystem "$pyinc" \
+      -isystem "$torchdir/include" "$ROOT/python/src/watchdog_module.cc" -o "$work/_watchdog_c$ext" -ldl || true; }) &
 module_job=$!
 
 section "NCCL backend, world 1"
@@ -251,6 +254,7 @@ section "the recorder on an NCCL rank"
 if wait "$module_job"; then
   pass module "dtsim._C$ext built for $("$PY" -c 'import sys; print(sys.version.split()[0])')"
   cp "$work/_C$ext" "$work/_files_c$ext" "$CARRY/python/dtsim/"
+  [ -f "$work/_watchdog_c$ext" ] && cp "$work/_watchdog_c$ext" "$CARRY/python/dtsim/"
   if PYTHONPATH="$CARRY/python" run record 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 \
         "$ROOT/tests/python/recorded_nccl_program.py" "$work/rec.json" &&
       run replay 120 dtsim replay "$work/rec.json" &&

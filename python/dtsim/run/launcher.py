@@ -124,7 +124,8 @@ def _refuse_repeats(parser: argparse.ArgumentParser, argv: List[str]) -> None:
         takes_value = action.nargs is None  # store actions take one value; flags take none (nargs 0)
         shown = f"{word} {argv[i + 1]}" if takes_value and "=" not in word and i + 1 < len(argv) else word
         if action.dest in seen and action.dest != "help":
-            raise BadInput(action.option_strings[0].lstrip("-"), f"given twice ('{seen[action.dest]}' and '{shown}'); give it once")
+            raise BadInput(action.option_strings[0].lstrip("-"),
+                           f"given twice ('{seen[action.dest]}' and '{shown}'); give it once")
         seen[action.dest] = shown
         i += 2 if takes_value and "=" not in word else 1
         if action.dest == "module":
