@@ -401,14 +401,32 @@ def _init_process_group(session, original_init):
     return init_process_group
 
 
+def _monitored_barrier_refusal(asked: str) -> Optional[str]:
+    """c10d's refusal of monitored_barrier on a group whose program asked for backend `asked`, by torch release: up
+    to 2.14 only "gloo" passes; from 2.15 any backend with a CPU device ("cpu:gloo,cuda:nccl", and no name, whose
+    default has Gloo for the CPU). None where c10d runs it."""
+    if _torch_minor() < 15:
+        return None if asked == "gloo" else "monitored_barrier is only implemented for GLOO backend."
+    cpu = asked in ("gloo", "mpi", "ucc", "undefined") or any(
+        part.strip().startswith("cpu:") for part in asked.split(","))
+    return None if cpu else "monitored_barrier requires a group with a CPU-capable backend (e.g. GLOO)."
+
+
+def _torch_minor() -> int:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(minor) if major == "2" else 99
+
+
 def _monitored_barrier(session, original):
-    """monitored_barrier as c10d's: only where the program asked for Gloo (exactly "gloo"), else c10d's own refusal;
-    on the simulated backend it is a barrier (a rank that never comes is the run's hang report)."""
+    """monitored_barrier as c10d's: where the program asked for a backend this torch runs it on (Gloo; from 2.15 any
+    with a CPU device), else c10d's own refusal; on the simulated backend it is a barrier (a rank that never comes is
+    the run's hang report)."""
 
     def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
         asked = session.extra.get("asked_backend", {}).get(session.rank_of())
-        if asked is not None and asked != "gloo":
-            raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+        refusal = _monitored_barrier_refusal(asked) if asked is not None else None
+        if refusal is not None:
+            raise ValueError(refusal)
         if group is not None and c10d._rank_not_in_group(group):
             return None
         (group or c10d._get_default_group()).barrier().wait()

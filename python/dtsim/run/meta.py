@@ -308,9 +308,9 @@ def _object_to_tensor_on_host(session, original):
     metadata-only mode would make meta (which cannot take a CPU storage): it runs without the run's function modes,
     and gives a CPU tensor with the pickle's bytes, as on a GPU run's CPU side."""
 
-    def _object_to_tensor(obj, device, group):
+    def _object_to_tensor(obj, device, group, *args, **kwargs):  # torch 2.15 adds weights_only
         with torch._C.DisableTorchFunction():
-            return original(obj, "cpu", group)
+            return original(obj, "cpu", group, *args, **kwargs)
 
     return _object_to_tensor
 
