@@ -33,7 +33,6 @@ import os
 import signal
 import sys
 import threading
-from signal import NSIG
 from typing import Any, Dict, List, Optional, Set
 
 from . import patches
@@ -80,10 +79,10 @@ class ProcessState:
         # The process's handlers as the ranks start (before the launcher's own SIGTERM handler): what a rank reads
         # where it set none.
         self.start_handlers: Dict[int, Any] = {}
-        for number in range(1, NSIG):
+        for number in range(1, signal.NSIG):
             try:
                 self.start_handlers[number] = _PROCESS_GETSIGNAL(number)
-            except (ValueError, OSError):
+            except (ValueError, OSError):  # numbers this platform has no signal for
                 pass
 
     # ---- modules ---------------------------------------------------------------------------------------------
@@ -264,49 +263,43 @@ _PROCESS_GETSIGNAL = signal.getsignal  # the process's own (the replacement belo
 
 def _signal_number(signalnum) -> int:
     """`signalnum` checked as signal.signal checks it (ValueError out of range, OSError for SIGKILL and SIGSTOP)."""
-    import signal as signal_module
-
     number = int(signalnum)  # TypeError for a non-integer, as signal.signal
-    if not 1 <= number < signal_module.NSIG:
+    if not 1 <= number < signal.NSIG:
         raise ValueError("signal number out of range")
-    if any(getattr(signal_module, name, None) == number for name in _UNCATCHABLE):
+    if any(getattr(signal, name, None) == number for name in _UNCATCHABLE):
         raise OSError(22, "Invalid argument")
     return number
 
 
-def _start_handler(session, number: int):
-    handlers = session.scheduler.process_state.start_handlers
-    return handlers[number] if number in handlers else _PROCESS_GETSIGNAL(number)
+def _rank_handler(session, rank: int, number: int):
+    """Rank `rank`'s handler of signal `number`: the one it set, else the process's as the ranks started."""
+    own = session.scheduler.process_state.signal_handlers[rank]
+    return own[number] if number in own else session.scheduler.process_state.start_handlers.get(number)
 
 
 def _signal_signal(session, original):
-    import signal as signal_module
-
-    def signal(signalnum, handler):
+    def rank_signal(signalnum, handler):
         rank = session.rank_of()
         if rank is None:
             return original(signalnum, handler)
         number = _signal_number(signalnum)
-        if handler not in (signal_module.SIG_DFL, signal_module.SIG_IGN) and not callable(handler):
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN) and not callable(handler):
             raise TypeError("signal handler must be signal.SIG_IGN, signal.SIG_DFL, or a callable object")
-        own = session.scheduler.process_state.signal_handlers[rank]
-        previous = own[number] if number in own else _start_handler(session, number)
-        own[number] = handler
+        previous = _rank_handler(session, rank, number)
+        session.scheduler.process_state.signal_handlers[rank][number] = handler
         return previous
 
-    return signal
+    return rank_signal
 
 
 def _signal_getsignal(session, original):
-    def getsignal(signalnum):
+    def rank_getsignal(signalnum):
         rank = session.rank_of()
         if rank is None:
             return original(signalnum)
-        number = _signal_number(signalnum)
-        own = session.scheduler.process_state.signal_handlers[rank]
-        return own[number] if number in own else _start_handler(session, number)
+        return _rank_handler(session, rank, _signal_number(signalnum))
 
-    return getsignal
+    return rank_getsignal
 
 
 def _rank_thread(session) -> Optional[threading.Thread]:
