@@ -415,7 +415,22 @@ TEST(RecordingWriterTest, EveryOptionalFieldComesBackAsItWas) {
                       {"state", "started"},
                       {"written", true},
                       {"at", "end"},
-                      {"read_before_wait", {{"op", "aten.add.Tensor"}, {"line", "train.py:9"}}}}}}};
+                      {"read_before_wait", {{"op", "aten.add.Tensor"}, {"line", "train.py:9"}}},
+                      {"from", {{{"event", 0},
+                                 {"op", "fsdp.split_with_sizes_copy.default"},
+                                 {"line", "train.py:5"}}}},
+                      {"first_read",
+                       {{"op", "aten.mul.Tensor"}, {"line", "train.py:6"}, {"outputs", {digest}}}}},
+                     {{"kind", "op"},
+                      {"op", "aten.add.Tensor"},
+                      {"module", "MLP"},
+                      {"pass", "forward"},
+                      {"line", "train.py:7"},
+                      {"args", {"[R]", "[R]"}},
+                      {"results", {"[R]"}},
+                      {"inputs", {digest, digest}},
+                      {"outputs", {digest}},
+                      {"from", {1, nullptr}}}}}};
   const TraceText text = TraceTextOf("optional fields", doc.dump());
   const nlohmann::json written = ToJson(RecordingFromText(text));
   EXPECT_EQ(nlohmann::json::diff(doc, written), nlohmann::json::array());
@@ -594,6 +609,86 @@ TEST(EventDiffTest, RankByRankAgreesWithTheWholeRunsOnEveryCause) {
   EXPECT_EQ(by_rank.races_in_both[0].what, whole.races_in_both[0].what);
 }
 
+// Provenance: an op's input that differs while everything before agreed names the event that last
+// wrote its storage, from each run's "from", with the plain op that copied it since; for a
+// collective, whether its output changed after it completed (its first read against its digest at
+// completion) in each run; for an op, that this is not checked.
+TEST(EventDiffTest, AnInputsLastProducerIsNamedWithWhetherItChangedAfterCompleting) {
+  RunEvents a, b;
+  RunEvent gather = OpEvent("all_gather", 0, {}, {}, {Hash(1)}, {Hash(2)});
+  gather.kind = RunEvent::Kind::kCollective;
+  gather.mesh.reset();
+  gather.group = {0, 1};
+  gather.line = "t.py:2";
+  RunEvent mm = OpEvent("aten.mm.default", 0, {"[R]", "[R]"}, {"[R]"}, {Hash(3), Hash(2)}, {Hash(4)});
+  mm.line = "t.py:3";
+  RunEvent relu = OpEvent("aten.relu.default", 0, {"[R]"}, {"[R]"}, {Hash(4)}, {Hash(5)});
+  a[0] = {gather, mm, relu};
+  b[0] = a[0];
+  a[0][0].first_read = RunEvent::FirstRead{"fsdp.split_with_sizes_copy.default", "t.py:2",
+                                           *a[0][0].outputs};
+  b[0][0].first_read = a[0][0].first_read;
+  b[0][0].first_read->outputs[0].hash = Hash(9);  // changed after it completed, in b only
+  for (RunEvents* run : {&a, &b}) {
+    (*run)[0][1].from = {std::nullopt,
+                         RunEvent::Source{0, "fsdp.split_with_sizes_copy.default", "t.py:2"}};
+    (*run)[0][2].from = {RunEvent::Source{1, "", ""}};
+  }
+  b[0][1].inputs[1].hash = Hash(9);
+  EventDiff diff = DiffRunEvents(a, b);
+  ASSERT_EQ(diff.first.size(), 1u);
+  EXPECT_EQ(diff.first[0].cause, EventDivergence::Cause::kInput);
+  EXPECT_EQ(diff.first[0].index, 1);
+  const std::string& what = diff.first[0].what;
+  for (const std::string& part :
+       {std::string("its storage was last written by event 0, all_gather over [0, 1] in Block "
+                    "(forward) at t.py:2, then fsdp.split_with_sizes_copy.default at t.py:2 (in "
+                    "both runs)"),
+        StrCat("in the first run, its output was unchanged at its first read, by "
+               "fsdp.split_with_sizes_copy.default at t.py:2; in the second, its output changed "
+               "after it completed: ",
+               Hash(2), " at completion, ", Hash(9), " at its first read")}) {
+    EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
+  }
+  // The producer's own outputs differ between the runs, written in place before their digest.
+  {
+    RunEvents c = a, d = b;
+    d[0][0].outputs->at(0).hash = Hash(8);
+    d[0][0].written = true;
+    const EventDiff written = DiffRunEvents(c, d);
+    ASSERT_EQ(written.first.size(), 1u);
+    EXPECT_NE(written.first[0].what.find(
+                  "(in both runs); that event's outputs differ between the runs (written in place "
+                  "before their digest: not counted as its divergence)"),
+              std::string::npos)
+        << written.first[0].what;
+  }
+  // Without a first read: not checked, never "unchanged".
+  a[0][0].first_read.reset();
+  diff = DiffRunEvents(a, b);
+  ASSERT_EQ(diff.first.size(), 1u);
+  EXPECT_NE(diff.first[0].what.find("in the first run, whether its output changed after it "
+                                    "completed is not checked"),
+            std::string::npos)
+      << diff.first[0].what;
+  // An op as the producer: its results are not digested again.
+  b[0][1].inputs[1].hash = Hash(2);
+  b[0][2].inputs[0].hash = Hash(9);
+  diff = DiffRunEvents(a, b);
+  ASSERT_EQ(diff.first.size(), 1u);
+  EXPECT_EQ(diff.first[0].index, 2);
+  EXPECT_NE(diff.first[0].what.find("last written by event 1, aten.mm.default in Block (forward) "
+                                    "at t.py:3 (in both runs); in both runs, whether its results "
+                                    "changed after the op is not checked"),
+            std::string::npos)
+      << diff.first[0].what;
+  EXPECT_EQ(SourceText(a[0], 2, 0),
+            "its storage was last written by event 1, aten.mm.default in Block (forward) at "
+            "t.py:3; whether its results changed after the op is not checked (an op's results "
+            "are not digested again)");
+  EXPECT_EQ(SourceText(a[0], 1, 0), "");  // no producer recorded
+}
+
 // A recording of the runs above as a file (world of 10, one 1-D mesh of all ranks).
 TraceText RecordingText(const RunEvents& events, const std::string& name) {
   nlohmann::json doc =
@@ -652,6 +747,18 @@ TEST(EventDiffTest, TheRecordingDriverNamesEveryCauseAndEveryFilesFirstProblem) 
   with("pass", [](nlohmann::json& d) { d["events"]["3"][2]["pass"] = "sideways"; });
   with("mesh", [](nlohmann::json& d) { d["events"]["4"][1]["mesh"] = 5; });
   with("rank", [](nlohmann::json& d) { d["events"]["12"] = d["events"]["0"]; });
+  // Provenance that names no earlier event, or not one per input; a first read of an op.
+  with("from-later", [](nlohmann::json& d) { d["events"]["3"][2]["from"] = {2}; });
+  with("from-first", [](nlohmann::json& d) { d["events"]["3"][0]["from"] = {0}; });
+  with("from-count", [](nlohmann::json& d) { d["events"]["3"][2]["from"] = {0, 1}; });
+  with("from-kind", [](nlohmann::json& d) { d["events"]["3"][2]["from"] = {"0"}; });
+  with("from-op", [](nlohmann::json& d) {
+    d["events"]["3"][2]["from"] = {{{"event", 1}, {"op", ""}}};
+  });
+  with("first-read-of-op", [](nlohmann::json& d) {
+    d["events"]["3"][2]["first_read"] = {{"op", "aten.mul.Tensor"},
+                                         {"outputs", d["events"]["3"][2]["outputs"]}};
+  });
   with("both", [](nlohmann::json& d) {
     d["events"]["7"][0]["kind"] = "opp";
     d["events"]["1"][4]["mesh"] = 3;

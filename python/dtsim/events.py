@@ -25,6 +25,16 @@ the work is found complete at the rank's next event, or at the end; an event who
 before the end says so (`"at": "end"`). An output buffer written in place before then (its version counter moved: DDP
 divides its buckets once its own C++ wait returns) is marked `"written": true`: the diff then counts a differing output
 as not checked, never as a divergence.
+
+Provenance, for a diff's *input* cause (an argument differs while everything the rank recorded agreed):
+- `"from"`, beside an event's inputs where one is known: per input, the index in the rank's events of the last event
+  that wrote that input's storage (a collective's received bytes, a DTensor op's results or the arguments it wrote);
+  `{"event": I, "op": ..., "line": ...}` where a plain-tensor op not recorded as an event (FSDP2's copy-out
+  `fsdp.split_with_sizes_copy`, a `copy_`) wrote it since, from that event's bytes or over them; null where no event
+  wrote it;
+- `"first_read"` on a collective: its received bytes digested again when an op first touches them after their digest
+  at completion, with that op and its line, so a diff tells bytes changed after the collective completed (a transport
+  or a program writing them outside the recorded ops) from bytes the collective delivered.
 """
 
 from __future__ import annotations
@@ -199,12 +209,25 @@ class _Waiting:
     def _written(self) -> bool:
         return any(t._version != v for t, v in zip(self.outputs, self.versions))
 
-    def digest(self) -> None:
+    def digest(self, log: "EventLog") -> None:
         self.event["outputs"] = [digest(_joined(self.outputs))]
         if self._written():
             # The bytes may no longer be what the collective delivered: the diff judges them equal or not
             # checked, never different.
             self.event["written"] = True
+        log._await_first_read(self.event, self.outputs)
+
+
+class _Unread:
+    """A collective's received buffers, digested at completion and not touched by an op since: the op that first
+    touches one of their storages (views aside) has them digested again first, as the event's "first_read". Holds the
+    buffers weakly: a buffer gone before any op touched it leaves the event without a first read."""
+    __slots__ = ("event", "buffers", "storages")
+
+    def __init__(self, event: Dict[str, Any], buffers: List[Any], storages: Tuple[int, ...]):
+        self.event = event
+        self.buffers = buffers  # weak references to the received tensors
+        self.storages = storages  # their storages' data addresses
 
 
 class EventLog:
@@ -253,6 +276,14 @@ class EventLog:
         # have arrived: the collective's event gets "read_before_wait" (the op and its line), once.
         self.pending: Dict[int, Tuple[Any, Dict[str, Any], frozenset]] = {}
         self.pending_storages: frozenset = frozenset()  # every pending collective's storages, for the per-op test
+        # Provenance (the module docstring's "from"): rank -> storage address -> (a weak reference to the storage, the
+        # index of the event that last wrote it in the rank's events, the plain op that wrote it since: {"op",
+        # "line"} or None). An entry is valid while that storage lives at that address (FSDP2's resize_(0) frees
+        # the data in place: the next allocation's address names another's bytes).
+        self.producers: Dict[int, Dict[int, Tuple[Any, int, Optional[Dict[str, str]]]]] = {}
+        self.producers_kept: Dict[int, int] = {}  # rank -> its live entries at the last pruning
+        # Collectives digested at completion whose received bytes no op touched since: storage address -> _Unread.
+        self.unread: Dict[int, _Unread] = {}
 
     def _digest(self, t: torch.Tensor) -> Dict[str, Any]:
         if not self.cache_digests:
@@ -281,10 +312,111 @@ class EventLog:
         for t in tensors:
             self.writes[_storage_of(t)] = self.epoch
 
-    def _add(self, rank: int, event: Dict[str, Any]) -> None:
+    def _add(self, rank: int, event: Dict[str, Any]) -> int:
+        """Appends `event` to the rank's events, with its module, pass and line; returns its index there."""
         module, pass_ = self.where(rank)
         event["module"], event["pass"], event["line"] = module, pass_, self.line()
-        self.events.setdefault(rank, []).append(event)
+        events = self.events.setdefault(rank, [])
+        events.append(event)
+        return len(events) - 1
+
+    # ---- provenance ----
+    def _produced(self, rank: int, index: int, tensors: List[torch.Tensor]) -> None:
+        """Event `index` of `rank` wrote the storages of `tensors`."""
+        producers = self.producers.setdefault(rank, {})
+        for t in tensors:
+            storage = _live_storage(t)
+            if storage is not None:
+                producers[storage.data_ptr()] = (weakref.ref(storage), index, None)
+        if len(producers) > self.producers_kept.get(rank, 0) * 2 + 4096:
+            # Entries of storages gone: dropped once they outnumber the live ones (an address reused overwrites its
+            # own, so this runs rarely).
+            for ptr in [p for p, known in producers.items() if known[0]() is None]:
+                del producers[ptr]
+            self.producers_kept[rank] = len(producers)
+
+    def _producer(self, rank: int, t: torch.Tensor) -> Optional[Tuple[Any, int, Optional[Dict[str, str]]]]:
+        producers = self.producers.get(rank)
+        if not producers:
+            return None
+        storage = _live_storage(t)
+        if storage is None:
+            return None
+        known = producers.get(storage.data_ptr())
+        if known is None or known[0]() is not storage:
+            return None
+        return known
+
+    def _sources(self, rank: int, tensors: List[torch.Tensor]) -> Optional[List[Any]]:
+        """The event's "from": per tensor, the index of the event that last wrote its storage, with the plain op
+        that wrote it since where one did; None where no tensor's is known."""
+        if not self.producers.get(rank):
+            return None
+        out: List[Any] = []
+        for t in tensors:
+            known = self._producer(rank, t)
+            if known is None:
+                out.append(None)
+            elif known[2] is None:
+                out.append(known[1])
+            else:
+                out.append(dict(known[2], event=known[1]))
+        return out if any(x is not None for x in out) else None
+
+    def _plain_write(self, rank: int, func, read: List[torch.Tensor], written: List[torch.Tensor]) -> None:
+        """A plain-tensor op (no event) wrote `written` from `read`: their storages' producer becomes that of the
+        first read tensor with one (a copy from an event's bytes), else stays their own (a write over them), with
+        this op as the writer since; storages no event wrote stay without one."""
+        if not self.producers.get(rank):
+            return
+        source = None
+        for t in read:
+            source = self._producer(rank, t)
+            if source is not None:
+                break
+        via = None
+        producers = self.producers[rank]
+        for t in written:
+            known = source if source is not None else self._producer(rank, t)
+            storage = _live_storage(t)
+            if known is None or storage is None:
+                continue
+            if via is None:
+                via = {"op": _op_name(func), "line": self.line()}
+            producers[storage.data_ptr()] = (weakref.ref(storage), known[1], via)
+
+    def _await_first_read(self, event: Dict[str, Any], received: List[torch.Tensor]) -> None:
+        """`event`'s received bytes were digested: the first op that touches them has them digested again. The
+        entry goes when a buffer does (nothing of it is left to read)."""
+        storages = tuple(p for p in (_storage_of(t) for t in received) if p)
+        if not storages:
+            return
+        unread = _Unread(event, [], storages)
+        forget = functools.partial(_forget_unread, self.unread, unread)
+        try:
+            unread.buffers = [weakref.ref(t, forget) for t in received]
+        except TypeError:  # a tensor that takes no weak reference: no first read
+            return
+        for ptr in storages:
+            self.unread[ptr] = unread
+
+    def check_first_reads(self, func, tensors: List[torch.Tensor]) -> None:
+        """Digests again the received bytes of each collective whose storage `func` is first to touch since their
+        digest at completion (before it runs), as that event's "first_read"."""
+        unread = self.unread
+        for t in tensors:
+            local = getattr(t, "_local_tensor", None)
+            if local is not None:
+                t = local
+            entry = unread.get(_storage_of(t))
+            if entry is None:
+                continue
+            _forget_unread(unread, entry)
+            buffers = [ref() for ref in entry.buffers]
+            if any(b is None for b in buffers):
+                continue  # a buffer is gone: what the op reads is another tensor's
+            entry.event["first_read"] = {"op": _op_name(func), "line": self.line(),
+                                         "outputs": [digest(_joined(buffers))]}
 
     def _group(self, pg) -> List[int]:
         key = id(pg)
@@ -308,7 +440,10 @@ class EventLog:
             self.unsupported = "LocalTensorMode (every rank's shard in one tensor)"
             return run()
         self.settle()
+        if self.unread:  # a collective settled just now: this op may be the first to touch its bytes
+            self.check_first_reads(func, dtensors_in)
         inputs = [self._digest(x._local_tensor) for x in dtensors_in]
+        sources = self._sources(rank, [x._local_tensor for x in dtensors_in])
         args = [_placements(x) for x in dtensors_in]
         self.in_op[rank] = self.in_op.get(rank, 0) + 1
         start = time.perf_counter()
@@ -320,10 +455,17 @@ class EventLog:
         if written:
             self._wrote([x._local_tensor for x in written])
         results = [x for x in _tensors(out) if isinstance(x, DTensor)] or list(written)
-        self._add(rank, {"kind": "op", "op": _op_name(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
-                         "results": [_placements(x) for x in results], "inputs": inputs,
-                         "outputs": [self._digest(x._local_tensor) for x in results],
-                         "t_us": self._us(start), "dur_us": (end - start) * 1e6})
+        event = {"kind": "op", "op": _op_name(func), "mesh": self._mesh(dtensors_in[0]), "args": args,
+                 "results": [_placements(x) for x in results], "inputs": inputs,
+                 "outputs": [self._digest(x._local_tensor) for x in results],
+                 "t_us": self._us(start), "dur_us": (end - start) * 1e6}
+        if sources is not None:
+            event["from"] = sources
+        index = self._add(rank, event)
+        # What the op wrote: its results, unless it is a view (its result is its argument's storage, which it did
+        # not write), and the arguments it wrote in place.
+        self._produced(rank, index, ([] if func.is_view else [x._local_tensor for x in results]) +
+                       [x._local_tensor for x in written if not any(x is r for r in results)])
         return out
 
     def _mesh(self, dt) -> List[Any]:
@@ -359,23 +501,36 @@ class EventLog:
             event["dur_us"] = (time.perf_counter() - start) * 1e6
 
     # ---- collectives ----
-    def arrive(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor]) -> Optional[Dict[str, Any]]:
-        """A collective `rank` issues now: its event (outputs to come), or None inside a DTensor op (the op's)."""
+    def arrive(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor],
+               received: Optional[List[torch.Tensor]] = None) -> Optional[Dict[str, Any]]:
+        """A collective `rank` issues now: its event (outputs to come), or None inside a DTensor op (the op's).
+        `received`: the buffers it writes, where known before it runs (their storages' producer is this event)."""
         if self.in_op.get(rank):
             return None
         self.settle()
         event = {"kind": "collective", "op": kind, "group": group, "inputs": [digest(_joined(sent))],
                  "outputs": None, "t_us": self._us(time.perf_counter())}
-        self._add(rank, event)
+        sources = self._sources(rank, sent)
+        if sources is not None:
+            # One digest of every buffer sent: its source is the first buffer's that has one.
+            event["from"] = [next(x for x in sources if x is not None)]
+        index = self._add(rank, event)
+        if received is not None:
+            self._produced(rank, index, received)
         return event
 
-    @staticmethod
-    def complete(event: Dict[str, Any], received: List[torch.Tensor]) -> None:
+    def complete(self, event: Dict[str, Any], received: List[torch.Tensor], rank: Optional[int] = None,
+                 index: Optional[int] = None) -> None:
+        """`event`'s collective delivered `received` (complete now): their digest; with `index` (the event's in the
+        rank's events, where `received` was not known at arrive), their storages' producer."""
         event["outputs"] = [digest(_joined(received))]
+        if index is not None:
+            self._produced(rank, index, received)
+        self._await_first_read(event, received)
 
     def collective(self, rank: int, kind: str, group: List[int], sent: List[torch.Tensor],
                    received: List[torch.Tensor], run: Callable[[], Any], work_of: Callable[[Any], Any]) -> Any:
-        event = self.arrive(rank, kind, group, sent)
+        event = self.arrive(rank, kind, group, sent, received)
         start = time.perf_counter()
         out = run()
         self.took(event, start)
@@ -383,7 +538,7 @@ class EventLog:
             return out
         work = work_of(out)
         if work is None:
-            event["outputs"] = [digest(_joined(received))]
+            self.complete(event, received)
         else:
             # Digested when the program waits, or at its next event once complete: what it then reads (a work
             # complete already may still be written before the program looks, as a faulty transport would).
@@ -439,7 +594,7 @@ class EventLog:
             if id(work) in self.pending:
                 self.forget([id(work)])
         if waiting is not None:
-            waiting.digest()
+            waiting.digest(self)
 
     def settle(self, at_end: bool = False) -> None:
         """Digests the received bytes of every collective whose work has completed (at the end: of all)."""
@@ -459,7 +614,14 @@ class EventLog:
                     waiting.event["unavailable"] = "its work failed"
                     continue
                 waiting.event["at"] = "end"
-            waiting.digest()
+            waiting.digest(self)
+
+
+def _forget_unread(unread: Dict[int, Any], entry: Any, ref=None) -> None:
+    """A collective's entry in EventLog.unread goes (its first read was taken, or one of its buffers is gone)."""
+    for ptr in entry.storages:
+        if unread.get(ptr) is entry:
+            del unread[ptr]
 
 
 def _forget_digest(digests: Dict[Tuple[Any, ...], Any], key: Tuple[Any, ...], ref) -> None:
@@ -476,6 +638,19 @@ def _storage_identity(t: torch.Tensor) -> Tuple[int, int]:
         return storage._cdata, storage.data_ptr()
     except (RuntimeError, NotImplementedError):
         return 0, 0
+
+
+def _live_storage(t: torch.Tensor) -> Any:
+    """A tensor's storage object (one per storage while it lives), or None for one without data (meta, a wrapper),
+    not yet allocated, or that takes no weak reference."""
+    try:
+        storage = t.untyped_storage()
+        if not storage.data_ptr():
+            return None
+        weakref.ref(storage)
+        return storage
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def _storage_of(t: torch.Tensor) -> int:
@@ -527,6 +702,10 @@ class EventMode(TorchDispatchMode):
         plain = [t for t in written if not isinstance(t, DTensor)]
         if plain:
             self.log._wrote(plain)
+            if self.log.producers.get(self.rank) and func.namespace not in ("c10d", "_c10d_functional"):
+                read = [t for t in _tensors(list(args) + list(kwargs.values()))
+                        if not isinstance(t, DTensor) and not any(t is w for w in plain)]
+                self.log._plain_write(self.rank, func, read, plain)
         return out
 
     def _dispatch(self, func, types, args, kwargs, written: List[torch.Tensor]):
@@ -535,6 +714,8 @@ class EventMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if self.log.pending_storages and namespace != "c10d" and not func.is_view:
             self.log.check_reads(func, _tensors(list(args) + list(kwargs.values())))
+        if self.log.unread and namespace != "c10d" and not func.is_view:
+            self.log.check_first_reads(func, _tensors(list(args) + list(kwargs.values())))
         if namespace == "c10d":
             spec = _C10D.get(func._opname)
             if spec is not None:
@@ -561,7 +742,7 @@ class EventMode(TorchDispatchMode):
                 # holds what the rank received (functional results are waited for before any use).
                 torch.ops._c10d_functional.wait_tensor(out)
                 self.log.took(event, start)
-                self.log.complete(event, [out])
+                self.log.complete(event, [out], self.rank, len(self.log.events[self.rank]) - 1)
                 return out
             return func(*args, **kwargs)
         DTensor = _dtensor_type()

@@ -611,7 +611,8 @@ class _Recorder:
             merged: Dict[int, List[Dict[str, Any]]] = {}
             for p in parts:
                 for rank, evs in (p.get("events") or {}).items():
-                    merged.setdefault(int(rank), []).extend(evs)
+                    into = merged.setdefault(int(rank), [])
+                    into.extend(_shifted_sources(evs, len(into)))
             doc["meshes"] = _mesh_table(merged)
             doc["events"] = {str(r): merged[r] for r in sorted(merged)}
         memory = [p["memory"] for p in parts if p.get("memory")]
@@ -932,6 +933,21 @@ def _finish_part(self: "_Recorder", folder: str) -> None:
 
 
 _Recorder._finish_part = _finish_part
+
+
+def _shifted_sources(events: List[Dict[str, Any]], offset: int) -> List[Dict[str, Any]]:
+    """A rank's events appended after `offset` earlier ones: their "from" indices (events.py) count from the rank's
+    first event."""
+    if not offset:
+        return events
+    out = []
+    for e in events:
+        sources = e.get("from")
+        if sources is not None:
+            e = dict(e, **{"from": [x if x is None else x + offset if isinstance(x, int)
+                                    else dict(x, event=x["event"] + offset) for x in sources]})
+        out.append(e)
+    return out
 
 
 def _mesh_table(events: Dict[int, List[Dict[str, Any]]]) -> List[Any]:

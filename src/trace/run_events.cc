@@ -83,7 +83,30 @@ std::vector<TensorDigest> DigestsFromJson(const JsonReader& r) {
   return out;
 }
 
-RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
+// Reads an event's "from" (after its inputs): one entry per input, each null, an earlier event's
+// index, or {"event", "op", "line"}.
+std::vector<std::optional<RunEvent::Source>> SourcesFromJson(const JsonReader& r, size_t inputs,
+                                                             int64_t index) {
+  const size_t n = r.ArraySize(kMaxDigests);
+  if (n != inputs) r.Fail(StrCat("has ", n, " entries for ", inputs, " inputs"));
+  std::vector<std::optional<RunEvent::Source>> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const JsonReader item = r.At(i);
+    if (item.json().is_null()) continue;
+    if (index == 0) item.Fail("names an earlier event, but this is the rank's first");
+    if (item.json().is_object()) {
+      item.OnlyKeys({"event", "op", "line"});
+      out[i] = RunEvent::Source{item.Int("event", 0, index - 1), item.String("op"),
+                                item.Has("line") ? item.String("line") : ""};
+      if (out[i]->op.empty() || out[i]->op.size() > 256) item.At("op").Fail("expected an op name");
+    } else {
+      out[i] = RunEvent::Source{item.AsInt(0, index - 1), "", ""};
+    }
+  }
+  return out;
+}
+
+RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size, int64_t index) {
   r.ExpectObject();
   RunEvent e;
   const std::string& kind = r.String("kind");
@@ -158,6 +181,18 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size) {
     if (e.read_before_wait->op.empty() || e.read_before_wait->op.size() > 256)
       read.At("op").Fail("expected an op name");
   }
+  if (r.Has("from")) e.from = SourcesFromJson(r.At("from"), e.inputs.size(), index);
+  if (r.Has("first_read")) {
+    const JsonReader read = r.At("first_read");
+    read.ExpectObject();
+    read.OnlyKeys({"op", "line", "outputs"});
+    e.first_read = RunEvent::FirstRead{read.String("op"),
+                                       read.Has("line") ? read.String("line") : "",
+                                       DigestsFromJson(read.At("outputs"))};
+    if (e.first_read->op.empty() || e.first_read->op.size() > 256)
+      read.At("op").Fail("expected an op name");
+    if (e.kind != RunEvent::Kind::kCollective) read.Fail("only a collective has a first read");
+  }
   for (const char* key : {"t_us", "dur_us"}) {
     if (!r.Has(key)) continue;
     const double t = r.Number(key);
@@ -188,9 +223,9 @@ class FastEvent {
   // After a successful Parse: the length of the event's text.
   size_t length() const { return p_; }
 
-  bool Parse(RunEvent* e, int64_t rank, int64_t world_size) {
+  bool Parse(RunEvent* e, int64_t rank, int64_t world_size, int64_t index) {
     bool has_kind = false, has_op = false, has_module = false, has_pass = false, has_inputs = false,
-         has_args = false, has_results = false, has_group = false;
+         has_args = false, has_results = false, has_group = false, has_from = false;
     if (!Lit('{')) return false;
     if (Peek('}')) return false;
     do {
@@ -258,6 +293,24 @@ class FastEvent {
         double t = 0;
         if (!Number(&t) || !(t >= 0) || t > kMaxEventMicros) return false;
         (Is(key, "t_us") ? e->t_us : e->dur_us) = t;
+      } else if (Is(key, "from")) {
+        // Indices and nulls; an entry with the op that wrote it since is the DOM path's.
+        if (!Lit('[')) return false;
+        e->from.clear();
+        if (!Lit(']')) {
+          do {
+            if (Null()) {
+              e->from.emplace_back();
+            } else {
+              int64_t source = 0;
+              if (index == 0 || !Int(&source, 0, index - 1) || e->from.size() >= kMaxDigests)
+                return false;
+              e->from.emplace_back(RunEvent::Source{source, "", ""});
+            }
+          } while (Lit(','));
+          if (!Lit(']')) return false;
+        }
+        has_from = true;
       } else if (Is(key, "written")) {
         Ws();
         if (t_.substr(p_, 4) == "true") {
@@ -273,6 +326,7 @@ class FastEvent {
       }
     } while (Lit(','));
     if (!Lit('}') || !has_kind || !has_op || !has_module || !has_pass || !has_inputs) return false;
+    if (has_from && e->from.size() != e->inputs.size()) return false;
     if (e->kind == RunEvent::Kind::kOp) return has_args && has_results;
     if (e->mesh) return false;  // only an op has a mesh: the DOM path names the problem
     if (!has_group || e->group.empty()) return false;
@@ -457,8 +511,9 @@ std::string DigestText(const TensorDigest& d) {
 }
 
 // Compares digest lists: the worst of them, and the text of the first that differs.
+// `at`: where they differ, the index of the first that does (the count's difference: none).
 Same CompareAll(const std::vector<TensorDigest>& x, const std::vector<TensorDigest>& y,
-                const char* what, std::string* text) {
+                const char* what, std::string* text, std::optional<size_t>* at = nullptr) {
   if (x.size() != y.size()) {
     *text = StrCat(x.size(), " ", what, " vs ", y.size());
     return Same::kDiffers;
@@ -468,11 +523,127 @@ Same CompareAll(const std::vector<TensorDigest>& x, const std::vector<TensorDige
     const Same s = Compare(x[i], y[i]);
     if (s == Same::kDiffers) {
       *text = StrCat(what, " ", i, ": ", DigestText(x[i]), " vs ", DigestText(y[i]));
+      if (at != nullptr) *at = i;
       return s;
     }
     if (s > worst) worst = s;
   }
   return worst;
+}
+
+// The event that last wrote a storage, and the plain op that wrote it since, as a "from" entry names
+// them: "event 41, all_gather over [0, 1] in layers.1 (forward) at train.py:60, then
+// fsdp.split_with_sizes_copy.default at train.py:60".
+std::string ProducerText(const std::vector<RunEvent>& events, const RunEvent::Source& source) {
+  std::string text = StrCat("event ", source.event, ", ",
+                            EventLabel(events[static_cast<size_t>(source.event)]));
+  if (!source.op.empty())
+    text += StrCat(", then ", source.op, source.line.empty() ? "" : StrCat(" at ", source.line));
+  return text;
+}
+
+// Whether a producing event's output changed after it completed: a collective's digest at
+// completion against its first read ("first_read"); an op's results are not digested again.
+struct AfterCompletion {
+  enum class State { kOp, kNotChecked, kUnchanged, kChanged };
+  State state = State::kNotChecked;
+  std::string completed, read;  // kChanged: the two hashes
+  std::string by, at;           // the first read's op and line (kUnchanged, kChanged)
+};
+
+AfterCompletion AfterCompletionOf(const RunEvent& p) {
+  using State = AfterCompletion::State;
+  AfterCompletion out;
+  if (p.kind != RunEvent::Kind::kCollective) {
+    out.state = State::kOp;
+    return out;
+  }
+  if (!p.outputs || p.outputs->size() != 1 || !p.first_read ||
+      p.first_read->outputs.size() != 1 || !(*p.outputs)[0].hash ||
+      !p.first_read->outputs[0].hash) {
+    return out;
+  }
+  const TensorDigest& done = (*p.outputs)[0];
+  const TensorDigest& read = p.first_read->outputs[0];
+  out.by = p.first_read->op;
+  out.at = p.first_read->line;
+  const bool same = *done.hash == *read.hash && done.shape == read.shape && done.dtype == read.dtype;
+  out.state = same ? State::kUnchanged : State::kChanged;
+  if (!same) {
+    out.completed = *done.hash;
+    out.read = *read.hash;
+  }
+  return out;
+}
+
+// One run's AfterCompletion in words; `lines`: with the first read's line.
+std::string AfterCompletionText(const AfterCompletion& a, bool lines = true) {
+  using State = AfterCompletion::State;
+  const std::string by = StrCat(a.by, lines && !a.at.empty() ? StrCat(" at ", a.at) : "");
+  switch (a.state) {
+    case State::kOp:
+      return "whether its results changed after the op is not checked (an op's results are not "
+             "digested again)";
+    case State::kNotChecked:
+      return "whether its output changed after it completed is not checked (no digest at a first "
+             "read)";
+    case State::kUnchanged:
+      return StrCat("its output was unchanged at its first read, by ", by);
+    case State::kChanged:
+      break;
+  }
+  return StrCat("its output changed after it completed: ", a.completed, " at completion, ", a.read,
+                " at its first read, by ", by,
+                " (written outside the recorded ops: a faulty transport or a stray write)");
+}
+
+const RunEvent::Source* SourceOf(const std::vector<RunEvent>& events, size_t index, size_t k) {
+  if (index >= events.size() || k >= events[index].from.size() || !events[index].from[k])
+    return nullptr;
+  const RunEvent::Source& source = *events[index].from[k];
+  if (source.event < 0 || static_cast<size_t>(source.event) >= index) return nullptr;
+  return &source;
+}
+
+// The provenance of input `k` of event `index` in both runs, in one line ("" where neither run
+// recorded one). Lines are shown as the first run has them, not compared.
+std::string SourcesText(const std::vector<RunEvent>& xs, const std::vector<RunEvent>& ys,
+                        size_t index, size_t k) {
+  const RunEvent::Source* x = SourceOf(xs, index, k);
+  const RunEvent::Source* y = SourceOf(ys, index, k);
+  if (x == nullptr && y == nullptr) return "";
+  auto producer = [](const std::vector<RunEvent>& events, const RunEvent::Source* s) {
+    return s == nullptr ? std::string("no recorded event") : ProducerText(events, *s);
+  };
+  const bool same = x != nullptr && y != nullptr && x->event == y->event && x->op == y->op;
+  std::string text =
+      same ? StrCat("its storage was last written by ", producer(xs, x), " (in both runs)")
+           : StrCat("its storage was last written by ", producer(xs, x), " in the first run, by ",
+                    producer(ys, y), " in the second");
+  if (same) {
+    const RunEvent& p = xs[static_cast<size_t>(x->event)];
+    const RunEvent& q = ys[static_cast<size_t>(y->event)];
+    std::string ignored;
+    if (p.outputs && q.outputs && CompareAll(*p.outputs, *q.outputs, "output", &ignored) ==
+                                      Same::kDiffers) {
+      text += StrCat("; that event's outputs differ between the runs",
+                     p.written || q.written
+                         ? " (written in place before their digest: not counted as its divergence)"
+                         : "");
+    }
+  }
+  using State = AfterCompletion::State;
+  const std::optional<AfterCompletion> ax =
+      x ? std::optional(AfterCompletionOf(xs[static_cast<size_t>(x->event)])) : std::nullopt;
+  const std::optional<AfterCompletion> ay =
+      y ? std::optional(AfterCompletionOf(ys[static_cast<size_t>(y->event)])) : std::nullopt;
+  if (ax && ay && ax->state == ay->state && ax->state != State::kChanged) {
+    text += StrCat("; in both runs, ", AfterCompletionText(*ax, /*lines=*/false));
+  } else {
+    if (ax) text += StrCat("; in the first run, ", AfterCompletionText(*ax));
+    if (ay) text += StrCat("; in the second, ", AfterCompletionText(*ay));
+  }
+  return text;
 }
 
 // Gloo runs a reduce-scatter as an all-reduce, and its Flight Recorder names it so.
@@ -613,6 +784,24 @@ nlohmann::json ToJson(const RunEvent& e) {
     if (!e.read_before_wait->line.empty())
       out["read_before_wait"]["line"] = e.read_before_wait->line;
   }
+  if (!e.from.empty()) {
+    nlohmann::json& from = out["from"] = nlohmann::json::array();
+    for (const std::optional<RunEvent::Source>& source : e.from) {
+      if (!source) {
+        from.push_back(nullptr);
+      } else if (source->op.empty()) {
+        from.push_back(source->event);
+      } else {
+        nlohmann::json entry = {{"event", source->event}, {"op", source->op}};
+        if (!source->line.empty()) entry["line"] = source->line;
+        from.push_back(std::move(entry));
+      }
+    }
+  }
+  if (e.first_read) {
+    out["first_read"] = {{"op", e.first_read->op}, {"outputs", digests(e.first_read->outputs)}};
+    if (!e.first_read->line.empty()) out["first_read"]["line"] = e.first_read->line;
+  }
   if (e.t_us) out["t_us"] = *e.t_us;
   if (e.dur_us) out["dur_us"] = *e.dur_us;
   return out;
@@ -663,7 +852,9 @@ std::vector<RunEvent> RankEventsFromNode(const internal::JsonNode& list, int64_t
   };
   std::vector<RunEvent> events;
   auto read_dom = [&](const internal::JsonNode& item) {
-    return item.Read([&](const JsonReader& r) { return EventFromJson(r, rank, world_size); });
+    return item.Read([&](const JsonReader& r) {
+      return EventFromJson(r, rank, world_size, static_cast<int64_t>(events.size()));
+    });
   };
   if (list.is_dom() || list.text()[0] != '[') {
     const size_t n = check_count();
@@ -682,7 +873,7 @@ std::vector<RunEvent> RankEventsFromNode(const internal::JsonNode& list, int64_t
       if (i == kMaxEventsPerRank) check_count();
       RunEvent e;
       FastEvent fast(t.substr(p), &placements);
-      if (fast.Parse(&e, rank, world_size)) {
+      if (fast.Parse(&e, rank, world_size, static_cast<int64_t>(i))) {
         p += fast.length();
       } else {
         const size_t end = internal::JsonValueEnd(t, p);
@@ -803,7 +994,8 @@ void DiffRank(int64_t rank, const std::vector<RunEvent>& xs, const std::vector<R
       continue;
     }
     std::string in_text, out_text;
-    const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text);
+    std::optional<size_t> differing_input;
+    const Same in = CompareAll(x.inputs, y.inputs, "input", &in_text, &differing_input);
     Same out = Same::kExact;
     if (!x.outputs || !y.outputs) {
       ++diff.not_checked;  // its inputs are still compared
@@ -830,10 +1022,13 @@ void DiffRank(int64_t rank, const std::vector<RunEvent>& xs, const std::vector<R
                              out_text);
         } else {
           d.cause = Cause::kInput;
+          const std::string sources =
+              differing_input ? SourcesText(xs, ys, i, *differing_input) : std::string();
           d.what = StrCat(in_text,
                           ", while every earlier event of this rank agreed: its bytes were "
                           "written outside the recorded ops and collectives, or read before "
-                          "a collective completed");
+                          "a collective completed",
+                          sources.empty() ? "" : StrCat("; ", sources));
         }
         diff.first.push_back(std::move(d));
       }
@@ -940,6 +1135,17 @@ std::optional<std::vector<bool>> ReplicateDims(const std::string& text) {
     return std::nullopt;
   }
 }
+
+}  // namespace
+
+std::string SourceText(const std::vector<RunEvent>& events, size_t index, size_t k) {
+  const RunEvent::Source* source = SourceOf(events, index, k);
+  if (source == nullptr) return "";
+  return StrCat("its storage was last written by ", ProducerText(events, *source), "; ",
+                AfterCompletionText(AfterCompletionOf(events[static_cast<size_t>(source->event)])));
+}
+
+namespace {
 
 struct Member {
   int64_t rank = 0;
@@ -1062,12 +1268,16 @@ ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh
                                m->rank, " holds ", hash, ", its replicas (ranks ",
                                IntListToString(replicas), ") hold ", majority->first);
               if (!results) argument_odd = true;
+              const std::string source =
+                  results ? std::string()
+                          : SourceText(events.at(m->rank), static_cast<size_t>(m->index), k);
               diverge(*m, results && !argument_odd ? Cause::kComputed : Cause::kInput,
                       results && !argument_odd
                           ? StrCat(what, ", from arguments its replicas share: the op computed it")
                           : StrCat(what,
                                    ": written outside the recorded ops, or computed "
-                                   "from replicas that already differed"));
+                                   "from replicas that already differed",
+                                   source.empty() ? "" : StrCat("; ", source)));
             }
           }
         }

@@ -6,7 +6,8 @@
 // the mesh or with local shapes the spec does not give, hashes that are not hashes, groups with
 // ranks outside the world, bytes that shapes cannot hold, times of ranks that do not exist, data
 // ranges outside the sidecar, redistributions dropped or duplicated, events of other ranks or in
-// groups without their rank. The JSON stays valid; what it says may be impossible. Properties,
+// groups without their rank, provenance ("from") naming no earlier event or not one per input, a
+// first read of an op. The JSON stays valid; what it says may be impossible. Properties,
 // beyond "no crash, no sanitizer report":
 //  * a refusal is InputError("recording") with a capped message (dtsim's exit 2);
 //  * an accepted recording is possible — checked here independently of the validator
@@ -80,7 +81,7 @@ void Mutate(Program& p, Json& doc) {
   static const std::vector<Json> kBytes = {
       Json(0), Json(3), Json(4), Json(16), Json(-1), Json(std::numeric_limits<int64_t>::max())};
   Json& reds = doc["redistributions"];
-  switch (p.Next() % 14) {
+  switch (p.Next() % 15) {
     case 0:  // the world
       doc["meta"]["world_size"] = Pick(p, kRanks);
       break;
@@ -182,6 +183,24 @@ void Mutate(Program& p, Json& doc) {
         default:
           digest["hash"] = Pick(p, kHashes);
           break;
+      }
+      break;
+    }
+    case 13: {  // an event's provenance ("from") or first read
+      static const std::vector<Json> kSources = {
+          Json::parse("[0]"),  Json::parse("[1]"),    Json::parse("[3]"),
+          Json::parse("[-1]"), Json::parse("[null]"), Json::parse("[0, 0]"),
+          Json::parse("[]"),   Json::parse("[\"0\"]"),
+          Json::parse(R"([{"event": 0, "op": "aten.copy_.default"}])"),
+          Json::parse(R"([{"event": 0, "op": ""}])"),
+          Json::parse(R"([{"event": 0, "op": "aten.copy_.default", "size": 1}])")};
+      Json& event = AnyOf(p, RankEvents(p, doc));
+      if (p.Next() % 3) {
+        event["from"] = Pick(p, kSources);
+      } else {
+        event["first_read"] = {{"op", "aten.mul.Tensor"},
+                               {"outputs", event["outputs"].is_null() ? Json::array()
+                                                                      : event["outputs"]}};
       }
       break;
     }
@@ -293,6 +312,14 @@ std::optional<std::string> Impossible(const dtsim::Recording& rec) {
             if (d.hash && !IsHash(*d.hash)) return StrCat("digest hash '", *d.hash, "'");
           }
         }
+        if (!e.from.empty() && e.from.size() != e.inputs.size())
+          return "provenance without one entry per input";
+        const int64_t index = &e - events.data();
+        for (const auto& source : e.from)
+          if (source && (source->event < 0 || source->event >= index))
+            return StrCat("provenance naming event ", source->event, " from event ", index);
+        if (e.first_read && e.kind != dtsim::RunEvent::Kind::kCollective)
+          return "a first read of an op";
         if (e.kind != dtsim::RunEvent::Kind::kCollective) continue;
         std::set<int64_t> group(e.group.begin(), e.group.end());
         if (group.size() != e.group.size()) return "a rank twice in an event's group";

@@ -94,6 +94,14 @@ def test_clean_run_agrees_event_for_event(tmp_path, sim):
         assert sum(1 for c in collectives if c[0] == "reduce_scatter" and c[2] == "backward") == 6, collectives
         assert any(e["kind"] == "op" and e["op"] == "aten.addmm.default" and e["module"].endswith("layers.0.fc1")
                    for e in evs)
+        # Every all-gather's output was digested again at its first read (FSDP2's copy-out), unchanged; every op
+        # that reads an unsharded parameter names that all-gather as its input's producer, through the copy-out.
+        gathers = [i for i, e in enumerate(evs) if e["kind"] == "collective" and e["op"] == "all_gather"]
+        assert gathers and all(evs[i]["first_read"]["op"].startswith("fsdp.split_with_sizes_copy")
+                               and evs[i]["first_read"]["outputs"] == evs[i]["outputs"] for i in gathers), rank
+        through = [s for e in evs if e["kind"] == "op" for s in e.get("from", []) if isinstance(s, dict)]
+        assert any(evs[s["event"]]["op"] == "all_gather" and s["op"].startswith("fsdp.split_with_sizes_copy")
+                   for s in through), rank
     with open(sim) as f:
         sim_events = json.load(f)["events"]
     assert {r: len(v) for r, v in sim_events.items()} == {r: len(v) for r, v in events.items()}
@@ -179,6 +187,34 @@ def test_corrupted_all_gather_is_located_at_its_collective(tmp_path, sim):
     assert {r for r, fill in cells.items() if fill == DIFF_RED} == set(listed), cells
     assert {k for k, fill in rows.items() if fill == DIFF_RED} == {f"e{event}"}, rows
     assert any("the collective delivered another result" in line for line in events["details"]), events["details"]
+
+
+def test_write_after_an_all_gathers_wait_names_the_all_gather(tmp_path, sim):
+    """Rank 1's second FSDP2 all-gather completes intact, then its output changes before FSDP2 copies the parameters
+    out. Every event the rank recorded agrees; the first op to read the parameter differs in its input, and the diff
+    names the storage's last producer (that all-gather, through FSDP2's copy-out) and says its output changed after
+    it completed in the real run only (its digest at completion against its first read)."""
+    real = record(tmp_path, "allgather_after_wait")
+    p = diff(real, sim)
+    assert p.returncode == 1, p.stdout
+    first = p.stdout.splitlines()[1]
+    assert first.startswith("  rank 1, event ") and "(input): " in first, first
+    rank, event = first_divergence(p.stdout)
+    with open(real) as f:
+        events = json.load(f)["events"]["1"]
+    # The producer the diff names is the all-gather before the read: layers.1's in the first forward, the last
+    # all-gather of rank 1 before the diverging event (by the recording, not by the diff's text).
+    gathers = [i for i, e in enumerate(events[:event]) if e["kind"] == "collective" and e["op"] == "all_gather"]
+    producer = gathers[-1]
+    assert events[producer]["module"] == "FSDPModel.layers.1" and events[producer]["pass"] == "forward"
+    assert f"last written by event {producer}, all_gather over [1, 3] in FSDPModel.layers.1 (forward)" in first, first
+    assert "then fsdp.split_with_sizes_copy.default at " in first and "(in both runs)" in first, first
+    completed = events[producer]["outputs"][0]["hash"]
+    read = events[producer]["first_read"]["outputs"][0]["hash"]
+    assert completed != read
+    assert (f"in the first run, its output changed after it completed: {completed} at completion, {read} at its "
+            "first read, by fsdp.split_with_sizes_copy") in first, first
+    assert "in the second, its output was unchanged at its first read" in first, first
 
 
 def test_averaging_reduce_scatter_is_located_on_every_rank(tmp_path, sim):

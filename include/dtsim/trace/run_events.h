@@ -103,6 +103,23 @@ struct RunEvent {
     std::string op, line;
   };
   std::optional<Read> read_before_wait;
+  // Provenance (a recording's "from"), one per input: the index in the rank's events of the last
+  // event that wrote the input's storage (always an earlier one), with the plain-tensor op that
+  // wrote it since, not an event (FSDP2's copy-out: `op` and `line`; empty where none did);
+  // nullopt where no event wrote it. Empty: not recorded.
+  struct Source {
+    int64_t event = 0;
+    std::string op, line;
+  };
+  std::vector<std::optional<Source>> from;
+  // A collective's received bytes digested again when an op first touched them after their digest
+  // at completion ("first_read"): that op, its line and the digest. nullopt: not recorded (no op
+  // touched them, or a recorder before this).
+  struct FirstRead {
+    std::string op, line;
+    std::vector<TensorDigest> outputs;
+  };
+  std::optional<FirstRead> first_read;
   // When the rank began it, in microseconds since its recording began (its own clock), and how long
   // it took: an op's run, a collective's issuing call (with its wait for a functional collective);
   // nullopt when not recorded. Shown (dtsim export), never compared.
@@ -203,6 +220,11 @@ EventDiff DiffRunEventsByRank(const std::vector<int64_t>& ranks_a,
 // "output gradient of layers.0", "parameter layers.0.wq.weight", "loss",
 // "gradient of layers.0.wq.weight".
 std::string EventLabel(const RunEvent& e);
+
+// What wrote input `k` of `events[index]` last, as its "from" says, in one line: the producing
+// event's label, the plain op that wrote it since, and whether a collective's output changed after
+// it completed (its digest at completion against its first read). "" where not recorded.
+std::string SourceText(const std::vector<RunEvent>& events, size_t index, size_t k);
 
 // Consistency inside one run: ranks that must hold the same replica hold equal bytes. The n-th op
 // of every rank on a device mesh is one op of the mesh (as `dtsim run --check-ops` meets them);

@@ -97,6 +97,7 @@ class _Arrival:
         self.received: List = []  # --trace: the tensors its result is written to
         self.internal = False  # --trace: the recording's own gather (not logged)
         self.event = None  # --trace: this rank's event of it (events.py), completed with the collective
+        self.log = None  # --trace: the EventLog holding it
         self.module_keys: List = []  # the modules the rank issued it in (--report)
 
 
@@ -338,7 +339,8 @@ class SimProcessGroup(dist.ProcessGroup):
                 log = current.event_log if current is not None else None
                 if log is not None:
                     arrival.event = log.arrive(channel.ranks[self._group_rank], _EVENT_KINDS[kind],
-                                               list(channel.ranks), list(sent))
+                                               list(channel.ranks), list(sent), arrival.received)
+                    arrival.log = log
         if op.report_row is not None:
             arrival.sent_bytes = sum(t.numel() * t.element_size() for t in sent)
             arrival.module_keys = self._world.tracker.collective_keys(channel.ranks[self._group_rank])
@@ -367,11 +369,9 @@ class SimProcessGroup(dist.ProcessGroup):
             del channel.operations[seq]
             if self._world.collective_log is not None and not any(a.internal for a in op.arrivals.values()):
                 self._world.log_collective(kind, channel, [op.arrivals[r] for r in range(self._group_size)])
-                from ..events import EventLog
-
                 for a in op.arrivals.values():
                     if a.event is not None:
-                        EventLog.complete(a.event, a.received)
+                        a.log.complete(a.event, a.received)
             if op.report_row is not None:
                 self._world.report.completed(op.report_row, kind, [
                     (channel.ranks[r], a.module_keys, a.sent_bytes) for r, a in sorted(op.arrivals.items())])

@@ -5,6 +5,9 @@ dtsim run, whose simulated backend is the reference): DTSIM_TEST_FAULT=
   backend has completed it, before the program's wait returns: what a faulty transport does);
 - reduce_scatter_avg: every FSDP2 reduce-scatter averages where it should sum: its input is divided by the dp group's
   size on the way in (a wrong pre-divide factor, computed on plain tensors no recorder sees);
+- allgather_after_wait: rank 1's second FSDP2 all-gather is delivered intact and waited for, then one element of its
+  output changes before FSDP2 copies the parameters out (a stray write after the wait: the collective's own digest at
+  completion is clean, its first read is not);
 - async_read_early: rank 0 reads the result of the final async all-reduce (the samples the world has seen) before it
   waits for it, while the other ranks issue theirs a second late, so the read comes before the collective completes.
 
@@ -78,6 +81,21 @@ def plant(fault: str, rank: int) -> None:
 
         for name in ("all_gather_single", "all_gather_into_tensor"):
             wrap(name, corrupting)
+    elif fault == "allgather_after_wait":
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        original_copy_out = _fsdp_param_group.foreach_all_gather_copy_out
+
+        def copy_out(all_gather_result, *args, **kwargs):
+            calls["n"] += 1
+            if rank == 1 and calls["n"] == 2:
+                if all_gather_result.all_gather_work is not None:
+                    all_gather_result.all_gather_work.wait()  # complete, and digested as delivered
+                # Through NumPy, as a stray write: the dispatcher sees nothing and no version counter moves.
+                all_gather_result.all_gather_output.view(-1)[:1].numpy()[0] += 1.0
+            return original_copy_out(all_gather_result, *args, **kwargs)
+
+        _fsdp_param_group.foreach_all_gather_copy_out = copy_out
     elif fault == "reduce_scatter_avg":
         def averaging(original):
             def reduce_scatter(output, input, *args, **kwargs):
