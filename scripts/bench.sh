@@ -36,6 +36,9 @@
 # Issue 33 (bench/busy_bench.py):
 #   bench model_busy_vs_serial ratio <x>  the README's model command beside 4 spinning processes: its time with
 #                                      ranks run serially (DTSIM_PARALLEL_RANKS=0) / as dtsim runs it (target >= 0.9)
+# Issue 60, step 0 (bench/busy_bench.py; a regression guard):
+#   bench redistribute_large_S0_to_S1_busy ratio <x>  upstream / dtsim, 8 ranks x 16 MiB S(0) -> S(1) beside 2
+#                                      spinning processes; below 1 the line says FAIL and bench.sh exits 1
 # Issue 16 (the model layer; bench/model_bench.cc, tests/model/llama_twin.py):
 #   bench model_vs_upstream ratio <x>  upstream LocalTensorMode forward + backward of the twin (fsdp+tp+sp, 2x4 ranks,
 #                                      dim 256, heads 8, layers 2, vocab 1000, seq 64, batch 4) / dtsim's (target >= 50;
@@ -112,8 +115,9 @@ if [ "$have_python" = 1 ]; then
   "$DTSIM_PY" "$DTSIM_ROOT/bench/record_ops_bench.py" "$DTSIM_BUILD/dtsim" > "$out/record_ops.json"
 fi
 # Issue 33: the model command on a busy machine (4 spinning processes beside it), default against serial ranks.
-echo "bench: model_busy_vs_serial (4 spinning processes beside the model command, about 40 s) ..." >&2
-"$DTSIM_PY" "$DTSIM_ROOT/bench/busy_bench.py" "$DTSIM_BUILD/dtsim" > "$out/busy.json"
+echo "bench: model_busy_vs_serial and redistribute_large_S0_to_S1_busy (spinning processes beside, about 60 s) ..." >&2
+"$DTSIM_PY" "$DTSIM_ROOT/bench/busy_bench.py" "$DTSIM_BUILD/dtsim" "$DTSIM_BUILD/bench/dtsim_redistribute_bench" \
+  > "$out/busy.json"
 # Issue 36: replay, export and the viewer on recordings of 2^16 and 2^20 ranks (bench/recording_scale_bench.py).
 echo "bench: recording_65536 and recording_1M (replay, export, viewer at 2^16 and 2^20 ranks, about 2 minutes) ..." >&2
 configure_and_build --target dtsim-viewer >&2
@@ -242,6 +246,13 @@ bz = json.load(open(os.path.join(out, "busy.json")))
 print(f"bench model_busy_vs_serial ratio {bz['model_busy_vs_serial']:.2f}   (the README's model command beside 4 "
       f"spinning processes: {bz['serial_s']:.2f} s with serial ranks over {bz['default_s']:.2f} s as dtsim runs it, "
       f"medians of {bz['runs']} alternating runs; target >= 0.9)")
+guard = bz["redistribute_large_S0_to_S1_busy"]
+print(f"bench redistribute_large_S0_to_S1_busy ratio {guard:.2f}   (8 ranks x 16 MiB S(0) -> S(1) beside 2 spinning "
+      f"processes: upstream {bz['redistribute_busy_upstream_us'] / 1e3:.0f} ms, dtsim "
+      f"{bz['redistribute_busy_dtsim_us'] / 1e3:.1f} ms, best of 3 alternating runs each; target >= 1"
+      + (")" if guard >= 1 else "; FAIL: below 1, the regression guard of issue 60)"))
+if guard < 1:
+    open(os.path.join(out, "failed"), "w").write("redistribute_large_S0_to_S1_busy\n")
 scale = json.load(open(os.path.join(out, "recording_scale.json")))
 rs, rm = scale["65536"], scale["1048576"]
 rec_peak = lambda r: max(r["replay_peak_mib"], r["export_peak_mib"], r["viewer_peak_mib"])
@@ -343,3 +354,8 @@ print(f"bench redistribute_large_S0_to_R_nocache ratio {up_large / nocache:.1f} 
 PY
 # The viewer: frames per second while scrubbing a 4,096-rank trace under Xvfb (bench viewer_fps_4096).
 "$DTSIM_ROOT/scripts/bench_viewer.sh"
+# A regression guard below its floor fails the bench (its line above says FAIL).
+if [ -f "$out/failed" ]; then
+  echo "bench: FAILED: $(tr '\n' ' ' < "$out/failed")(a regression guard below 1)" >&2
+  exit 1
+fi

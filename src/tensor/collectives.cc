@@ -19,6 +19,7 @@
 
 #include "dtsim/layout/error.h"
 #include "dtsim/tensor/local_tensor.h"
+#include "tensor/local_tensor_impl.h"
 
 namespace dtsim {
 namespace {
@@ -382,6 +383,9 @@ at::Tensor Collectives::Run(const CallInfo& call, const at::Tensor& input, const
     ++agreement_rounds_;
     if (Strikes(FaultSpec::Kind::kWrongOffset, SendsData(call, input, root))) sent = Shifted(input);
   }
+  // Every rank's copies in this process (the local backend's): LibTorch's threads fitted to the
+  // load first, as before each LocalTensor op's ranks.
+  if (simulated()) internal::AdaptThreadsToLoad();
   const auto start = std::chrono::steady_clock::now();
   at::Tensor out = body(sent);
   *micros =

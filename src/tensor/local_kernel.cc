@@ -12,6 +12,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -225,9 +226,42 @@ std::atomic<bool>& ParallelRanksFlag() {
 
 }  // namespace
 
+namespace {
+
+// LibTorch's intra-op threads as the user configured them (OMP_NUM_THREADS, else LibTorch's
+// default), read before AdaptThreadsToLoad first changes them.
+int ConfiguredThreads() {
+  static const int configured = at::get_num_threads();
+  return configured;
+}
+
+// CPU time in seconds: the whole machine's busy time (/proc/stat's first line: every state but
+// idle and iowait, in USER_HZ ticks) and this process's own (getrusage).
+struct CpuTimes {
+  double machine = 0, own = 0, wall = 0;
+};
+
+std::optional<double> MachineBusySeconds(const char* cpu_line) {
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  if (std::sscanf(cpu_line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system,
+                  &idle, &iowait, &irq, &softirq, &steal) < 4)
+    return std::nullopt;
+  static const double hz = static_cast<double>(std::max(1L, sysconf(_SC_CLK_TCK)));
+  return static_cast<double>(user + nice + system + irq + softirq + steal) / hz;
+}
+
+double OwnCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+}  // namespace
+
 bool MachineBusy() {
-  // procs_running in /proc/stat: the threads runnable at this instant, this one included. Read at
-  // most every 100 ms (about 30 us a read); the answer in between is the last one.
+  // Read at most every 100 ms (about 30 us a read); the answer in between is the last one.
   // Between readings no lock is taken: the next reading's time and the answer are atomics.
   static std::mutex mutex;
   static std::atomic<int64_t> next_ns{0};  // CLOCK_MONOTONIC_COARSE's count
@@ -248,20 +282,39 @@ bool MachineBusy() {
     busy.store(false, std::memory_order_relaxed);
     return false;
   }
-  char line[256];
+  char line[512];
   long running = 0;
+  std::optional<double> machine;
   while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (!machine && std::strncmp(line, "cpu ", 4) == 0) machine = MachineBusySeconds(line);
     if (std::sscanf(line, "procs_running %ld", &running) == 1) break;
   }
   std::fclose(f);
-  // This process's own intra-op threads may be among the running ones (spinning between parallel
-  // regions): busy is as many runnable threads besides them as CPUs. The first reading decides at
-  // once (a process started on a busy machine runs serially from its first op); after it, the
-  // answer changes only when two readings in a row (100 ms apart) say so, so that one burst does
-  // not switch LibTorch's threads back and forth.
-  static bool first = true;  // these two under the mutex
+  // Other processes' demand for CPUs, against what LibTorch's threads need: OpenMP threads spin at
+  // their barriers for each other, so one of them descheduled by another process's thread stalls
+  // the rest (a parallel region on 2 CPUs beside one busy process ran 2-16 times slower than on
+  // one thread). Busy: other processes use more than the CPUs left over beyond the configured
+  // threads, less half a CPU (on 2 CPUs with 2 threads, half a CPU's use by others).
+  //   - From the second reading on, their use is measured: the machine's busy CPU time since the
+  //     last reading less this process's own, over the wall time between them. Counting this
+  //     process's runnable threads instead (its intra-op threads spin or sleep between regions)
+  //     undercounts the others: before, busy was "procs_running less LibTorch's thread count at
+  //     least the CPUs", and two busy processes on 2 CPUs read as a quiet machine.
+  //   - The first reading decides at once (a process started on a busy machine runs serially from
+  //     its first op), from procs_running less this thread.
+  // After the first, the answer changes only when two readings in a row say so, so that one burst
+  // does not switch LibTorch's threads back and forth.
+  static bool first = true;  // these under the mutex
   static int streak = 0;
-  const bool now_busy = running - at::get_num_threads() >= cpus;
+  static CpuTimes last;
+  const CpuTimes times{machine.value_or(0), OwnCpuSeconds(), static_cast<double>(now) * 1e-9};
+  const double slack = std::max(0.5, static_cast<double>(cpus - ConfiguredThreads()) + 0.5);
+  double others = static_cast<double>(running - 1);
+  if (!first && machine && last.machine > 0 && times.wall > last.wall) {
+    others = ((times.machine - last.machine) - (times.own - last.own)) / (times.wall - last.wall);
+  }
+  last = times;
+  const bool now_busy = others >= slack;
   streak = now_busy == busy.load(std::memory_order_relaxed) ? 0 : streak + 1;
   if (first || streak >= 2) {
     first = false;
@@ -274,7 +327,7 @@ bool MachineBusy() {
 void AdaptThreadsToLoad() {
   const OpenMp& omp = GetOpenMp();
   if (omp.ok() && omp.in_parallel()) return;  // a worker thread: the caller's setting holds
-  static const int configured = at::get_num_threads();  // as the user set it (OMP_NUM_THREADS)
+  const int configured = ConfiguredThreads();  // as the user set it (OMP_NUM_THREADS)
   if (configured < 2) return;
   static std::atomic<bool> reduced{false};
   const bool busy = MachineBusy();

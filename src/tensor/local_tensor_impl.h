@@ -216,10 +216,11 @@ c10::SymInt PerRankSymInt(const std::vector<int64_t>& ranks, std::vector<int64_t
 // intra-op threads present (two or more, not inside a parallel region already), and no Python
 // dispatch key or mode active (a worker thread would need the GIL the caller holds).
 bool RanksMayRunInParallel(size_t n_ranks);
-// Whether the machine is busy: as many runnable threads as CPUs besides this process's own intra-op
-// threads (/proc/stat's procs_running, read at most every 100 ms; the first reading decides, and
-// after it the answer changes when two readings in a row say so). Rank threads would then wait for
-// each other's time slices, and an op's ranks run serially instead.
+// Whether the machine is busy: other processes use more of the CPUs than LibTorch's configured
+// intra-op threads leave over, less half a CPU (/proc/stat's CPU time less this process's own,
+// read at most every 100 ms; the first reading decides from procs_running, and after it the
+// answer changes when two readings in a row say so). Rank threads would then wait for each
+// other's time slices, and an op's ranks run serially instead.
 bool MachineBusy();
 // Fits LibTorch's intra-op threads to the load: one while MachineBusy (spinning OpenMP threads that
 // wait for descheduled ones slow a busy machine down many times over), the configured number
