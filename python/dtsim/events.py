@@ -32,8 +32,8 @@ Provenance, for a diff's *input* cause (an argument differs while everything the
   `{"event": I, "op": ..., "line": ...}` where a plain-tensor op not recorded as an event (FSDP2's copy-out
   `fsdp.split_with_sizes_copy`, a `copy_`) wrote it since, from that event's bytes or over them; null where no event
   wrote it;
-- `"first_read"` on a collective: its received bytes digested again when an op first touches them after their digest
-  at completion, with that op and its line, so a diff tells bytes changed after the collective completed (a transport
+- `"first_read"` on a collective: its received bytes hashed again (no sketch: the hash is compared with the digest at
+  completion, bit for bit) when an op first touches them after that digest, with that op and its line, so a diff tells bytes changed after the collective completed (a transport
   or a program writing them outside the recorded ops) from bytes the collective delivered.
 """
 
@@ -91,9 +91,10 @@ except ImportError:  # a torch without distributed: no functional collectives to
 _DTYPE_NAMES: Dict[Any, str] = {}  # torch.float32 -> "float32"
 
 
-def digest(t: torch.Tensor) -> Dict[str, Any]:
+def digest(t: torch.Tensor, sketch: bool = True) -> Dict[str, Any]:
     """One local tensor's digest (module docstring; the hash and sketch are dtsim._C.shard_digest's, one pass in C++).
-    Runs no op a dispatch mode above would record."""
+    `sketch=False`: the hash alone (dtsim._C.shard_hash, several times faster), for a comparison with an earlier digest
+    of the same bytes. Runs no op a dispatch mode above would record."""
     if isinstance(t, _AsyncCollectiveTensor):
         # A functional collective's result not yet waited for (RowwiseParallel's output under a dispatch mode, such
         # as dtsim run's memory meter): a wrapper without data of its own. Its value is the waited tensor, which the
@@ -105,12 +106,14 @@ def digest(t: torch.Tensor) -> Dict[str, Any]:
     if t.is_meta:
         return {"shape": list(t.shape), "dtype": dtype, "hash": None, "unavailable": "meta tensor"}
     try:
-        hash_, sketch, scale = _C.shard_digest(t)  # reads the data only: no autograd, no op dispatched
+        if not sketch:
+            return {"shape": list(t.shape), "dtype": dtype, "hash": _C.shard_hash(t)}
+        hash_, weighted, scale = _C.shard_digest(t)  # reads the data only: no autograd, no op dispatched
     except RuntimeError as e:  # a tensor whose data is not readable (storage not allocated): not digested
         return {"shape": list(t.shape), "dtype": dtype, "hash": None, "unavailable": str(e).split("\n")[0][:200]}
     out: Dict[str, Any] = {"shape": list(t.shape), "dtype": dtype, "hash": hash_}
-    if sketch is not None:
-        out["sketch"], out["scale"] = sketch, scale
+    if weighted is not None:
+        out["sketch"], out["scale"] = weighted, scale
     return out
 
 
@@ -415,8 +418,9 @@ class EventLog:
             buffers = [ref() for ref in entry.buffers]
             if any(b is None for b in buffers):
                 continue  # a buffer is gone: what the op reads is another tensor's
+            # The hash alone: it is compared with the digest at completion, bit for bit.
             entry.event["first_read"] = {"op": _op_name(func), "line": self.line(),
-                                         "outputs": [digest(_joined(buffers))]}
+                                         "outputs": [digest(_joined(buffers), sketch=False)]}
 
     def _group(self, pg) -> List[int]:
         key = id(pg)
