@@ -1153,6 +1153,28 @@ struct Member {
   int64_t index = 0;
 };
 
+
+// An odd rank out's argument `k`: what last wrote its storage, and where a replica's storage was
+// last written by another event (or only the replica's was: a reduction this rank skipped), that
+// too ("" where neither is recorded).
+std::string ReplicaSourceText(const RunEvents& events, const Member& odd, const Member* replica,
+                              size_t k) {
+  const std::vector<RunEvent>& mine = events.at(odd.rank);
+  std::string text = SourceText(mine, static_cast<size_t>(odd.index), k);
+  if (replica == nullptr) return text;
+  const std::vector<RunEvent>& theirs = events.at(replica->rank);
+  const RunEvent::Source* a = SourceOf(mine, static_cast<size_t>(odd.index), k);
+  const RunEvent::Source* b = SourceOf(theirs, static_cast<size_t>(replica->index), k);
+  if (b == nullptr) return text;
+  if (a != nullptr && a->op == b->op &&
+      EventLabel(mine[static_cast<size_t>(a->event)]) ==
+          EventLabel(theirs[static_cast<size_t>(b->event)]))
+    return text;
+  return StrCat(text.empty() ? "no recorded event wrote its storage on this rank" : text,
+                "; on rank ", replica->rank, " (a replica) its storage was last written by ",
+                ProducerText(theirs, *b));
+}
+
 }  // namespace
 
 ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh>& meshes) {
@@ -1269,8 +1291,8 @@ ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh
                                IntListToString(replicas), ") hold ", majority->first);
               if (!results) argument_odd = true;
               const std::string source =
-                  results ? std::string()
-                          : SourceText(events.at(m->rank), static_cast<size_t>(m->index), k);
+                  results ? std::string() : ReplicaSourceText(events, *m, tie ? nullptr
+                                                                      : majority->second.front(), k);
               diverge(*m, results && !argument_odd ? Cause::kComputed : Cause::kInput,
                       results && !argument_odd
                           ? StrCat(what, ", from arguments its replicas share: the op computed it")

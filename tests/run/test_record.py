@@ -596,6 +596,19 @@ def test_one_recording_names_the_rank_whose_replica_differs(tmp_path, fault, ran
         assert f"replicas.py:{line_of(REPLICAS, statement)}: {argument}: rank {rank} holds " in firsts[0], firsts[0]
         others = sorted({0, 1, 2, 3} - {rank})
         assert f"its replicas (ranks {others}) hold " in firsts[0], firsts[0]
+        # Provenance: the planted write's own line (a plain copy_ over the broadcast replica), or, for the gradient
+        # never reduced, that no event wrote this rank's storage while a replica's was written by the all-reduce.
+        with open(recording) as f:
+            events = json.load(f)["events"]
+        if fault == "replica_write":
+            planted = line_of(REPLICAS, "w.to_local()[0, 0] += 1.0  # the planted write: one replica only")
+            assert f"broadcast over [0, 1, 2, 3] in Global (forward) at {REPLICAS}:" in firsts[0], firsts[0]
+            assert f"then aten.copy_.default at {REPLICAS}:{planted};" in firsts[0], firsts[0]
+        else:
+            reduce = next(i for i, e in enumerate(events["0"]) if e["kind"] == "collective" and e["op"] == "all_reduce")
+            assert ("no recorded event wrote its storage on this rank; on rank 0 (a replica) its storage was last "
+                    f"written by event {reduce}, all_reduce over [0, 1, 2, 3] in Global (forward) at {REPLICAS}:"
+                    f"{line_of(REPLICAS, 'dist.all_reduce(reduced)')}") in firsts[0], firsts[0]
 
 
 def test_record_removes_the_folders_of_killed_records(tmp_path):
