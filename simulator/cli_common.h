@@ -75,7 +75,7 @@ c10::Device CheckDevice(const BackendCliOptions& o, const std::string& backend, 
 // malformed fault, a fault on the simulated backend or one naming a rank outside the mesh,
 // InputError("mesh") when a real world's size differs from the mesh's rank count ("launch with
 // mpirun -np 8"). On a real backend, ranks other than 0 print nothing from here on (rank 0 reports;
-// see ReportingRankOnly).
+// see Silenced).
 std::shared_ptr<Collectives> MakeBackend(const BackendCliOptions& o, const DeviceMesh& mesh,
                                          FaultSpec* fault);
 // The same without a mesh yet (batch mode: each line's mesh is checked with CheckMeshFitsWorld).

@@ -12,7 +12,8 @@ using Args = std::vector<std::string>;
 
 // dtsim layout: per-rank local shapes, offsets and owned intervals of a mesh + placements + shape.
 int RunLayout(const Args& args);
-// dtsim plan: the redistribution plan from one placement list to another (greedy or min-cost).
+// dtsim plan: the redistribution plan from one placement list to another (greedy, graph or
+// min-cost).
 int RunPlan(const Args& args);
 
 // dtsim redistribute: runs a redistribution on the simulated world: plan, layouts, shards, verdict,

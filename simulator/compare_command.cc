@@ -2,13 +2,14 @@
 // mpirun itself), diffs the two traces and prints a verdict — the one command for "does the real
 // run do what the simulation says?".
 //
-//   dtsim compare --np 4 [--backend mpi] [--keep DIR] -- model --mesh 2x2 --names dp,tp --plan
-//   fsdp+tp --backward          the same for a model: both runs write model traces, diffed
-//   dtsim compare --np 8 [--backend mpi|nccl] --mesh 2x4 [--names dp,tp] --shape 5,10 --from
-//   "S(0),R" --to "R,S(1)"
-//                 [--dtype float32] [--planner greedy] [--timeout 60] [--inject-fault SPEC] [--keep
-//                 DIR]
-//                 [--mpirun mpirun]
+// clang-format off
+//   dtsim compare --np 8 [--backend mpi|nccl] --mesh 2x4 [--names dp,tp] --shape 5,10
+//                 --from "S(0),R" --to "R,S(1)" [--dtype float32] [--planner greedy] [--timeout 60]
+//                 [--inject-fault SPEC] [--keep DIR] [--mpirun mpirun]
+//   dtsim compare --np 4 [--backend mpi] [--keep DIR] -- model --mesh 2x2 --names dp,tp
+//                 --plan fsdp+tp --backward
+//                 the same for a model: both runs write model traces, diffed
+// clang-format on
 // Exit codes: 0 the runs agree, 1 they differ (the first difference is where they part), 2 bad
 // input, 4 the real run failed (stuck, diverged or crashed: its error is printed, a rank that died
 // named with its signal), 5 the runs agree but the injected fault did not strike (nothing was

@@ -389,48 +389,48 @@ TEST(RecordingWriterTest, EveryOptionalFieldComesBackAsItWas) {
   const nlohmann::json digest = {{"shape", {2}}, {"dtype", "float32"}, {"hash", Hash(1)}};
   nlohmann::json meta_digest = {{"shape", {2}}, {"dtype", "float32"}, {"hash", nullptr}};
   meta_digest["unavailable"] = "meta tensor";
-  doc["events"] = {{"1",
-                    {{{"kind", "op"},
-                      {"op", "aten.mm.default"},
-                      {"module", "MLP.fc1"},
-                      {"pass", "backward"},
-                      {"line", "train.py:3"},
-                      {"args", {"[R, S(0)]"}},
-                      {"results", {"[R, S(0)]"}},
-                      {"mesh", 0},
-                      {"inputs", {digest, meta_digest}},
-                      {"outputs", {digest}},
-                      {"t_us", 1.0},
-                      {"dur_us", 2.0}},
-                     {{"kind", "collective"},
-                      {"op", "all_reduce"},
-                      {"module", "Global"},
-                      {"pass", "forward"},
-                      {"line", ""},
-                      {"group", {0, 1}},
-                      {"inputs", {digest}},
-                      {"outputs", nullptr},
-                      {"unavailable", "its work failed"},
-                      {"seq", 4},
-                      {"state", "started"},
-                      {"written", true},
-                      {"at", "end"},
-                      {"read_before_wait", {{"op", "aten.add.Tensor"}, {"line", "train.py:9"}}},
-                      {"from", {{{"event", 0},
-                                 {"op", "fsdp.split_with_sizes_copy.default"},
-                                 {"line", "train.py:5"}}}},
-                      {"first_read",
-                       {{"op", "aten.mul.Tensor"}, {"line", "train.py:6"}, {"outputs", {digest}}}}},
-                     {{"kind", "op"},
-                      {"op", "aten.add.Tensor"},
-                      {"module", "MLP"},
-                      {"pass", "forward"},
-                      {"line", "train.py:7"},
-                      {"args", {"[R]", "[R]"}},
-                      {"results", {"[R]"}},
-                      {"inputs", {digest, digest}},
-                      {"outputs", {digest}},
-                      {"from", {1, nullptr}}}}}};
+  doc["events"] = {
+      {"1",
+       {{{"kind", "op"},
+         {"op", "aten.mm.default"},
+         {"module", "MLP.fc1"},
+         {"pass", "backward"},
+         {"line", "train.py:3"},
+         {"args", {"[R, S(0)]"}},
+         {"results", {"[R, S(0)]"}},
+         {"mesh", 0},
+         {"inputs", {digest, meta_digest}},
+         {"outputs", {digest}},
+         {"t_us", 1.0},
+         {"dur_us", 2.0}},
+        {{"kind", "collective"},
+         {"op", "all_reduce"},
+         {"module", "Global"},
+         {"pass", "forward"},
+         {"line", ""},
+         {"group", {0, 1}},
+         {"inputs", {digest}},
+         {"outputs", nullptr},
+         {"unavailable", "its work failed"},
+         {"seq", 4},
+         {"state", "started"},
+         {"written", true},
+         {"at", "end"},
+         {"read_before_wait", {{"op", "aten.add.Tensor"}, {"line", "train.py:9"}}},
+         {"from",
+          {{{"event", 0}, {"op", "fsdp.split_with_sizes_copy.default"}, {"line", "train.py:5"}}}},
+         {"first_read",
+          {{"op", "aten.mul.Tensor"}, {"line", "train.py:6"}, {"outputs", {digest}}}}},
+        {{"kind", "op"},
+         {"op", "aten.add.Tensor"},
+         {"module", "MLP"},
+         {"pass", "forward"},
+         {"line", "train.py:7"},
+         {"args", {"[R]", "[R]"}},
+         {"results", {"[R]"}},
+         {"inputs", {digest, digest}},
+         {"outputs", {digest}},
+         {"from", {1, nullptr}}}}}};
   const TraceText text = TraceTextOf("optional fields", doc.dump());
   const nlohmann::json written = ToJson(RecordingFromText(text));
   EXPECT_EQ(nlohmann::json::diff(doc, written), nlohmann::json::array());
@@ -620,13 +620,14 @@ TEST(EventDiffTest, AnInputsLastProducerIsNamedWithWhetherItChangedAfterCompleti
   gather.mesh.reset();
   gather.group = {0, 1};
   gather.line = "t.py:2";
-  RunEvent mm = OpEvent("aten.mm.default", 0, {"[R]", "[R]"}, {"[R]"}, {Hash(3), Hash(2)}, {Hash(4)});
+  RunEvent mm =
+      OpEvent("aten.mm.default", 0, {"[R]", "[R]"}, {"[R]"}, {Hash(3), Hash(2)}, {Hash(4)});
   mm.line = "t.py:3";
   RunEvent relu = OpEvent("aten.relu.default", 0, {"[R]"}, {"[R]"}, {Hash(4)}, {Hash(5)});
   a[0] = {gather, mm, relu};
   b[0] = a[0];
-  a[0][0].first_read = RunEvent::FirstRead{"fsdp.split_with_sizes_copy.default", "t.py:2",
-                                           *a[0][0].outputs};
+  a[0][0].first_read =
+      RunEvent::FirstRead{"fsdp.split_with_sizes_copy.default", "t.py:2", *a[0][0].outputs};
   b[0][0].first_read = a[0][0].first_read;
   b[0][0].first_read->outputs[0].hash = Hash(9);  // changed after it completed, in b only
   for (RunEvents* run : {&a, &b}) {

@@ -2,7 +2,7 @@
 //
 // Each view-like op is described by a dim map: for every output dim, how it is formed from the
 // input dims (InputDim, Flatten, Split, Broadcast, Singleton, NewDim, Repeat).
-// PropagateShapeAndSharding walks the map for the input's current placements and gives the input
+// ViewShardingPropagator walks the map for the input's current placements and gives the input
 // placements the op needs (a shard the map cannot keep becomes Replicate; strict views such as
 // view/_unsafe_view/squeeze refuse instead) and the output placements, as upstream's
 // propagate_shape_and_sharding does. The op strategy offers that single candidate.

@@ -326,7 +326,7 @@ bool MachineBusy() {
 
 void AdaptThreadsToLoad() {
   const OpenMp& omp = GetOpenMp();
-  if (omp.ok() && omp.in_parallel()) return;  // a worker thread: the caller's setting holds
+  if (omp.ok() && omp.in_parallel()) return;   // a worker thread: the caller's setting holds
   const int configured = ConfiguredThreads();  // as the user set it (OMP_NUM_THREADS)
   if (configured < 2) return;
   static std::atomic<bool> reduced{false};

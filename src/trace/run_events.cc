@@ -186,9 +186,9 @@ RunEvent EventFromJson(const JsonReader& r, int64_t rank, int64_t world_size, in
     const JsonReader read = r.At("first_read");
     read.ExpectObject();
     read.OnlyKeys({"op", "line", "outputs"});
-    e.first_read = RunEvent::FirstRead{read.String("op"),
-                                       read.Has("line") ? read.String("line") : "",
-                                       DigestsFromJson(read.At("outputs"))};
+    e.first_read =
+        RunEvent::FirstRead{read.String("op"), read.Has("line") ? read.String("line") : "",
+                            DigestsFromJson(read.At("outputs"))};
     if (e.first_read->op.empty() || e.first_read->op.size() > 256)
       read.At("op").Fail("expected an op name");
     if (e.kind != RunEvent::Kind::kCollective) read.Fail("only a collective has a first read");
@@ -531,12 +531,12 @@ Same CompareAll(const std::vector<TensorDigest>& x, const std::vector<TensorDige
   return worst;
 }
 
-// The event that last wrote a storage, and the plain op that wrote it since, as a "from" entry names
-// them: "event 41, all_gather over [0, 1] in layers.1 (forward) at train.py:60, then
+// The event that last wrote a storage, and the plain op that wrote it since, as a "from" entry
+// names them: "event 41, all_gather over [0, 1] in layers.1 (forward) at train.py:60, then
 // fsdp.split_with_sizes_copy.default at train.py:60".
 std::string ProducerText(const std::vector<RunEvent>& events, const RunEvent::Source& source) {
-  std::string text = StrCat("event ", source.event, ", ",
-                            EventLabel(events[static_cast<size_t>(source.event)]));
+  std::string text =
+      StrCat("event ", source.event, ", ", EventLabel(events[static_cast<size_t>(source.event)]));
   if (!source.op.empty())
     text += StrCat(", then ", source.op, source.line.empty() ? "" : StrCat(" at ", source.line));
   return text;
@@ -558,16 +558,16 @@ AfterCompletion AfterCompletionOf(const RunEvent& p) {
     out.state = State::kOp;
     return out;
   }
-  if (!p.outputs || p.outputs->size() != 1 || !p.first_read ||
-      p.first_read->outputs.size() != 1 || !(*p.outputs)[0].hash ||
-      !p.first_read->outputs[0].hash) {
+  if (!p.outputs || p.outputs->size() != 1 || !p.first_read || p.first_read->outputs.size() != 1 ||
+      !(*p.outputs)[0].hash || !p.first_read->outputs[0].hash) {
     return out;
   }
   const TensorDigest& done = (*p.outputs)[0];
   const TensorDigest& read = p.first_read->outputs[0];
   out.by = p.first_read->op;
   out.at = p.first_read->line;
-  const bool same = *done.hash == *read.hash && done.shape == read.shape && done.dtype == read.dtype;
+  const bool same =
+      *done.hash == *read.hash && done.shape == read.shape && done.dtype == read.dtype;
   out.state = same ? State::kUnchanged : State::kChanged;
   if (!same) {
     out.completed = *done.hash;
@@ -624,8 +624,8 @@ std::string SourcesText(const std::vector<RunEvent>& xs, const std::vector<RunEv
     const RunEvent& p = xs[static_cast<size_t>(x->event)];
     const RunEvent& q = ys[static_cast<size_t>(y->event)];
     std::string ignored;
-    if (p.outputs && q.outputs && CompareAll(*p.outputs, *q.outputs, "output", &ignored) ==
-                                      Same::kDiffers) {
+    if (p.outputs && q.outputs &&
+        CompareAll(*p.outputs, *q.outputs, "output", &ignored) == Same::kDiffers) {
       text += StrCat("; that event's outputs differ between the runs",
                      p.written || q.written
                          ? " (written in place before their digest: not counted as its divergence)"
@@ -1153,7 +1153,6 @@ struct Member {
   int64_t index = 0;
 };
 
-
 // An odd rank out's argument `k`: what last wrote its storage, and where a replica's storage was
 // last written by another event (or only the replica's was: a reduction this rank skipped), that
 // too ("" where neither is recorded).
@@ -1291,8 +1290,9 @@ ReplicaCheck CheckReplicas(const RunEvents& events, const std::vector<DeviceMesh
                                IntListToString(replicas), ") hold ", majority->first);
               if (!results) argument_odd = true;
               const std::string source =
-                  results ? std::string() : ReplicaSourceText(events, *m, tie ? nullptr
-                                                                      : majority->second.front(), k);
+                  results
+                      ? std::string()
+                      : ReplicaSourceText(events, *m, tie ? nullptr : majority->second.front(), k);
               diverge(*m, results && !argument_odd ? Cause::kComputed : Cause::kInput,
                       results && !argument_odd
                           ? StrCat(what, ", from arguments its replicas share: the op computed it")

@@ -188,9 +188,14 @@ void Mutate(Program& p, Json& doc) {
     }
     case 13: {  // an event's provenance ("from") or first read
       static const std::vector<Json> kSources = {
-          Json::parse("[0]"),  Json::parse("[1]"),    Json::parse("[3]"),
-          Json::parse("[-1]"), Json::parse("[null]"), Json::parse("[0, 0]"),
-          Json::parse("[]"),   Json::parse("[\"0\"]"),
+          Json::parse("[0]"),
+          Json::parse("[1]"),
+          Json::parse("[3]"),
+          Json::parse("[-1]"),
+          Json::parse("[null]"),
+          Json::parse("[0, 0]"),
+          Json::parse("[]"),
+          Json::parse("[\"0\"]"),
           Json::parse(R"([{"event": 0, "op": "aten.copy_.default"}])"),
           Json::parse(R"([{"event": 0, "op": ""}])"),
           Json::parse(R"([{"event": 0, "op": "aten.copy_.default", "size": 1}])")};
@@ -198,9 +203,9 @@ void Mutate(Program& p, Json& doc) {
       if (p.Next() % 3) {
         event["from"] = Pick(p, kSources);
       } else {
-        event["first_read"] = {{"op", "aten.mul.Tensor"},
-                               {"outputs", event["outputs"].is_null() ? Json::array()
-                                                                      : event["outputs"]}};
+        event["first_read"] = {
+            {"op", "aten.mul.Tensor"},
+            {"outputs", event["outputs"].is_null() ? Json::array() : event["outputs"]}};
       }
       break;
     }

@@ -4,7 +4,7 @@
 // upstream issued (their groups and bytes) when they line up with the plan's steps one to one.
 //
 // Example: a recording of a ColwiseParallel linear layer on 4 Gloo ranks has redistribution #0
-// "implicit aten::addmm arg 0: [R] -> [R]" and so on; TracesFromRecording gives one Trace each,
+// "implicit aten::addmm arg 0: [R] -> [R]" and so on; ViewsOfRecording gives one view each,
 // meta.backend "torch-gloo" (drawn as a real run), its initial ranks the recorded ranks_before.
 #pragma once
 

@@ -14,10 +14,13 @@
 // in every tp group at once.
 //
 // Example (8 simulated ranks):
+// clang-format off
 //   DeviceMesh mesh = DeviceMesh::Create({2, 4}, {"dp", "tp"});
 //   DTensor dt = DistributeTensor(at::arange(50.).reshape({5, 10}), mesh,
-//   ParsePlacements("S(0),R")); DTensor out = dt.Redistribute(mesh, ParsePlacements("R,S(1)"));
+//                                 ParsePlacements("S(0),R"));
+//   DTensor out = dt.Redistribute(mesh, ParsePlacements("R,S(1)"));
 //   LocalShard(out.to_local(), 3)   // rows 0..4, columns 9..9 (chunk 3 of 10 columns over 4 ranks)
+// clang-format on
 #pragma once
 
 #include <ATen/core/Tensor.h>

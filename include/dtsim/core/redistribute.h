@@ -5,14 +5,18 @@
 // What each change does, per rank (L = the rank's logical size of the tensor dim at this mesh dim,
 // i.e. its local size after the shards of the earlier mesh dims; n = mesh dim size; c = the rank's
 // coordinate on it):
-//   S(d) -> R        pad to ceil(L/n) along d, all_gather along d, keep the first L
-//   S(d) -> S(e)     pad d to ceil(Ld/n) and e to n*ceil(Le/n), all_to_all (split e, concat d),
-//   unpad both R -> S(d)        local: chunk c of torch.chunk(L, n) along d (a copy) P(op) -> R
-//   all_reduce(op) P(op) -> S(d)    pad d to n*ceil(L/n), reduce_scatter(op) along d, keep the
-//   rank's chunk size R -> P(op)       local: sum divides by n; avg, min, max keep the value; other
-//   ops refuse _S(d,k) -> R     pad to the largest strided chunk, all_gather, put every element
-//   back by index R -> _S(d,k)     local: the rank's strided sub-pieces S <-> _S, _S -> _S, P -> _S
-//   through R
+// clang-format off
+//   S(d) -> R         pad to ceil(L/n) along d, all_gather along d, keep the first L
+//   S(d) -> S(e)      pad d to ceil(Ld/n) and e to n*ceil(Le/n), all_to_all (split e, concat d),
+//                     unpad both
+//   R -> S(d)         local: chunk c of torch.chunk(L, n) along d (a copy)
+//   P(op) -> R        all_reduce(op)
+//   P(op) -> S(d)     pad d to n*ceil(L/n), reduce_scatter(op) along d, keep the rank's chunk size
+//   R -> P(op)        local: sum divides by n; avg, min, max keep the value; other ops refuse
+//   _S(d,k) -> R      pad to the largest strided chunk, all_gather, put every element back by index
+//   R -> _S(d,k)      local: the rank's strided sub-pieces
+//   S <-> _S, _S -> _S, P -> _S    through R
+// clang-format on
 // A mesh dim of size 1 and an unchanged placement never communicate.
 #pragma once
 

@@ -33,7 +33,7 @@ namespace model {
 struct ModelRunOptions {
   LlamaArgs args;
   DeviceMesh mesh = DeviceMesh::Create({1}, {"tp"});
-  std::string plan = "tp+sp";  // tp | tp+sp
+  std::string plan = "tp+sp";  // tp | tp+sp | fsdp | fsdp+tp
   bool loss_parallel = false;
   bool backward = false;
   bool meta = false;   // meta tensors: shapes, collectives and memory, no values, no check

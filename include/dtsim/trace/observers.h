@@ -1,4 +1,4 @@
-// The run library's one observer API: an ordered list of observers of one kind, each hearing every
+// dtsim's one observer API: an ordered list of observers of one kind, each hearing every
 // event while it is registered. Collectives (CollectiveObserver, per Collectives object), DTensor
 // ops (ops::OpObserver, per thread) and modules (model::ModuleObserver, per thread) all keep their
 // observers in one of these, so every recorder registers, scopes and pauses itself the same way.
