@@ -252,7 +252,7 @@ class EventLog:
         self.waiting: Dict[int, _Waiting] = {}  # id(work) -> the event waiting for it
         self.works: Dict[int, Any] = {}  # id(work) -> work (kept alive while waiting)
         self.lock = threading.Lock()
-        self.groups: Dict[Any, List[int]] = {}
+        self.groups: Dict[int, Tuple[Any, List[int]]] = {}  # id(ProcessGroup) -> (it, its ranks)
         self.meshes: Dict[int, Tuple[Any, List[Any]]] = {}  # id(DeviceMesh) -> (it, its ranks as nested lists)
         self.in_op: Dict[int, int] = {}  # rank -> DTensor ops it is inside (their collectives are the op's)
         self.simulated = False  # dtsim run: the simulated process group reports collectives (arrive, complete)
@@ -423,16 +423,17 @@ class EventLog:
                                          "outputs": [digest(_joined(buffers), sketch=False)]}
 
     def _group(self, pg) -> List[int]:
-        key = id(pg)
-        ranks = self.groups.get(key)
-        if ranks is None:
-            from torch.distributed import distributed_c10d as c10d
+        """The ranks of `pg`, a ProcessGroup or the boxed one c10d's dispatcher ops hand. The box is a new object per
+        call, so the cache is keyed by the group itself and holds it: a key by id() of a box that was freed is reused
+        by the next box, whatever group it holds."""
+        from torch.distributed import distributed_c10d as c10d
 
-            if isinstance(pg, torch.ScriptObject):  # as c10d's dispatcher ops hand it
-                pg = c10d.ProcessGroup.unbox(pg)
-            ranks = [int(r) for r in c10d.get_process_group_ranks(pg)]
-            self.groups[key] = ranks
-        return ranks
+        if isinstance(pg, torch.ScriptObject):
+            pg = c10d.ProcessGroup.unbox(pg)
+        known = self.groups.get(id(pg))
+        if known is None or known[0] is not pg:
+            known = self.groups[id(pg)] = (pg, [int(r) for r in c10d.get_process_group_ranks(pg)])
+        return known[1]
 
     # ---- ops ----
     def op(self, rank: int, func, dtensors_in: List[Any], run: Callable[[], Any], written: List[Any] = ()) -> Any:

@@ -230,6 +230,25 @@ def test_averaging_reduce_scatter_is_located_on_every_rank(tmp_path, sim):
     assert "written outside the recorded ops and collectives" in firsts[0]
 
 
+def test_every_collective_names_its_own_group_though_the_groups_boxes_share_an_address(tmp_path):
+    # c10d's ops hand each call's group boxed anew; a cache keyed by the box's address named the world's all-reduce
+    # by a dp group whose freed box had the same address (a CI failure of the test below, at its last collective).
+    path = str(tmp_path / "boxes.json")
+    script = os.path.join(os.path.dirname(__file__), "scripts", "group_boxes.py")
+    p = run([DTSIM, "record", "-o", path, "--"] + TORCHRUN + [script])
+    assert p.returncode == 0, p.stderr[-3000:]
+    with open(path) as f:
+        events = json.load(f)["events"]
+    assert sorted(events) == ["0", "1", "2", "3"], sorted(events)
+    for rank, evs in events.items():
+        dp = [0, 2] if int(rank) % 2 == 0 else [1, 3]
+        groups = [e["group"] for e in evs if e.get("kind") == "collective" and e.get("op") == "all_reduce"]
+        expected = [dp if i % 2 else [0, 1, 2, 3] for i in range(200)]  # group_boxes.py's CALLS
+        # new_group's own store-based setup issues no all-reduce on Gloo; any other all-reduce would show here.
+        assert groups == expected, (rank, [i for i, (g, e) in enumerate(zip(groups, expected)) if g != e][:5],
+                                    len(groups))
+
+
 def test_async_read_before_its_wait_is_located_at_the_collective_and_the_read(tmp_path, sim):
     real = record(tmp_path, "async_read_early")
     p = diff(real, sim)
