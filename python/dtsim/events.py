@@ -424,14 +424,15 @@ class EventLog:
 
     def _group(self, pg) -> List[int]:
         """The ranks of `pg`, a ProcessGroup or the boxed one c10d's dispatcher ops hand. The box is a new object per
-        call, so the cache is keyed by the group itself and holds it: a key by id() of a box that was freed is reused
-        by the next box, whatever group it holds."""
+        call, so the cache is keyed by the group it holds, and holds that group (its id cannot be reused while it is a
+        key; unboxing one group again returns the same object): a key by id() of a box that was freed is reused by the
+        next box, whatever group it holds."""
         from torch.distributed import distributed_c10d as c10d
 
         if isinstance(pg, torch.ScriptObject):
             pg = c10d.ProcessGroup.unbox(pg)
         known = self.groups.get(id(pg))
-        if known is None or known[0] is not pg:
+        if known is None:
             known = self.groups[id(pg)] = (pg, [int(r) for r in c10d.get_process_group_ranks(pg)])
         return known[1]
 
