@@ -620,6 +620,42 @@ def test_cuda_graphs_are_refused_at_their_line():
     assert re.search(r"cuda_graph\.py\", line 7, in <module>", out.stderr), out.stderr[-3000:]
 
 
+FLEX_LINE = re.compile(r"rank (\d) (\w+): max \|out - sdpa\| (\S+), grads q (\S+) k (\S+) v (\S+); "
+                       r"all-reduced grad sums \[(.*)\] sdpa \[(.*)\]")
+
+
+def test_flex_attention_trains_on_the_emulated_gpus_as_sdpa_computes_it():
+    """torch has no FlexAttention backward on a CPU; on dtsim run's emulated GPUs, compiled flex_attention (as
+    torchtitan compiles it) runs upstream's dense path with its backward. Causal, torchtitan's block-causal document
+    mask and an ALiBi score_mod each equal SDPA's math on the equal dense mask or bias (built from the index formulas in
+    the script), in the output and in the gradients of q, k and v on each rank, and in their all-reduced sums."""
+    out = run([DTSIM, "run", "--nproc-per-node", "2", os.path.join(SCRIPTS, "flex_backward.py")])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = FLEX_LINE.findall(out.stdout)
+    assert sorted((r[0], r[1]) for r in rows) == sorted(
+        (str(rank), case) for rank in (0, 1) for case in ("causal", "block_causal", "alibi")), out.stdout
+    for rank, case, *diffs, summed, reference in rows:
+        assert max(float(d) for d in diffs) < 1e-4, (rank, case, diffs)
+        got, want = ([float(x) for x in s.split(",")] for s in (summed, reference))
+        assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(got, want)), (case, got, want)
+    assert out.stderr.count("torch.compile(flex_attention) runs eagerly on the emulated GPUs: upstream's dense "
+                            "FlexAttention") == 1, out.stderr
+    assert "flex_attention called without torch.compile()" not in out.stderr
+
+
+def test_flex_attention_backward_on_cpu_tensors_is_refused_as_torch_refuses_it():
+    """A CPU program (Gloo, CPU tensors) keeps torch's refusal of FlexAttention's backward under dtsim run, as under
+    real torchrun: both fail at the same line with torch's message."""
+    says = "FlexAttention does not support backward on CPU"
+    script = os.path.join(SCRIPTS, "flex_backward.py")
+    real = run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", script, "cpu"], env=REFERENCE_ENV)
+    sim = run([DTSIM, "run", "--nproc-per-node", "2", script, "cpu"])
+    for out in (real, sim):
+        assert out.returncode == 1, out.stderr[-3000:]
+        assert says in out.stderr and re.search(r"flex_backward\.py\", line 68, in <module>", out.stderr), \
+            out.stderr[-3000:]
+
+
 def test_run_trace_holds_every_collective_with_hashes(tmp_path):
     """--trace on tp_fsdp_adamw.py: the recording's run-wide "collectives" hold FSDP2's all-gathers and
     reduce-scatters (5 steps per dp group) and every other collective of the program (the report's, less the

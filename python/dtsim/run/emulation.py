@@ -31,6 +31,11 @@ _GPU_TYPES = ("cuda", "xpu", "mps", "hpu", "mtia")
 _program_on_gpu = False
 
 
+def program_on_gpu() -> bool:
+    """Whether the program asked for a GPU so far (its tensors stand for GPU tensors)."""
+    return _program_on_gpu
+
+
 class _RankWorld:
     """One rank's c10d state: what c10d's `_World` keeps in module globals, kept here per rank."""
 
@@ -105,7 +110,7 @@ class _RankDevices:
         return self._current.get(rank, self._local_rank_of())
 
     def set(self, device) -> None:
-        index = _device_index(device)
+        index = device_index(device)
         if index is None:
             return
         if not 0 <= index < self.count:
@@ -114,7 +119,7 @@ class _RankDevices:
         self._current[threading.get_ident()] = index
 
 
-def _device_index(device) -> Optional[int]:
+def device_index(device) -> Optional[int]:
     if isinstance(device, int):
         return device
     if isinstance(device, str):
@@ -335,7 +340,7 @@ def _stream_factory(session, original):
     return lambda *a, **k: _NoOpStream()
 
 
-def _devices(session) -> _RankDevices:
+def devices(session) -> _RankDevices:
     if session.devices is None:
         session.devices = _RankDevices(session.local_rank_of, session.config.nproc_per_node)
     return session.devices
@@ -516,16 +521,16 @@ C10D_ENTRIES = patches.register("c10d", [
 
 CUDA_ENTRIES = patches.register("cuda", [
     patches.Replace("torch.cuda.is_available", _const(True)),
-    patches.Replace("torch.cuda.device_count", lambda s, o: (lambda: _devices(s).count)),
-    patches.Replace("torch.cuda.set_device", lambda s, o: _devices(s).set),
-    patches.Replace("torch.cuda.current_device", lambda s, o: _devices(s).current),
+    patches.Replace("torch.cuda.device_count", lambda s, o: (lambda: devices(s).count)),
+    patches.Replace("torch.cuda.set_device", lambda s, o: devices(s).set),
+    patches.Replace("torch.cuda.current_device", lambda s, o: devices(s).current),
     patches.Replace("torch.cuda.synchronize", _no_op_factory),
     patches.Replace("torch.cuda.init", _no_op_factory),
     patches.Replace("torch.cuda.is_initialized", _const(True)),
     patches.Replace("torch.cuda.get_device_name", _const("dtsim simulated GPU (CPU tensors)")),
     patches.Replace("torch.cuda.get_device_capability", _const((9, 0))),
     patches.Replace("torch.cuda.get_device_properties",
-                    lambda s, o: (lambda device=None: DeviceProperties(_device_index(device) or 0))),
+                    lambda s, o: (lambda device=None: DeviceProperties(device_index(device) or 0))),
     patches.Replace("torch.cuda.is_bf16_supported", _const(True)),
     patches.Replace("torch.cuda.manual_seed", _no_op_factory),
     patches.Replace("torch.cuda.manual_seed_all", _no_op_factory),
@@ -546,11 +551,11 @@ CUDA_ENTRIES = patches.register("cuda", [
   + [
     patches.Replace("torch.accelerator.is_available", _const(True)),
     patches.Replace("torch.accelerator.current_accelerator", _const(torch.device("cuda"))),
-    patches.Replace("torch.accelerator.device_count", lambda s, o: (lambda: _devices(s).count)),
-    patches.Replace("torch.accelerator.set_device_index", lambda s, o: _devices(s).set),
-    patches.Replace("torch.accelerator.set_device_idx", lambda s, o: _devices(s).set, optional=True),
-    patches.Replace("torch.accelerator.current_device_index", lambda s, o: _devices(s).current),
-    patches.Replace("torch.accelerator.current_device_idx", lambda s, o: _devices(s).current, optional=True),
+    patches.Replace("torch.accelerator.device_count", lambda s, o: (lambda: devices(s).count)),
+    patches.Replace("torch.accelerator.set_device_index", lambda s, o: devices(s).set),
+    patches.Replace("torch.accelerator.set_device_idx", lambda s, o: devices(s).set, optional=True),
+    patches.Replace("torch.accelerator.current_device_index", lambda s, o: devices(s).current),
+    patches.Replace("torch.accelerator.current_device_idx", lambda s, o: devices(s).current, optional=True),
     patches.Replace("torch.accelerator.synchronize", _no_op_factory),
     patches.Replace("torch.accelerator.current_stream", _stream_factory),
     patches.Replace("torch.accelerator.set_stream", _no_op_factory),

@@ -447,7 +447,8 @@ def main(argv: Sequence[str]) -> int:
               f"venv {other_venv}; to use that one, run `python -m dtsim run ...` from it with dtsim installed there "
               "(docs/python.md), or set DTSIM_PYTHON to its python", file=sys.stderr)
 
-    from . import check_ops, emulation, meta, modules, patches, rank_state  # noqa: F401 (their registry tables)
+    # Imported for their registry tables.
+    from . import check_ops, emulation, gpu_kernels, meta, modules, patches, rank_state  # noqa: F401
     from .modules import MemoryMeter, Tracker
     from .process_group import World
     from .scheduler import RankContext, Scheduler
@@ -484,7 +485,7 @@ def main(argv: Sequence[str]) -> int:
             return f"{path} ({pass_})"
 
         session.checker = OpChecker(module_of)
-    patches.install(session, ["c10d", "cuda", "dtensor", "modules", "meta", "check_ops", "process"])
+    patches.install(session, ["c10d", "cuda", "gpu_kernels", "dtensor", "modules", "meta", "check_ops", "process"])
     tracing = _Tracing(args.trace) if args.trace is not None else None
     if tracing is not None:
         from .. import recorder

@@ -30,3 +30,52 @@ _cpu.set_device = _nothing
 _cpu.current_device = _zero
 _original_device_count = getattr(_cpu, "device_count", None)
 _cpu.device_count = lambda: 1 << 16
+
+
+# FlexAttention, for the reference runs of torchtitan's FlexAttention configs: torch has no FlexAttention backward on
+# a CPU, so the reference computes the same attention densely here, from the block mask's mask_mod evaluated at every
+# (batch, head, query, key) index, with fp32 scores and softmax as the GPU kernel accumulates them; autograd gives its
+# backward. It is independent of torch's own dense FlexAttention path, which dtsim run uses on its emulated GPUs (and
+# which tests/run/scripts/flex_backward.py checks against SDPA). torchtitan compiles flex_attention and
+# create_block_mask; here both run eagerly (a block mask is the same integers either way).
+import math  # noqa: E402
+
+import torch.nn.attention.flex_attention as _flex  # noqa: E402
+
+
+def _dense_flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                          return_lse=False, kernel_options=None, *, return_aux=None):
+    if score_mod is not None:
+        raise NotImplementedError("the reference's dense FlexAttention takes no score_mod")
+    batch, heads, q_len, dim = query.shape
+    kv_len = key.shape[-2]
+    if key.shape[1] != heads:
+        key = key.repeat_interleave(heads // key.shape[1], dim=1)
+        value = value.repeat_interleave(heads // value.shape[1], dim=1)
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    scores = (query.to(work) @ key.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(dim) if scale is None else scale)
+    if block_mask is not None:
+        device = query.device
+        index = (torch.arange(batch, device=device).view(-1, 1, 1, 1), torch.arange(heads, device=device).view(1, -1, 1, 1),
+                 torch.arange(q_len, device=device).view(1, 1, -1, 1), torch.arange(kv_len, device=device).view(1, 1, 1, -1))
+        allowed = block_mask.mask_mod(*index).expand(batch, heads, q_len, kv_len)
+        scores = scores.masked_fill(~allowed, -float("inf"))
+    lse = scores.logsumexp(dim=-1)
+    out = torch.softmax(scores, dim=-1).to(query.dtype) @ value
+    if return_aux is not None:
+        return out, _flex.AuxOutput(lse=lse if return_aux.lse else None, max_scores=None)
+    return (out, lse) if return_lse else out
+
+
+_flex.flex_attention = _dense_flex_attention
+_compile = torch.compile
+_EAGER = (_dense_flex_attention, _flex.create_block_mask)
+
+
+def _reference_compile(model=None, **kwargs):
+    if model is None:
+        return lambda fn: _reference_compile(fn, **kwargs)
+    return model if any(model is f for f in _EAGER) else _compile(model, **kwargs)
+
+
+torch.compile = _reference_compile
