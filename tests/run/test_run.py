@@ -650,10 +650,10 @@ def test_flex_attention_backward_on_cpu_tensors_is_refused_as_torch_refuses_it()
     script = os.path.join(SCRIPTS, "flex_backward.py")
     real = run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", script, "cpu"], env=REFERENCE_ENV)
     sim = run([DTSIM, "run", "--nproc-per-node", "2", script, "cpu"])
+    line = next(i for i, text in enumerate(open(script), 1) if "# refused here" in text)
     for out in (real, sim):
         assert out.returncode == 1, out.stderr[-3000:]
-        assert says in out.stderr and re.search(r"flex_backward\.py\", line 68, in <module>", out.stderr), \
-            out.stderr[-3000:]
+        assert says in out.stderr and f'flex_backward.py", line {line}, in <module>' in out.stderr, out.stderr[-3000:]
 
 
 def test_run_trace_holds_every_collective_with_hashes(tmp_path):
@@ -1014,3 +1014,15 @@ def test_report_json_to_redirected_stdout_follows_the_programs_output(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
     assert b"report-json: writing '/dev/stdout' failed: Broken pipe" in err, err
+
+
+def test_premultiplied_sum_equals_its_closed_form_and_peers_must_agree_on_the_factor():
+    """NCCL's premultiplied sum (FSDP2's reduce-scatter with a gradient divide factor, as torchtitan sets it): an
+    all_reduce with a number factor and a reduce_scatter_tensor with a tensor factor equal their closed forms on every
+    rank, exactly; a rank that premultiplies by another factor than its peers ends the run (exit 4) naming both."""
+    out = run([DTSIM, "run", "--nproc-per-node", "4", os.path.join(SCRIPTS, "premul_sum.py")])
+    assert out.returncode == 4, out.stderr[-3000:]
+    for rank in range(4):
+        assert f"result all_reduce premul_sum(0.25) rank {rank} exact True" in out.stdout, out.stdout
+        assert f"result reduce_scatter premul_sum(tensor 0.5) rank {rank} exact True" in out.stdout, out.stdout
+    assert "premul_sum(2.0)" in out.stderr and "premul_sum(1.0)" in out.stderr, out.stderr[-3000:]

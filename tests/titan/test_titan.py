@@ -22,9 +22,12 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HERE = os.path.dirname(os.path.abspath(__file__))
 TITAN_PY = os.environ.get("DTSIM_TITAN_PYTHON") or os.path.expanduser(
     "~/.cache/dtsim/titan-venv-2.15.0/bin/python")
-COMMON = ["--module", "graph_trainer.llama3", "--config", "graph_trainer_llama3_debugmodel_sdpa_eager",
-          "--training.steps", "3", "--training.seq_len", "256", "--training.local_batch_size", "2",
-          "--checkpoint.no-enable", "--validator.no-enable", "--debug.seed", "42"]
+RUN_ARGS = ["--training.steps", "3", "--training.seq_len", "256", "--training.local_batch_size", "2",
+            "--checkpoint.no-enable", "--validator.no-enable", "--debug.seed", "42"]
+COMMON = ["--module", "graph_trainer.llama3", "--config", "graph_trainer_llama3_debugmodel_sdpa_eager"] + RUN_ARGS
+# torchtitan's default llama3 debug config: FlexAttention with its block-causal document mask, selective activation
+# checkpointing, and (with TP) the spmd_types path.
+DEFAULT = ["--module", "llama3", "--config", "llama3_debugmodel"] + RUN_ARGS
 NO_GRAPHS = ["--training.disable_cuda_graphs"]
 STEP = re.compile(r"step:\s+(\d+)\s+loss:\s+([-\d.]+)\s+grad_norm:\s+([-\d.]+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -60,18 +63,18 @@ def steps(text):
     return sorted({m.groups() for m in STEP.finditer(ANSI.sub("", text))})
 
 
-def reference(workdir, nproc, args):
+def reference(workdir, nproc, args, common=COMMON):
     out = subprocess.run([TITAN_PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                          "-m", "torchtitan.train"] + COMMON + NO_GRAPHS + args, capture_output=True, text=True,
+                          "-m", "torchtitan.train"] + common + NO_GRAPHS + args, capture_output=True, text=True,
                          cwd=workdir, env=env_for(workdir, True), timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     return steps(out.stdout + out.stderr)
 
 
-def simulated(workdir, nproc, args, extra=(), graphs_off=True):
+def simulated(workdir, nproc, args, extra=(), graphs_off=True, common=COMMON):
     started = time.monotonic()
     out = subprocess.run([TITAN_PY, "-m", "dtsim", "run", "--nproc-per-node", str(nproc)] + list(extra)
-                         + ["-m", "torchtitan.train"] + COMMON + (NO_GRAPHS if graphs_off else []) + args,
+                         + ["-m", "torchtitan.train"] + common + (NO_GRAPHS if graphs_off else []) + args,
                          capture_output=True, text=True, cwd=workdir, env=env_for(workdir, False), timeout=900)
     return out, time.monotonic() - started
 
@@ -117,3 +120,27 @@ def test_check_ops_is_clean_on_torchtitan_fsdp_tp(workdir):
     plain, _ = simulated(workdir, 8, args)
     assert steps(out.stdout + out.stderr) == steps(plain.stdout + plain.stderr)
     print(f"--check-ops on torchtitan FSDP 4 x TP 2, 8 ranks: {count} ops checked, no divergence, {seconds:.1f} s")
+
+
+def close(got, want, rel=2e-3):
+    """Steps equal in number, and each loss and gradient norm within `rel` of the reference's."""
+    return len(got) == len(want) and all(
+        g[0] == w[0] and all(abs(float(a) - float(b)) <= rel * abs(float(b)) for a, b in zip(g[1:], w[1:]))
+        for g, w in zip(got, want))
+
+
+def test_default_flex_attention_config_trains_as_the_dense_reference(workdir):
+    """torchtitan's default llama3 debug config (FlexAttention, block-causal document mask, selective activation
+    checkpointing) with FSDP 2 x TP 2 on 4 ranks on the spmd_types path: dtsim run's emulated GPUs run torch's dense
+    FlexAttention with its backward; the reference (real torchrun + Gloo) computes the attention with the harness's own
+    dense masked softmax (reference_site/sitecustomize.py). Every step's loss and gradient norm agree within float
+    tolerance (the two attentions round differently)."""
+    args = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]
+    want = reference(workdir, 4, args, common=DEFAULT)
+    assert [s[0] for s in want] == ["1", "2", "3"], want
+    out, seconds = simulated(workdir, 4, args, common=DEFAULT)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = steps(out.stdout + out.stderr)
+    assert close(got, want), (got, want)
+    assert "torch.compile(flex_attention) runs eagerly on the emulated GPUs" in out.stderr
+    print(f"torchtitan default llama3 debug config, FSDP 2 x TP 2: {got} against {want}; dtsim run {seconds:.1f} s")

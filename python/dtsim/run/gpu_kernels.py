@@ -3,15 +3,16 @@
 
 - **FlexAttention's backward.** torch refuses `flex_attention` on CPU tensors that require grad (its
   `_validate_device`), and its compiled CPU kernel (inductor's C++ template) is inference only. On the emulated GPUs
-  `flex_attention` runs upstream's own eager path instead: the flex_attention higher-order op's dense implementation
+  `flex_attention` calls the flex_attention higher-order op directly instead: its dense implementation
   of the same `score_mod` and block mask (scores materialized, masked, softmax, with its autograd and its
   `flex_attention_backward`), which is the math the GPU's fused kernel computes. A program that is not on the
   emulated GPUs (a CPU program) keeps torch's refusal, as under torchrun.
 - **`torch.compile` of `flex_attention` and of `create_block_mask`** (torchtitan compiles both where it imports
   them): on the emulated GPUs the call runs the eager function, for the reason above; `create_block_mask`'s result is
   the same integers and booleans either way. Every other `torch.compile` goes to torch's.
-- **The CUDA RNG state** that dynamo saves and restores around every frame it compiles: `torch.cuda.get_rng_state`
-  and `set_rng_state` (and their `_all` forms) keep one state per rank and device. Random numbers of the emulated GPUs
+- **What dynamo asks of CUDA** around every frame it compiles. `torch.cuda.is_current_stream_capturing()` is False
+  (CUDA graphs are refused, emulation.py). `torch.cuda.get_rng_state` and `set_rng_state` (and their `_all` forms),
+  which it saves and restores, keep one state per rank and device. Random numbers of the emulated GPUs
   are drawn from the rank's CPU generator, so this state is what the program last set, never a draw's.
 """
 
@@ -26,9 +27,11 @@ import torch
 from . import emulation, patches
 
 _FLEX = "torch.nn.attention.flex_attention"
-# The warning id under which torch's eager flex_attention says it runs unfused: the program asked for the compiled
-# kernel, and dtsim run says once why it runs the dense one (_say_eager).
-_UNFUSED_WARNING = "flex_attention_performance"
+# torch's own switch between its eager flex_attention's two paths: True calls the higher-order op directly, False
+# (torch's default) runs it through dynamo with an eager backend, whose tracing asks the accelerator for its current
+# stream, which an emulated GPU's CPU tensors cannot answer. Both paths compute the op's dense implementation; the
+# direct one also skips torch's warning that the call is not compiled (_say_eager says what runs instead).
+_DIRECT_SWITCH = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
 _said: set = set()
 _said_lock = threading.Lock()
 
@@ -38,12 +41,16 @@ def _on_emulated_gpu() -> bool:
 
 
 def _say_eager(name: str, how: str) -> None:
-    """Says once per run that the program's compiled `name` runs eagerly, and `how`."""
+    """Says once per run that the program's `name` runs eagerly on the emulated GPUs, and `how`."""
     with _said_lock:
         if name in _said:
             return
         _said.add(name)
     print(f"dtsim run: {name} runs eagerly on the emulated GPUs: {how}", file=sys.__stderr__)
+
+
+_FLEX_HOW = ("upstream's dense FlexAttention of the same score_mod and block mask, with its backward (torch has no "
+             "FlexAttention backward on a CPU)")
 
 
 def _validate_device(session, original):
@@ -55,33 +62,54 @@ def _validate_device(session, original):
     return validate_device
 
 
-def _eager_targets() -> Dict[int, Tuple[Callable[..., Any], str, str]]:
-    """The functions whose torch.compile runs eagerly on the emulated GPUs, by identity: (function, name, what the
-    eager call computes)."""
-    from torch.nn.attention import flex_attention as flex
+def _flex_attention(session, original):
+    module = sys.modules[_FLEX]
 
-    return {id(flex.flex_attention): (flex.flex_attention, "torch.compile(flex_attention)",
-                                      "upstream's dense FlexAttention of the same score_mod and block mask, with its "
-                                      "backward (torch has no FlexAttention backward on a CPU)"),
-            id(flex.create_block_mask): (flex.create_block_mask, "torch.compile(create_block_mask)",
-                                         "the same block mask (inductor's CPU compile of it is slow)")}
+    def flex_attention(*args, **kwargs):
+        if not _on_emulated_gpu():
+            return original(*args, **kwargs)
+        _say_eager("flex_attention", _FLEX_HOW)
+        before = getattr(module, _DIRECT_SWITCH)
+        setattr(module, _DIRECT_SWITCH, True)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            setattr(module, _DIRECT_SWITCH, before)
+
+    flex_attention.__wrapped__ = original
+    flex_attention.__name__ = original.__name__
+    flex_attention.__doc__ = original.__doc__
+    session.extra["flex_attention"] = (original, flex_attention)
+    return flex_attention
 
 
 def _compile(session, original):
+    def eager_targets() -> Dict[int, Tuple[Callable[..., Any], str]]:
+        """The functions whose torch.compile runs eagerly on the emulated GPUs, by identity: (the function to call
+        there, its name)."""
+        from torch.nn.attention import flex_attention as flex
+
+        targets = {id(flex.create_block_mask): (flex.create_block_mask, "create_block_mask")}
+        for function in session.extra.get("flex_attention", ()):
+            targets[id(function)] = (flex.flex_attention, "flex_attention")
+        return targets
+
     def compile(model=None, **kwargs):
         if model is None:  # the decorator form: torch.compile(options=...)(fn)
             return lambda fn: compile(fn, **kwargs)
-        target = _eager_targets().get(id(model))
-        if target is None or target[0] is not model:
+        target = eager_targets().get(id(model))
+        if target is None:
             return original(model, **kwargs)
-        function, name, how = target
+        function, name = target
         compiled = original(model, **kwargs)  # compiles on its first call, which only a CPU program makes
 
         def eager_on_emulated_gpu(*args, **call_kwargs):
             if not _on_emulated_gpu():
                 return compiled(*args, **call_kwargs)
-            _say_eager(name, how)
-            patches.read(f"{_FLEX}._WARNINGS_SHOWN").add(_UNFUSED_WARNING)
+            _say_eager(f"torch.compile({name})", _FLEX_HOW if name == "flex_attention" else
+                       "the same block mask (inductor's CPU compile of it is slow)")
+            with _said_lock:
+                _said.add(name)  # the eager function need not say it again
             return function(*args, **call_kwargs)
 
         eager_on_emulated_gpu.__wrapped__ = model
@@ -135,11 +163,15 @@ def _rng(name: str):
 ENTRIES = patches.register("gpu_kernels", [
     patches.Replace(f"{_FLEX}._validate_device", _validate_device,
                     why="FlexAttention's backward on the emulated GPUs' CPU tensors (upstream's dense path)"),
-    patches.Read(f"{_FLEX}._WARNINGS_SHOWN"),
-    patches.Read(f"{_FLEX}.flex_attention"),
+    patches.Read(f"{_FLEX}.{_DIRECT_SWITCH}"),
+    patches.Replace(f"{_FLEX}.flex_attention", _flex_attention, by_name=True,
+                    why="on the emulated GPUs, the higher-order op called directly (_DIRECT_SWITCH)"),
     patches.Read(f"{_FLEX}.create_block_mask"),
     patches.Replace("torch.compile", _compile,
                     why="flex_attention and create_block_mask compiled on the emulated GPUs run eagerly"),
+    patches.Replace("torch.cuda.is_current_stream_capturing", lambda session, original: (lambda: False),
+                    by_name=True, why="dynamo asks before every frame it compiles; no stream captures (CUDA graphs are "
+                    "refused)"),
 ] + [patches.Replace(f"torch.cuda.{name}", _rng(method), by_name=True,
                      why="dynamo saves and restores it around every frame it compiles")
      for name, method in (("get_rng_state", "get"), ("set_rng_state", "set"), ("get_rng_state_all", "get_all"),

@@ -33,12 +33,35 @@ _REDUCE_NAMES = (("sum", _ReduceOp.SUM), ("avg", _ReduceOp.AVG), ("product", _Re
                  ("bxor", _ReduceOp.BXOR))
 
 
+class _PreMulSum(str):
+    """The name of NCCL's premultiplied sum (`dist._make_nccl_premul_sum(factor)`, FSDP2's reduce-scatter where a
+    gradient divide factor is set), carrying its factor (a number, or a one-element tensor). The name shows the factor,
+    so that peers that call it with another factor do not meet."""
+
+    factor: object
+
+    def __new__(cls, factor) -> "_PreMulSum":
+        value = factor.item() if isinstance(factor, torch.Tensor) else float(factor)
+        name = super().__new__(cls, f"premul_sum({value!r})")
+        name.factor = factor
+        return name
+
+    def scale(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` times the factor in its own dtype, as NCCL premultiplies each rank's input."""
+        factor = self.factor
+        if isinstance(factor, torch.Tensor):
+            factor = factor.to(device=tensor.device, dtype=tensor.dtype)
+        return tensor * factor
+
+
 def _reduce_name(op) -> str:
     for name, kind in _REDUCE_NAMES:
         if op == kind:
             return name
+    if op == _ReduceOp.PREMUL_SUM and getattr(op, "factor", None) is not None:
+        return _PreMulSum(op.factor)
     raise RuntimeError(f"dtsim run: reduce op {op} is not supported by the simulated backend "
-                       "(supported: sum, avg, product, min, max, band, bor, bxor)")
+                       "(supported: sum, avg, product, min, max, band, bor, bxor, premul_sum)")
 
 
 class _ReferenceFlag(threading.local):
@@ -50,6 +73,11 @@ _REFERENCE = _ReferenceFlag()
 
 def _reduce(tensors: Sequence[torch.Tensor], op_name: str) -> torch.Tensor:
     """Every rank's tensor reduced in ascending rank order (a fixed order, as one ring pass would give)."""
+    if isinstance(op_name, _PreMulSum):
+        acc = op_name.scale(tensors[0])
+        for t in tensors[1:]:
+            acc.add_(op_name.scale(t))
+        return acc
     acc = tensors[0].clone()
     if op_name in ("sum", "avg"):
         for t in tensors[1:]:

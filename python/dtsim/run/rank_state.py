@@ -46,6 +46,9 @@ SHARED_ROOTS = frozenset({
     "dtsim", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "__main__", "__mp_main__",
     # Registers its Arrow extension types in pyarrow's process-wide registry at import, which refuses a second copy.
     "datasets",
+    # torch's FSDP2 and DTensor import it where it is installed, and hold its types (MeshAxis, the partition specs): a
+    # rank's own copy would hand torch types it does not recognize (torchtitan's spmd_types path).
+    "spmd_types",
 })
 _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _MISSING = object()

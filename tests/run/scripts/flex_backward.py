@@ -29,6 +29,10 @@ dist.init_process_group("gloo" if ON_CPU else "nccl")
 rank = dist.get_rank()
 device = torch.device("cpu") if ON_CPU else torch.device("cuda", rank)
 torch.manual_seed(1234 + rank)
+if not ON_CPU:  # the CUDA RNG state dynamo saves and restores around the frames it compiles
+    state = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(torch.cuda.get_rng_state(), state) and state.dtype == torch.uint8
 B, H, L, E = 2, 4, 256, 16
 DOC_STARTS = (0, 37, 120, 200)  # four documents in each sequence
 doc_of = torch.zeros(L, dtype=torch.long, device=device)

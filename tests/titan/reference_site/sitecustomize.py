@@ -79,3 +79,19 @@ def _reference_compile(model=None, **kwargs):
 
 
 torch.compile = _reference_compile
+
+
+# Gloo has no ReduceOp.PREMUL_SUM, which FSDP2 reduce-scatters with when torchtitan sets a gradient divide factor (1.0:
+# torchtitan scales by the global token count itself). The reference forces FSDP2's sum reduction instead, which then
+# post-multiplies by the same factor: for torchtitan's 1.0 the same numbers as NCCL's premultiplied sum.
+import torch.distributed.fsdp._fully_shard._fsdp_collectives as _fsdp_collectives  # noqa: E402
+
+_divide_factors = _fsdp_collectives._get_gradient_divide_factors
+
+
+def _sum_reduction_divide_factors(reduce_scatter_group, all_reduce_group, reduce_dtype, device_type="", factor=None,
+                                  force_sum_reduction_for_comms=False):
+    return _divide_factors(reduce_scatter_group, all_reduce_group, reduce_dtype, device_type, factor, True)
+
+
+_fsdp_collectives._get_gradient_divide_factors = _sum_reduction_divide_factors
