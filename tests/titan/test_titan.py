@@ -144,3 +144,31 @@ def test_default_flex_attention_config_trains_as_the_dense_reference(workdir):
     assert close(got, want), (got, want)
     assert "torch.compile(flex_attention) runs eagerly on the emulated GPUs" in out.stderr
     print(f"torchtitan default llama3 debug config, FSDP 2 x TP 2: {got} against {want}; dtsim run {seconds:.1f} s")
+
+
+def test_dcp_checkpoint_resumes_into_the_same_losses_with_full_activation_checkpointing(workdir):
+    """The default config with full activation checkpointing, FSDP 2 on 2 ranks, saving a DCP checkpoint at step 2
+    (model, optimizer, LR scheduler, data loader): its steps agree with real torchrun's within float tolerance (the
+    reference's own dense attention), and a second run that resumes from that step-2 checkpoint alone gives step 3's
+    loss and gradient norm of the uninterrupted run exactly."""
+    args = ["--parallelism.data_parallel_shard_degree", "2", "--checkpoint.interval", "2"]
+    full_ac = ["activation-checkpoint:full"]  # torchtitan's subcommand: last on its command line
+    saving = DEFAULT[:DEFAULT.index("--checkpoint.no-enable")] + DEFAULT[DEFAULT.index("--checkpoint.no-enable") + 1:]
+    want = reference(workdir, 2, args + ["--dump_folder", str(workdir / "dcp_reference")] + full_ac, common=DEFAULT)
+    first, _ = simulated(workdir, 2, args + ["--checkpoint.enable", "--dump_folder", str(workdir / "dcp_first")]
+                         + full_ac, common=saving)
+    assert first.returncode == 0, first.stderr[-4000:]
+    uninterrupted = steps(first.stdout + first.stderr)
+    assert close(uninterrupted, want), (uninterrupted, want)
+    folder = workdir / "dcp_first" / "checkpoint"
+    assert sorted(os.listdir(folder)) == ["step-2", "step-3"], os.listdir(folder)
+    resumed_folder = workdir / "dcp_resumed" / "checkpoint"
+    resumed_folder.mkdir(parents=True)
+    os.rename(folder / "step-2", resumed_folder / "step-2")
+    resumed, seconds = simulated(workdir, 2, args + ["--checkpoint.enable", "--dump_folder",
+                                                     str(workdir / "dcp_resumed")] + full_ac, common=saving)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "Loading the checkpoint from" in resumed.stdout + resumed.stderr
+    got = steps(resumed.stdout + resumed.stderr)
+    assert got == [s for s in uninterrupted if s[0] == "3"], (got, uninterrupted)
+    print(f"DCP resume at step 2: step 3 {got} as uninterrupted; resumed run {seconds:.1f} s")
