@@ -692,8 +692,13 @@ class EventMode(TorchDispatchMode):
         self.log = log
         self.rank = rank
 
+    # torch hands higher-order ops to a dispatch mode only where the mode says it takes them.
+    supports_higher_order_operators = True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):  # FlexAttention: run, not recorded (docs/recording.md)
+            return func(*args, **kwargs)
         written_arguments = _written_arguments(func)
         if not written_arguments:
             return self._dispatch(func, types, args, kwargs, ())

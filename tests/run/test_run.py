@@ -624,7 +624,7 @@ FLEX_LINE = re.compile(r"rank (\d) (\w+): max \|out - sdpa\| (\S+), grads q (\S+
                        r"all-reduced grad sums \[(.*)\] sdpa \[(.*)\]")
 
 
-def test_flex_attention_trains_on_the_emulated_gpus_as_sdpa_computes_it():
+def test_flex_attention_trains_on_the_emulated_gpus_as_sdpa_computes_it(tmp_path):
     """torch has no FlexAttention backward on a CPU; on dtsim run's emulated GPUs, compiled flex_attention (as
     torchtitan compiles it) runs upstream's dense path with its backward. Causal, torchtitan's block-causal document
     mask and an ALiBi score_mod each equal SDPA's math on the equal dense mask or bias (built from the index formulas in
@@ -641,6 +641,12 @@ def test_flex_attention_trains_on_the_emulated_gpus_as_sdpa_computes_it():
     assert out.stderr.count("torch.compile(flex_attention) runs eagerly on the emulated GPUs: upstream's dense "
                             "FlexAttention") == 1, out.stderr
     assert "flex_attention called without torch.compile()" not in out.stderr
+    # Under --check-ops, --memory and --trace the higher-order op reaches each one's dispatch mode (the check, the
+    # meter, the recorder), which runs it as without the mode.
+    checked = run([DTSIM, "run", "--check-ops", "--memory", "--trace", str(tmp_path / "flex.json"), "--nproc-per-node",
+                   "2", os.path.join(SCRIPTS, "flex_backward.py")])
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert FLEX_LINE.findall(checked.stdout) == rows, checked.stdout
 
 
 def test_flex_attention_backward_on_cpu_tensors_is_refused_as_torch_refuses_it():

@@ -134,16 +134,21 @@ def test_default_flex_attention_config_trains_as_the_dense_reference(workdir):
     checkpointing) with FSDP 2 x TP 2 on 4 ranks on the spmd_types path: dtsim run's emulated GPUs run torch's dense
     FlexAttention with its backward; the reference (real torchrun + Gloo) computes the attention with the harness's own
     dense masked softmax (reference_site/sitecustomize.py). Every step's loss and gradient norm agree within float
-    tolerance (the two attentions round differently)."""
+    tolerance (the two attentions round differently). The run is under --check-ops: every DTensor op it makes (FSDP2's
+    storage, the optimizer, clipping; TP computes on plain tensors on this path) equals the op on the global tensors,
+    and the higher-order FlexAttention op runs under the check as without it."""
     args = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]
     want = reference(workdir, 4, args, common=DEFAULT)
     assert [s[0] for s in want] == ["1", "2", "3"], want
-    out, seconds = simulated(workdir, 4, args, common=DEFAULT)
+    out, seconds = simulated(workdir, 4, args, extra=["--check-ops"], common=DEFAULT)
     assert out.returncode == 0, out.stderr[-4000:]
     got = steps(out.stdout + out.stderr)
     assert close(got, want), (got, want)
     assert "torch.compile(flex_attention) runs eagerly on the emulated GPUs" in out.stderr
-    print(f"torchtitan default llama3 debug config, FSDP 2 x TP 2: {got} against {want}; dtsim run {seconds:.1f} s")
+    count = int(re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", out.stderr).group(1))
+    assert count > 100 and "  no divergence" in out.stderr, out.stderr[-4000:]
+    print(f"torchtitan default llama3 debug config, FSDP 2 x TP 2 under --check-ops ({count} ops checked, no "
+          f"divergence): {got} against {want}; dtsim run {seconds:.1f} s")
 
 
 def test_dcp_checkpoint_resumes_into_the_same_losses_with_full_activation_checkpointing(workdir):

@@ -472,7 +472,12 @@ def _differs(got: torch.Tensor, want: torch.Tensor) -> Optional[str]:
 
 
 class OpCheckMode(TorchDispatchMode):
-    """One rank's op checks: every op with DTensor arguments or results goes to the shared `OpChecker`."""
+    """One rank's op checks: every op with DTensor arguments or results goes to the shared `OpChecker`. A higher-order
+    op (FlexAttention, ...) runs as it would without the mode, and one with DTensor arguments is counted as not
+    checked."""
+
+    # torch hands higher-order ops to a dispatch mode only where the mode says it takes them.
+    supports_higher_order_operators = True
 
     def __init__(self, checker: OpChecker, rank: int):
         super().__init__()
@@ -500,7 +505,8 @@ class OpCheckMode(TorchDispatchMode):
         if not dtensors:
             return func(*args, **kwargs)
         reason = "random" if _is_random(func) else \
-            "loss_parallel's fused backward" if _fused_by_loss_parallel(func) else None
+            "loss_parallel's fused backward" if _fused_by_loss_parallel(func) else \
+            "a higher-order op" if isinstance(func, torch._ops.HigherOrderOperator) else None
         if reason is not None:
             if self._mesh(dtensors[0].device_mesh)[2] == 0:  # counted once per op, by the mesh's first rank
                 self.checker.skip(reason)

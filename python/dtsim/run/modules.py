@@ -327,7 +327,11 @@ class Tracker:
 
 
 class MemoryMeter(TorchDispatchMode):
-    """One rank's meter: counts the storages of every op's outputs for the rank."""
+    """One rank's meter: counts the storages of every op's outputs for the rank. A higher-order op (FlexAttention)
+    counts its outputs alone, as its fused GPU kernel holds nothing else: the ops inside it run below the meter."""
+
+    # torch hands higher-order ops to a dispatch mode only where the mode says it takes them.
+    supports_higher_order_operators = True
 
     def __init__(self, tracker: Tracker, rank: int):
         super().__init__()
