@@ -22,6 +22,9 @@
 #   bench run_vs_torchrun ratio <x>    real torchrun + Gloo wall time / dtsim run's, a 5-step TP+FSDP2 script (issue 31)
 #   bench run_vs_localtensor ratio <x> upstream LocalTensorMode step time / dtsim run's, a TP MLP (bench/run_bench.py)
 #   bench run_meta_1024 ratio <x>      60 s / the wall time of a TP + FSDP2 step at 1,024 metadata-only ranks
+#   bench titan_vs_torchrun ratio <x>  real torchrun + Gloo wall time / dtsim run's, torchtitan's graph_trainer llama3
+#                                      debug model, FSDP 4 x TP 2 on 8 ranks, 5 steps (bench/titan_bench.py, in the
+#                                      torchtitan lane's venv: scripts/titan_venv.sh; target >= 2)
 #   bench recording_65536 ratio <x>   10 s / replay + Perfetto export of a 2^16-rank recording (issue 36,
 #                                      bench/recording_scale_bench.py; linear in ranks: groups written once)
 #   bench recording_65536_viewer ratio <x>   10 s / the viewer's headless screenshot of that recording
@@ -113,6 +116,9 @@ if [ "$have_python" = 1 ]; then
   # Issue 32: op recording's cost on a real run, and the event diff at a million events.
   echo "bench: record_ops (torchrun plain and under dtsim record, then trace-diff of 2 x 1M events) ..." >&2
   "$DTSIM_PY" "$DTSIM_ROOT/bench/record_ops_bench.py" "$DTSIM_BUILD/dtsim" > "$out/record_ops.json"
+  # Issue 59: torchtitan under dtsim run against real torchrun, in the torchtitan lane's venv.
+  echo "bench: titan (torchtitan FSDP 4 x TP 2, 8 ranks, 5 steps: torchrun, then dtsim run) ..." >&2
+  "$("$DTSIM_ROOT/scripts/titan_venv.sh")" "$DTSIM_ROOT/bench/titan_bench.py" > "$out/titan.json"
 fi
 # Issue 33: the model command on a busy machine (4 spinning processes beside it), default against serial ranks.
 echo "bench: model_busy_vs_serial and redistribute_large_S0_to_S1_busy (spinning processes beside, about 60 s) ..." >&2
@@ -270,6 +276,12 @@ print(f"bench recording_1M_linearity ratio {16 * rec_work(rs) / rec_work(rm):.2f
       f"{rm['export_s']:.1f} s, viewer {rm['viewer_s']:.1f} s); peak RSS at 2^20: replay {rm['replay_peak_mib']:.0f} MiB, "
       f"export {rm['export_peak_mib']:.0f} MiB, viewer {rm['viewer_peak_mib']:.0f} MiB for a {rm['recording_mib']:.0f} MiB "
       f"recording; 1 = linear in ranks)")
+if os.path.exists(os.path.join(out, "titan.json")):
+    tb = json.load(open(os.path.join(out, "titan.json")))
+    print(f"bench titan_vs_torchrun ratio {tb['ratio']:.2f}   (wall time of torchrun + Gloo {tb['torchrun_s']:.0f} s over "
+          f"dtsim run {tb['dtsim_run_s']:.0f} s: torchtitan's graph_trainer llama3 debug model, FSDP 4 x TP 2, 8 ranks, "
+          f"{tb['steps']} steps, process start included; steps equal to the printed digit: "
+          f"{'yes' if tb['equal'] else 'NO'}; target >= 2)")
 if os.path.exists(os.path.join(out, "run.json")):
     rn = json.load(open(os.path.join(out, "run.json")))
     print(f"bench run_vs_torchrun ratio {rn['run_vs_torchrun']:.2f}   (wall time of torchrun + Gloo "
