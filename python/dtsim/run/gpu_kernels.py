@@ -138,8 +138,8 @@ class _RankRngStates:
 
     def set(self, new_state, device="cuda") -> None:
         if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
-            raise TypeError(f"torch.cuda.set_rng_state: new_state must be a torch.ByteTensor, got "
-                            f"{type(new_state).__name__}{'' if not isinstance(new_state, torch.Tensor) else ' of ' + str(new_state.dtype)}")
+            got = type(new_state).__name__ + (f" of {new_state.dtype}" if isinstance(new_state, torch.Tensor) else "")
+            raise TypeError(f"torch.cuda.set_rng_state: new_state must be a torch.ByteTensor, got {got}")
         self._states[self._key(device)] = new_state.detach().clone()
 
     def get_all(self) -> list:

@@ -56,8 +56,8 @@ def _dense_flex_attention(query, key, value, score_mod=None, block_mask=None, sc
     scores = (query.to(work) @ key.to(work).transpose(-2, -1)) * (1.0 / math.sqrt(dim) if scale is None else scale)
     if block_mask is not None:
         device = query.device
-        index = (torch.arange(batch, device=device).view(-1, 1, 1, 1), torch.arange(heads, device=device).view(1, -1, 1, 1),
-                 torch.arange(q_len, device=device).view(1, 1, -1, 1), torch.arange(kv_len, device=device).view(1, 1, 1, -1))
+        index = [torch.arange(n, device=device).view([-1 if d == axis else 1 for d in range(4)])
+                 for axis, n in enumerate((batch, heads, q_len, kv_len))]
         allowed = block_mask.mask_mod(*index).expand(batch, heads, q_len, kv_len)
         scores = scores.masked_fill(~allowed, -float("inf"))
     lse = scores.logsumexp(dim=-1)
