@@ -620,6 +620,30 @@ def test_cuda_graphs_are_refused_at_their_line():
     assert re.search(r"cuda_graph\.py\", line 7, in <module>", out.stderr), out.stderr[-3000:]
 
 
+@pytest.mark.parametrize("feature,name,line", [
+    ("symm_mem", "torch.distributed._symmetric_memory.enable_symm_mem_for_group", 29),
+    ("fsdp_symm_mem", "torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm", 34),
+    ("scaled_mm", "torch._scaled_mm", 38),
+])
+def test_gpu_only_features_are_refused_at_their_line(feature, name, line):
+    """Symmetric memory (async TP's and FSDP2's) and float8 matmuls cannot run on the emulated GPUs' CPU tensors:
+    refused at the script's line with exit 1, naming the feature."""
+    out = run([DTSIM, "run", "--nproc-per-node", "2", os.path.join(SCRIPTS, "gpu_only.py"), feature])
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert f"dtsim run: {name} cannot run on the simulated devices" in out.stderr, out.stderr[-3000:]
+    assert re.search(rf"gpu_only\.py\", line {line}, in <module>", out.stderr), out.stderr[-3000:]
+
+
+def test_a_cpu_programs_float8_matmul_is_torchs():
+    """A CPU program keeps torch's CPU float8 matmul under dtsim run: its sum equals the matmul of the dequantized
+    operands (small integers over 4, exact in float8 and float32), on every rank."""
+    out = run([DTSIM, "run", "--nproc-per-node", "2", os.path.join(SCRIPTS, "gpu_only.py"), "cpu_scaled_mm"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    sums = re.findall(r"rank (\d): scaled_mm sum (\S+) dequantized matmul sum (\S+)", out.stdout)
+    assert sorted(r for r, _, _ in sums) == ["0", "1"], out.stdout
+    assert all(got == want for _, got, want in sums), sums
+
+
 FLEX_LINE = re.compile(r"rank (\d) (\w+): max \|out - sdpa\| (\S+), grads q (\S+) k (\S+) v (\S+); "
                        r"all-reduced grad sums \[(.*)\] sdpa \[(.*)\]")
 

@@ -79,47 +79,68 @@ def simulated(workdir, nproc, args, extra=(), graphs_off=True, common=COMMON):
     return out, time.monotonic() - started
 
 
-@pytest.mark.parametrize("nproc,args", [
-    (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]),
-    (8, ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]),
-    (4, ["--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
-         "--training.global_batch_size", "8"]),
-], ids=["fsdp2_tp2", "fsdp4_tp2", "hsdp2x2_grad_accumulation"])
-def test_torchtitan_trains_as_under_torchrun(workdir, nproc, args):
-    """FSDP x TP, and HSDP (dp_replicate x dp_shard) with two gradient-accumulation microbatches a step (a global
-    batch of 8 over 2 x 2 ranks of 2), on torchtitan's debug model: every step's loss and gradient norm equal real
-    torchrun + Gloo's, with no shim in dtsim run's path."""
-    want = reference(workdir, nproc, args)
+FSDP4_TP2 = ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]
+
+
+def checked_ops(stderr):
+    """The number of DTensor ops --check-ops checked, asserting that none diverged."""
+    found = re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", stderr)
+    assert found and "  no divergence" in stderr, stderr[-4000:]
+    return int(found.group(1))
+
+
+def test_fsdp_tp_on_8_ranks_trains_as_under_torchrun_with_check_ops_clean(workdir):
+    """FSDP 4 x TP 2 over 8 ranks (simple_fsdp and DTensor TP) under --check-ops: every step's loss and gradient norm
+    equal real torchrun + Gloo's to the printed digit, and every DTensor op torchtitan runs (meta-device init, to_empty
+    and its initializers, the vocabulary-parallel embedding, rotary embeddings, SDPA, clipping, AdamW) equals the same
+    op on the global tensors, with no shim in dtsim run's path. The check only reads the ranks' tensors, so the steps
+    it leaves are those of the run without it."""
+    want = reference(workdir, 8, FSDP4_TP2)
     assert [s[0] for s in want] == ["1", "2", "3"], want
-    out, seconds = simulated(workdir, nproc, args)
+    out, seconds = simulated(workdir, 8, FSDP4_TP2, extra=["--check-ops"])
     assert out.returncode == 0, out.stderr[-4000:]
     got = steps(out.stdout + out.stderr)
     assert got == want, (got, want)
-    print(f"torchtitan {args} on {nproc} ranks: {got} equal; dtsim run {seconds:.1f} s for 3 steps")
+    count = checked_ops(out.stderr)
+    assert count > 1000, count
+    print(f"torchtitan FSDP 4 x TP 2 on 8 ranks under --check-ops: {got} equal, {count} ops checked, no divergence; "
+          f"dtsim run {seconds:.1f} s for 3 steps")
 
 
-def test_cuda_graphs_are_refused_naming_torchtitans_option(workdir):
-    """torchtitan 0.3.0 captures CUDA graphs by default: dtsim run refuses them at the line that reached them and
-    names the option that turns them off."""
-    out, _ = simulated(workdir, 2, ["--parallelism.data_parallel_shard_degree", "2"], graphs_off=False)
-    assert out.returncode == 1, out.stderr[-3000:]
-    assert "torch.cuda.CUDAGraph cannot run on the simulated devices" in out.stderr
-    assert "torchtitan turns it off with --training.disable_cuda_graphs" in out.stderr, out.stderr[-3000:]
-    assert "torchtitan/distributed/cudagraph.py" in out.stderr
-
-
-def test_check_ops_is_clean_on_torchtitan_fsdp_tp(workdir):
-    """--check-ops on FSDP 4 x TP 2 over 8 ranks: every DTensor op torchtitan runs (meta-device init, to_empty and its
-    initializers, the vocabulary-parallel embedding, rotary embeddings, SDPA, clipping, AdamW) equals the same op on the
-    global tensors, no op diverges, and the program's steps are those of the run without the check."""
-    args = ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]
-    out, seconds = simulated(workdir, 8, args, extra=["--check-ops"])
+def test_hsdp_with_gradient_accumulation_trains_as_under_torchrun(workdir):
+    """HSDP (dp_replicate 2 x dp_shard 2) on 4 ranks with two gradient-accumulation microbatches a step (a global
+    batch of 8 over 2 x 2 ranks of 2): every step's loss and gradient norm equal real torchrun + Gloo's."""
+    args = ["--parallelism.data_parallel_replicate_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
+            "--training.global_batch_size", "8"]
+    want = reference(workdir, 4, args)
+    assert [s[0] for s in want] == ["1", "2", "3"], want
+    out, seconds = simulated(workdir, 4, args)
     assert out.returncode == 0, out.stderr[-4000:]
-    count = int(re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", out.stderr).group(1))
-    assert count > 1000 and "  no divergence" in out.stderr, out.stderr[-4000:]
-    plain, _ = simulated(workdir, 8, args)
-    assert steps(out.stdout + out.stderr) == steps(plain.stdout + plain.stderr)
-    print(f"--check-ops on torchtitan FSDP 4 x TP 2, 8 ranks: {count} ops checked, no divergence, {seconds:.1f} s")
+    got = steps(out.stdout + out.stderr)
+    assert got == want, (got, want)
+    print(f"torchtitan HSDP 2 x 2 with gradient accumulation on 4 ranks: {got} equal; dtsim run {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("args,graphs_off,common,feature,option,site", [
+    (["--parallelism.data_parallel_shard_degree", "2"], False, COMMON, "torch.cuda.CUDAGraph",
+     "--training.disable_cuda_graphs", "torchtitan/distributed/cudagraph.py"),
+    (["--parallelism.tensor_parallel_degree", "2", "--compile.enable", "--compile.enable-async-tensor-parallel"], True,
+     DEFAULT, "torch.distributed._symmetric_memory.enable_symm_mem_for_group",
+     "--compile.no-enable-async-tensor-parallel", "torchtitan/distributed/compile.py"),
+    (["--parallelism.data_parallel_shard_degree", "2", "--parallelism.enable-fsdp-symm-mem"], True, DEFAULT,
+     "torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm", "--parallelism.no-enable-fsdp-symm-mem",
+     "torchtitan/distributed/fsdp.py"),
+], ids=["cuda_graphs", "async_tp", "fsdp_symm_mem"])
+def test_gpu_only_features_are_refused_naming_torchtitans_option(workdir, args, graphs_off, common, feature, option,
+                                                                 site):
+    """What cannot run on the emulated GPUs' CPU tensors is refused at the line of torchtitan that reached it, naming
+    torchtitan's option that turns it off: CUDA graphs (torchtitan 0.3.0 captures them by default), async TP and
+    FSDP2's symmetric-memory collectives (both symmetric memory)."""
+    out, _ = simulated(workdir, 2, args, graphs_off=graphs_off, common=common)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert f"{feature} cannot run on the simulated devices" in out.stderr, out.stderr[-3000:]
+    assert f"torchtitan turns it off with {option}" in out.stderr, out.stderr[-3000:]
+    assert site in out.stderr, out.stderr[-3000:]
 
 
 def close(got, want, rel=2e-3):
@@ -145,8 +166,8 @@ def test_default_flex_attention_config_trains_as_the_dense_reference(workdir):
     got = steps(out.stdout + out.stderr)
     assert close(got, want), (got, want)
     assert "torch.compile(flex_attention) runs eagerly on the emulated GPUs" in out.stderr
-    count = int(re.search(r"dtsim run --check-ops: (\d+) DTensor ops? checked", out.stderr).group(1))
-    assert count > 100 and "  no divergence" in out.stderr, out.stderr[-4000:]
+    count = checked_ops(out.stderr)
+    assert count > 100, count
     print(f"torchtitan default llama3 debug config, FSDP 2 x TP 2 under --check-ops ({count} ops checked, no "
           f"divergence): {got} against {want}; dtsim run {seconds:.1f} s")
 

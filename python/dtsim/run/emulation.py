@@ -205,6 +205,12 @@ _warned: set = set()
 _OPTION_TO_CHANGE = {
     ("torchtitan", "torch.cuda.CUDAGraph"): "--training.disable_cuda_graphs",
     ("torchtitan", "torch.cuda.graph"): "--training.disable_cuda_graphs",
+    ("torchtitan", "torch.distributed._symmetric_memory.enable_symm_mem_for_group"):
+        "--compile.no-enable-async-tensor-parallel",
+    ("torchtitan", "torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm"): "--parallelism.no-enable-fsdp-symm-mem",
+    ("torchtitan", "torch._scaled_mm"): "a --config without a float8 or MX converter (llama3_debugmodel for "
+                                        "llama3_debugmodel_float8)",
+    ("torchtitan", "torch._scaled_grouped_mm"): "a --config without a float8 or MX converter",
 }
 
 
@@ -478,6 +484,31 @@ def _graph_refused(name: str, why: str):
 
 
 _GRAPH_WHY = "it captures GPU kernels into {}, and the simulated ranks' tensors live on the CPU"
+_SYMM_MEM_WHY = ("symmetric memory maps every peer GPU's buffer into each rank's address space for kernels that read "
+                 "and write it directly, and the simulated ranks' tensors live on the CPU")
+# torch's symmetric-memory entry points: async TP (inductor's micro-pipeline pass) and FSDP2's symmetric-memory
+# collectives start from one of them.
+_SYMM_MEM = ("enable_symm_mem_for_group", "rendezvous", "empty")
+_LOW_PRECISION_WHY = ("the emulated GPUs compute on CPU tensors, where float8 and MX matmuls neither round as a "
+                      "GPU's tensor cores do nor run its kernels")
+
+
+def _gpu_refused(name: str, why: str):
+    """Refused on the emulated GPUs; a CPU program (no GPU asked for) keeps torch's function, as under torchrun."""
+
+    def make(session, original):
+        refuse = _cannot_emulate(name, why)
+
+        def on_gpu_refused(*args, **kwargs):
+            if program_on_gpu():
+                refuse()
+            return original(*args, **kwargs)
+
+        on_gpu_refused.__wrapped__ = original
+        on_gpu_refused.__name__ = getattr(original, "__name__", name.rsplit(".", 1)[-1])
+        return on_gpu_refused
+
+    return make
 _CUDA_MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                 "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats",
                 "memory_stats", "mem_get_info")
@@ -546,7 +577,18 @@ CUDA_ENTRIES = patches.register("cuda", [
     patches.Replace("torch.cuda.graph", _graph_refused("torch.cuda.graph", _GRAPH_WHY.format("a CUDA graph"))),
     patches.Replace("torch.cuda.make_graphed_callables",
                     _graph_refused("torch.cuda.make_graphed_callables", _GRAPH_WHY.format("CUDA graphs"))),
-] + [patches.Replace(f"torch.cuda.{name}", _memory(name)) for name in _CUDA_MEMORY]
+] + [patches.Replace(f"torch.distributed._symmetric_memory.{name}",
+                     _graph_refused(f"torch.distributed._symmetric_memory.{name}", _SYMM_MEM_WHY), by_name=True,
+                     optional=True, why="async TP and symmetric-memory collectives: refused, naming the option")
+     for name in _SYMM_MEM]
+  + [
+    patches.Replace("torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm",
+                    _graph_refused("torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm", _SYMM_MEM_WHY),
+                    optional=True, why="FSDP2's symmetric-memory collectives: refused, naming the option"),
+] + [patches.Replace(f"torch.{name}", _gpu_refused(f"torch.{name}", _LOW_PRECISION_WHY), optional=True,
+                     why="float8 and MX matmuls on the emulated GPUs: refused, naming the option")
+     for name in ("_scaled_mm", "_scaled_grouped_mm")]
+  + [patches.Replace(f"torch.cuda.{name}", _memory(name)) for name in _CUDA_MEMORY]
   + [patches.Replace(f"torch.cuda.memory.{name}", _memory(name)) for name in _CUDA_MEMORY]
   + [
     patches.Replace("torch.accelerator.is_available", _const(True)),
