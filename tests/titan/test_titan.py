@@ -172,6 +172,28 @@ def test_default_flex_attention_config_trains_as_the_dense_reference(workdir):
           f"divergence): {got} against {want}; dtsim run {seconds:.1f} s")
 
 
+@pytest.mark.parametrize("nproc,args", [
+    (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
+         "--parallelism.pipeline_parallel_schedule", "1F1B"]),
+    (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
+         "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"]),
+    (4, ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.context_parallel_degree", "2"]),
+], ids=["pp2_1f1b_fsdp2", "pp2_interleaved_fsdp2", "cp2_fsdp2"])
+def test_default_config_pipeline_and_context_parallel_train_as_under_torchrun(workdir, nproc, args):
+    """The default llama3 debug config with pipeline parallelism over FSDP2 (1F1B: one stage a rank; Interleaved1F1B:
+    two stages a rank, torchtitan's default schedule) and with context parallelism over FSDP2 (FlexAttention's K/V
+    all-gathered over the CP group, the block mask sharded along the queries): every rank's logged loss and gradient
+    norm (a pipeline's first stage logs torchtitan's placeholder loss) agree with real torchrun + Gloo's within float
+    tolerance (the two dense attentions round differently)."""
+    want = reference(workdir, nproc, args, common=DEFAULT)
+    assert {s[0] for s in want} == {"1", "2", "3"}, want
+    out, seconds = simulated(workdir, nproc, args, common=DEFAULT)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = steps(out.stdout + out.stderr)
+    assert close(got, want), (got, want)
+    print(f"torchtitan default config {args} on {nproc} ranks: {got} against {want}; dtsim run {seconds:.1f} s")
+
+
 def test_dcp_checkpoint_resumes_into_the_same_losses_with_full_activation_checkpointing(workdir):
     """The default config with full activation checkpointing, FSDP 2 on 2 ranks, saving a DCP checkpoint at step 2
     (model, optimizer, LR scheduler, data loader): its steps agree with real torchrun's within float tolerance (the
