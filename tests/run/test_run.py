@@ -47,6 +47,8 @@ BOTH_WAYS = {
     "implicit_init_tp.py": 4,  # no init_process_group: init_device_mesh makes the default group (device_mesh.py's own
                                # reference to init_process_group, which dtsim run replaces too)
     "rank_process_calls.py": 2,  # each rank's own signal handlers, object collectives, monitored_barrier on Gloo
+    "checkpointed_exchange.py": 2,  # a custom op each rank's module copy defines, and an uneven all-to-all inside a
+                                    # selective-activation-checkpointing region (torchtitan's MoE dispatch)
 }
 
 
@@ -54,7 +56,7 @@ BOTH_WAYS = {
 # (a + b is the same in any order) or of exactly representable values, and nothing else reduces. The others sum
 # floats over 4 ranks, which Gloo's ring adds in another order than dtsim's ascending ranks.
 BITWISE = {"tp_fsdp_adamw.py", "pipeline_2stage.py", "rank_branches.py", "p2p_ring.py", "rank_modules.py",
-           "process_state.py", "accelerate_ddp.py", "rank_process_calls.py"}
+           "process_state.py", "accelerate_ddp.py", "rank_process_calls.py", "checkpointed_exchange.py"}
 
 
 def script_path(script):

@@ -194,6 +194,22 @@ def test_default_config_pipeline_and_context_parallel_train_as_under_torchrun(wo
     print(f"torchtitan default config {args} on {nproc} ranks: {got} against {want}; dtsim run {seconds:.1f} s")
 
 
+def test_moe_expert_parallel_with_uneven_routing_trains_as_under_torchrun(workdir):
+    """qwen3's MoE debug config with expert parallelism 2 over FSDP 2 on 2 ranks (selective activation checkpointing,
+    its custom deterministic scatter-add op): its router sends each peer its own number of tokens (uneven
+    all-to-alls), and every step's loss and gradient norm agree with real torchrun + Gloo's within float tolerance.
+    The reference's Gloo takes the uneven list all-to-all through all_to_all_single (reference_site/)."""
+    moe = ["--module", "qwen3", "--config", "qwen3_moe_debug"] + RUN_ARGS
+    args = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.expert_parallel_degree", "2"]
+    want = reference(workdir, 2, args, common=moe)
+    assert [s[0] for s in want] == ["1", "2", "3"], want
+    out, seconds = simulated(workdir, 2, args, common=moe)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = steps(out.stdout + out.stderr)
+    assert close(got, want), (got, want)
+    print(f"torchtitan qwen3 MoE, EP 2 x FSDP 2: {got} against {want}; dtsim run {seconds:.1f} s")
+
+
 def test_dcp_checkpoint_resumes_into_the_same_losses_with_full_activation_checkpointing(workdir):
     """The default config with full activation checkpointing, FSDP 2 on 2 ranks, saving a DCP checkpoint at step 2
     (model, optimizer, LR scheduler, data loader): its steps agree with real torchrun's within float tolerance (the

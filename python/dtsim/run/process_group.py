@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .scheduler import RunAborted, Scheduler, Waitable, user_stack
 
@@ -383,8 +384,11 @@ class SimProcessGroup(dist.ProcessGroup):
             try:
                 if tracker is not None:
                     tracker.paused = True  # the backend's temporaries are not the program's memory
-                # A backend writes its results outside autograd (a leaf that requires grad is a valid buffer).
-                with torch.no_grad():
+                # A backend writes its results outside autograd (a leaf that requires grad is a valid buffer), and
+                # outside the program's dispatch modes: the last rank to arrive writes every member's results, and
+                # a mode of its program (selective activation checkpointing's, which counts the ops it caches)
+                # must not see the copies into its peers' tensors.
+                with torch.no_grad(), _disable_current_modes():
                     compute(payloads)
             except Mismatch as e:
                 self._world.scheduler.abort(

@@ -310,6 +310,35 @@ def _rank_thread(session) -> Optional[threading.Thread]:
     return session.scheduler.ranks[rank].thread if rank is not None else None
 
 
+def _custom_op(session, original):
+    """torch.library.custom_op, where each rank's copy of a module defines the same op again. torch lets a custom op
+    be redefined by destroying the first definition's library, which leaves the earlier ranks' handles on an operator
+    with no schema (torch then fails an internal assert, or crashes). So the first rank's definition of an op serves
+    every rank whose copy of the same source (the same file and line) defines it again, as one process's module would;
+    a rank that redefines its own op, or an op defined elsewhere, goes to torch's."""
+    from torch._library import custom_ops
+
+    defined: Dict[str, Any] = {}  # qualname -> (the defining rank, the function's file and line)
+
+    def custom_op(name, fn=None, /, **kwargs):
+        def define(function):
+            code = getattr(function, "__code__", None)
+            site = (code.co_filename, code.co_firstlineno) if code is not None else None
+            rank = session.rank_of()
+            first = defined.get(name)
+            existing = custom_ops.OPDEFS.get(name)
+            if existing is not None and first is not None and site is not None and first == (first[0], site) and \
+                    first[0] != rank:
+                return existing
+            opdef = original(name, function, **kwargs)
+            defined[name] = (rank, site)
+            return opdef
+
+        return define if fn is None else define(fn)
+
+    return custom_op
+
+
 PROCESS_ENTRIES = patches.register("process", [
     patches.Replace("threading.Thread.start", _thread_start,
                     why="threads a rank starts see its process groups, device and meter"),
@@ -317,4 +346,6 @@ PROCESS_ENTRIES = patches.register("process", [
     patches.Replace("signal.signal", _signal_signal, why="a rank's signal handlers are its own (and a rank's thread "
                     "is no main thread, where signal.signal refuses)"),
     patches.Replace("signal.getsignal", _signal_getsignal, why="a rank reads back its own signal handlers"),
+    patches.Replace("torch._library.custom_ops.custom_op", _custom_op, by_name=True,
+                    why="each rank's module copy defines its custom ops again; the first definition serves them all"),
 ])

@@ -95,3 +95,29 @@ def _sum_reduction_divide_factors(reduce_scatter_group, all_reduce_group, reduce
 
 
 _fsdp_collectives._get_gradient_divide_factors = _sum_reduction_divide_factors
+
+
+# Expert parallelism's token exchange: spmd_types calls the list form of all_to_all with each peer's own number of
+# tokens, which Gloo's alltoall refuses ("invalid tensor size"; NCCL takes it). The reference sends the same tensors
+# through Gloo's all_to_all_single with split sizes instead: the same data to the same peers.
+import torch.distributed as _dist  # noqa: E402
+import torch.distributed.distributed_c10d as _c10d  # noqa: E402
+
+_all_to_all = _c10d.all_to_all
+
+
+def _uneven_all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    if async_op or len({tuple(t.shape) for t in list(output_tensor_list) + list(input_tensor_list)}) == 1:
+        return _all_to_all(output_tensor_list, input_tensor_list, group=group, async_op=async_op)
+    trailing = tuple(input_tensor_list[0].shape[1:])
+    sent = torch.cat([t.reshape((-1,) + trailing) for t in input_tensor_list])
+    received = sent.new_empty((sum(t.shape[0] for t in output_tensor_list),) + trailing)
+    _dist.all_to_all_single(received, sent, [t.shape[0] for t in output_tensor_list],
+                            [t.shape[0] for t in input_tensor_list], group=group)
+    for out, piece in zip(output_tensor_list, received.split([t.shape[0] for t in output_tensor_list])):
+        out.copy_(piece.view(out.shape))
+    return None
+
+
+_c10d.all_to_all = _uneven_all_to_all
+_dist.all_to_all = _uneven_all_to_all
