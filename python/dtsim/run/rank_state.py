@@ -12,7 +12,9 @@ the process looks as the rank's own process would:
   (`SHARED_ROOTS`), packages that hold a compiled extension module (most cannot be loaded twice in a process, and a
   fresh copy of such a package's Python modules would not find its extensions set up: pandas, pyarrow, tokenizers),
   and the packages named by `--shared-modules`. torch's own registries (custom ops, op strategies, pytree nodes) are process-wide: a per-rank
-  copy of a module registers again, and the last registration serves every rank, as the same code does.
+  copy of a module registers again, and the last registration serves every rank, as the same code does; but a
+  `torch.library.custom_op` defined again by another rank's copy of the same source is the first definition
+  (`_custom_op`: torch's redefinition would destroy the op the earlier ranks hold).
 - **`sys.stdout`, `sys.stderr` and `builtins`**: a rank that replaces them (`builtins.print = ...` on rank 0 only,
   `sys.stdout = open(os.devnull, "w")` on the other ranks) changes its own view only.
 - **Threads a rank starts belong to it** (`threading.Thread.start`): they see the rank's process groups (c10d's state
