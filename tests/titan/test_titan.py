@@ -10,6 +10,7 @@ reference's to the printed digit.
 dtsim runs as a user installs it: scripts/titan_venv.sh pip-installs this checkout into the lane's venv, built against
 its torch 2.15.0, and the runs call that venv's `python -m dtsim run`.
 """
+import json
 import os
 import re
 import subprocess
@@ -208,6 +209,29 @@ def test_moe_expert_parallel_with_uneven_routing_trains_as_under_torchrun(workdi
     got = steps(out.stdout + out.stderr)
     assert close(got, want), (got, want)
     print(f"torchtitan qwen3 MoE, EP 2 x FSDP 2: {got} against {want}; dtsim run {seconds:.1f} s")
+
+
+def test_meta_run_of_the_default_config_gives_each_ranks_peak_of_the_run_with_values(workdir, tmp_path):
+    """`dtsim run --meta` of the default config, FSDP2 2 x TP 2 on 4 ranks, 2 steps: torchtitan's trainer runs its
+    steps on meta tensors (FlexAttention, fused AdamW, clipping, its logged loss and token count read as placeholders,
+    which the summary names), and each rank's peak memory (--report-json) is within 1 % of the same run's with values."""
+    args = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+            "--training.steps", "2"]
+    peaks = {}
+    for mode in ("meta", "values"):
+        report = tmp_path / f"{mode}.json"
+        out, seconds = simulated(workdir, 4, args, common=DEFAULT,
+                                 extra=["--report-json", str(report)] + (["--meta"] if mode == "meta" else []))
+        assert out.returncode == 0, out.stderr[-4000:]
+        if mode == "meta":  # the trainer's logged loss read a placeholder, and the summary says where
+            assert re.search(r"the program read \d+ values that a metadata-only run does not compute", out.stderr)
+            assert re.search(r"torchtitan/trainer\.py:\d+ in train_step: Tensor\.item\(\)", out.stderr), \
+                out.stderr[-3000:]
+        modules = json.loads(report.read_text())["modules"]
+        peaks[mode] = [max(m["peak_bytes"][r] or 0 for m in modules) for r in range(4)]
+        print(f"{mode}: each rank's peak {peaks[mode]} bytes; dtsim run {seconds:.1f} s")
+    assert all(v > 0 for v in peaks["values"]), peaks
+    assert all(abs(m - v) <= 0.01 * v for m, v in zip(peaks["meta"], peaks["values"])), peaks
 
 
 def test_dcp_checkpoint_resumes_into_the_same_losses_with_full_activation_checkpointing(workdir):

@@ -55,7 +55,7 @@ _FLEX_HOW = ("upstream's dense FlexAttention of the same score_mod and block mas
 
 def _validate_device(session, original):
     def validate_device(query, key, value):
-        if query.device.type == "cpu" and _on_emulated_gpu():
+        if query.device.type in ("cpu", "meta") and _on_emulated_gpu():
             return None
         return original(query, key, value)
 

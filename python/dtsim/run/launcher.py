@@ -502,11 +502,13 @@ def main(argv: Sequence[str]) -> int:
         emulation.before_destroy(session, lambda group: tracing.close(scheduler.current_rank())
                                  if group is None or group is dist.GroupMember.WORLD else None)
 
+    value_reads = meta.ValueReads(session.rank_of)
+
     def device_and_meter(rank: int):
         """What a rank's threads run under: GPU devices on the CPU (or meta), and the rank's memory meter."""
         stack = contextlib.ExitStack()
         program_meta = (lambda out: world.tracker.uncount(rank, out)) if world.tracker.metered else None
-        stack.enter_context(meta.MetaForAll(program_meta) if args.meta else emulation.CpuForGpu())
+        stack.enter_context(meta.MetaForAll(value_reads, program_meta) if args.meta else emulation.CpuForGpu())
         if world.tracker.metered:
             stack.enter_context(MemoryMeter(world.tracker, rank))
         return stack
@@ -613,6 +615,8 @@ def main(argv: Sequence[str]) -> int:
     if session.checker is not None:
         text, diverged = session.checker.summary()
         real_err.write(text + "\n")
+    if args.meta and value_reads.summary() is not None:
+        real_err.write(value_reads.summary() + "\n")
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"
           + (f"; recording written to {args.trace}" if args.trace is not None else ""), file=real_err)

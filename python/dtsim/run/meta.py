@@ -18,8 +18,9 @@ the source rank, as upstream does.
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -72,7 +73,7 @@ def _is_device(value) -> bool:
 # Constructors whose values come from their data (a list, an array): without a device or on the CPU they stay on the
 # CPU, so values the program gives (an optimizer's step count) can still be read.
 _DATA_CONSTRUCTORS = frozenset({"tensor", "as_tensor", "asarray", "scalar_tensor"})
-# Methods that hand a tensor's values to Python: refused on a meta tensor with dtsim's message.
+# Methods that hand a tensor's values to Python: on a meta tensor they answer a placeholder (ValueReads).
 _VALUE_READERS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy",
                             "__array__"})
 # The calls __torch_function__ below looks at by name (besides any call with a device and the factories).
@@ -113,17 +114,82 @@ def _in_meta_block() -> bool:
     return isinstance(device, torch.device) and device.type == "meta"
 
 
+class ValueReads:
+    """The values a metadata-only run's programs read from meta tensors, which it does not compute. Each read answers
+    a placeholder, so that a step goes on past a logged loss or token count: one for a number (finite, as trainers
+    check a loss to be, and never a zero to divide by), False for a truth value. Each read is recorded under the program's
+    line, for the summary after the run: control flow that depended on a placeholder is not the job's."""
+
+    def __init__(self, rank_of: Callable[[], Optional[int]]) -> None:
+        self._rank_of = rank_of
+        self._lock = threading.Lock()
+        self._sites: Dict[Tuple[str, str], Set[int]] = {}
+        self._counts: Dict[Tuple[str, str], int] = {}
+
+    def answer(self, reader: str, tensor: torch.Tensor) -> Any:
+        from .scheduler import user_stack
+
+        where = (user_stack(sys._getframe(2), limit=1) or ["(no line of the program)"])[0]
+        key = (where, reader)
+        with self._lock:
+            self._sites.setdefault(key, set()).add(self._rank_of())
+            self._counts[key] = self._counts.get(key, 0) + 1
+        one = _placeholder(reader, tensor.dtype)
+        if reader == "tolist":
+            value: Any = one
+            for size in reversed(tensor.shape):
+                value = [value] * size if not isinstance(value, list) else [list(value) for _ in range(size)]
+            return value
+        if reader in ("numpy", "__array__"):
+            import numpy
+
+            return numpy.full(tuple(tensor.shape), one)
+        return one
+
+    def summary(self) -> Optional[str]:
+        """What the program read, by line and reader, with its ranks and count; None when it read nothing."""
+        if not self._counts:
+            return None
+        lines = [f"dtsim run --meta: the program read {sum(self._counts.values())} values that a metadata-only run "
+                 "does not compute; each answered a placeholder (1 for a number, False for a truth value), so what it "
+                 "printed or decided from them is not the job's:"]
+        for (where, reader), count in sorted(self._counts.items()):
+            ranks = sorted(r for r in self._sites[(where, reader)] if r is not None)
+            lines.append(f"  {where}: Tensor.{reader}() x{count} on {_ranks_text(ranks)}")
+        return "\n".join(lines)
+
+
+def _placeholder(reader: str, dtype: torch.dtype) -> Any:
+    if reader == "__bool__" or (dtype == torch.bool and reader not in ("__int__", "__index__", "__float__")):
+        return False
+    if reader in ("__int__", "__index__") or not (dtype.is_floating_point or dtype.is_complex):
+        return 1
+    if reader == "__float__":
+        return 1.0
+    return complex(1.0, 0.0) if dtype.is_complex or reader == "__complex__" else 1.0
+
+
+def _ranks_text(ranks: List[int]) -> str:
+    if not ranks:
+        return "no rank"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
 class MetaForAll(TorchFunctionMode):
     """`dtsim run --meta`: every tensor the program makes lives on the meta device (shapes, dtypes and sizes; no
     values). Factories without a device or with any device, `.to(<a GPU>)`, `.cuda()` give meta tensors; `.to("cpu")`
     and `.cpu()` of a meta tensor keep it meta. Constructors from data (`torch.tensor([...])`) without a device or on
-    the CPU, a device mesh's rank tensor and c10d's object collectives stay on the CPU with their values. Reading a meta tensor's values (`.item()`,
-    `.tolist()`, `bool()`, ...) raises a RuntimeError that says so."""
+    the CPU, a device mesh's rank tensor and c10d's object collectives stay on the CPU with their values. Reading a meta
+    tensor's values (`.item()`, `.tolist()`, `bool()`, ...) answers a placeholder and is recorded (`ValueReads`)."""
 
-    def __init__(self, program_meta: Optional[Callable[[Any], None]] = None):
-        """`program_meta(out)`: told of the tensors the program itself put on the meta device (inside a `with
-        torch.device("meta")` block, or `.to("meta")`), which hold nothing on a GPU (the memory meter's `uncount`)."""
+    def __init__(self, reads: "ValueReads", program_meta: Optional[Callable[[Any], None]] = None):
+        """`reads`: the run's record of the values the program read (every rank's). `program_meta(out)`: told of the
+        tensors the program itself put on the meta device (inside a `with torch.device("meta")` block, or
+        `.to("meta")`), which hold nothing on a GPU (the memory meter's `uncount`)."""
         super().__init__()
+        self._reads = reads
         from torch.utils._device import _device_constructors
 
         self._factories = _device_constructors()
@@ -137,8 +203,7 @@ class MetaForAll(TorchFunctionMode):
         if _is_backward(func, args):
             return _backward_under(self, args, kwargs)
         if name in _VALUE_READERS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
-            raise RuntimeError(f"dtsim run --meta: Tensor.{name}() needs the tensor's values, which a metadata-only "
-                               "run does not compute (docs/run.md, \"--meta\")")
+            return self._reads.answer(name, args[0])
         if name == "to" and args and isinstance(args[0], torch.Tensor):
             positional = len(args) > 1 and _is_device(args[1])
             target = args[1] if positional else kwargs.get("device")
@@ -293,7 +358,7 @@ def _meta_run(config) -> bool:
 
 
 def _foreach_on_meta(session, original):
-    """clip_grad_norm_(foreach=True), clip_grad_value_ and the foreach optimizers accept meta tensors: their foreach
+    """clip_grad_norm_(foreach=True), clip_grad_value_ and the foreach and fused optimizers accept meta tensors: their
     kernels have meta kernels, and the run has the program's GPU tensors on the meta device."""
 
     def devices() -> list:
@@ -320,6 +385,9 @@ META_ENTRIES = patches.register("meta", [
                     when=_meta_run, why="object collectives under --meta (all_gather_object, broadcast_object_list)"),
     patches.Replace("torch.utils._foreach_utils._get_foreach_kernels_supported_devices", _foreach_on_meta,
                     when=_meta_run),
+    patches.Replace("torch.utils._foreach_utils._get_fused_kernels_supported_devices", _foreach_on_meta,
+                    by_name=True, when=_meta_run,
+                    why="fused optimizers (torchtitan's AdamW on a GPU) on meta: _fused_adam[w]_ have meta kernels"),
     patches.Replace("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPParamGroup._validate_no_meta_params",
                     lambda session, original: (lambda self: None), when=_meta_run,
                     why="FSDP2 runs on meta parameters (its lazy-init check that they were materialized is off)"),
