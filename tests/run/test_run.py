@@ -622,6 +622,27 @@ def test_run_trace_records_an_unmodified_script(tmp_path):
         assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
 
 
+def test_report_names_an_installed_packages_site_from_its_package(tmp_path):
+    """A collective issued inside an installed package (as torchtitan's are): the report's site is the file from the
+    package down, with its line (`pkg/ops.py:5`), not a path up from the current folder."""
+    import json
+
+    package = tmp_path / "lib" / "site-packages" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "ops.py").write_text("import torch\nimport torch.distributed as dist\n\n\ndef total(x):\n"
+                                    "    dist.all_reduce(x)\n    return x\n")
+    script = tmp_path / "uses_pkg.py"
+    script.write_text("import torch\nimport torch.distributed as dist\nfrom pkg import ops\n\n"
+                      "dist.init_process_group('gloo')\nops.total(torch.ones(2))\ndist.destroy_process_group()\n")
+    report = tmp_path / "r.json"
+    env = dict(ENV, PYTHONPATH=str(tmp_path / "lib" / "site-packages"))
+    out = run([DTSIM, "run", "--nproc-per-node", "2", "--report-json", str(report), str(script)], env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sites = {r["site"] for r in json.loads(report.read_text())["rows"] if r["kind"].startswith("all_reduce")}
+    assert sites == {"pkg/ops.py:6"}, sites
+
+
 def test_cuda_graphs_are_refused_at_their_line():
     out = run([DTSIM, "run", "--nproc-per-node", "2", os.path.join(SCRIPTS, "cuda_graph.py")])
     assert out.returncode == 1, out.stderr[-3000:]

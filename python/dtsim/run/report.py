@@ -27,6 +27,15 @@ from typing import Dict, List, Optional, Tuple
 _INTERNAL = ("/torch/", "/dtsim/run/", "/dtsim/recorder.py", "/threading.py", "/contextlib.py", "<frozen ")
 
 
+def _site_path(name: str) -> str:
+    """A site's file as the report names it: an installed package's from its package (`torchtitan/trainer.py`), the
+    program's own relative to the current folder."""
+    for installed in ("/site-packages/", "/dist-packages/"):
+        if installed in name:
+            return name.rsplit(installed, 1)[1]
+    return os.path.relpath(name) if not name.startswith("..") else name
+
+
 def _cause_and_site(frame) -> Tuple[str, str]:
     files: List[str] = []
     site = "?"
@@ -36,7 +45,7 @@ def _cause_and_site(frame) -> Tuple[str, str]:
         files.append(name)
         gathering = gathering or (frame.f_code.co_name == "finish" and name.endswith("/dtsim/recorder.py"))
         if site == "?" and not any(part in name for part in _INTERNAL):
-            site = f"{os.path.relpath(name) if not name.startswith('..') else name}:{frame.f_lineno}"
+            site = f"{_site_path(name)}:{frame.f_lineno}"
         frame = frame.f_back
     joined = "\n".join(files)
     if gathering:
