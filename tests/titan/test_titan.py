@@ -1,11 +1,12 @@
 """torchtitan's trainer under `dtsim run`, unmodified and with no shim, against real torchrun + Gloo (issue 59).
 
 The lane's venv (scripts/titan_venv.sh: torch 2.15.0, torchtitan 0.3.0) runs both. The program is torchtitan's own
-`python -m torchtitan.train` with its graph_trainer llama3 debug config on SDPA (its default configs use
-FlexAttention, which has no backward on a CPU), on assets made here (tests/titan/make_assets.py: torchtitan's wheel
-ships no tokenizer or c4_test data). The reference run alone has tests/titan/reference_site/ on its path: torchtitan has
+`python -m torchtitan.train`: its graph_trainer llama3 debug config on SDPA (simple_fsdp, DTensor TP), its default
+llama3 debug config (FlexAttention, which dtsim run computes densely with its backward on the emulated GPUs) and
+qwen3's MoE debug config, on assets made here (tests/titan/make_assets.py: torchtitan's wheel ships no tokenizer or
+c4_test data). The reference run alone has tests/titan/reference_site/ on its path: torchtitan has
 no CPU device, and that shim gives it one. Every step's loss and gradient norm, as every rank logs them, must equal the
-reference's to the printed digit.
+reference's: to the printed digit on SDPA, within float tolerance where the two dense attentions round differently.
 
 dtsim runs as a user installs it: scripts/titan_venv.sh pip-installs this checkout into the lane's venv, built against
 its torch 2.15.0, and the runs call that venv's `python -m dtsim run`.
