@@ -215,7 +215,8 @@ def test_moe_expert_parallel_with_uneven_routing_trains_as_under_torchrun(workdi
 def test_meta_run_of_the_default_config_gives_each_ranks_peak_of_the_run_with_values(workdir, tmp_path):
     """`dtsim run --meta` of the default config, FSDP2 2 x TP 2 on 4 ranks, 2 steps: torchtitan's trainer runs its
     steps on meta tensors (FlexAttention, fused AdamW, clipping, its logged loss and token count read as placeholders,
-    which the summary names), and each rank's peak memory (--report-json) is within 1 % of the same run's with values."""
+    which the summary names), and each rank's peak memory (--report-json) is within 1 % of the same run's with
+    values."""
     args = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
             "--training.steps", "2"]
     peaks = {}

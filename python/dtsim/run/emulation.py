@@ -509,6 +509,8 @@ def _gpu_refused(name: str, why: str):
         return on_gpu_refused
 
     return make
+
+
 _CUDA_MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                 "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats",
                 "memory_stats", "mem_get_info")

@@ -117,8 +117,8 @@ def _in_meta_block() -> bool:
 class ValueReads:
     """The values a metadata-only run's programs read from meta tensors, which it does not compute. Each read answers
     a placeholder, so that a step goes on past a logged loss or token count: one for a number (finite, as trainers
-    check a loss to be, and never a zero to divide by), False for a truth value. Each read is recorded under the program's
-    line, for the summary after the run: control flow that depended on a placeholder is not the job's."""
+    check a loss to be, and never a zero to divide by), False for a truth value. Each read is recorded under the
+    program's line, for the summary after the run: control flow that depended on a placeholder is not the job's."""
 
     def __init__(self, rank_of: Callable[[], Optional[int]]) -> None:
         self._rank_of = rank_of

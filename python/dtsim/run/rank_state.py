@@ -329,7 +329,7 @@ def _custom_op(session, original):
             rank = session.rank_of()
             first = defined.get(name)
             existing = custom_ops.OPDEFS.get(name)
-            if existing is not None and first is not None and site is not None and first == (first[0], site) and \
+            if existing is not None and first is not None and site is not None and first[1] == site and \
                     first[0] != rank:
                 return existing
             opdef = original(name, function, **kwargs)
