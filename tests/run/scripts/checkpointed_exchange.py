@@ -7,9 +7,9 @@ run (2 ranks):
 
 The region all-to-alls rows with uneven splits, concatenates them and scatters them with the custom op. Its policy
 saves the collective and the concatenation and recomputes the rest, so the backward replays the concatenations it
-counted in the forward by their order: a rank's count must hold only its program's own. Each rank prints whether the op torch
-dispatches is the one its module defined (a real rank's is), then the loss and its input's gradient sums (rank 0
-prints every rank's lines).
+counted in the forward by their order: a rank's count must hold only its program's own. Each rank prints whether
+the op torch dispatches is the one its module defined (a real rank's is), then the loss and its input's gradient
+sums (rank 0 prints every rank's lines).
 """
 from functools import partial
 
