@@ -479,7 +479,8 @@ def _register_backend(session):
     return undo
 
 
-def _graph_refused(name: str, why: str):
+def _refused(name: str, why: str):
+    """A registry factory: `name` raises dtsim's refusal (`why`) wherever it is called."""
     return lambda session, original: _cannot_emulate(name, why)
 
 
@@ -576,16 +577,16 @@ CUDA_ENTRIES = patches.register("cuda", [
     patches.Replace("torch.cuda.set_stream", _no_op_factory),
     patches.Replace("torch.cuda.device", _value(_NoOpStream)),
     patches.Replace("torch.cuda.CUDAGraph", _value(_NoCudaGraph)),
-    patches.Replace("torch.cuda.graph", _graph_refused("torch.cuda.graph", _GRAPH_WHY.format("a CUDA graph"))),
+    patches.Replace("torch.cuda.graph", _refused("torch.cuda.graph", _GRAPH_WHY.format("a CUDA graph"))),
     patches.Replace("torch.cuda.make_graphed_callables",
-                    _graph_refused("torch.cuda.make_graphed_callables", _GRAPH_WHY.format("CUDA graphs"))),
+                    _refused("torch.cuda.make_graphed_callables", _GRAPH_WHY.format("CUDA graphs"))),
 ] + [patches.Replace(f"torch.distributed._symmetric_memory.{name}",
-                     _graph_refused(f"torch.distributed._symmetric_memory.{name}", _SYMM_MEM_WHY), by_name=True,
+                     _refused(f"torch.distributed._symmetric_memory.{name}", _SYMM_MEM_WHY), by_name=True,
                      optional=True, why="async TP and symmetric-memory collectives: refused, naming the option")
      for name in _SYMM_MEM]
   + [
     patches.Replace("torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm",
-                    _graph_refused("torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm", _SYMM_MEM_WHY),
+                    _refused("torch.distributed.fsdp.FSDPModule.set_symm_mem_for_comm", _SYMM_MEM_WHY),
                     optional=True, why="FSDP2's symmetric-memory collectives: refused, naming the option"),
 ] + [patches.Replace(f"torch.{name}", _gpu_refused(f"torch.{name}", _LOW_PRECISION_WHY), optional=True,
                      why="float8 and MX matmuls on the emulated GPUs: refused, naming the option")

@@ -615,8 +615,9 @@ def main(argv: Sequence[str]) -> int:
     if session.checker is not None:
         text, diverged = session.checker.summary()
         real_err.write(text + "\n")
-    if args.meta and value_reads.summary() is not None:
-        real_err.write(value_reads.summary() + "\n")
+    reads = value_reads.summary() if args.meta else None
+    if reads is not None:
+        real_err.write(reads + "\n")
     print(f"dtsim run: {world_size} simulated ranks finished in {elapsed:.2f} s; {world.collective_count} "
           "collectives, every rank's call checked against its peers (kind, group, reduce op, shapes, dtypes)"
           + (f"; recording written to {args.trace}" if args.trace is not None else ""), file=real_err)

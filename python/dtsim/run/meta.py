@@ -10,9 +10,9 @@ Two things upstream does differently on meta tensors are made to run as on data:
   empty result without calling the process group: install() replaces them by kernels that call the group, so these
   collectives are met, checked and counted as in a data run;
 - FSDP2 refuses meta parameters at its lazy init (a real job must materialize them): the check is switched off.
-What cannot run: anything that reads values — `.item()`, `.tolist()`, `bool(tensor)`, Python control flow on them,
-printing a tensor's values (raised with dtsim's message); `distribute_tensor` of a meta tensor skips its scatter from
-the source rank, as upstream does.
+What has no values: a read of them (`.item()`, `.tolist()`, `bool(tensor)`, `int(tensor)`, control flow on them)
+answers a placeholder, recorded by line for the summary after the run (ValueReads); `distribute_tensor` of a meta
+tensor skips its scatter from the source rank, as upstream does.
 """
 
 from __future__ import annotations
