@@ -350,4 +350,6 @@ PROCESS_ENTRIES = patches.register("process", [
     patches.Replace("signal.getsignal", _signal_getsignal, why="a rank reads back its own signal handlers"),
     patches.Replace("torch._library.custom_ops.custom_op", _custom_op, by_name=True,
                     why="each rank's module copy defines its custom ops again; the first definition serves them all"),
+    patches.Read("torch._library.custom_ops.OPDEFS"),
+    patches.Read("torch.utils._python_dispatch._disable_current_modes"),  # process_group.py: results outside modes
 ])
